@@ -1,0 +1,86 @@
+//! Per-log settings, named after Kafka's topic configs, with Kafka's defaults except where
+//! Sluice is "durable by default" (the flush policy).
+
+use crate::error::{Result, StorageError};
+
+/// When appended data reaches the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// fdatasync before an append is acknowledged as durable, with group commit: concurrent
+    /// appenders that wait for durability share one fsync. Acknowledged writes survive kill -9
+    /// and power loss of the node. The default.
+    Sync,
+    /// fdatasync every `interval_ms` (Kafka's `flush.ms`). Acknowledged writes survive kill -9
+    /// (they are in the OS page cache) but up to `interval_ms` of them can be lost on power loss.
+    Interval { interval_ms: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll when the active segment would grow past this (default 1 GiB).
+    pub segment_bytes: u64,
+    /// `segment.ms`: roll when the active segment's first batch is this old (default 7 days).
+    pub segment_ms: i64,
+    /// `segment.index.bytes`: preallocated size of each index (default 10 MiB).
+    pub segment_index_bytes: usize,
+    /// `index.interval.bytes`: bytes between offset-index entries (default 4096).
+    pub index_interval_bytes: u64,
+    /// `retention.ms`: delete segments whose newest record is older (default 7 days; -1 = keep).
+    pub retention_ms: i64,
+    /// `retention.bytes`: delete oldest segments while the log is larger (default -1 = keep).
+    pub retention_bytes: i64,
+    /// `max.message.bytes`: largest batch accepted (default 1 MiB + 12 bytes, like Kafka).
+    pub max_message_bytes: usize,
+    pub flush: FlushPolicy,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1024 * 1024 * 1024,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            segment_index_bytes: 10 * 1024 * 1024,
+            index_interval_bytes: 4096,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            max_message_bytes: 1024 * 1024 + 12,
+            flush: FlushPolicy::Sync,
+        }
+    }
+}
+
+impl LogConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.segment_bytes < 100 || self.segment_bytes > i32::MAX as u64 {
+            return Err(StorageError::InvalidConfig(format!(
+                "segment.bytes must be between 100 and {} (got {})",
+                i32::MAX,
+                self.segment_bytes
+            )));
+        }
+        if self.segment_ms < 1 {
+            return Err(StorageError::InvalidConfig(format!(
+                "segment.ms must be ≥ 1 (got {})",
+                self.segment_ms
+            )));
+        }
+        if self.segment_index_bytes < 4096 {
+            return Err(StorageError::InvalidConfig(format!(
+                "segment.index.bytes must be ≥ 4096 (got {})",
+                self.segment_index_bytes
+            )));
+        }
+        if self.max_message_bytes < 64 {
+            return Err(StorageError::InvalidConfig(format!(
+                "max.message.bytes must be ≥ 64 (got {})",
+                self.max_message_bytes
+            )));
+        }
+        if let FlushPolicy::Interval { interval_ms: 0 } = self.flush {
+            return Err(StorageError::InvalidConfig(
+                "flush interval must be ≥ 1 ms".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,814 @@
+//! The partition log: an ordered set of segments in one directory, the log start offset, the
+//! log end offset (LEO), the high-watermark hook, the recovery point, the flush policy, and
+//! crash recovery.
+//!
+//! Ordering of side effects in `append` (why it is safe to crash anywhere):
+//! 1. every batch in the request is validated (magic, length, CRC, size limit) — a bad batch
+//!    refuses the whole append and nothing is written;
+//! 2. the active segment rolls if needed (old segment sealed and fsynced before the new one
+//!    receives data);
+//! 3. base offsets are assigned in the caller's buffer (outside the CRC) and the bytes are
+//!    written with one `pwrite`;
+//! 4. indexes are updated in memory-mapped files (rebuilt after a crash, so they need no
+//!    ordering against the data);
+//! 5. the new LEO is published to the [`Flusher`]; durability is awaited separately with
+//!    [`Flusher::sync_to`], outside the caller's log lock, so appends group-commit.
+//!
+//! Recovery on open: without the clean-shutdown marker, every segment from the one holding the
+//! recovery point onward is scanned batch by batch; the first invalid batch and everything
+//! after it (including later segments) is removed. Nothing invalid is ever served.
+
+use crate::config::{FlushPolicy, LogConfig};
+use crate::error::{IoContext, Result, StorageError};
+use crate::segment::{file_name, BatchMeta, Segment};
+use crate::sidefile;
+use crate::txnindex::AbortedTxn;
+use bytes::Bytes;
+use sluice_protocol::batch::{self, BatchView};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
+pub const CHECKPOINT_FILE: &str = "partition.checkpoint";
+const CHECKPOINT_MAGIC: [u8; 4] = *b"SLCP";
+const SNAPSHOT_MAGIC: [u8; 4] = *b"SLPS";
+pub const SNAPSHOT_VERSION: u16 = 1;
+
+/// What an append stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub offset_of_max_timestamp: i64,
+    pub batches: usize,
+    pub bytes: usize,
+}
+
+/// What recovery on open did (for logs, metrics and the broker's producer-state rebuild).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The previous process closed the log cleanly; no scan was needed.
+    pub clean: bool,
+    /// First offset whose batches were re-validated by a scan (None if none were).
+    pub scanned_from: Option<i64>,
+    pub segments_scanned: usize,
+    pub bytes_scanned: u64,
+    /// Bytes removed from the end of the log (torn or corrupt tail, and later segments).
+    pub truncated_bytes: u64,
+    pub segments_deleted: usize,
+    pub stop_reason: Option<String>,
+}
+
+/// Group commit. Appenders publish the LEO after each write; anyone needing durability up to an
+/// offset calls [`Flusher::sync_to`]. Only one fsync runs at a time; it covers everything
+/// written before it started, so concurrent waiters share it.
+pub struct Flusher {
+    target: Mutex<FlushTarget>,
+    sync_lock: Mutex<()>,
+    durable_end: AtomicI64,
+    fsyncs: AtomicU64,
+    failed: AtomicBool,
+}
+
+struct FlushTarget {
+    file: Arc<File>,
+    path: PathBuf,
+    written_end: i64,
+}
+
+impl Flusher {
+    fn new(file: Arc<File>, path: PathBuf, end: i64) -> Flusher {
+        Flusher {
+            target: Mutex::new(FlushTarget {
+                file,
+                path,
+                written_end: end,
+            }),
+            sync_lock: Mutex::new(()),
+            durable_end: AtomicI64::new(end),
+            fsyncs: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Offsets below this are on disk.
+    pub fn durable_end(&self) -> i64 {
+        self.durable_end.load(Ordering::Acquire)
+    }
+
+    /// Offsets below this have been written (to the page cache at least).
+    pub fn written_end(&self) -> i64 {
+        self.target
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .written_end
+    }
+
+    /// Number of fsyncs performed (to observe group commit).
+    pub fn fsync_count(&self) -> u64 {
+        self.fsyncs.load(Ordering::Relaxed)
+    }
+
+    fn publish(&self, end: i64) {
+        let mut t = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        debug_assert!(end >= t.written_end);
+        t.written_end = end;
+    }
+
+    fn switch_file(&self, file: Arc<File>, path: PathBuf, durable_before: i64) {
+        self.durable_end.fetch_max(durable_before, Ordering::AcqRel);
+        let mut t = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        t.file = file;
+        t.path = path;
+    }
+
+    /// Block until every offset below `end` is durable. Returns the durable end. After an
+    /// fsync failure every later call fails: the state of unsynced data is unknown.
+    pub fn sync_to(&self, end: i64) -> Result<i64> {
+        let durable = self.durable_end();
+        if durable >= end {
+            return Ok(durable);
+        }
+        let _one_at_a_time = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (file, path, written) = {
+            let t = self.target.lock().unwrap_or_else(|e| e.into_inner());
+            (t.file.clone(), t.path.clone(), t.written_end)
+        };
+        if self.failed.load(Ordering::Acquire) {
+            return Err(StorageError::Offline(path));
+        }
+        let durable = self.durable_end();
+        if durable >= end {
+            return Ok(durable);
+        }
+        if let Err(e) = file.sync_data() {
+            self.failed.store(true, Ordering::Release);
+            return Err(StorageError::Io { path, source: e });
+        }
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.durable_end.fetch_max(written, Ordering::AcqRel);
+        Ok(self.durable_end())
+    }
+}
+
+pub struct Log {
+    dir: PathBuf,
+    config: LogConfig,
+    segments: BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    high_watermark: i64,
+    flusher: Arc<Flusher>,
+    recovery: RecoveryReport,
+    offline: bool,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("dir", &self.dir)
+            .field("log_start_offset", &self.log_start_offset)
+            .field("log_end_offset", &self.log_end_offset())
+            .field("segments", &self.segments.len())
+            .finish()
+    }
+}
+
+fn parse_base(name: &str, ext: &str) -> Option<i64> {
+    let stem = name.strip_suffix(ext)?.strip_suffix('.')?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+fn checkpoint_encode(recovery_point: i64, log_start: i64) -> Vec<u8> {
+    let mut p = Vec::with_capacity(16);
+    p.extend_from_slice(&recovery_point.to_be_bytes());
+    p.extend_from_slice(&log_start.to_be_bytes());
+    sidefile::encode(CHECKPOINT_MAGIC, 1, &p)
+}
+
+impl Log {
+    /// Open (creating if needed) the log in `dir`, recovering from an unclean shutdown.
+    pub fn open(dir: &Path, config: LogConfig) -> Result<Log> {
+        config.validate()?;
+        std::fs::create_dir_all(dir).at(dir)?;
+        let mut bases = Vec::new();
+        let mut snapshots_and_orphans = Vec::new();
+        for entry in std::fs::read_dir(dir).at(dir)? {
+            let entry = entry.at(dir)?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".tmp") {
+                let _ = std::fs::remove_file(entry.path());
+            } else if let Some(b) = parse_base(&name, "log") {
+                bases.push(b);
+            } else {
+                snapshots_and_orphans.push(name);
+            }
+        }
+        bases.sort_unstable();
+
+        let (mut recovery_point, mut log_start) =
+            match sidefile::read_framed(&dir.join(CHECKPOINT_FILE), CHECKPOINT_MAGIC) {
+                Ok(Some((_, p))) if p.len() == 16 => {
+                    let i = |a: usize| {
+                        let mut b = [0u8; 8];
+                        b.copy_from_slice(&p[a..a + 8]);
+                        i64::from_be_bytes(b)
+                    };
+                    (i(0), i(8))
+                }
+                Ok(_) => (0, 0),
+                Err(e) => {
+                    tracing::warn!("ignoring unreadable checkpoint, scanning the whole log: {e}");
+                    (0, 0)
+                }
+            };
+        let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = clean_marker.exists();
+        if clean {
+            // From now on a crash must trigger a scan.
+            std::fs::remove_file(&clean_marker).at(&clean_marker)?;
+            sidefile::sync_dir(dir)?;
+        }
+        let mut report = RecoveryReport {
+            clean,
+            ..Default::default()
+        };
+
+        if bases.is_empty() {
+            bases.push(log_start.max(0));
+            recovery_point = log_start.max(0);
+        }
+        let mut segments = BTreeMap::new();
+        let mut truncated_at: Option<usize> = None;
+        for (i, &base) in bases.iter().enumerate() {
+            if truncated_at.is_some() {
+                // everything after a corrupt point is gone
+                let seg = Segment::open(
+                    dir,
+                    base,
+                    config.index_interval_bytes,
+                    config.segment_index_bytes,
+                )?;
+                report.truncated_bytes += seg.size();
+                report.segments_deleted += 1;
+                seg.delete_files()?;
+                continue;
+            }
+            let mut seg = Segment::open(
+                dir,
+                base,
+                config.index_interval_bytes,
+                config.segment_index_bytes,
+            )?;
+            let next_base = bases.get(i + 1).copied();
+            let below_recovery_point = next_base.is_some_and(|nb| nb <= recovery_point);
+            let trusted = (clean || below_recovery_point) && seg.load_clean()?;
+            if !trusted {
+                report.scanned_from.get_or_insert(base);
+                report.segments_scanned += 1;
+                report.bytes_scanned += seg.size();
+                let outcome = seg.recover()?;
+                report.truncated_bytes += outcome.truncated_bytes;
+                seg.sync()?;
+                if outcome.stop_reason.is_some() {
+                    tracing::warn!(
+                        "recovered {}: kept {} bytes, cut {} ({})",
+                        seg.log_path().display(),
+                        outcome.valid_bytes,
+                        outcome.truncated_bytes,
+                        outcome.stop_reason.as_deref().unwrap_or("")
+                    );
+                    report.stop_reason = outcome.stop_reason;
+                    truncated_at = Some(i);
+                }
+            }
+            if let Some(nb) = next_base {
+                if truncated_at.is_none() && seg.next_offset() > nb {
+                    return Err(StorageError::Corrupt {
+                        path: seg.log_path().to_path_buf(),
+                        position: seg.size(),
+                        reason: format!(
+                            "segment ends at offset {} past the next segment's base {nb}",
+                            seg.next_offset()
+                        ),
+                    });
+                }
+            }
+            segments.insert(base, seg);
+        }
+        // Seal every segment but the newest (their indexes may be untrimmed after a scan).
+        let newest = *segments.keys().next_back().unwrap_or(&0);
+        for (base, seg) in segments.iter_mut() {
+            if *base == newest {
+                seg.unseal()?;
+            } else if !clean {
+                seg.seal()?;
+            }
+        }
+        // Remove index/side files that have no log file any more.
+        for name in snapshots_and_orphans {
+            for ext in ["index", "timeindex", "txnindex"] {
+                if let Some(b) = parse_base(&name, ext) {
+                    if !segments.contains_key(&b) {
+                        let _ = std::fs::remove_file(dir.join(&name));
+                    }
+                }
+            }
+        }
+        let active = segments
+            .get(&newest)
+            .ok_or_else(|| StorageError::InvalidConfig("no segment".into()))?;
+        let leo = active.next_offset();
+        let active_file = Arc::new(active.file().try_clone().at(active.log_path())?);
+        let flusher = Arc::new(Flusher::new(
+            active_file,
+            active.log_path().to_path_buf(),
+            leo,
+        ));
+        let first_base = *segments.keys().next().unwrap_or(&0);
+        log_start = log_start.clamp(first_base, leo);
+        let log = Log {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            log_start_offset: log_start,
+            high_watermark: leo,
+            flusher,
+            recovery: report,
+            offline: false,
+        };
+        log.delete_snapshots_after(leo)?;
+        log.write_checkpoint()?;
+        Ok(log)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    /// Change settings that apply from now on (retention, roll size, flush policy, limits).
+    pub fn set_config(&mut self, config: LogConfig) -> Result<()> {
+        config.validate()?;
+        self.config = config;
+        Ok(())
+    }
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+    pub fn flusher(&self) -> Arc<Flusher> {
+        self.flusher.clone()
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset()
+    }
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+    /// The high-watermark hook: the broker moves it (after durability, or replication later);
+    /// retention never deletes at or above it. Clamped to [log start, LEO]; never decreases.
+    pub fn set_high_watermark(&mut self, hw: i64) {
+        let hw = hw.clamp(self.log_start_offset, self.log_end_offset());
+        self.high_watermark = self.high_watermark.max(hw);
+    }
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size()).sum()
+    }
+    pub fn segment_bases(&self) -> Vec<i64> {
+        self.segments.keys().copied().collect()
+    }
+
+    fn active(&self) -> &Segment {
+        // Invariant: a log always has at least one segment.
+        self.segments
+            .values()
+            .next_back()
+            .expect("log has an active segment")
+    }
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("log has an active segment")
+    }
+
+    fn check_online(&self) -> Result<()> {
+        if self.offline {
+            return Err(StorageError::Offline(self.dir.clone()));
+        }
+        Ok(())
+    }
+
+    /// Validate `batches` (one or more v2 batches back to back), assign offsets (rewriting the
+    /// base offsets — and, if given, the partition leader epoch — in place), and write them.
+    /// Durability is *not* awaited: call `flusher().sync_to(info.last_offset + 1)`.
+    pub fn append(
+        &mut self,
+        batches: &mut [u8],
+        now_ms: i64,
+        leader_epoch: Option<i32>,
+    ) -> Result<AppendInfo> {
+        self.check_online()?;
+        if batches.is_empty() {
+            return Err(StorageError::InvalidBatch {
+                position: 0,
+                source: batch::BatchError::Truncated {
+                    needed: batch::BATCH_HEADER_BYTES,
+                    available: 0,
+                },
+            });
+        }
+        let mut metas = Vec::with_capacity(1);
+        let mut pos = 0;
+        let mut next = self.log_end_offset();
+        let first = next;
+        let (mut max_ts, mut offset_of_max) = (-1i64, first);
+        while pos < batches.len() {
+            let (view, size) =
+                BatchView::parse(&batches[pos..]).map_err(|source| StorageError::InvalidBatch {
+                    position: pos,
+                    source,
+                })?;
+            if size > self.config.max_message_bytes {
+                return Err(StorageError::BatchTooLarge {
+                    size,
+                    max: self.config.max_message_bytes,
+                });
+            }
+            if view.records_count() < 1 {
+                return Err(StorageError::InvalidBatch {
+                    position: pos,
+                    source: batch::BatchError::InvalidRecordCount(view.records_count()),
+                });
+            }
+            let last = next + i64::from(view.last_offset_delta());
+            if view.max_timestamp() > max_ts {
+                max_ts = view.max_timestamp();
+                offset_of_max = next;
+            }
+            metas.push(BatchMeta {
+                position: pos,
+                size,
+                base_offset: next,
+                last_offset: last,
+                max_timestamp: view.max_timestamp(),
+            });
+            next = last + 1;
+            pos += size;
+        }
+        let bytes = batches.len() as u64;
+        let need_roll = {
+            let a = self.active();
+            !a.is_empty()
+                && (a.size() + bytes > self.config.segment_bytes
+                    || a.first_batch_timestamp()
+                        .is_some_and(|t| now_ms.saturating_sub(t) >= self.config.segment_ms)
+                    || a.index.is_full()
+                    || a.time_index.is_full()
+                    || next - a.base_offset() > i64::from(u32::MAX))
+        };
+        if need_roll {
+            self.roll()?;
+        }
+        for m in &metas {
+            batch::set_base_offset(&mut batches[m.position..], m.base_offset);
+            if let Some(e) = leader_epoch {
+                batch::set_partition_leader_epoch(&mut batches[m.position..], e);
+            }
+        }
+        if let Err(e) = self.active_mut().append(batches, &metas) {
+            self.offline = true;
+            return Err(e);
+        }
+        self.flusher.publish(next);
+        Ok(AppendInfo {
+            first_offset: first,
+            last_offset: next - 1,
+            max_timestamp: max_ts,
+            offset_of_max_timestamp: offset_of_max,
+            batches: metas.len(),
+            bytes: batches.len(),
+        })
+    }
+
+    /// Append and, under the `Sync` policy, wait until it is durable (convenience for tests
+    /// and tools; the broker awaits durability outside its lock instead).
+    pub fn append_durable(&mut self, batches: &mut [u8], now_ms: i64) -> Result<AppendInfo> {
+        let info = self.append(batches, now_ms, None)?;
+        if self.config.flush == FlushPolicy::Sync {
+            self.flusher.sync_to(info.last_offset + 1)?;
+        }
+        Ok(info)
+    }
+
+    /// Seal the active segment and start a new one at the LEO.
+    pub fn roll(&mut self) -> Result<()> {
+        self.check_online()?;
+        if self.active().is_empty() {
+            return Ok(());
+        }
+        let leo = self.log_end_offset();
+        if let Err(e) = self.active_mut().seal() {
+            self.offline = true;
+            return Err(e);
+        }
+        let seg = Segment::open(
+            &self.dir,
+            leo,
+            self.config.index_interval_bytes,
+            self.config.segment_index_bytes,
+        )?;
+        if !seg.is_empty() {
+            return Err(StorageError::Corrupt {
+                path: seg.log_path().to_path_buf(),
+                position: 0,
+                reason: "a new segment's file already holds data".into(),
+            });
+        }
+        sidefile::sync_dir(&self.dir)?;
+        let file = Arc::new(seg.file().try_clone().at(seg.log_path())?);
+        self.flusher
+            .switch_file(file, seg.log_path().to_path_buf(), leo);
+        self.segments.insert(leo, seg);
+        self.write_checkpoint()
+    }
+
+    /// Batches from the one containing `offset`, up to `max_bytes` (at least one whole batch
+    /// if `min_one`), not past `max_offset` (exclusive; the LEO if `None`). Zero-copy; empty
+    /// when there is nothing to return. Errors with `OffsetOutOfRange` outside
+    /// [log start, LEO].
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: Option<i64>,
+        min_one: bool,
+    ) -> Result<Bytes> {
+        let leo = self.log_end_offset();
+        if offset < self.log_start_offset || offset > leo {
+            return Err(StorageError::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset,
+                log_end: leo,
+            });
+        }
+        let upper = max_offset.unwrap_or(leo).min(leo);
+        if offset >= upper {
+            return Ok(Bytes::new());
+        }
+        let first = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map(|(b, _)| *b)
+            .unwrap_or(self.log_start_offset);
+        for (base, seg) in self.segments.range(first..) {
+            if *base >= upper {
+                break;
+            }
+            if let Some(b) = seg.read(offset, max_bytes, upper, min_one)? {
+                return Ok(b);
+            }
+        }
+        Ok(Bytes::new())
+    }
+
+    /// The first offset whose record timestamp is ≥ `timestamp`, with that timestamp
+    /// (ListOffsets by time). `None` if every record is older.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
+        for seg in self.segments.values() {
+            if seg.max_timestamp() < timestamp {
+                continue;
+            }
+            if let Some(bytes) = seg.find_batch_by_timestamp(timestamp)? {
+                let (view, _) = BatchView::parse(&bytes).map_err(|e| StorageError::Corrupt {
+                    path: seg.log_path().to_path_buf(),
+                    position: 0,
+                    reason: e.to_string(),
+                })?;
+                let records = view.records().map_err(|e| StorageError::Corrupt {
+                    path: seg.log_path().to_path_buf(),
+                    position: 0,
+                    reason: e.to_string(),
+                })?;
+                let found = records
+                    .iter()
+                    .find(|r| r.timestamp >= timestamp && r.offset >= self.log_start_offset);
+                if let Some(r) = found {
+                    return Ok(Some((r.offset, r.timestamp)));
+                }
+                // LogAppendTime batches or records below log start: fall back to the batch
+                if view.max_timestamp() >= timestamp && view.last_offset() >= self.log_start_offset
+                {
+                    return Ok(Some((
+                        view.base_offset().max(self.log_start_offset),
+                        view.max_timestamp(),
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The largest timestamp in the log and the offset of the batch that carries it.
+    pub fn max_timestamp(&self) -> Option<(i64, i64)> {
+        self.segments
+            .values()
+            .filter(|s| s.max_timestamp() >= 0)
+            .max_by_key(|s| s.max_timestamp())
+            .map(|s| (s.max_timestamp(), s.offset_of_max_timestamp()))
+    }
+
+    /// Sync everything written so far and record it as the recovery point.
+    pub fn flush(&mut self) -> Result<()> {
+        let leo = self.log_end_offset();
+        self.flusher.sync_to(leo)?;
+        self.write_checkpoint()
+    }
+
+    fn write_checkpoint(&self) -> Result<()> {
+        let rp = self.flusher.durable_end().min(self.log_end_offset());
+        sidefile::write_atomic(
+            &self.dir.join(CHECKPOINT_FILE),
+            &checkpoint_encode(rp, self.log_start_offset),
+        )
+    }
+
+    fn delete_oldest_segment(&mut self) -> Result<()> {
+        if let Some((_, seg)) = self.segments.pop_first() {
+            seg.delete_files()?;
+        }
+        let first = *self.segments.keys().next().unwrap_or(&0);
+        self.log_start_offset = self.log_start_offset.max(first);
+        Ok(())
+    }
+
+    /// Delete whole segments by `retention.ms`, `retention.bytes` and the log start offset.
+    /// Never the active segment, never a segment holding offsets at or above the high
+    /// watermark. Returns the number of segments deleted.
+    pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize> {
+        self.check_online()?;
+        let mut deleted = 0;
+        loop {
+            let bases: Vec<i64> = self.segments.keys().take(2).copied().collect();
+            let [first, next_base] = bases[..] else { break };
+            if next_base > self.high_watermark {
+                break;
+            }
+            let Some(seg) = self.segments.get(&first) else {
+                break;
+            };
+            let below_start = next_base <= self.log_start_offset;
+            let by_time = self.config.retention_ms >= 0
+                && now_ms.saturating_sub(seg.max_timestamp()) > self.config.retention_ms;
+            let by_size = self.config.retention_bytes >= 0
+                && self.size_bytes().saturating_sub(seg.size())
+                    >= self.config.retention_bytes as u64;
+            if !(below_start || by_time || by_size) {
+                break;
+            }
+            self.delete_oldest_segment()?;
+            deleted += 1;
+        }
+        if deleted > 0 {
+            self.write_checkpoint()?;
+            sidefile::sync_dir(&self.dir)?;
+        }
+        Ok(deleted)
+    }
+
+    /// DeleteRecords: move the log start offset up to `offset` (≤ high watermark); segments
+    /// wholly below it are deleted. Returns the new log start offset.
+    pub fn delete_records(&mut self, offset: i64) -> Result<i64> {
+        self.check_online()?;
+        if offset > self.high_watermark || offset < 0 {
+            return Err(StorageError::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset,
+                log_end: self.high_watermark,
+            });
+        }
+        if offset > self.log_start_offset {
+            self.log_start_offset = offset;
+            self.write_checkpoint()?;
+            self.enforce_retention(i64::MIN)?;
+        }
+        Ok(self.log_start_offset)
+    }
+
+    /// Record an aborted transaction (its ABORT marker must already be appended).
+    pub fn append_aborted_txn(&mut self, txn: AbortedTxn) -> Result<()> {
+        let active = self.active_mut();
+        if txn.last_offset < active.base_offset() || txn.last_offset >= active.next_offset() {
+            return Err(StorageError::InvalidConfig(format!(
+                "aborted txn marker offset {} is not in the active segment",
+                txn.last_offset
+            )));
+        }
+        active.txn_index.append(txn)
+    }
+
+    /// Aborted transactions that overlap `[start, upper)`.
+    pub fn collect_aborted_txns(&self, start: i64, upper: i64) -> Vec<AbortedTxn> {
+        let first = self
+            .segments
+            .range(..=start)
+            .next_back()
+            .map(|(b, _)| *b)
+            .unwrap_or(i64::MIN);
+        self.segments
+            .range(first..)
+            .flat_map(|(_, s)| s.txn_index.entries().iter())
+            .filter(|t| t.last_offset >= start && t.first_offset < upper)
+            .copied()
+            .collect()
+    }
+
+    /// Write a producer-state snapshot taken at `offset` (the state after every batch below it).
+    pub fn write_producer_snapshot(&self, offset: i64, payload: &[u8]) -> Result<()> {
+        let path = self.dir.join(file_name(offset, "snapshot"));
+        sidefile::write_atomic(
+            &path,
+            &sidefile::encode(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, payload),
+        )
+    }
+
+    /// Offsets of the snapshot files present, ascending.
+    pub fn producer_snapshot_offsets(&self) -> Result<Vec<i64>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).at(&self.dir)? {
+            let name = entry
+                .at(&self.dir)?
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            if let Some(o) = parse_base(&name, "snapshot") {
+                out.push(o);
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// The newest readable snapshot `(offset, payload)`. Corrupt snapshots are deleted.
+    pub fn latest_producer_snapshot(&self) -> Result<Option<(i64, Vec<u8>)>> {
+        for off in self.producer_snapshot_offsets()?.into_iter().rev() {
+            let path = self.dir.join(file_name(off, "snapshot"));
+            match sidefile::read_framed(&path, SNAPSHOT_MAGIC) {
+                Ok(Some((_, payload))) => return Ok(Some((off, payload))),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!("deleting unreadable producer snapshot: {e}");
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Delete snapshots taken at offsets below `offset` (keeping newer ones).
+    pub fn delete_snapshots_before(&self, offset: i64) -> Result<()> {
+        for off in self.producer_snapshot_offsets()? {
+            if off < offset {
+                let p = self.dir.join(file_name(off, "snapshot"));
+                std::fs::remove_file(&p).at(&p)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_snapshots_after(&self, offset: i64) -> Result<()> {
+        for off in self.producer_snapshot_offsets()? {
+            if off > offset {
+                let p = self.dir.join(file_name(off, "snapshot"));
+                std::fs::remove_file(&p).at(&p)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Clean shutdown: sync, trim indexes, write the checkpoint and the clean-shutdown marker,
+    /// so the next open skips the scan.
+    pub fn close(mut self) -> Result<()> {
+        self.check_online()?;
+        self.active_mut().seal()?;
+        self.flusher.sync_to(self.log_end_offset())?;
+        self.write_checkpoint()?;
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        std::fs::write(&marker, b"").at(&marker)?;
+        sidefile::sync_dir(&self.dir)
+    }
+}

@@ -1,0 +1,33 @@
+//! The only module with `unsafe`: memory maps over segment and index files.
+//!
+//! Why it is sound here: every mapped file lives in a data directory that this process holds an
+//! exclusive lock on (`dir.rs`), so no other process changes it; within the process, log files
+//! are append-only while mapped (recovery truncates only before anything is mapped), and a
+//! read-only map never extends past the file length at the time it was made. Index files are
+//! mapped mutably by exactly one owner (`index.rs`), which truncates them only after dropping
+//! its map. Deleting a file (retention) leaves existing maps valid on Linux.
+#![allow(unsafe_code)]
+
+use bytes::Bytes;
+use memmap2::{MmapMut, MmapOptions};
+use std::fs::File;
+use std::io;
+
+/// Map the first `len` bytes of `file` read-only and hand them out as `Bytes`, so slices of a
+/// segment can be sent to sockets without copying.
+pub fn map_read(file: &File, len: usize) -> io::Result<Bytes> {
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: see the module comment: `len` ≤ the file's current length, and the region is
+    // never truncated or rewritten while any map of it is alive.
+    let map = unsafe { MmapOptions::new().len(len).map(file)? };
+    Ok(Bytes::from_owner(map))
+}
+
+/// Map `len` bytes of `file` read-write (index files, which the caller has sized to `len`).
+pub fn map_write(file: &File, len: usize) -> io::Result<MmapMut> {
+    // SAFETY: the caller owns the file exclusively and has set its length to at least `len`;
+    // the file is not truncated while this map lives.
+    unsafe { MmapOptions::new().len(len).map_mut(file) }
+}

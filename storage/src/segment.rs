@@ -1,0 +1,439 @@
+//! One segment: a `.log` file of v2 record batches plus its offset index, time index and
+//! aborted-transaction index, all named by the segment's base offset (20 digits, zero-padded).
+//!
+//! Invariants (asserted where cheap):
+//! - batches are stored back to back, offsets strictly increasing, each batch's base offset
+//!   ≥ the segment's base offset and < the next segment's base offset;
+//! - `size` is the byte length of whole, valid batches (the file has no bytes past it once
+//!   recovery or an append completes);
+//! - positions fit in u32 (`segment.bytes` ≤ i32::MAX is enforced by the config).
+
+use crate::error::{IoContext, Result, StorageError};
+use crate::index::{OffsetIndex, TimeIndex};
+use crate::mmap;
+use crate::txnindex::TxnIndex;
+use bytes::Bytes;
+use sluice_protocol::batch::BatchView;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Kafka's file naming: the base offset as 20 zero-padded digits.
+pub fn file_name(base_offset: i64, ext: &str) -> String {
+    format!("{base_offset:020}.{ext}")
+}
+
+/// What the log learned about one batch while validating it, passed to the segment's append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMeta {
+    /// Byte position of the batch within the appended buffer.
+    pub position: usize,
+    pub size: usize,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+}
+
+/// What a full scan of a segment found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanOutcome {
+    /// Bytes of valid batches from the start of the file.
+    pub valid_bytes: u64,
+    /// Bytes cut off after the last valid batch (0 if the file was intact).
+    pub truncated_bytes: u64,
+    /// Why the scan stopped early, if it did.
+    pub stop_reason: Option<String>,
+}
+
+pub struct Segment {
+    base_offset: i64,
+    log_path: PathBuf,
+    file: File,
+    size: u64,
+    next_offset: i64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    /// Max timestamp of the first batch: what `segment.ms` rolling is measured from.
+    first_batch_timestamp: Option<i64>,
+    bytes_since_index: u64,
+    index_interval_bytes: u64,
+    index_max_bytes: usize,
+    pub(crate) index: OffsetIndex,
+    pub(crate) time_index: TimeIndex,
+    pub(crate) txn_index: TxnIndex,
+    /// Cached read-only map of the file's first N bytes; remapped when reads need more.
+    view: Mutex<Bytes>,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("base_offset", &self.base_offset)
+            .field("size", &self.size)
+            .field("next_offset", &self.next_offset)
+            .finish()
+    }
+}
+
+impl Segment {
+    /// Open the segment at `base_offset` in `dir`, creating empty files if absent. The content
+    /// is not yet trusted: call [`Segment::recover`] or [`Segment::load_clean`].
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        index_interval_bytes: u64,
+        index_max_bytes: usize,
+    ) -> Result<Segment> {
+        let log_path = dir.join(file_name(base_offset, "log"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&log_path)
+            .at(&log_path)?;
+        let size = file.metadata().at(&log_path)?.len();
+        let index = OffsetIndex::open(&dir.join(file_name(base_offset, "index")), index_max_bytes)?;
+        let time_index = TimeIndex::open(
+            &dir.join(file_name(base_offset, "timeindex")),
+            index_max_bytes,
+        )?;
+        let txn_index = TxnIndex::open(&dir.join(file_name(base_offset, "txnindex")))?;
+        Ok(Segment {
+            base_offset,
+            log_path,
+            file,
+            size,
+            next_offset: base_offset,
+            max_timestamp: -1,
+            offset_of_max_timestamp: base_offset,
+            first_batch_timestamp: None,
+            bytes_since_index: 0,
+            index_interval_bytes,
+            index_max_bytes,
+            index,
+            time_index,
+            txn_index,
+            view: Mutex::new(Bytes::new()),
+        })
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+    pub fn offset_of_max_timestamp(&self) -> i64 {
+        self.offset_of_max_timestamp
+    }
+    pub fn first_batch_timestamp(&self) -> Option<i64> {
+        self.first_batch_timestamp
+    }
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    fn relative(&self, offset: i64) -> u32 {
+        debug_assert!(offset >= self.base_offset);
+        (offset - self.base_offset).clamp(0, i64::from(u32::MAX)) as u32
+    }
+
+    /// A read-only view of the first `len` bytes (len ≤ size), mapping again if needed.
+    fn view(&self, len: u64) -> Result<Bytes> {
+        let mut cached = self.view.lock().unwrap_or_else(|e| e.into_inner());
+        if (cached.len() as u64) < len {
+            *cached = mmap::map_read(&self.file, self.size as usize).at(&self.log_path)?;
+        }
+        Ok(cached.slice(..len as usize))
+    }
+
+    fn note_batch(&mut self, position: u64, base: i64, last: i64, max_ts: i64, size: u64) {
+        assert!(
+            base >= self.next_offset,
+            "offsets must grow: {base} < {}",
+            self.next_offset
+        );
+        if self.first_batch_timestamp.is_none() {
+            self.first_batch_timestamp = Some(max_ts);
+        }
+        if self.bytes_since_index >= self.index_interval_bytes {
+            self.index.append(self.relative(base), position as u32);
+            self.bytes_since_index = 0;
+        }
+        if max_ts > self.max_timestamp {
+            self.max_timestamp = max_ts;
+            self.offset_of_max_timestamp = base;
+            if self.time_index.last().is_none_or(|(t, _)| max_ts > t) {
+                self.time_index.append(max_ts, self.relative(base));
+            }
+        }
+        self.bytes_since_index += size;
+        self.next_offset = last + 1;
+    }
+
+    /// Write already-validated batches (offsets assigned) at the end of the file. On error the
+    /// segment is in an unknown state and the caller must take the log offline.
+    pub fn append(&mut self, bytes: &[u8], metas: &[BatchMeta]) -> Result<()> {
+        self.file
+            .write_all_at(bytes, self.size)
+            .at(&self.log_path)?;
+        let start = self.size;
+        for m in metas {
+            self.note_batch(
+                start + m.position as u64,
+                m.base_offset,
+                m.last_offset,
+                m.max_timestamp,
+                m.size as u64,
+            );
+        }
+        self.size += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Validate every batch from the start (length, magic, CRC, increasing offsets), rebuild
+    /// the indexes, and truncate the file after the last valid batch.
+    pub fn recover(&mut self) -> Result<ScanOutcome> {
+        self.index.clear();
+        self.time_index.clear();
+        self.next_offset = self.base_offset;
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = self.base_offset;
+        self.first_batch_timestamp = None;
+        self.bytes_since_index = 0;
+        let file_len = self.file.metadata().at(&self.log_path)?.len();
+        let map = mmap::map_read(&self.file, file_len as usize).at(&self.log_path)?;
+        let mut pos = 0usize;
+        let mut stop_reason = None;
+        while pos < map.len() {
+            match BatchView::parse(&map[pos..]) {
+                Ok((b, size)) => {
+                    // Offsets are contiguous (no compaction yet), so a batch must start exactly
+                    // where the previous one ended; this also catches a flipped base offset,
+                    // which the CRC does not cover.
+                    if b.base_offset() != self.next_offset {
+                        stop_reason = Some(format!(
+                            "batch at byte {pos} has base offset {}, expected {}",
+                            b.base_offset(),
+                            self.next_offset
+                        ));
+                        break;
+                    }
+                    self.note_batch(
+                        pos as u64,
+                        b.base_offset(),
+                        b.last_offset(),
+                        b.max_timestamp(),
+                        size as u64,
+                    );
+                    pos += size;
+                }
+                Err(e) => {
+                    stop_reason = Some(format!("at byte {pos}: {e}"));
+                    break;
+                }
+            }
+        }
+        drop(map);
+        let valid = pos as u64;
+        if valid < file_len {
+            self.file.set_len(valid).at(&self.log_path)?;
+            self.file.sync_all().at(&self.log_path)?;
+        }
+        self.size = valid;
+        *self.view.lock().unwrap_or_else(|e| e.into_inner()) = Bytes::new();
+        self.txn_index.truncate_from(self.next_offset)?;
+        Ok(ScanOutcome {
+            valid_bytes: valid,
+            truncated_bytes: file_len - valid,
+            stop_reason,
+        })
+    }
+
+    /// Load a segment that was closed cleanly: trust the file, check the indexes, and find the
+    /// next offset by hopping over batch headers after the last index entry. Returns false if
+    /// the indexes are inconsistent (the caller then runs [`Segment::recover`]).
+    pub fn load_clean(&mut self) -> Result<bool> {
+        if !self.index.validate(self.size) {
+            return Ok(false);
+        }
+        let map = self.view(self.size)?;
+        let (rel, mut pos) = self.index.last().unwrap_or((0, 0));
+        let mut next = self.base_offset + i64::from(rel);
+        // Hop from the last indexed batch to the end. Each hop reads a header only.
+        while (pos as usize) < map.len() {
+            match BatchView::parse_unchecked_crc(&map[pos as usize..]) {
+                Ok(b) => {
+                    next = b.last_offset() + 1;
+                    pos += b.size() as u32;
+                }
+                Err(_) => return Ok(false),
+            }
+        }
+        if u64::from(pos) != self.size {
+            return Ok(false);
+        }
+        let last_rel = (next - 1 - self.base_offset).max(0) as u32;
+        if !self.time_index.validate(last_rel) {
+            return Ok(false);
+        }
+        self.next_offset = if self.size == 0 {
+            self.base_offset
+        } else {
+            next
+        };
+        if let Some((ts, rel)) = self.time_index.last() {
+            self.max_timestamp = ts;
+            self.offset_of_max_timestamp = self.base_offset + i64::from(rel);
+        }
+        if let Some(first) = map.get(..).filter(|m| !m.is_empty()) {
+            if let Ok(b) = BatchView::parse_unchecked_crc(first) {
+                self.first_batch_timestamp = Some(b.max_timestamp());
+            }
+        }
+        self.bytes_since_index = self.index_interval_bytes; // index the next append
+        self.txn_index.truncate_from(self.next_offset)?;
+        Ok(true)
+    }
+
+    /// Batches starting with the one that contains `offset`, up to `max_bytes` (at least one
+    /// whole batch when `min_one`), stopping before any batch whose base offset is ≥
+    /// `max_offset`. Returns a zero-copy slice of the mapped file, or `None` if nothing
+    /// qualifies.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one: bool,
+    ) -> Result<Option<Bytes>> {
+        if self.size == 0 || offset >= self.next_offset {
+            return Ok(None);
+        }
+        let map = self.view(self.size)?;
+        let mut pos = self
+            .index
+            .lookup(self.relative(offset.max(self.base_offset))) as usize;
+        let corrupt = |pos: usize, e: String| StorageError::Corrupt {
+            path: self.log_path.clone(),
+            position: pos as u64,
+            reason: e,
+        };
+        // find the first batch whose last offset ≥ offset
+        loop {
+            if pos >= map.len() {
+                return Ok(None);
+            }
+            let b = BatchView::parse_unchecked_crc(&map[pos..])
+                .map_err(|e| corrupt(pos, e.to_string()))?;
+            if b.last_offset() >= offset {
+                break;
+            }
+            pos += b.size();
+        }
+        let begin = pos;
+        while pos < map.len() {
+            let b = BatchView::parse_unchecked_crc(&map[pos..])
+                .map_err(|e| corrupt(pos, e.to_string()))?;
+            if b.base_offset() >= max_offset {
+                break;
+            }
+            let end = pos + b.size();
+            if end - begin > max_bytes && !(pos == begin && min_one) {
+                break;
+            }
+            pos = end;
+        }
+        if pos == begin {
+            return Ok(None);
+        }
+        Ok(Some(map.slice(begin..pos)))
+    }
+
+    /// The first batch whose max timestamp is ≥ `timestamp`: its view bytes (zero-copy), or
+    /// `None` if every batch here is older.
+    pub fn find_batch_by_timestamp(&self, timestamp: i64) -> Result<Option<Bytes>> {
+        if self.size == 0 || self.max_timestamp < timestamp {
+            return Ok(None);
+        }
+        let map = self.view(self.size)?;
+        let start_rel = self.time_index.lookup_before(timestamp);
+        let mut pos = self.index.lookup(start_rel) as usize;
+        while pos < map.len() {
+            let b =
+                BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| StorageError::Corrupt {
+                    path: self.log_path.clone(),
+                    position: pos as u64,
+                    reason: e.to_string(),
+                })?;
+            if b.max_timestamp() >= timestamp {
+                return Ok(Some(map.slice(pos..pos + b.size())));
+            }
+            pos += b.size();
+        }
+        Ok(None)
+    }
+
+    /// fdatasync the log file (index files are rebuilt after a crash, so they need none).
+    pub fn sync(&self) -> Result<()> {
+        self.file.sync_data().at(&self.log_path)
+    }
+
+    /// The segment stops being active: final time-index entry, trimmed indexes, data synced.
+    pub fn seal(&mut self) -> Result<()> {
+        if self.max_timestamp >= 0
+            && self
+                .time_index
+                .last()
+                .is_none_or(|(t, _)| self.max_timestamp > t)
+        {
+            let rel = self.relative(self.offset_of_max_timestamp);
+            self.time_index.append(self.max_timestamp, rel);
+        }
+        self.index.trim()?;
+        self.time_index.trim()?;
+        self.sync()?;
+        self.txn_index.sync()?;
+        Ok(())
+    }
+
+    /// Make a sealed segment appendable again (it is the newest on reopen).
+    pub fn unseal(&mut self) -> Result<()> {
+        self.index.reserve(self.index_max_bytes)?;
+        self.time_index.reserve(self.index_max_bytes)?;
+        Ok(())
+    }
+
+    /// Remove this segment's files.
+    pub fn delete_files(self) -> Result<()> {
+        let paths = [
+            self.log_path.clone(),
+            self.index.path().to_path_buf(),
+            self.time_index.path().to_path_buf(),
+            self.txn_index.path().to_path_buf(),
+        ];
+        drop(self);
+        for p in paths {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::Io { path: p, source: e }),
+            }
+        }
+        Ok(())
+    }
+}
