@@ -1,1 +1,24 @@
-//! Sluice broker
+//! # sluice-broker
+//!
+//! The Sluice broker (the `sluice` binary) as a library. Where code goes:
+//! - `config`: settings (flags, environment, TOML), named like Kafka's;
+//! - `server`: the accept loop, connection limit, graceful shutdown;
+//! - `connection`: the only code touching a socket: frames in, responses out, in order;
+//! - `dispatch`: one arm per API, calling `handlers/` (one file per API);
+//! - `state`: topics, partitions and their persisted metadata;
+//! - `partition`: one partition's log, high watermark and append path;
+//! - `background`: interval flush, checkpoints, retention;
+//! - `error_map`: the ONE place internal errors become Kafka error codes.
+//!
+//! Coming with later issues: `partition/` producer state (idempotence), `txn/` (transaction
+//! coordinator), `group/` (consumer groups), `cluster/` (openraft), `metrics`.
+
+pub mod background;
+pub mod config;
+pub mod connection;
+pub mod dispatch;
+pub mod error_map;
+pub mod handlers;
+pub mod partition;
+pub mod server;
+pub mod state;

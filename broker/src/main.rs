@@ -1,1 +1,100 @@
-fn main() {}
+//! `sluice`: the broker binary. `sluice` alone starts a single node on 127.0.0.1:9092 with
+//! data in ./sluice-data. Every setting: `sluice --help`.
+
+use clap::{Arg, ArgAction, Command};
+use sluice_broker::config::{self, SETTINGS};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+fn cli() -> Command {
+    let mut cmd = Command::new("sluice")
+        .about("Sluice: a Kafka-compatible transactional log broker")
+        .version(env!("CARGO_PKG_VERSION"))
+        .arg(Arg::new("config").long("config").value_name("FILE").help("TOML file of settings (Kafka names as keys)"));
+    for s in SETTINGS {
+        let default_note = if s.default.is_empty() { String::new() } else { format!(" [default: {}]", s.default) };
+        cmd = cmd.arg(
+            Arg::new(s.name)
+                .long(config::flag_name(s.name))
+                .value_name("VALUE")
+                .action(ArgAction::Set)
+                .help(format!("{}{} (env {})", s.help, default_note, config::env_name(s.name))),
+        );
+    }
+    cmd
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let matches = cli().get_matches();
+    let flags: BTreeMap<String, String> =
+        SETTINGS.iter().filter_map(|s| matches.get_one::<String>(s.name).map(|v| (s.name.to_string(), v.clone()))).collect();
+    let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("SLUICE_")).collect();
+    let file = match matches.get_one::<String>("config") {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("sluice: cannot read config file {path}: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let config = match config::resolve(&flags, &env, file.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sluice: cannot start runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        let listener_addr = config.listener;
+        let state = match tokio::task::block_in_place(|| sluice_broker::state::BrokerState::open(config)) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("sluice: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let listener = match tokio::net::TcpListener::bind(listener_addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("sluice: cannot listen on {listener_addr}: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        tracing::info!(
+            "sluice listening on {} (data in {}, cluster id {})",
+            listener_addr,
+            state.data_dir().display(),
+            state.cluster_id
+        );
+        sluice_broker::server::run(state, listener, shutdown_signal()).await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

@@ -1,1 +1,195 @@
-//! placeholder
+//! The one table of supported APIs, which drives both the broker's dispatch and its
+//! ApiVersions answer, plus typed request decoding and response encoding over the
+//! `kafka-protocol` crate's generated message structs.
+//!
+//! A version is *advertised* if it is in the table; it is *served* if it is also at or above
+//! `served_min` (Produce is advertised from v0 because old librdkafka enables compression only
+//! when it sees Produce v0 in the range, but v0–v2 carry the old message format and are
+//! refused with UNSUPPORTED_VERSION).
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use thiserror::Error;
+
+/// One row of the API table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiSpec {
+    pub key: ApiKey,
+    /// Lowest version advertised in ApiVersions.
+    pub min: i16,
+    /// Highest version advertised and served.
+    pub max: i16,
+    /// Lowest version actually served (requests below it get UNSUPPORTED_VERSION).
+    pub served_min: i16,
+}
+
+const fn api(key: ApiKey, min: i16, max: i16) -> ApiSpec {
+    ApiSpec { key, min, max, served_min: min }
+}
+
+/// Every API the broker answers. Adding a row here without a handler is a compile error in
+/// the broker's dispatch (its match has no catch-all arm).
+pub const SUPPORTED_APIS: &[ApiSpec] = &[
+    ApiSpec { key: ApiKey::Produce, min: 0, max: 11, served_min: 3 },
+    api(ApiKey::Fetch, 4, 16),
+    api(ApiKey::ListOffsets, 1, 8),
+    api(ApiKey::Metadata, 0, 12),
+    api(ApiKey::ApiVersions, 0, 3),
+    api(ApiKey::CreateTopics, 2, 7),
+    api(ApiKey::DeleteTopics, 1, 6),
+    api(ApiKey::CreatePartitions, 0, 3),
+    api(ApiKey::DeleteRecords, 0, 2),
+    api(ApiKey::DescribeConfigs, 1, 4),
+    api(ApiKey::AlterConfigs, 0, 2),
+    api(ApiKey::IncrementalAlterConfigs, 0, 1),
+    api(ApiKey::DescribeCluster, 0, 1),
+    api(ApiKey::DescribeLogDirs, 1, 4),
+];
+
+/// The table row for `key`, if supported.
+pub fn spec(key: ApiKey) -> Option<&'static ApiSpec> {
+    SUPPORTED_APIS.iter().find(|s| s.key == key)
+}
+
+/// Why a request could not be decoded. Each variant says how the broker must react.
+#[derive(Debug, Error)]
+pub enum DecodeError {
+    /// Too short to hold an API key, version and correlation id: close the connection.
+    #[error("request header truncated ({0} bytes)")]
+    HeaderTruncated(usize),
+    /// An API key that is not in the protocol or not supported: close the connection (as Kafka
+    /// does for keys it does not know).
+    #[error("unsupported API key {0}")]
+    UnknownApiKey(i16),
+    /// Supported API, unsupported version: answer UNSUPPORTED_VERSION (ApiVersions answers
+    /// with its own range, v0-style).
+    #[error("unsupported version {version} of {key:?}")]
+    UnsupportedVersion { key: ApiKey, version: i16, correlation_id: i32 },
+    /// The header or body did not parse: close the connection.
+    #[error("malformed {key:?} v{version} request: {message}")]
+    Malformed { key: ApiKey, version: i16, correlation_id: i32, message: String },
+}
+
+/// A decoded request: header and body.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub header: RequestHeader,
+    pub api_key: ApiKey,
+    pub body: RequestKind,
+}
+
+impl Request {
+    pub fn version(&self) -> i16 {
+        self.header.request_api_version
+    }
+    pub fn correlation_id(&self) -> i32 {
+        self.header.correlation_id
+    }
+}
+
+/// Decode one request frame (without its size prefix).
+pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
+    if frame.len() < 8 {
+        return Err(DecodeError::HeaderTruncated(frame.len()));
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let key = ApiKey::try_from(raw_key).map_err(|_| DecodeError::UnknownApiKey(raw_key))?;
+    let spec = spec(key).ok_or(DecodeError::UnknownApiKey(raw_key))?;
+    if version < spec.served_min || version > spec.max {
+        return Err(DecodeError::UnsupportedVersion { key, version, correlation_id });
+    }
+    let malformed = |message: String| DecodeError::Malformed { key, version, correlation_id, message };
+    let header_version = key.request_header_version(version);
+    let header = RequestHeader::decode(&mut frame, header_version).map_err(|e| malformed(format!("{e:#}")))?;
+    let body = RequestKind::decode(key, &mut frame, version).map_err(|e| malformed(format!("{e:#}")))?;
+    Ok(Request { header, api_key: key, body })
+}
+
+/// Encode a response frame, size prefix included.
+pub fn encode_response(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> Result<BytesMut, String> {
+    let header_version = api_key.response_header_version(version);
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut buf, header_version)
+        .map_err(|e| format!("{e:#}"))?;
+    body.encode(&mut buf, version).map_err(|e| format!("{e:#}"))?;
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf)
+}
+
+/// Encode a request frame, size prefix included (for clients and tests).
+pub fn encode_request(header: &RequestHeader, body: &RequestKind) -> Result<BytesMut, String> {
+    let key = ApiKey::try_from(header.request_api_key).map_err(|_| "unknown api key".to_string())?;
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    header.encode(&mut buf, key.request_header_version(header.request_api_version)).map_err(|e| format!("{e:#}"))?;
+    body.encode(&mut buf, header.request_api_version).map_err(|e| format!("{e:#}"))?;
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf)
+}
+
+/// Decode a response frame body (after the size prefix) for a request of `key`/`version`.
+pub fn decode_response(key: ApiKey, version: i16, mut frame: Bytes) -> Result<(i32, ResponseKind), String> {
+    let header = ResponseHeader::decode(&mut frame, key.response_header_version(version)).map_err(|e| format!("{e:#}"))?;
+    let body = ResponseKind::decode(key, &mut frame, version).map_err(|e| format!("{e:#}"))?;
+    if frame.has_remaining() {
+        return Err(format!("{} trailing bytes", frame.remaining()));
+    }
+    Ok((header.correlation_id, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest};
+    use kafka_protocol::protocol::StrBytes;
+
+    #[test]
+    fn table_is_within_the_crate_ranges_and_unique() {
+        for (i, s) in SUPPORTED_APIS.iter().enumerate() {
+            let r = s.key.valid_versions();
+            assert!(s.served_min >= r.min && s.max <= r.max, "{:?}", s.key);
+            assert!(s.min <= s.served_min && s.served_min <= s.max);
+            assert!(SUPPORTED_APIS[i + 1..].iter().all(|o| o.key != s.key));
+        }
+    }
+
+    #[test]
+    fn request_roundtrip_and_errors() {
+        let header = RequestHeader::default()
+            .with_request_api_key(ApiKey::Metadata as i16)
+            .with_request_api_version(9)
+            .with_correlation_id(42)
+            .with_client_id(Some(StrBytes::from_static_str("t")));
+        let frame = encode_request(&header, &RequestKind::Metadata(MetadataRequest::default())).unwrap();
+        let req = decode_request(frame.freeze().slice(4..)).unwrap();
+        assert_eq!(req.correlation_id(), 42);
+        assert!(matches!(req.body, RequestKind::Metadata(_)));
+
+        let bad = Bytes::from_static(&[0, 3, 0, 99, 0, 0, 0, 1]);
+        assert!(matches!(decode_request(bad), Err(DecodeError::UnsupportedVersion { correlation_id: 1, .. })));
+        let unknown = Bytes::from_static(&[0x7f, 0, 0, 0, 0, 0, 0, 1]);
+        assert!(matches!(decode_request(unknown), Err(DecodeError::UnknownApiKey(_))));
+        let short = Bytes::from_static(&[0, 18, 0]);
+        assert!(matches!(decode_request(short), Err(DecodeError::HeaderTruncated(3))));
+        let produce_v2 = Bytes::from_static(&[0, 0, 0, 2, 0, 0, 0, 1]);
+        assert!(matches!(decode_request(produce_v2), Err(DecodeError::UnsupportedVersion { .. })));
+        // header says ApiVersions v3 but the body is cut
+        let header = RequestHeader::default().with_request_api_key(18).with_request_api_version(3).with_correlation_id(5);
+        let frame = encode_request(&header, &RequestKind::ApiVersions(ApiVersionsRequest::default())).unwrap();
+        let cut = frame.freeze().slice(4..12);
+        assert!(matches!(decode_request(cut), Err(DecodeError::Malformed { .. })));
+    }
+}

@@ -639,7 +639,8 @@ impl Log {
         self.write_checkpoint()
     }
 
-    fn write_checkpoint(&self) -> Result<()> {
+    /// Persist the recovery point (the durable end) and the log start offset.
+    pub fn write_checkpoint(&self) -> Result<()> {
         let rp = self.flusher.durable_end().min(self.log_end_offset());
         sidefile::write_atomic(
             &self.dir.join(CHECKPOINT_FILE),

@@ -1,0 +1,49 @@
+//! Periodic work: interval flushes (`log.flush.policy=interval`), recovery-point checkpoints,
+//! and retention (`log.retention.check.interval.ms`).
+
+use crate::state::BrokerState;
+use sluice_storage::FlushPolicy;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
+    let flush_every = match state.config.log.flush {
+        FlushPolicy::Interval { interval_ms } => Duration::from_millis(interval_ms),
+        FlushPolicy::Sync => Duration::from_secs(60),
+    };
+    let mut flush_tick = tokio::time::interval(flush_every);
+    let mut retention_tick = tokio::time::interval(Duration::from_millis(state.config.retention_check_interval_ms));
+    loop {
+        tokio::select! {
+            _ = flush_tick.tick() => {
+                let st = state.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    for t in st.topics() {
+                        for p in &t.partitions {
+                            if let Err(e) = p.flush() {
+                                tracing::error!(topic = %t.name, partition = p.index, "flush failed: {e}");
+                            }
+                        }
+                    }
+                }).await;
+            }
+            _ = retention_tick.tick() => {
+                let st = state.clone();
+                let now = crate::handlers::now_ms();
+                let _ = tokio::task::spawn_blocking(move || {
+                    for t in st.topics() {
+                        for p in &t.partitions {
+                            match p.log().enforce_retention(now) {
+                                Ok(0) => {}
+                                Ok(n) => tracing::info!(topic = %t.name, partition = p.index, "retention deleted {n} segments"),
+                                Err(e) => tracing::error!(topic = %t.name, partition = p.index, "retention failed: {e}"),
+                            }
+                        }
+                    }
+                }).await;
+            }
+            _ = stop.changed() => break,
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! Broker settings, named like Kafka's broker properties. Each can be given as a flag
+//! (`--log-dirs DIR`: dots become dashes), an environment variable (`SLUICE_LOG_DIRS`: upper
+//! case, dots become underscores) or a key in a TOML file (`--config FILE`, keys as in Kafka:
+//! `"log.dirs" = "…"` or nested `[log] dirs = "…"`). Flags win over the environment, the
+//! environment over the file, the file over the defaults. Unknown or malformed settings stop
+//! startup with a message that names the setting.
+
+use sluice_storage::{FlushPolicy, LogConfig};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// One setting: its Kafka name, default (as text) and help.
+pub struct Setting {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+pub const SETTINGS: &[Setting] = &[
+    Setting { name: "listeners", default: "PLAINTEXT://127.0.0.1:9092", help: "where to listen (PLAINTEXT://host:port)" },
+    Setting { name: "advertised.listeners", default: "", help: "address given to clients (default: listeners)" },
+    Setting { name: "log.dirs", default: "./sluice-data", help: "data directory" },
+    Setting { name: "node.id", default: "1", help: "this broker's id" },
+    Setting { name: "num.partitions", default: "1", help: "partitions of auto-created topics" },
+    Setting { name: "default.replication.factor", default: "1", help: "replication factor of auto-created topics" },
+    Setting { name: "auto.create.topics.enable", default: "true", help: "create topics on first Metadata/Produce" },
+    Setting { name: "message.max.bytes", default: "1048588", help: "largest record batch accepted" },
+    Setting { name: "socket.request.max.bytes", default: "104857600", help: "largest request frame accepted" },
+    Setting { name: "log.segment.bytes", default: "1073741824", help: "segment size before rolling" },
+    Setting { name: "log.roll.ms", default: "604800000", help: "segment age before rolling" },
+    Setting { name: "log.retention.ms", default: "604800000", help: "delete segments older than this (-1: never)" },
+    Setting { name: "log.retention.bytes", default: "-1", help: "delete oldest segments beyond this size (-1: never)" },
+    Setting { name: "log.retention.check.interval.ms", default: "300000", help: "how often retention runs" },
+    Setting { name: "log.index.size.max.bytes", default: "10485760", help: "preallocated index size" },
+    Setting { name: "log.index.interval.bytes", default: "4096", help: "bytes between offset-index entries" },
+    Setting {
+        name: "log.flush.policy",
+        default: "sync",
+        help: "sync: fsync (group commit) before acknowledging; interval: fsync every log.flush.interval.ms",
+    },
+    Setting { name: "log.flush.interval.ms", default: "1000", help: "fsync interval for log.flush.policy=interval" },
+    Setting { name: "max.connections", default: "10000", help: "open connections allowed" },
+];
+
+/// The resolved configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub listener: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub log_dir: PathBuf,
+    pub node_id: i32,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics: bool,
+    pub message_max_bytes: usize,
+    pub request_bytes_max: usize,
+    pub log: LogConfig,
+    pub retention_check_interval_ms: u64,
+    pub max_connections: usize,
+    /// Every setting's resolved value as text (for DescribeConfigs).
+    pub values: BTreeMap<String, String>,
+}
+
+/// Where a value came from, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Flag,
+    Env,
+    File,
+    Default,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("unknown setting '{0}'{1}")]
+    Unknown(String, String),
+    #[error("invalid value '{value}' for setting '{name}' (from {origin:?}): {reason}")]
+    Invalid { name: String, value: String, origin: Source, reason: String },
+    #[error("cannot read config file {0}: {1}")]
+    File(String, String),
+}
+
+pub fn flag_name(setting: &str) -> String {
+    setting.replace('.', "-")
+}
+pub fn env_name(setting: &str) -> String {
+    format!("SLUICE_{}", setting.replace('.', "_").to_uppercase())
+}
+
+fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, String>) -> Result<(), ConfigError> {
+    for (k, v) in table {
+        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match v {
+            toml::Value::Table(t) => flatten(&key, t, out)?,
+            toml::Value::String(s) => {
+                out.insert(key, s.clone());
+            }
+            toml::Value::Integer(i) => {
+                out.insert(key, i.to_string());
+            }
+            toml::Value::Boolean(b) => {
+                out.insert(key, b.to_string());
+            }
+            toml::Value::Float(f) => {
+                out.insert(key, f.to_string());
+            }
+            toml::Value::Array(a) => {
+                let parts: Vec<String> =
+                    a.iter().map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string())).collect();
+                out.insert(key, parts.join(","));
+            }
+            toml::Value::Datetime(d) => {
+                out.insert(key, d.to_string());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn suggestion(name: &str) -> String {
+    let close: Vec<&str> = SETTINGS
+        .iter()
+        .map(|s| s.name)
+        .filter(|s| s.contains(name) || name.contains(s) || s.split('.').any(|p| p.len() > 3 && name.contains(p)))
+        .collect();
+    if close.is_empty() {
+        String::new()
+    } else {
+        format!(" (did you mean: {}?)", close.join(", "))
+    }
+}
+
+/// Resolve settings from the three sources. `flags` holds `--name value` pairs already parsed
+/// (by Kafka name), `env` the process environment, `file` the TOML text if `--config` was given.
+pub fn resolve(
+    flags: &BTreeMap<String, String>,
+    env: &BTreeMap<String, String>,
+    file: Option<&str>,
+) -> Result<Config, ConfigError> {
+    let mut file_values = BTreeMap::new();
+    if let Some(text) = file {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::File("--config".into(), e.to_string()))?;
+        flatten("", &table, &mut file_values)?;
+    }
+    for k in file_values.keys().chain(flags.keys()) {
+        if !SETTINGS.iter().any(|s| s.name == k) {
+            return Err(ConfigError::Unknown(k.clone(), suggestion(k)));
+        }
+    }
+    for k in env.keys() {
+        if k.starts_with("SLUICE_") && k != "SLUICE_LOG" && !SETTINGS.iter().any(|s| env_name(s.name) == *k) {
+            return Err(ConfigError::Unknown(k.clone(), String::new()));
+        }
+    }
+    let get = |name: &str| -> (String, Source) {
+        if let Some(v) = flags.get(name) {
+            return (v.clone(), Source::Flag);
+        }
+        if let Some(v) = env.get(&env_name(name)) {
+            return (v.clone(), Source::Env);
+        }
+        if let Some(v) = file_values.get(name) {
+            return (v.clone(), Source::File);
+        }
+        let d = SETTINGS.iter().find(|s| s.name == name).map(|s| s.default).unwrap_or("");
+        (d.to_string(), Source::Default)
+    };
+    fn parse<T: std::str::FromStr>(name: &str, (v, src): (String, Source), check: impl Fn(&T) -> Result<(), String>) -> Result<T, ConfigError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        let invalid = |reason: String| ConfigError::Invalid { name: name.into(), value: v.clone(), origin: src, reason };
+        let parsed: T = v.trim().parse().map_err(|e: T::Err| invalid(e.to_string()))?;
+        check(&parsed).map_err(invalid)?;
+        Ok(parsed)
+    }
+    let any = |_: &_| Ok(());
+    let positive = |x: &i64| if *x > 0 { Ok(()) } else { Err("must be positive".to_string()) };
+    let ms_or_never = |x: &i64| if *x >= -1 { Ok(()) } else { Err("must be -1 or ≥ 0".to_string()) };
+
+    let (listeners, lsrc) = get("listeners");
+    let listener = parse_listener("listeners", &listeners, lsrc)?;
+    let (adv, asrc) = get("advertised.listeners");
+    let (advertised_host, advertised_port) = if adv.trim().is_empty() {
+        (listener.ip().to_string(), i32::from(listener.port()))
+    } else {
+        let (h, p) = split_listener("advertised.listeners", &adv, asrc)?;
+        (h, i32::from(p))
+    };
+    let (dir, _) = get("log.dirs");
+    let dir = dir.split(',').next().unwrap_or("").trim().to_string();
+    if dir.is_empty() {
+        return Err(ConfigError::Invalid {
+            name: "log.dirs".into(),
+            value: dir,
+            origin: Source::Default,
+            reason: "must name a directory".into(),
+        });
+    }
+    let message_max_bytes: i64 = parse("message.max.bytes", get("message.max.bytes"), |x: &i64| {
+        if (64..=i64::from(i32::MAX)).contains(x) {
+            Ok(())
+        } else {
+            Err("must be between 64 and 2147483647".into())
+        }
+    })?;
+    let policy: String = parse("log.flush.policy", get("log.flush.policy"), |s: &String| match s.as_str() {
+        "sync" | "interval" => Ok(()),
+        _ => Err("must be 'sync' or 'interval'".into()),
+    })?;
+    let interval: i64 = parse("log.flush.interval.ms", get("log.flush.interval.ms"), positive)?;
+    let flush = if policy == "sync" { FlushPolicy::Sync } else { FlushPolicy::Interval { interval_ms: interval as u64 } };
+    let segment_bytes: i64 = parse("log.segment.bytes", get("log.segment.bytes"), |x: &i64| {
+        if (1024..=i64::from(i32::MAX)).contains(x) {
+            Ok(())
+        } else {
+            Err("must be between 1024 and 2147483647".into())
+        }
+    })?;
+    let index_bytes: i64 = parse("log.index.size.max.bytes", get("log.index.size.max.bytes"), |x: &i64| {
+        if *x >= 4096 {
+            Ok(())
+        } else {
+            Err("must be ≥ 4096".into())
+        }
+    })?;
+    let log = LogConfig {
+        segment_bytes: segment_bytes as u64,
+        segment_ms: parse("log.roll.ms", get("log.roll.ms"), positive)?,
+        segment_index_bytes: index_bytes as usize,
+        index_interval_bytes: parse::<i64>("log.index.interval.bytes", get("log.index.interval.bytes"), |x: &i64| {
+            if *x >= 0 {
+                Ok(())
+            } else {
+                Err("must be ≥ 0".into())
+            }
+        })? as u64,
+        retention_ms: parse("log.retention.ms", get("log.retention.ms"), ms_or_never)?,
+        retention_bytes: parse("log.retention.bytes", get("log.retention.bytes"), ms_or_never)?,
+        max_message_bytes: message_max_bytes as usize,
+        flush,
+    };
+    let request_bytes_max: i64 = parse("socket.request.max.bytes", get("socket.request.max.bytes"), |x: &i64| {
+        if (1024..=i64::from(i32::MAX)).contains(x) {
+            Ok(())
+        } else {
+            Err("must be between 1024 and 2147483647".into())
+        }
+    })?;
+    let num_partitions: i32 = parse("num.partitions", get("num.partitions"), |x: &i32| {
+        if *x >= 1 {
+            Ok(())
+        } else {
+            Err("must be ≥ 1".into())
+        }
+    })?;
+    let rf: i16 = parse("default.replication.factor", get("default.replication.factor"), |x: &i16| {
+        if *x == 1 {
+            Ok(())
+        } else {
+            Err("a single broker supports only replication factor 1".into())
+        }
+    })?;
+    Ok(Config {
+        listener,
+        advertised_host,
+        advertised_port,
+        log_dir: PathBuf::from(dir),
+        node_id: parse("node.id", get("node.id"), |x: &i32| if *x >= 0 { Ok(()) } else { Err("must be ≥ 0".into()) })?,
+        num_partitions,
+        default_replication_factor: rf,
+        auto_create_topics: parse("auto.create.topics.enable", get("auto.create.topics.enable"), any)?,
+        message_max_bytes: message_max_bytes as usize,
+        request_bytes_max: request_bytes_max as usize,
+        log,
+        retention_check_interval_ms: parse::<i64>(
+            "log.retention.check.interval.ms",
+            get("log.retention.check.interval.ms"),
+            positive,
+        )? as u64,
+        max_connections: parse::<i64>("max.connections", get("max.connections"), positive)? as usize,
+        values: SETTINGS.iter().map(|s| (s.name.to_string(), get(s.name).0)).collect(),
+    })
+}
+
+fn split_listener(name: &str, value: &str, source: Source) -> Result<(String, u16), ConfigError> {
+    let invalid = |reason: &str| ConfigError::Invalid {
+        name: name.into(),
+        value: value.into(),
+        origin: source,
+        reason: reason.into(),
+    };
+    let first = value.split(',').next().unwrap_or("").trim();
+    let rest = match first.split_once("://") {
+        Some(("PLAINTEXT", rest)) => rest,
+        Some((proto, _)) => {
+            return Err(invalid(&format!("security protocol {proto} is not supported yet (use PLAINTEXT)")));
+        }
+        None => first,
+    };
+    let (host, port) = rest.rsplit_once(':').ok_or_else(|| invalid("expected PLAINTEXT://host:port"))?;
+    let port: u16 = port.parse().map_err(|_| invalid("port must be a number 0-65535"))?;
+    Ok((host.trim_matches(|c| c == '[' || c == ']').to_string(), port))
+}
+
+fn parse_listener(name: &str, value: &str, source: Source) -> Result<SocketAddr, ConfigError> {
+    let (host, port) = split_listener(name, value, source)?;
+    let host = if host.is_empty() { "0.0.0.0".to_string() } else { host };
+    let host = if host == "localhost" { "127.0.0.1".to_string() } else { host };
+    let ip: std::net::IpAddr = host.parse().map_err(|_| ConfigError::Invalid {
+        name: name.into(),
+        value: value.into(),
+        origin: source,
+        reason: "host must be an IP address (or localhost)".into(),
+    })?;
+    Ok(SocketAddr::new(ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = resolve(&m(&[]), &m(&[]), None).unwrap();
+        assert_eq!(c.listener.to_string(), "127.0.0.1:9092");
+        assert_eq!(c.log_dir, PathBuf::from("./sluice-data"));
+        assert_eq!(c.log.flush, FlushPolicy::Sync);
+        assert_eq!(c.advertised_port, 9092);
+    }
+
+    #[test]
+    fn precedence_flag_env_file() {
+        let file = "\"log.dirs\" = \"/file\"\nnum.partitions = 3\n[log.flush]\npolicy = \"interval\"\n";
+        let c = resolve(&m(&[]), &m(&[]), Some(file)).unwrap();
+        assert_eq!(c.log_dir, PathBuf::from("/file"));
+        assert_eq!(c.num_partitions, 3);
+        assert!(matches!(c.log.flush, FlushPolicy::Interval { .. }));
+        let c = resolve(&m(&[]), &m(&[("SLUICE_LOG_DIRS", "/env")]), Some(file)).unwrap();
+        assert_eq!(c.log_dir, PathBuf::from("/env"));
+        let c = resolve(&m(&[("log.dirs", "/flag")]), &m(&[("SLUICE_LOG_DIRS", "/env")]), Some(file)).unwrap();
+        assert_eq!(c.log_dir, PathBuf::from("/flag"));
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        let e = resolve(&m(&[]), &m(&[]), Some("log.dir = \"x\"")).unwrap_err();
+        assert!(e.to_string().contains("log.dir"), "{e}");
+        let e = resolve(&m(&[("num.partitions", "zero")]), &m(&[]), None).unwrap_err();
+        assert!(e.to_string().contains("num.partitions"), "{e}");
+        let e = resolve(&m(&[]), &m(&[("SLUICE_NUM_PARTITONS", "3")]), None).unwrap_err();
+        assert!(e.to_string().contains("SLUICE_NUM_PARTITONS"), "{e}");
+        let e = resolve(&m(&[("listeners", "SSL://1.2.3.4:1")]), &m(&[]), None).unwrap_err();
+        assert!(e.to_string().contains("listeners"), "{e}");
+        let e = resolve(&m(&[("log.flush.policy", "sometimes")]), &m(&[]), None).unwrap_err();
+        assert!(e.to_string().contains("log.flush.policy"), "{e}");
+        assert!(resolve(&m(&[]), &m(&[]), Some("not toml [")).is_err());
+    }
+}

@@ -1,0 +1,140 @@
+//! One client connection: the only code that touches the socket. Frames in, responses out,
+//! in request order.
+//!
+//! The reader decodes each frame and runs its stage 1 (`dispatch`) in order; answers that
+//! need waiting (durability, long polls) run as their own tasks. A writer task takes answers
+//! from a bounded queue in request order and writes them, so pipelined requests are answered
+//! in order while their waits overlap (produce requests share fsyncs). The queue bound is the
+//! per-connection in-flight limit.
+//!
+//! Bad input: a frame over `socket.request.max.bytes`, an unknown API key, or a malformed
+//! header/body closes the connection (after earlier answers are written); an unsupported
+//! version of ApiVersions is answered v0-style with UNSUPPORTED_VERSION and the supported
+//! ranges; other unsupported versions close the connection, as Kafka does.
+
+use crate::dispatch::dispatch;
+use crate::handlers::Reply;
+use crate::state::BrokerState;
+use bytes::BytesMut;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::{ApiKey, ResponseKind};
+use sluice_protocol::api::{self, DecodeError};
+use sluice_protocol::frame::take_frame;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+/// Requests whose answers may be pending at once on one connection.
+pub const INFLIGHT_REQUESTS_MAX: usize = 64;
+
+enum Out {
+    Ready(BytesMut),
+    Pending(tokio::task::JoinHandle<Option<BytesMut>>),
+}
+
+fn encode(key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Option<BytesMut> {
+    match api::encode_response(key, version, correlation_id, body) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            tracing::error!("cannot encode {key:?} v{version} response: {e}");
+            None
+        }
+    }
+}
+
+/// Admin requests do synchronous disk work (metadata fsync, directory creation).
+fn blocking_api(key: ApiKey) -> bool {
+    matches!(
+        key,
+        ApiKey::Metadata
+            | ApiKey::CreateTopics
+            | ApiKey::DeleteTopics
+            | ApiKey::CreatePartitions
+            | ApiKey::AlterConfigs
+            | ApiKey::IncrementalAlterConfigs
+            | ApiKey::DeleteRecords
+    )
+}
+
+pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let peer = socket.peer_addr().ok();
+    let _ = socket.set_nodelay(true);
+    let (mut rd, mut wr) = socket.into_split();
+    let (tx, mut rx) = mpsc::channel::<Out>(INFLIGHT_REQUESTS_MAX);
+    let writer = tokio::spawn(async move {
+        while let Some(out) = rx.recv().await {
+            let bytes = match out {
+                Out::Ready(b) => Some(b),
+                Out::Pending(h) => h.await.ok().flatten(),
+            };
+            if let Some(b) = bytes {
+                if wr.write_all(&b).await.is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    let frame_max = state.config.request_bytes_max;
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    'conn: loop {
+        loop {
+            let frame = match take_frame(&mut buf, frame_max) {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(?peer, "closing: {e}");
+                    break 'conn;
+                }
+            };
+            let req = match api::decode_request(frame.freeze()) {
+                Ok(r) => r,
+                Err(DecodeError::UnsupportedVersion { key: ApiKey::ApiVersions, correlation_id, .. }) => {
+                    let body = ResponseKind::ApiVersions(crate::handlers::api_versions::response(
+                        ResponseError::UnsupportedVersion.code(),
+                    ));
+                    if let Some(b) = encode(ApiKey::ApiVersions, 0, correlation_id, &body) {
+                        if tx.send(Out::Ready(b)).await.is_err() {
+                            break 'conn;
+                        }
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(?peer, "closing: {e}");
+                    break 'conn;
+                }
+            };
+            let (key, version, correlation_id) = (req.api_key, req.version(), req.correlation_id());
+            let reply = if blocking_api(key) {
+                tokio::task::block_in_place(|| dispatch(&state, req))
+            } else {
+                dispatch(&state, req)
+            };
+            let out = match reply {
+                None => break 'conn,
+                Some(Reply::None) => continue,
+                Some(Reply::Now(body)) => match encode(key, version, correlation_id, &body) {
+                    Some(b) => Out::Ready(b),
+                    None => break 'conn,
+                },
+                Some(Reply::Later(fut)) => {
+                    Out::Pending(tokio::spawn(async move { encode(key, version, correlation_id, &fut.await) }))
+                }
+            };
+            if tx.send(out).await.is_err() {
+                break 'conn;
+            }
+        }
+        tokio::select! {
+            n = rd.read_buf(&mut buf) => match n {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            },
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}

@@ -1,0 +1,62 @@
+//! The ONE place where internal errors become Kafka error codes. Exhaustive matches, no
+//! catch-all arm: adding an error variant forces a decision here.
+
+use kafka_protocol::error::ResponseError;
+use sluice_protocol::batch::BatchError;
+use sluice_storage::StorageError;
+
+/// Kafka error code for a storage error on the produce path.
+pub fn storage_produce_code(e: &StorageError) -> i16 {
+    match e {
+        StorageError::InvalidBatch { source, .. } => batch_code(source),
+        StorageError::BatchTooLarge { .. } => ResponseError::MessageTooLarge.code(),
+        StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange.code(),
+        // A corrupt stored batch or an I/O failure: the partition is unusable here. Kafka
+        // answers KAFKA_STORAGE_ERROR, which clients treat as retriable (and the effect of a
+        // write that failed in fsync is unknown, which is what "retriable" tells them).
+        StorageError::Io { .. } | StorageError::Corrupt { .. } | StorageError::Offline(_) => {
+            ResponseError::KafkaStorageError.code()
+        }
+        StorageError::DirLocked { .. } | StorageError::InvalidConfig(_) => ResponseError::UnknownServerError.code(),
+    }
+}
+
+/// Kafka error code for a storage error on the read path (Fetch, ListOffsets).
+pub fn storage_read_code(e: &StorageError) -> i16 {
+    match e {
+        StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange.code(),
+        StorageError::Io { .. } | StorageError::Corrupt { .. } | StorageError::Offline(_) => {
+            ResponseError::KafkaStorageError.code()
+        }
+        StorageError::InvalidBatch { .. } | StorageError::BatchTooLarge { .. } => ResponseError::CorruptMessage.code(),
+        StorageError::DirLocked { .. } | StorageError::InvalidConfig(_) => ResponseError::UnknownServerError.code(),
+    }
+}
+
+/// Kafka error code for an invalid produced batch.
+pub fn batch_code(e: &BatchError) -> i16 {
+    match e {
+        BatchError::CrcMismatch { .. }
+        | BatchError::Truncated { .. }
+        | BatchError::InvalidLength(_)
+        | BatchError::MalformedRecord(_)
+        | BatchError::Compression(_) => ResponseError::CorruptMessage.code(),
+        BatchError::InvalidRecordCount(_) => ResponseError::InvalidRecord.code(),
+        BatchError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat.code(),
+        BatchError::UnknownCompression(_) => ResponseError::UnsupportedCompressionType.code(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        let e = StorageError::InvalidBatch { position: 0, source: BatchError::CrcMismatch { stored: 1, computed: 2 } };
+        assert_eq!(storage_produce_code(&e), 2); // CORRUPT_MESSAGE
+        assert_eq!(storage_produce_code(&StorageError::BatchTooLarge { size: 1, max: 0 }), 10);
+        assert_eq!(storage_read_code(&StorageError::OffsetOutOfRange { offset: 1, log_start: 0, log_end: 0 }), 1);
+        assert_eq!(storage_read_code(&StorageError::Offline("x".into())), 56);
+    }
+}

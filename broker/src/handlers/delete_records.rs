@@ -1,0 +1,35 @@
+//! DeleteRecords: advance a partition's log start offset (offset -1 means the high watermark).
+
+use crate::error_map;
+use crate::state::BrokerState;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+
+pub fn handle(state: &BrokerState, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let mut resp = DeleteRecordsResponse::default();
+    for t in req.topics {
+        let topic = state.topic(&t.name.0);
+        let mut tr = DeleteRecordsTopicResult::default();
+        tr.name = t.name.clone();
+        for p in t.partitions {
+            let mut pr = DeleteRecordsPartitionResult::default();
+            pr.partition_index = p.partition_index;
+            pr.low_watermark = -1;
+            match topic.as_ref().and_then(|t| usize::try_from(p.partition_index).ok().and_then(|i| t.partitions.get(i))) {
+                None => pr.error_code = ResponseError::UnknownTopicOrPartition.code(),
+                Some(part) => {
+                    let mut log = part.log();
+                    let target = if p.offset == -1 { log.high_watermark() } else { p.offset };
+                    match log.delete_records(target) {
+                        Ok(low) => pr.low_watermark = low,
+                        Err(e) => pr.error_code = error_map::storage_read_code(&e),
+                    }
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}

@@ -1,0 +1,60 @@
+//! DescribeCluster and DescribeLogDirs.
+
+use super::{sb, topic_name};
+use crate::state::BrokerState;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_log_dirs_response::{DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic};
+use kafka_protocol::messages::{BrokerId, DescribeClusterResponse, DescribeLogDirsRequest, DescribeLogDirsResponse};
+
+pub fn describe_cluster(state: &BrokerState) -> DescribeClusterResponse {
+    let mut r = DescribeClusterResponse::default();
+    r.cluster_id = sb(&state.cluster_id);
+    r.controller_id = BrokerId(state.config.node_id);
+    r.endpoint_type = 1;
+    let mut b = DescribeClusterBroker::default();
+    b.broker_id = BrokerId(state.config.node_id);
+    b.host = sb(&state.config.advertised_host);
+    b.port = state.config.advertised_port;
+    r.brokers = vec![b];
+    r
+}
+
+fn disk_bytes(path: &std::path::Path) -> (i64, i64) {
+    let total = fs4::total_space(path).map(|b| b as i64).unwrap_or(-1);
+    let usable = fs4::available_space(path).map(|b| b as i64).unwrap_or(-1);
+    (total, usable)
+}
+
+pub fn describe_log_dirs(state: &BrokerState, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+    let mut resp = DescribeLogDirsResponse::default();
+    let mut dir = DescribeLogDirsResult::default();
+    let abs = std::fs::canonicalize(state.data_dir()).unwrap_or_else(|_| state.data_dir().to_path_buf());
+    dir.log_dir = sb(&abs.to_string_lossy());
+    let (total, usable) = disk_bytes(&abs);
+    dir.total_bytes = total;
+    dir.usable_bytes = usable;
+    let wanted: Option<Vec<(String, Vec<i32>)>> =
+        req.topics.map(|ts| ts.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect());
+    for topic in state.topics() {
+        let parts: Vec<i32> = match &wanted {
+            None => topic.partitions.iter().map(|p| p.index).collect(),
+            Some(w) => match w.iter().find(|(n, _)| *n == topic.name) {
+                Some((_, ps)) => ps.clone(),
+                None => continue,
+            },
+        };
+        let mut t = DescribeLogDirsTopic::default();
+        t.name = topic_name(&topic.name);
+        for idx in parts {
+            let Some(p) = usize::try_from(idx).ok().and_then(|i| topic.partitions.get(i)) else { continue };
+            let mut dp = DescribeLogDirsPartition::default();
+            dp.partition_index = idx;
+            dp.partition_size = p.log().size_bytes() as i64;
+            dp.offset_lag = 0;
+            t.partitions.push(dp);
+        }
+        dir.topics.push(t);
+    }
+    resp.results = vec![dir];
+    resp
+}

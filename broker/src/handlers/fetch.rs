@@ -1,0 +1,133 @@
+//! Fetch: long poll honouring `max_wait_ms` and `min_bytes`, woken by high-watermark moves;
+//! response and per-partition byte limits, with at least one whole batch for the first
+//! partition that has data; isolation level carried through (read_committed stops at the LSO).
+//!
+//! Fetch sessions (KIP-227): this broker does not create sessions. A full fetch that asks for
+//! a new session (`session_id` 0) is answered with session id 0, which tells clients to keep
+//! sending full fetches; an incremental fetch is answered FETCH_SESSION_ID_NOT_FOUND.
+
+use super::{LaterReply, Reply};
+use crate::error_map;
+use crate::state::BrokerState;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ResponseKind};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Cap on `max_wait_ms` (a client asking for hours gets this).
+pub const FETCH_WAIT_MS_MAX: u64 = 30_000;
+
+struct Wanted {
+    topic_index: usize,
+    partition: i32,
+    offset: i64,
+    max_bytes: usize,
+}
+
+fn read_all(state: &BrokerState, req: &FetchRequest, version: i16, wanted: &[Wanted]) -> (FetchResponse, usize, bool) {
+    let read_committed = req.isolation_level == 1;
+    let mut resp = FetchResponse::default();
+    resp.session_id = 0;
+    resp.responses = req
+        .topics
+        .iter()
+        .map(|t| {
+            let mut r = FetchableTopicResponse::default();
+            r.topic = t.topic.clone();
+            r.topic_id = t.topic_id;
+            r
+        })
+        .collect();
+    let response_max = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+    let mut total = 0usize;
+    let mut any_error = false;
+    for w in wanted {
+        let t = &req.topics[w.topic_index];
+        let topic = if version >= 13 { state.topic_by_id(t.topic_id) } else { state.topic(&t.topic.0) };
+        let mut pd = PartitionData::default();
+        pd.partition_index = w.partition;
+        pd.high_watermark = -1;
+        pd.last_stable_offset = -1;
+        pd.log_start_offset = -1;
+        pd.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
+        let partition = topic.as_ref().and_then(|t| usize::try_from(w.partition).ok().and_then(|i| t.partitions.get(i)));
+        match partition {
+            None => {
+                pd.error_code = if version >= 13 && topic.is_none() {
+                    ResponseError::UnknownTopicId.code()
+                } else {
+                    ResponseError::UnknownTopicOrPartition.code()
+                };
+                any_error = true;
+            }
+            Some(p) => {
+                let budget = w.max_bytes.min(response_max.saturating_sub(total));
+                match p.read(w.offset, budget, read_committed, total == 0) {
+                    Ok(out) => {
+                        pd.high_watermark = out.high_watermark;
+                        pd.last_stable_offset = out.last_stable_offset;
+                        pd.log_start_offset = out.log_start_offset;
+                        if read_committed {
+                            pd.aborted_transactions = Some(vec![]);
+                        }
+                        total += out.records.len();
+                        pd.records = Some(out.records);
+                    }
+                    Err(e) => {
+                        pd.error_code = error_map::storage_read_code(&e);
+                        let log = p.log();
+                        pd.high_watermark = log.high_watermark();
+                        pd.last_stable_offset = log.high_watermark();
+                        pd.log_start_offset = log.log_start_offset();
+                        any_error = true;
+                    }
+                }
+            }
+        }
+        resp.responses[w.topic_index].partitions.push(pd);
+    }
+    (resp, total, any_error)
+}
+
+pub fn handle(state: &Arc<BrokerState>, version: i16, req: FetchRequest) -> Reply {
+    if version >= 7 && (req.session_id != 0 || req.session_epoch > 0) {
+        let mut resp = FetchResponse::default();
+        resp.error_code = ResponseError::FetchSessionIdNotFound.code();
+        return Reply::Now(ResponseKind::Fetch(resp));
+    }
+    let wanted: Vec<Wanted> = req
+        .topics
+        .iter()
+        .enumerate()
+        .flat_map(|(ti, t)| {
+            t.partitions.iter().map(move |p| Wanted {
+                topic_index: ti,
+                partition: p.partition,
+                offset: p.fetch_offset,
+                max_bytes: p.partition_max_bytes.max(0) as usize,
+            })
+        })
+        .collect();
+    let state = state.clone();
+    let fut: LaterReply = Box::pin(async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis((req.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MS_MAX));
+        let min_bytes = req.min_bytes.max(0) as usize;
+        loop {
+            // Register for wake-ups before reading, so an append between the read and the
+            // wait is not missed.
+            let notified = state.hw_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (resp, total, any_error) = read_all(&state, &req, version, &wanted);
+            if total >= min_bytes || any_error || wanted.is_empty() || tokio::time::Instant::now() >= deadline {
+                return ResponseKind::Fetch(resp);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                let (resp, _, _) = read_all(&state, &req, version, &wanted);
+                return ResponseKind::Fetch(resp);
+            }
+        }
+    });
+    Reply::Later(fut)
+}

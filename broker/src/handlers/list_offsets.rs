@@ -1,0 +1,63 @@
+//! ListOffsets: earliest (-2), latest (-1: high watermark, or LSO for read_committed), max
+//! timestamp (-3), or the first offset whose timestamp is ≥ the given one.
+
+use crate::error_map;
+use crate::state::BrokerState;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+
+pub const EARLIEST: i64 = -2;
+pub const LATEST: i64 = -1;
+pub const MAX_TIMESTAMP: i64 = -3;
+
+pub fn handle(state: &BrokerState, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    let read_committed = req.isolation_level == 1;
+    let mut resp = ListOffsetsResponse::default();
+    for t in req.topics {
+        let topic = state.topic(&t.name.0);
+        let mut tr = ListOffsetsTopicResponse::default();
+        tr.name = t.name.clone();
+        for p in t.partitions {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = p.partition_index;
+            pr.timestamp = -1;
+            pr.offset = -1;
+            if version >= 4 {
+                pr.leader_epoch = 0;
+            }
+            match topic.as_ref().and_then(|t| usize::try_from(p.partition_index).ok().and_then(|i| t.partitions.get(i))) {
+                None => pr.error_code = ResponseError::UnknownTopicOrPartition.code(),
+                Some(part) => {
+                    let log = part.log();
+                    match p.timestamp {
+                        EARLIEST => pr.offset = log.log_start_offset(),
+                        LATEST => pr.offset = log.high_watermark(),
+                        MAX_TIMESTAMP => {
+                            if let Some((ts, off)) = log.max_timestamp() {
+                                pr.timestamp = ts;
+                                pr.offset = off;
+                            }
+                        }
+                        ts if ts >= 0 => match log.offset_for_timestamp(ts) {
+                            Ok(Some((off, found_ts))) => {
+                                let bound = log.high_watermark();
+                                if off < bound {
+                                    pr.offset = off;
+                                    pr.timestamp = found_ts;
+                                }
+                            }
+                            Ok(None) => {}
+                            Err(e) => pr.error_code = error_map::storage_read_code(&e),
+                        },
+                        _ => pr.error_code = ResponseError::InvalidRequest.code(),
+                    }
+                    let _ = read_committed; // LSO = high watermark until transactions exist
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}

@@ -1,0 +1,103 @@
+//! Metadata: brokers (just this one), topics with their partitions (this broker leads all),
+//! auto-creating requested topics when `auto.create.topics.enable` and the client allow it.
+
+use super::{sb, topic_name};
+use crate::state::{BrokerState, Topic, TopicError};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
+use std::collections::BTreeMap;
+
+
+fn topic_entry(state: &BrokerState, t: &Topic) -> MetadataResponseTopic {
+    let node = BrokerId(state.config.node_id);
+    let mut e = MetadataResponseTopic::default();
+    e.name = Some(topic_name(&t.name));
+    e.topic_id = t.id;
+    e.partitions = t
+        .partitions
+        .iter()
+        .map(|p| {
+            let mut mp = MetadataResponsePartition::default();
+            mp.partition_index = p.index;
+            mp.leader_id = node;
+            mp.leader_epoch = 0;
+            mp.replica_nodes = vec![node];
+            mp.isr_nodes = vec![node];
+            mp
+        })
+        .collect();
+    e
+}
+
+fn error_entry(name: Option<&str>, id: uuid::Uuid, code: i16) -> MetadataResponseTopic {
+    let mut e = MetadataResponseTopic::default();
+    e.name = name.map(topic_name);
+    e.topic_id = id;
+    e.error_code = code;
+    e
+}
+
+pub fn handle(state: &BrokerState, version: i16, req: MetadataRequest) -> MetadataResponse {
+    let mut resp = MetadataResponse::default();
+    let mut b = MetadataResponseBroker::default();
+    b.node_id = BrokerId(state.config.node_id);
+    b.host = sb(&state.config.advertised_host);
+    b.port = state.config.advertised_port;
+    resp.brokers = vec![b];
+    resp.cluster_id = Some(sb(&state.cluster_id));
+    resp.controller_id = BrokerId(state.config.node_id);
+    let all = match &req.topics {
+        None => true,
+        Some(t) => t.is_empty() && version == 0,
+    };
+    if all {
+        resp.topics = state.topics().iter().map(|t| topic_entry(state, t)).collect();
+        return resp;
+    }
+    let allow_create = state.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    let mut seen = BTreeMap::new();
+    for rt in req.topics.unwrap_or_default() {
+        let entry = match rt.name.as_ref().map(|n| n.0.to_string()) {
+            Some(name) => {
+                if seen.insert(name.clone(), ()).is_some() {
+                    continue;
+                }
+                match state.topic(&name) {
+                    Some(t) => topic_entry(state, &t),
+                    None if allow_create => {
+                        match state.create_topic(&name, -1, -1, BTreeMap::new(), false) {
+                            Ok(t) => topic_entry(state, &t),
+                            Err(TopicError::Exists(_)) => match state.topic(&name) {
+                                Some(t) => topic_entry(state, &t),
+                                None => error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::LeaderNotAvailable.code()),
+                            },
+                            Err(TopicError::InvalidName(..)) => {
+                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::InvalidTopicException.code())
+                            }
+                            Err(e) => {
+                                tracing::warn!("auto-create of {name} failed: {e}");
+                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::UnknownServerError.code())
+                            }
+                        }
+                    }
+                    None => {
+                        let code = if crate::state::validate_topic_name(&name).is_err() {
+                            ResponseError::InvalidTopicException.code()
+                        } else {
+                            ResponseError::UnknownTopicOrPartition.code()
+                        };
+                        error_entry(Some(&name), uuid::Uuid::nil(), code)
+                    }
+                }
+            }
+            None => match state.topic_by_id(rt.topic_id) {
+                Some(t) => topic_entry(state, &t),
+                None => error_entry(None, rt.topic_id, ResponseError::UnknownTopicId.code()),
+            },
+        };
+        resp.topics.push(entry);
+    }
+    resp
+}
+

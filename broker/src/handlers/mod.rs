@@ -1,0 +1,39 @@
+//! One file per Kafka API. Each handler takes the broker state and its request struct and
+//! returns a [`Reply`]: answered now, answered later (after durability or a long poll; the
+//! connection still writes responses in request order), or not at all (produce with acks=0).
+
+pub mod api_versions;
+pub mod configs;
+pub mod delete_records;
+pub mod describe_cluster;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod topics;
+
+use kafka_protocol::messages::{ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::future::Future;
+use std::pin::Pin;
+
+pub type LaterReply = Pin<Box<dyn Future<Output = ResponseKind> + Send + 'static>>;
+
+pub enum Reply {
+    Now(ResponseKind),
+    Later(LaterReply),
+    None,
+}
+
+pub fn sb(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+pub fn topic_name(s: &str) -> TopicName {
+    TopicName(sb(s))
+}
+
+/// Wall-clock milliseconds since the epoch (the one place handlers read the clock).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}

@@ -1,0 +1,153 @@
+//! Produce, in two stages (as Redpanda does) so pipelined requests keep their order while
+//! sharing fsyncs:
+//! 1. in request order: validate and append every partition's batches (`Partition::append`);
+//! 2. concurrently, answered in order by the connection: wait until the appended offsets are
+//!    durable (Sync policy) and build the response.
+//!
+//! acks=0 gets no response, but its data is made durable and the high watermark advanced the
+//! same way. Batches are written as produced (only base offset and leader epoch are assigned).
+
+use super::{now_ms, LaterReply, Reply};
+use crate::error_map;
+use crate::partition::Partition;
+use crate::state::BrokerState;
+use bytes::BytesMut;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
+use sluice_protocol::batch::{BatchView, NO_PRODUCER_ID};
+use std::sync::Arc;
+
+/// A partition result from stage 1: either an error already, or an append to make durable.
+enum Staged {
+    Error(i16, Option<String>),
+    Appended { partition: Arc<Partition>, base_offset: i64, end: i64, log_start: i64, sync: bool },
+}
+
+fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let (v, size) = BatchView::parse(&bytes[pos..]).map_err(|e| (error_map::batch_code(&e), e.to_string()))?;
+        if v.producer_id() != NO_PRODUCER_ID || v.is_transactional() {
+            // Idempotent and transactional producers need InitProducerId, which this broker does
+            // not offer yet; refuse rather than accept without the guarantees they expect.
+            return Err((
+                ResponseError::UnknownProducerId.code(),
+                "idempotent/transactional produce is not supported by this broker yet".into(),
+            ));
+        }
+        if v.is_control() {
+            return Err((ResponseError::InvalidRecord.code(), "clients may not produce control batches".into()));
+        }
+        pos += size;
+    }
+    Ok(())
+}
+
+pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
+    if ![-1i16, 0, 1].contains(&req.acks) {
+        let mut resp = ProduceResponse::default();
+        for t in &req.topic_data {
+            let mut tr = TopicProduceResponse::default();
+            tr.name = t.name.clone();
+            tr.partition_responses = t
+                .partition_data
+                .iter()
+                .map(|p| {
+                    let mut pr = PartitionProduceResponse::default();
+                    pr.index = p.index;
+                    pr.error_code = ResponseError::InvalidRequiredAcks.code();
+                    pr
+                })
+                .collect();
+            resp.responses.push(tr);
+        }
+        return Reply::Now(ResponseKind::Produce(resp));
+    }
+    let now = now_ms();
+    let mut staged: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Staged)>)> = Vec::new();
+    for t in req.topic_data {
+        let name = t.name.0.to_string();
+        let topic = state.topic(&name);
+        let mut parts = Vec::new();
+        for p in t.partition_data {
+            let s = match topic.as_ref().and_then(|t| usize::try_from(p.index).ok().and_then(|i| t.partitions.get(i))) {
+                None => Staged::Error(ResponseError::UnknownTopicOrPartition.code(), None),
+                Some(partition) => match p.records.as_deref() {
+                    None | Some([]) => Staged::Error(ResponseError::CorruptMessage.code(), Some("no records".into())),
+                    Some(records) => match check_batches(records) {
+                        Err((code, msg)) => Staged::Error(code, Some(msg)),
+                        Ok(()) => {
+                            let mut buf = BytesMut::from(records);
+                            match partition.append(&mut buf, now) {
+                                Ok((info, log_start, sync)) => Staged::Appended {
+                                    partition: partition.clone(),
+                                    base_offset: info.first_offset,
+                                    end: info.last_offset + 1,
+                                    log_start,
+                                    sync,
+                                },
+                                Err(e) => Staged::Error(error_map::storage_produce_code(&e), Some(e.to_string())),
+                            }
+                        }
+                    },
+                },
+            };
+            parts.push((p.index, s));
+        }
+        staged.push((t.name, parts));
+    }
+    let acks = req.acks;
+    let stage2: LaterReply = Box::pin(async move {
+        let mut resp = ProduceResponse::default();
+        for (name, parts) in staged {
+            let mut tr = TopicProduceResponse::default();
+            tr.name = name;
+            for (index, s) in parts {
+                let mut pr = PartitionProduceResponse::default();
+                pr.index = index;
+                match s {
+                    Staged::Error(code, msg) => {
+                        pr.error_code = code;
+                        pr.base_offset = -1;
+                        pr.error_message = msg.map(|m| super::sb(&m));
+                    }
+                    Staged::Appended { partition, base_offset, end, log_start, sync } => {
+                        let result = if sync {
+                            let p = partition.clone();
+                            tokio::task::spawn_blocking(move || p.wait_durable(end))
+                                .await
+                                .unwrap_or_else(|e| Err(sluice_storage::StorageError::InvalidConfig(e.to_string())))
+                        } else {
+                            Ok(())
+                        };
+                        match result {
+                            Ok(()) => {
+                                pr.base_offset = base_offset;
+                                pr.log_start_offset = log_start;
+                                pr.log_append_time_ms = -1;
+                            }
+                            Err(e) => {
+                                // The write happened; whether it is durable is unknown. A
+                                // retriable storage error tells the client exactly that.
+                                tracing::error!(topic = %partition.topic, partition = partition.index, "fsync failed: {e}");
+                                pr.error_code = error_map::storage_produce_code(&e);
+                                pr.base_offset = -1;
+                            }
+                        }
+                    }
+                }
+                tr.partition_responses.push(pr);
+            }
+            resp.responses.push(tr);
+        }
+        ResponseKind::Produce(resp)
+    });
+    if acks == 0 {
+        tokio::spawn(stage2);
+        Reply::None
+    } else {
+        Reply::Later(stage2)
+    }
+}
+

@@ -1,0 +1,134 @@
+//! CreateTopics, DeleteTopics, CreatePartitions.
+
+use super::{sb, topic_name};
+use crate::state::{BrokerState, TopicError};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse,
+};
+use std::collections::BTreeMap;
+
+pub fn topic_error_code(e: &TopicError) -> i16 {
+    match e {
+        TopicError::Exists(_) => ResponseError::TopicAlreadyExists.code(),
+        TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition.code(),
+        TopicError::InvalidName(..) => ResponseError::InvalidTopicException.code(),
+        TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions.code(),
+        TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor.code(),
+        TopicError::InvalidConfig(..) => ResponseError::InvalidConfig.code(),
+        TopicError::Storage(e) => crate::error_map::storage_produce_code(e),
+    }
+}
+
+pub fn create(state: &BrokerState, req: CreateTopicsRequest) -> CreateTopicsResponse {
+    let mut resp = CreateTopicsResponse::default();
+    let mut names_seen = BTreeMap::new();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut r = CreatableTopicResult::default();
+        r.name = t.name.clone();
+        r.num_partitions = -1;
+        r.replication_factor = -1;
+        if names_seen.insert(name.clone(), ()).is_some() {
+            r.error_code = ResponseError::InvalidRequest.code();
+            r.error_message = Some(sb("topic named twice in one request"));
+            resp.topics.push(r);
+            continue;
+        }
+        let mut configs = BTreeMap::new();
+        let mut bad = None;
+        for c in &t.configs {
+            match &c.value {
+                Some(v) => {
+                    configs.insert(c.name.to_string(), v.to_string());
+                }
+                None => bad = Some(format!("config {} has no value", &*c.name)),
+            }
+        }
+        if !t.assignments.is_empty() {
+            bad = Some("manual replica assignments are not supported".into());
+        }
+        let result = match bad {
+            Some(m) => Err(TopicError::InvalidConfig("request".into(), m)),
+            None => state.create_topic(&name, t.num_partitions, t.replication_factor, configs, req.validate_only),
+        };
+        match result {
+            Ok(topic) => {
+                r.topic_id = topic.id;
+                r.num_partitions = if t.num_partitions == -1 { state.config.num_partitions } else { t.num_partitions };
+                r.replication_factor = 1;
+                r.configs = Some(
+                    topic
+                        .configs
+                        .iter()
+                        .map(|(k, v)| {
+                            let mut c = CreatableTopicConfigs::default();
+                            c.name = sb(k);
+                            c.value = Some(sb(v));
+                            c.config_source = 1;
+                            c
+                        })
+                        .collect(),
+                );
+            }
+            Err(e) => {
+                r.error_code = topic_error_code(&e);
+                r.error_message = Some(sb(&e.to_string()));
+            }
+        }
+        resp.topics.push(r);
+    }
+    resp
+}
+
+pub fn delete(state: &BrokerState, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+    let mut resp = DeleteTopicsResponse::default();
+    let mut targets: Vec<(Option<String>, uuid::Uuid)> = req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
+    targets.extend(req.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)));
+    for (name, id) in targets {
+        let mut r = DeletableTopicResult::default();
+        r.topic_id = id;
+        let resolved = match &name {
+            Some(n) => Some(n.clone()),
+            None => state.topic_by_id(id).map(|t| t.name.clone()),
+        };
+        r.name = resolved.as_deref().map(topic_name);
+        match resolved {
+            None => r.error_code = ResponseError::UnknownTopicId.code(),
+            Some(n) => {
+                if let Some(t) = state.topic(&n) {
+                    r.topic_id = t.id;
+                }
+                if let Err(e) = state.delete_topic(&n) {
+                    r.error_code = topic_error_code(&e);
+                    r.error_message = Some(sb(&e.to_string()));
+                }
+            }
+        }
+        resp.responses.push(r);
+    }
+    resp
+}
+
+pub fn create_partitions(state: &BrokerState, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    let mut resp = CreatePartitionsResponse::default();
+    for t in req.topics {
+        let mut r = CreatePartitionsTopicResult::default();
+        r.name = t.name.clone();
+        let result = if t.assignments.is_some() {
+            Err(TopicError::InvalidPartitions("manual replica assignments are not supported".into()))
+        } else {
+            state.create_partitions(&t.name.0, t.count, req.validate_only)
+        };
+        if let Err(e) = result {
+            r.error_code = topic_error_code(&e);
+            r.error_message = Some(sb(&e.to_string()));
+        }
+        resp.results.push(r);
+    }
+    resp
+}

@@ -1,0 +1,434 @@
+//! The broker's state: topics, their ids, partitions and config overrides, persisted in
+//! `<log.dirs>/__sluice_metadata.json` (written atomically: tmp file, fsync, rename, fsync dir),
+//! and the partition logs under `<log.dirs>/<topic>-<partition>/`.
+//!
+//! Lock order: `topics` (registry) before any partition's log lock; the registry lock is never
+//! held across an await or a blocking fsync of partition data.
+
+use crate::config::Config;
+use crate::partition::Partition;
+use serde::{Deserialize, Serialize};
+use sluice_storage::{DirLock, FlushPolicy, Log, LogConfig, StorageError};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use uuid::Uuid;
+
+pub const METADATA_FILE: &str = "__sluice_metadata.json";
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+
+/// Topic configs this broker understands, with their broker-level source.
+pub const TOPIC_CONFIGS: &[&str] = &[
+    "retention.ms",
+    "retention.bytes",
+    "segment.bytes",
+    "segment.ms",
+    "max.message.bytes",
+    "cleanup.policy",
+    "message.timestamp.type",
+    "flush.policy",
+];
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct TopicRecord {
+    id: Uuid,
+    partitions: i32,
+    #[serde(default)]
+    configs: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct MetadataFile {
+    version: u32,
+    cluster_id: String,
+    topics: BTreeMap<String, TopicRecord>,
+}
+
+pub struct Topic {
+    pub name: String,
+    pub id: Uuid,
+    pub configs: BTreeMap<String, String>,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("topic '{0}' already exists")]
+    Exists(String),
+    #[error("unknown topic '{0}'")]
+    Unknown(String),
+    #[error("invalid topic name '{0}': {1}")]
+    InvalidName(String, String),
+    #[error("invalid partition count: {0}")]
+    InvalidPartitions(String),
+    #[error("invalid replication factor {0}: this broker is a single node")]
+    InvalidReplicationFactor(i16),
+    #[error("invalid config {0}: {1}")]
+    InvalidConfig(String, String),
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+}
+
+pub struct BrokerState {
+    pub config: Config,
+    pub cluster_id: String,
+    data_dir: PathBuf,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    pub hw_changed: Arc<tokio::sync::Notify>,
+    _lock: DirLock,
+}
+
+/// Kafka's topic-name rule: 1–249 of `[a-zA-Z0-9._-]`, not "." or "..".
+pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
+    let bad = |why: &str| Err(TopicError::InvalidName(name.to_string(), why.to_string()));
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name == "." || name == ".." {
+        return bad("'.' and '..' are not allowed");
+    }
+    if name.len() > TOPIC_NAME_BYTES_MAX {
+        return bad("longer than 249 characters");
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+        return bad("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+fn parse_i64(name: &str, v: &str, min: i64) -> Result<i64, TopicError> {
+    let x: i64 = v.trim().parse().map_err(|_| TopicError::InvalidConfig(name.into(), format!("'{v}' is not a number")))?;
+    if x < min {
+        return Err(TopicError::InvalidConfig(name.into(), format!("{x} is below the minimum {min}")));
+    }
+    Ok(x)
+}
+
+/// Apply topic-level overrides to the broker's log defaults. Unknown names and bad values are
+/// errors (INVALID_CONFIG at the edge).
+pub fn log_config_for(base: &LogConfig, configs: &BTreeMap<String, String>) -> Result<LogConfig, TopicError> {
+    let mut c = base.clone();
+    for (k, v) in configs {
+        match k.as_str() {
+            "retention.ms" => c.retention_ms = parse_i64(k, v, -1)?,
+            "retention.bytes" => c.retention_bytes = parse_i64(k, v, -1)?,
+            "segment.bytes" => c.segment_bytes = parse_i64(k, v, 14)?.min(i64::from(i32::MAX)) as u64,
+            "segment.ms" => c.segment_ms = parse_i64(k, v, 1)?,
+            "max.message.bytes" => c.max_message_bytes = parse_i64(k, v, 0)?.max(64) as usize,
+            "cleanup.policy" => {
+                if v != "delete" {
+                    return Err(TopicError::InvalidConfig(k.clone(), format!("'{v}': only 'delete' is supported")));
+                }
+            }
+            "message.timestamp.type" => {
+                if v != "CreateTime" && v != "LogAppendTime" {
+                    return Err(TopicError::InvalidConfig(k.clone(), format!("'{v}': expected CreateTime or LogAppendTime")));
+                }
+            }
+            "flush.policy" => {
+                c.flush = match v.as_str() {
+                    "sync" => FlushPolicy::Sync,
+                    "interval" => FlushPolicy::Interval {
+                        interval_ms: match base.flush {
+                            FlushPolicy::Interval { interval_ms } => interval_ms,
+                            FlushPolicy::Sync => 1000,
+                        },
+                    },
+                    _ => return Err(TopicError::InvalidConfig(k.clone(), format!("'{v}': expected sync or interval"))),
+                }
+            }
+            _ => return Err(TopicError::InvalidConfig(k.clone(), "unknown topic config".into())),
+        }
+    }
+    c.validate().map_err(|e| TopicError::InvalidConfig("config".into(), e.to_string()))?;
+    Ok(c)
+}
+
+impl BrokerState {
+    /// Lock the data directory, load topic metadata, open (and recover) every partition log.
+    pub fn open(config: Config) -> Result<BrokerState, anyhow::Error> {
+        let data_dir = config.log_dir.clone();
+        let lock = DirLock::acquire(&data_dir)?;
+        // finish deletions interrupted by a crash
+        for e in std::fs::read_dir(&data_dir)? {
+            let e = e?;
+            if e.file_name().to_string_lossy().ends_with("-delete") {
+                std::fs::remove_dir_all(e.path())?;
+            }
+        }
+        let meta_path = data_dir.join(METADATA_FILE);
+        let meta: MetadataFile = match std::fs::read(&meta_path) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map_err(|e| anyhow::anyhow!("{} is unreadable ({e}); refusing to start", meta_path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => MetadataFile {
+                version: 1,
+                cluster_id: base64ish(Uuid::new_v4()),
+                topics: BTreeMap::new(),
+            },
+            Err(e) => return Err(e.into()),
+        };
+        let hw_changed = Arc::new(tokio::sync::Notify::new());
+        let mut topics = BTreeMap::new();
+        for (name, rec) in &meta.topics {
+            let log_config = log_config_for(&config.log, &rec.configs)?;
+            let mut partitions = Vec::new();
+            for p in 0..rec.partitions {
+                let log = Log::open(&partition_dir(&data_dir, name, p), log_config.clone())?;
+                let r = log.recovery_report();
+                if !r.clean {
+                    tracing::info!(
+                        topic = name.as_str(),
+                        partition = p,
+                        scanned_bytes = r.bytes_scanned,
+                        truncated_bytes = r.truncated_bytes,
+                        "recovered after unclean shutdown"
+                    );
+                }
+                partitions.push(Arc::new(Partition::new(name.clone(), p, log, hw_changed.clone())));
+            }
+            topics.insert(
+                name.clone(),
+                Arc::new(Topic { name: name.clone(), id: rec.id, configs: rec.configs.clone(), partitions }),
+            );
+        }
+        let state = BrokerState {
+            config,
+            cluster_id: meta.cluster_id.clone(),
+            data_dir,
+            topics: RwLock::new(topics),
+            hw_changed,
+            _lock: lock,
+        };
+        state.persist()?;
+        Ok(state)
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    fn persist_map(&self, topics: &BTreeMap<String, Arc<Topic>>) -> Result<(), StorageError> {
+        let meta = MetadataFile {
+            version: 1,
+            cluster_id: self.cluster_id.clone(),
+            topics: topics
+                .iter()
+                .map(|(n, t)| {
+                    (n.clone(), TopicRecord { id: t.id, partitions: t.partitions.len() as i32, configs: t.configs.clone() })
+                })
+                .collect(),
+        };
+        let bytes = serde_json::to_vec_pretty(&meta).map_err(|e| StorageError::InvalidConfig(e.to_string()))?;
+        sluice_storage::sidefile::write_atomic(&self.data_dir.join(METADATA_FILE), &bytes)
+    }
+
+    fn persist(&self) -> Result<(), StorageError> {
+        let topics = self.topics.read().unwrap_or_else(|e| e.into_inner());
+        self.persist_map(&topics)
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.topics.read().unwrap_or_else(|e| e.into_inner()).values().find(|t| t.id == id).cloned()
+    }
+
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        self.topics.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
+        let t = self.topic(topic)?;
+        usize::try_from(index).ok().and_then(|i| t.partitions.get(i).cloned())
+    }
+
+    /// Create a topic (validating everything before touching disk). The metadata file is
+    /// written after the partition directories exist, so a crash in between leaves only
+    /// unreferenced directories, which a later create of the same name reuses after wiping.
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Arc<Topic>, TopicError> {
+        validate_topic_name(name)?;
+        let partitions = if partitions == -1 { self.config.num_partitions } else { partitions };
+        if !(1..=10_000).contains(&partitions) {
+            return Err(TopicError::InvalidPartitions(format!("{partitions} (must be 1..=10000)")));
+        }
+        if replication_factor != -1 && replication_factor != 1 {
+            return Err(TopicError::InvalidReplicationFactor(replication_factor));
+        }
+        let log_config = log_config_for(&self.config.log, &configs)?;
+        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        if topics.contains_key(name) {
+            return Err(TopicError::Exists(name.to_string()));
+        }
+        let id = Uuid::new_v4();
+        if validate_only {
+            return Ok(Arc::new(Topic { name: name.to_string(), id, configs, partitions: vec![] }));
+        }
+        let mut parts = Vec::new();
+        for p in 0..partitions {
+            let dir = partition_dir(&self.data_dir, name, p);
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).map_err(|e| StorageError::Io { path: dir.clone(), source: e })?;
+            }
+            let log = Log::open(&dir, log_config.clone())?;
+            parts.push(Arc::new(Partition::new(name.to_string(), p, log, self.hw_changed.clone())));
+        }
+        let topic = Arc::new(Topic { name: name.to_string(), id, configs, partitions: parts });
+        topics.insert(name.to_string(), topic.clone());
+        if let Err(e) = self.persist_map(&topics) {
+            topics.remove(name);
+            return Err(e.into());
+        }
+        tracing::info!(topic = name, partitions, "created topic");
+        Ok(topic)
+    }
+
+    /// Delete a topic: forget it durably first, then remove its directories.
+    pub fn delete_topic(&self, name: &str) -> Result<(), TopicError> {
+        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        let topic = topics.remove(name).ok_or_else(|| TopicError::Unknown(name.to_string()))?;
+        if let Err(e) = self.persist_map(&topics) {
+            topics.insert(name.to_string(), topic);
+            return Err(e.into());
+        }
+        drop(topics);
+        for p in &topic.partitions {
+            let dir = partition_dir(&self.data_dir, name, p.index);
+            let doomed = self.data_dir.join(format!("{name}-{}.{}-delete", p.index, Uuid::new_v4().simple()));
+            if std::fs::rename(&dir, &doomed).is_ok() {
+                let _ = std::fs::remove_dir_all(&doomed);
+            }
+        }
+        tracing::info!(topic = name, "deleted topic");
+        Ok(())
+    }
+
+    /// Grow a topic to `count` partitions.
+    pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
+        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        let topic = topics.get(name).cloned().ok_or_else(|| TopicError::Unknown(name.to_string()))?;
+        let current = topic.partitions.len() as i32;
+        if count <= current {
+            return Err(TopicError::InvalidPartitions(format!(
+                "topic has {current} partitions; the new count {count} must be larger"
+            )));
+        }
+        if count > 10_000 {
+            return Err(TopicError::InvalidPartitions(format!("{count} (must be ≤ 10000)")));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let log_config = log_config_for(&self.config.log, &topic.configs)?;
+        let mut parts = topic.partitions.clone();
+        for p in current..count {
+            let dir = partition_dir(&self.data_dir, name, p);
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).map_err(|e| StorageError::Io { path: dir.clone(), source: e })?;
+            }
+            let log = Log::open(&dir, log_config.clone())?;
+            parts.push(Arc::new(Partition::new(name.to_string(), p, log, self.hw_changed.clone())));
+        }
+        let new = Arc::new(Topic { name: name.to_string(), id: topic.id, configs: topic.configs.clone(), partitions: parts });
+        topics.insert(name.to_string(), new);
+        if let Err(e) = self.persist_map(&topics) {
+            topics.insert(name.to_string(), topic);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Replace (or, with `incremental`, merge) a topic's config overrides.
+    pub fn alter_topic_configs(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        let topic = topics.get(name).cloned().ok_or_else(|| TopicError::Unknown(name.to_string()))?;
+        let mut configs = topic.configs.clone();
+        f(&mut configs)?;
+        let log_config = log_config_for(&self.config.log, &configs)?;
+        if validate_only {
+            return Ok(());
+        }
+        let new = Arc::new(Topic { name: name.to_string(), id: topic.id, configs, partitions: topic.partitions.clone() });
+        topics.insert(name.to_string(), new);
+        if let Err(e) = self.persist_map(&topics) {
+            topics.insert(name.to_string(), topic);
+            return Err(e.into());
+        }
+        for p in &topics[name].partitions {
+            p.set_config(log_config.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Flush every partition and close the logs cleanly (SIGTERM). Partitions still shared by
+    /// in-flight requests are flushed but not marked clean.
+    pub fn shutdown(self) {
+        let topics = std::mem::take(&mut *self.topics.write().unwrap_or_else(|e| e.into_inner()));
+        for (_, topic) in topics {
+            let Ok(topic) = Arc::try_unwrap(topic) else { continue };
+            for p in topic.partitions {
+                match Arc::try_unwrap(p) {
+                    Ok(p) => {
+                        if let Err(e) = p.into_log().close() {
+                            tracing::error!("clean close failed: {e}");
+                        }
+                    }
+                    Err(p) => {
+                        let _ = p.flush();
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub fn partition_dir(data_dir: &Path, topic: &str, p: i32) -> PathBuf {
+    data_dir.join(format!("{topic}-{p}"))
+}
+
+/// Kafka cluster ids are 22-char url-safe base64 of a UUID; hex is fine for clients.
+fn base64ish(u: Uuid) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bits = u.as_u128();
+    (0..22).map(|i| ALPHABET[((bits >> (i * 6)) & 63) as usize] as char).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names() {
+        assert!(validate_topic_name("orders.v1_x-y").is_ok());
+        assert!(validate_topic_name("").is_err());
+        assert!(validate_topic_name("..").is_err());
+        assert!(validate_topic_name("a/b").is_err());
+        assert!(validate_topic_name(&"x".repeat(250)).is_err());
+    }
+
+    #[test]
+    fn topic_configs() {
+        let base = LogConfig::default();
+        let mut m = BTreeMap::new();
+        m.insert("retention.ms".to_string(), "1000".to_string());
+        assert_eq!(log_config_for(&base, &m).unwrap().retention_ms, 1000);
+        m.insert("cleanup.policy".to_string(), "compact".to_string());
+        assert!(log_config_for(&base, &m).is_err());
+        let mut m = BTreeMap::new();
+        m.insert("nope".to_string(), "1".to_string());
+        assert!(log_config_for(&base, &m).is_err());
+    }
+}
