@@ -1,0 +1,79 @@
+"""Fixtures: a real `sluice` broker process on a free 127.0.0.1 port with its own data dir."""
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+TEST_SLUICE_BIN = os.environ.get("TEST_SLUICE_BIN") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "target", "debug", "sluice")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    def __init__(self, data_dir, port, extra=()):
+        self.data_dir = data_dir
+        self.port = port
+        self.extra = list(extra)
+        self.proc = None
+        self.log_path = os.path.join(os.path.dirname(data_dir), f"broker-{port}.log")
+
+    @property
+    def bootstrap(self):
+        return f"127.0.0.1:{self.port}"
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [TEST_SLUICE_BIN, "--log-dirs", self.data_dir,
+             "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}", *self.extra],
+            stdout=log, stderr=log)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}: " + open(self.log_path).read()[-2000:])
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("broker did not start listening")
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=timeout)
+        rc = self.proc.returncode if self.proc else None
+        self.proc = None
+        return rc
+
+    def kill9(self):
+        return self.stop(signal.SIGKILL)
+
+    def restart(self, sig=signal.SIGTERM):
+        self.stop(sig)
+        return self.start()
+
+
+@pytest.fixture
+def broker():
+    with tempfile.TemporaryDirectory() as d:
+        b = Broker(os.path.join(d, "data"), free_port()).start()
+        try:
+            yield b
+        finally:
+            b.kill9()
+
+
+def topic_name(request_or_name):
+    base = getattr(request_or_name, "node", None)
+    name = base.name if base else str(request_or_name)
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:200]

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Run every Sluice test on a fresh Debian machine, installing what the tests need.
+# Usage: tests/run-all.sh            (CI: .ci/run calls exactly this)
+#        SLUICE_SKIP_LINT=1 tests/run-all.sh   to skip fmt/clippy locally
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+log() { printf '\n=== %s\n' "$*"; }
+
+# --- system packages (kcat links Debian's librdkafka 2.0.2: the old-client check) ---
+need_apt=()
+command -v kcat >/dev/null || need_apt+=(kcat)
+command -v cc >/dev/null || need_apt+=(build-essential)
+command -v python3 >/dev/null || need_apt+=(python3)
+python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
+[ -e /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing apt packages: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}"
+fi
+
+# --- Python clients in a private venv ---
+VENV="$ROOT/target/compat-venv"
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating Python venv for the compatibility suite"
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r tests/compat/requirements.txt
+
+# --- lint ---
+if [ "${SLUICE_SKIP_LINT:-0}" != 1 ]; then
+  log "cargo fmt --check"
+  cargo fmt --all -- --check
+  log "cargo clippy"
+  cargo clippy --workspace --all-targets -- -D warnings
+fi
+
+# --- Rust: unit, property, crash-recovery and rdkafka integration tests ---
+log "cargo test"
+cargo build -p sluice-broker --bin sluice
+cargo test --workspace --no-fail-fast
+
+# --- Python/kcat compatibility suite against a real broker process ---
+log "compatibility suite (kafka-python, confluent-kafka, kcat)"
+export TEST_SLUICE_BIN="$ROOT/target/debug/sluice"
+"$VENV/bin/python" -m pytest -q tests/compat
