@@ -18,7 +18,11 @@ pub struct Setting {
 }
 
 pub const SETTINGS: &[Setting] = &[
-    Setting { name: "listeners", default: "PLAINTEXT://127.0.0.1:9092", help: "where to listen (PLAINTEXT://host:port)" },
+    Setting {
+        name: "listeners",
+        default: "PLAINTEXT://127.0.0.1:9092",
+        help: "where to listen (PLAINTEXT://host:port)",
+    },
     Setting { name: "advertised.listeners", default: "", help: "address given to clients (default: listeners)" },
     Setting { name: "log.dirs", default: "./sluice-data", help: "data directory" },
     Setting { name: "node.id", default: "1", help: "this broker's id" },
@@ -141,7 +145,8 @@ pub fn resolve(
 ) -> Result<Config, ConfigError> {
     let mut file_values = BTreeMap::new();
     if let Some(text) = file {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::File("--config".into(), e.to_string()))?;
+        let table: toml::Table =
+            text.parse().map_err(|e: toml::de::Error| ConfigError::File("--config".into(), e.to_string()))?;
         flatten("", &table, &mut file_values)?;
     }
     for k in file_values.keys().chain(flags.keys()) {
@@ -167,11 +172,16 @@ pub fn resolve(
         let d = SETTINGS.iter().find(|s| s.name == name).map(|s| s.default).unwrap_or("");
         (d.to_string(), Source::Default)
     };
-    fn parse<T: std::str::FromStr>(name: &str, (v, src): (String, Source), check: impl Fn(&T) -> Result<(), String>) -> Result<T, ConfigError>
+    fn parse<T: std::str::FromStr>(
+        name: &str,
+        (v, src): (String, Source),
+        check: impl Fn(&T) -> Result<(), String>,
+    ) -> Result<T, ConfigError>
     where
         T::Err: std::fmt::Display,
     {
-        let invalid = |reason: String| ConfigError::Invalid { name: name.into(), value: v.clone(), origin: src, reason };
+        let invalid =
+            |reason: String| ConfigError::Invalid { name: name.into(), value: v.clone(), origin: src, reason };
         let parsed: T = v.trim().parse().map_err(|e: T::Err| invalid(e.to_string()))?;
         check(&parsed).map_err(invalid)?;
         Ok(parsed)
@@ -211,7 +221,8 @@ pub fn resolve(
         _ => Err("must be 'sync' or 'interval'".into()),
     })?;
     let interval: i64 = parse("log.flush.interval.ms", get("log.flush.interval.ms"), positive)?;
-    let flush = if policy == "sync" { FlushPolicy::Sync } else { FlushPolicy::Interval { interval_ms: interval as u64 } };
+    let flush =
+        if policy == "sync" { FlushPolicy::Sync } else { FlushPolicy::Interval { interval_ms: interval as u64 } };
     let segment_bytes: i64 = parse("log.segment.bytes", get("log.segment.bytes"), |x: &i64| {
         if (1024..=i64::from(i32::MAX)).contains(x) {
             Ok(())
@@ -249,13 +260,18 @@ pub fn resolve(
             Err("must be between 1024 and 2147483647".into())
         }
     })?;
-    let num_partitions: i32 = parse("num.partitions", get("num.partitions"), |x: &i32| {
-        if *x >= 1 {
-            Ok(())
-        } else {
-            Err("must be ≥ 1".into())
-        }
-    })?;
+    let num_partitions: i32 =
+        parse(
+            "num.partitions",
+            get("num.partitions"),
+            |x: &i32| {
+                if *x >= 1 {
+                    Ok(())
+                } else {
+                    Err("must be ≥ 1".into())
+                }
+            },
+        )?;
     let rf: i16 = parse("default.replication.factor", get("default.replication.factor"), |x: &i16| {
         if *x == 1 {
             Ok(())

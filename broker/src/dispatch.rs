@@ -17,14 +17,20 @@ pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
         RequestKind::Metadata(r) => Reply::Now(ResponseKind::Metadata(handlers::metadata::handle(state, version, r))),
         RequestKind::Produce(r) => handlers::produce::handle(state, r),
         RequestKind::Fetch(r) => handlers::fetch::handle(state, version, r),
-        RequestKind::ListOffsets(r) => Reply::Now(ResponseKind::ListOffsets(handlers::list_offsets::handle(state, version, r))),
+        RequestKind::ListOffsets(r) => {
+            Reply::Now(ResponseKind::ListOffsets(handlers::list_offsets::handle(state, version, r)))
+        }
         RequestKind::CreateTopics(r) => Reply::Now(ResponseKind::CreateTopics(handlers::topics::create(state, r))),
         RequestKind::DeleteTopics(r) => Reply::Now(ResponseKind::DeleteTopics(handlers::topics::delete(state, r))),
         RequestKind::CreatePartitions(r) => {
             Reply::Now(ResponseKind::CreatePartitions(handlers::topics::create_partitions(state, r)))
         }
-        RequestKind::DeleteRecords(r) => Reply::Now(ResponseKind::DeleteRecords(handlers::delete_records::handle(state, r))),
-        RequestKind::DescribeConfigs(r) => Reply::Now(ResponseKind::DescribeConfigs(handlers::configs::describe(state, r))),
+        RequestKind::DeleteRecords(r) => {
+            Reply::Now(ResponseKind::DeleteRecords(handlers::delete_records::handle(state, r)))
+        }
+        RequestKind::DescribeConfigs(r) => {
+            Reply::Now(ResponseKind::DescribeConfigs(handlers::configs::describe(state, r)))
+        }
         RequestKind::AlterConfigs(r) => Reply::Now(ResponseKind::AlterConfigs(handlers::configs::alter(state, r))),
         RequestKind::IncrementalAlterConfigs(r) => {
             Reply::Now(ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(state, r)))
@@ -122,7 +128,9 @@ mod tests {
                 RequestKind::DescribeConfigs(r)
             }
             ApiKey::AlterConfigs => RequestKind::AlterConfigs(AlterConfigsRequest::default()),
-            ApiKey::IncrementalAlterConfigs => RequestKind::IncrementalAlterConfigs(IncrementalAlterConfigsRequest::default()),
+            ApiKey::IncrementalAlterConfigs => {
+                RequestKind::IncrementalAlterConfigs(IncrementalAlterConfigsRequest::default())
+            }
             ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
             ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
             other => panic!("add {other:?} to default_request"),

@@ -14,11 +14,12 @@ fn cli() -> Command {
     for s in SETTINGS {
         let default_note = if s.default.is_empty() { String::new() } else { format!(" [default: {}]", s.default) };
         cmd = cmd.arg(
-            Arg::new(s.name)
-                .long(config::flag_name(s.name))
-                .value_name("VALUE")
-                .action(ArgAction::Set)
-                .help(format!("{}{} (env {})", s.help, default_note, config::env_name(s.name))),
+            Arg::new(s.name).long(config::flag_name(s.name)).value_name("VALUE").action(ArgAction::Set).help(format!(
+                "{}{} (env {})",
+                s.help,
+                default_note,
+                config::env_name(s.name)
+            )),
         );
     }
     cmd
@@ -27,14 +28,17 @@ fn cli() -> Command {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let matches = cli().get_matches();
-    let flags: BTreeMap<String, String> =
-        SETTINGS.iter().filter_map(|s| matches.get_one::<String>(s.name).map(|v| (s.name.to_string(), v.clone()))).collect();
+    let flags: BTreeMap<String, String> = SETTINGS
+        .iter()
+        .filter_map(|s| matches.get_one::<String>(s.name).map(|v| (s.name.to_string(), v.clone())))
+        .collect();
     let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("SLUICE_")).collect();
     let file = match matches.get_one::<String>("config") {
         Some(path) => match std::fs::read_to_string(path) {

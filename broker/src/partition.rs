@@ -97,12 +97,23 @@ impl Partition {
 
     /// Read up to `max_bytes` from `offset`, bounded by the high watermark (read_uncommitted)
     /// or the last stable offset (read_committed). Until transactions exist, LSO = HW.
-    pub fn read(&self, offset: i64, max_bytes: usize, read_committed: bool, min_one: bool) -> Result<ReadOutcome, StorageError> {
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        read_committed: bool,
+        min_one: bool,
+    ) -> Result<ReadOutcome, StorageError> {
         let log = self.log();
         let hw = log.high_watermark();
         let lso = hw;
         let upper = if read_committed { lso } else { hw };
         let records = log.read(offset, max_bytes, Some(upper), min_one)?;
-        Ok(ReadOutcome { records, high_watermark: hw, last_stable_offset: lso, log_start_offset: log.log_start_offset() })
+        Ok(ReadOutcome {
+            records,
+            high_watermark: hw,
+            last_stable_offset: lso,
+            log_start_offset: log.log_start_offset(),
+        })
     }
 }

@@ -97,7 +97,8 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
 }
 
 fn parse_i64(name: &str, v: &str, min: i64) -> Result<i64, TopicError> {
-    let x: i64 = v.trim().parse().map_err(|_| TopicError::InvalidConfig(name.into(), format!("'{v}' is not a number")))?;
+    let x: i64 =
+        v.trim().parse().map_err(|_| TopicError::InvalidConfig(name.into(), format!("'{v}' is not a number")))?;
     if x < min {
         return Err(TopicError::InvalidConfig(name.into(), format!("{x} is below the minimum {min}")));
     }
@@ -122,7 +123,10 @@ pub fn log_config_for(base: &LogConfig, configs: &BTreeMap<String, String>) -> R
             }
             "message.timestamp.type" => {
                 if v != "CreateTime" && v != "LogAppendTime" {
-                    return Err(TopicError::InvalidConfig(k.clone(), format!("'{v}': expected CreateTime or LogAppendTime")));
+                    return Err(TopicError::InvalidConfig(
+                        k.clone(),
+                        format!("'{v}': expected CreateTime or LogAppendTime"),
+                    ));
                 }
             }
             "flush.policy" => {
@@ -160,11 +164,9 @@ impl BrokerState {
         let meta: MetadataFile = match std::fs::read(&meta_path) {
             Ok(b) => serde_json::from_slice(&b)
                 .map_err(|e| anyhow::anyhow!("{} is unreadable ({e}); refusing to start", meta_path.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => MetadataFile {
-                version: 1,
-                cluster_id: base64ish(Uuid::new_v4()),
-                topics: BTreeMap::new(),
-            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                MetadataFile { version: 1, cluster_id: base64ish(Uuid::new_v4()), topics: BTreeMap::new() }
+            }
             Err(e) => return Err(e.into()),
         };
         let hw_changed = Arc::new(tokio::sync::Notify::new());
@@ -214,7 +216,10 @@ impl BrokerState {
             topics: topics
                 .iter()
                 .map(|(n, t)| {
-                    (n.clone(), TopicRecord { id: t.id, partitions: t.partitions.len() as i32, configs: t.configs.clone() })
+                    (
+                        n.clone(),
+                        TopicRecord { id: t.id, partitions: t.partitions.len() as i32, configs: t.configs.clone() },
+                    )
                 })
                 .collect(),
         };
@@ -337,7 +342,8 @@ impl BrokerState {
             let log = Log::open(&dir, log_config.clone())?;
             parts.push(Arc::new(Partition::new(name.to_string(), p, log, self.hw_changed.clone())));
         }
-        let new = Arc::new(Topic { name: name.to_string(), id: topic.id, configs: topic.configs.clone(), partitions: parts });
+        let new =
+            Arc::new(Topic { name: name.to_string(), id: topic.id, configs: topic.configs.clone(), partitions: parts });
         topics.insert(name.to_string(), new);
         if let Err(e) = self.persist_map(&topics) {
             topics.insert(name.to_string(), topic);
@@ -361,7 +367,8 @@ impl BrokerState {
         if validate_only {
             return Ok(());
         }
-        let new = Arc::new(Topic { name: name.to_string(), id: topic.id, configs, partitions: topic.partitions.clone() });
+        let new =
+            Arc::new(Topic { name: name.to_string(), id: topic.id, configs, partitions: topic.partitions.clone() });
         topics.insert(name.to_string(), new);
         if let Err(e) = self.persist_map(&topics) {
             topics.insert(name.to_string(), topic);

@@ -142,7 +142,8 @@ pub fn encode_request(header: &RequestHeader, body: &RequestKind) -> Result<Byte
 
 /// Decode a response frame body (after the size prefix) for a request of `key`/`version`.
 pub fn decode_response(key: ApiKey, version: i16, mut frame: Bytes) -> Result<(i32, ResponseKind), String> {
-    let header = ResponseHeader::decode(&mut frame, key.response_header_version(version)).map_err(|e| format!("{e:#}"))?;
+    let header =
+        ResponseHeader::decode(&mut frame, key.response_header_version(version)).map_err(|e| format!("{e:#}"))?;
     let body = ResponseKind::decode(key, &mut frame, version).map_err(|e| format!("{e:#}"))?;
     if frame.has_remaining() {
         return Err(format!("{} trailing bytes", frame.remaining()));
@@ -187,7 +188,8 @@ mod tests {
         let produce_v2 = Bytes::from_static(&[0, 0, 0, 2, 0, 0, 0, 1]);
         assert!(matches!(decode_request(produce_v2), Err(DecodeError::UnsupportedVersion { .. })));
         // header says ApiVersions v3 but the body is cut
-        let header = RequestHeader::default().with_request_api_key(18).with_request_api_version(3).with_correlation_id(5);
+        let header =
+            RequestHeader::default().with_request_api_key(18).with_request_api_version(3).with_correlation_id(5);
         let frame = encode_request(&header, &RequestKind::ApiVersions(ApiVersionsRequest::default())).unwrap();
         let cut = frame.freeze().slice(4..12);
         assert!(matches!(decode_request(cut), Err(DecodeError::Malformed { .. })));

@@ -181,10 +181,7 @@ impl<'a> BatchView<'a> {
     /// Parse checking magic and lengths but not the CRC (for tools that show corrupt batches).
     pub fn parse_unchecked_crc(buf: &'a [u8]) -> Result<Self, BatchError> {
         if buf.len() < LOG_OVERHEAD_BYTES {
-            return Err(BatchError::Truncated {
-                needed: LOG_OVERHEAD_BYTES,
-                available: buf.len(),
-            });
+            return Err(BatchError::Truncated { needed: LOG_OVERHEAD_BYTES, available: buf.len() });
         }
         let len = be_i32(buf, OFF_LENGTH);
         if len < (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32 {
@@ -192,20 +189,14 @@ impl<'a> BatchView<'a> {
         }
         let size = LOG_OVERHEAD_BYTES + len as usize;
         if buf.len() < BATCH_HEADER_BYTES.min(size) {
-            return Err(BatchError::Truncated {
-                needed: size,
-                available: buf.len(),
-            });
+            return Err(BatchError::Truncated { needed: size, available: buf.len() });
         }
         let magic = buf[OFF_MAGIC] as i8;
         if magic != MAGIC_V2 {
             return Err(BatchError::UnsupportedMagic(magic));
         }
         if buf.len() < size {
-            return Err(BatchError::Truncated {
-                needed: size,
-                available: buf.len(),
-            });
+            return Err(BatchError::Truncated { needed: size, available: buf.len() });
         }
         let view = BatchView { buf: &buf[..size] };
         if view.records_count() < 0 {
@@ -324,13 +315,8 @@ impl<'a> BatchView<'a> {
             return Ok(None);
         }
         let records = self.records()?;
-        let rec = records
-            .first()
-            .ok_or(BatchError::MalformedRecord("empty control batch"))?;
-        let key = rec
-            .key
-            .as_ref()
-            .ok_or(BatchError::MalformedRecord("control key missing"))?;
+        let rec = records.first().ok_or(BatchError::MalformedRecord("empty control batch"))?;
+        let key = rec.key.as_ref().ok_or(BatchError::MalformedRecord("control key missing"))?;
         if key.len() < 4 {
             return Err(BatchError::MalformedRecord("control key too short"));
         }
@@ -343,10 +329,7 @@ impl<'a> BatchView<'a> {
             Some(v) if v.len() >= 6 => i32::from_be_bytes([v[2], v[3], v[4], v[5]]),
             _ => -1,
         };
-        Ok(Some(ControlMarker {
-            kind,
-            coordinator_epoch,
-        }))
+        Ok(Some(ControlMarker { kind, coordinator_epoch }))
     }
 }
 
@@ -428,13 +411,8 @@ fn read_varint(cur: &mut &[u8]) -> Result<i64, BatchError> {
 
 impl Record {
     /// Decode one record from `buf`; returns it and the bytes consumed.
-    pub fn decode(
-        buf: &[u8],
-        base_offset: i64,
-        base_timestamp: i64,
-    ) -> Result<(Record, usize), BatchError> {
-        let (len, n) =
-            varint::decode_varint(buf).ok_or(BatchError::MalformedRecord("bad length"))?;
+    pub fn decode(buf: &[u8], base_offset: i64, base_timestamp: i64) -> Result<(Record, usize), BatchError> {
+        let (len, n) = varint::decode_varint(buf).ok_or(BatchError::MalformedRecord("bad length"))?;
         if len < 0 || (buf.len() - n) < len as usize {
             return Err(BatchError::MalformedRecord("record length"));
         }
@@ -457,10 +435,8 @@ impl Record {
         let mut headers = Vec::with_capacity(hcount as usize);
         for _ in 0..hcount {
             let klen = read_varint(&mut cur)?;
-            let k = take_bytes(&mut cur, klen)?
-                .ok_or(BatchError::MalformedRecord("null header key"))?;
-            let key = String::from_utf8(k.to_vec())
-                .map_err(|_| BatchError::MalformedRecord("header key utf8"))?;
+            let k = take_bytes(&mut cur, klen)?.ok_or(BatchError::MalformedRecord("null header key"))?;
+            let key = String::from_utf8(k.to_vec()).map_err(|_| BatchError::MalformedRecord("header key utf8"))?;
             let vlen = read_varint(&mut cur)?;
             let value = take_bytes(&mut cur, vlen)?;
             headers.push(Header { key, value });
@@ -613,13 +589,7 @@ impl BatchBuilder {
         let mut value = Vec::with_capacity(6);
         value.extend_from_slice(&0i16.to_be_bytes());
         value.extend_from_slice(&marker.coordinator_epoch.to_be_bytes());
-        let b = BatchBuilder {
-            producer_id,
-            producer_epoch,
-            transactional: true,
-            control: true,
-            ..Default::default()
-        };
+        let b = BatchBuilder { producer_id, producer_epoch, transactional: true, control: true, ..Default::default() };
         b.build(&[NewRecord {
             timestamp,
             key: Some(Bytes::from(key)),
@@ -639,23 +609,15 @@ mod tests {
             timestamp: ts,
             key: k.map(Bytes::copy_from_slice),
             value: v.map(Bytes::copy_from_slice),
-            headers: vec![Header {
-                key: "h".into(),
-                value: Some(Bytes::from_static(b"x")),
-            }],
+            headers: vec![Header { key: "h".into(), value: Some(Bytes::from_static(b"x")) }],
         }
     }
 
     #[test]
     fn roundtrip_and_crc() {
-        let b = BatchBuilder {
-            producer_id: 7,
-            producer_epoch: 1,
-            base_sequence: 3,
-            ..Default::default()
-        }
-        .build(&[rec(100, Some(b"k"), Some(b"v")), rec(105, None, Some(b"w"))])
-        .unwrap();
+        let b = BatchBuilder { producer_id: 7, producer_epoch: 1, base_sequence: 3, ..Default::default() }
+            .build(&[rec(100, Some(b"k"), Some(b"v")), rec(105, None, Some(b"w"))])
+            .unwrap();
         let (v, size) = BatchView::parse(&b).unwrap();
         assert_eq!(size, b.len());
         assert_eq!(v.records_count(), 2);
@@ -677,32 +639,21 @@ mod tests {
         assert_eq!(v.partition_leader_epoch(), 9);
         // any other byte flip is caught
         m[40] ^= 1;
-        assert!(matches!(
-            BatchView::parse(&m),
-            Err(BatchError::CrcMismatch { .. })
-        ));
+        assert!(matches!(BatchView::parse(&m), Err(BatchError::CrcMismatch { .. })));
     }
 
     #[test]
     fn sequence_wraps() {
-        let b = BatchBuilder {
-            producer_id: 1,
-            producer_epoch: 0,
-            base_sequence: i32::MAX - 1,
-            ..Default::default()
-        }
-        .build(&[rec(0, None, None), rec(0, None, None), rec(0, None, None)])
-        .unwrap();
+        let b = BatchBuilder { producer_id: 1, producer_epoch: 0, base_sequence: i32::MAX - 1, ..Default::default() }
+            .build(&[rec(0, None, None), rec(0, None, None), rec(0, None, None)])
+            .unwrap();
         let (v, _) = BatchView::parse(&b).unwrap();
         assert_eq!(v.last_sequence(), 0);
     }
 
     #[test]
     fn control_marker_roundtrip() {
-        let m = ControlMarker {
-            kind: ControlType::Commit,
-            coordinator_epoch: 5,
-        };
+        let m = ControlMarker { kind: ControlType::Commit, coordinator_epoch: 5 };
         let b = BatchBuilder::control_marker(9, 2, m, 1).unwrap();
         let (v, _) = BatchView::parse(&b).unwrap();
         assert!(v.is_control() && v.is_transactional());
@@ -711,21 +662,9 @@ mod tests {
 
     #[test]
     fn compressed_roundtrip() {
-        for c in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
-            let recs: Vec<_> = (0..50)
-                .map(|i| rec(i, Some(b"key"), Some(&[i as u8; 100])))
-                .collect();
-            let b = BatchBuilder {
-                compression: c,
-                ..Default::default()
-            }
-            .build(&recs)
-            .unwrap();
+        for c in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+            let recs: Vec<_> = (0..50).map(|i| rec(i, Some(b"key"), Some(&[i as u8; 100]))).collect();
+            let b = BatchBuilder { compression: c, ..Default::default() }.build(&recs).unwrap();
             let (v, _) = BatchView::parse(&b).unwrap();
             assert_eq!(v.compression().unwrap(), c);
             let out = v.records().unwrap();

@@ -17,13 +17,9 @@ fn err(e: impl std::fmt::Display) -> BatchError {
 
 fn read_limited(r: impl Read) -> Result<Vec<u8>, BatchError> {
     let mut out = Vec::new();
-    r.take(DECOMPRESSED_BYTES_MAX as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(err)?;
+    r.take(DECOMPRESSED_BYTES_MAX as u64 + 1).read_to_end(&mut out).map_err(err)?;
     if out.len() > DECOMPRESSED_BYTES_MAX {
-        return Err(BatchError::Compression(
-            "decompressed size over limit".into(),
-        ));
+        return Err(BatchError::Compression("decompressed size over limit".into()));
     }
     Ok(out)
 }
@@ -52,18 +48,14 @@ pub fn decompress(c: Compression, data: &[u8]) -> Result<Cow<'_, [u8]>, BatchErr
         Compression::Gzip => read_limited(flate2::read::GzDecoder::new(data)).map(Cow::Owned),
         Compression::Snappy => snappy_decompress(data).map(Cow::Owned),
         Compression::Lz4 => read_limited(lz4_flex::frame::FrameDecoder::new(data)).map(Cow::Owned),
-        Compression::Zstd => {
-            read_limited(zstd::stream::read::Decoder::new(data).map_err(err)?).map(Cow::Owned)
-        }
+        Compression::Zstd => read_limited(zstd::stream::read::Decoder::new(data).map_err(err)?).map(Cow::Owned),
     }
 }
 
 fn snappy_raw(data: &[u8]) -> Result<Vec<u8>, BatchError> {
     let len = snap::raw::decompress_len(data).map_err(err)?;
     if len > DECOMPRESSED_BYTES_MAX {
-        return Err(BatchError::Compression(
-            "decompressed size over limit".into(),
-        ));
+        return Err(BatchError::Compression("decompressed size over limit".into()));
     }
     snap::raw::Decoder::new().decompress_vec(data).map_err(err)
 }
@@ -73,9 +65,7 @@ fn snappy_decompress(data: &[u8]) -> Result<Vec<u8>, BatchError> {
         return snappy_raw(data);
     }
     // xerial: magic(8) version(4) compatible(4) then blocks of [len:i32][raw snappy]
-    let mut cur = data
-        .get(16..)
-        .ok_or_else(|| err("xerial header truncated"))?;
+    let mut cur = data.get(16..).ok_or_else(|| err("xerial header truncated"))?;
     let mut out = Vec::new();
     while !cur.is_empty() {
         if cur.len() < 4 {
@@ -100,28 +90,18 @@ mod tests {
 
     #[test]
     fn xerial_snappy_decodes() {
-        let raw = snap::raw::Encoder::new()
-            .compress_vec(b"hello hello hello")
-            .unwrap();
+        let raw = snap::raw::Encoder::new().compress_vec(b"hello hello hello").unwrap();
         let mut x = XERIAL_MAGIC.to_vec();
         x.extend_from_slice(&1i32.to_be_bytes());
         x.extend_from_slice(&1i32.to_be_bytes());
         x.extend_from_slice(&(raw.len() as i32).to_be_bytes());
         x.extend_from_slice(&raw);
-        assert_eq!(
-            &*decompress(Compression::Snappy, &x).unwrap(),
-            b"hello hello hello"
-        );
+        assert_eq!(&*decompress(Compression::Snappy, &x).unwrap(), b"hello hello hello");
     }
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        for c in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for c in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
             assert!(decompress(c, b"\x00\x01garbage").is_err());
         }
     }

@@ -17,10 +17,7 @@ pub enum FrameError {
 
 /// Take one complete frame's payload off the front of `buf`, if it holds one. Leaves partial
 /// frames in place. Errors on a size prefix that is negative or over `frame_bytes_max`.
-pub fn take_frame(
-    buf: &mut BytesMut,
-    frame_bytes_max: usize,
-) -> Result<Option<BytesMut>, FrameError> {
+pub fn take_frame(buf: &mut BytesMut, frame_bytes_max: usize) -> Result<Option<BytesMut>, FrameError> {
     if buf.len() < 4 {
         return Ok(None);
     }
@@ -30,10 +27,7 @@ pub fn take_frame(
     }
     let size = size as usize;
     if size > frame_bytes_max {
-        return Err(FrameError::TooLarge {
-            size,
-            limit: frame_bytes_max,
-        });
+        return Err(FrameError::TooLarge { size, limit: frame_bytes_max });
     }
     if buf.len() < 4 + size {
         buf.reserve(4 + size - buf.len());
@@ -56,14 +50,8 @@ mod tests {
         assert_eq!(&take_frame(&mut b, 10).unwrap().unwrap()[..], &[1, 2, 3]);
         assert_eq!(take_frame(&mut b, 10).unwrap(), None);
         let mut big = BytesMut::from(&[0x7f, 0, 0, 0][..]);
-        assert!(matches!(
-            take_frame(&mut big, 10),
-            Err(FrameError::TooLarge { .. })
-        ));
+        assert!(matches!(take_frame(&mut big, 10), Err(FrameError::TooLarge { .. })));
         let mut neg = BytesMut::from(&[0xff, 0, 0, 0][..]);
-        assert!(matches!(
-            take_frame(&mut neg, 10),
-            Err(FrameError::Negative(_))
-        ));
+        assert!(matches!(take_frame(&mut neg, 10), Err(FrameError::Negative(_))));
     }
 }

@@ -54,7 +54,12 @@ fn random_batch(bytes: usize, rng: &mut impl RngCore) -> Vec<u8> {
         .map(|i| {
             let mut v = vec![0u8; record_bytes.saturating_sub(80)];
             rng.fill_bytes(&mut v);
-            NewRecord { timestamp: 1_700_000_000_000 + i as i64, key: None, value: Some(Bytes::from(v)), headers: vec![] }
+            NewRecord {
+                timestamp: 1_700_000_000_000 + i as i64,
+                key: None,
+                value: Some(Bytes::from(v)),
+                headers: vec![],
+            }
         })
         .collect();
     BatchBuilder::default().build(&recs).unwrap().to_vec()
@@ -165,8 +170,9 @@ fn filled_log(total: usize) -> (tempfile::TempDir, std::path::PathBuf) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(2);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p");
-    let mut log = Log::open(&path, LogConfig { segment_bytes: 256 * 1024 * 1024, retention_ms: -1, ..LogConfig::default() })
-        .unwrap();
+    let mut log =
+        Log::open(&path, LogConfig { segment_bytes: 256 * 1024 * 1024, retention_ms: -1, ..LogConfig::default() })
+            .unwrap();
     let batches: Vec<Vec<u8>> = (0..16).map(|_| random_batch(64 * 1024, &mut rng)).collect();
     let mut written = 0;
     while written < total {

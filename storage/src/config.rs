@@ -59,10 +59,7 @@ impl LogConfig {
             )));
         }
         if self.segment_ms < 1 {
-            return Err(StorageError::InvalidConfig(format!(
-                "segment.ms must be ≥ 1 (got {})",
-                self.segment_ms
-            )));
+            return Err(StorageError::InvalidConfig(format!("segment.ms must be ≥ 1 (got {})", self.segment_ms)));
         }
         if self.segment_index_bytes < 4096 {
             return Err(StorageError::InvalidConfig(format!(
@@ -77,9 +74,7 @@ impl LogConfig {
             )));
         }
         if let FlushPolicy::Interval { interval_ms: 0 } = self.flush {
-            return Err(StorageError::InvalidConfig(
-                "flush interval must be ≥ 1 ms".into(),
-            ));
+            return Err(StorageError::InvalidConfig("flush interval must be ≥ 1 ms".into()));
         }
         Ok(())
     }

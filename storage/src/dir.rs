@@ -20,21 +20,10 @@ impl DirLock {
     pub fn acquire(dir: &Path) -> Result<DirLock> {
         std::fs::create_dir_all(dir).at(dir)?;
         let path = dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .at(&path)?;
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).at(&path)?;
         match file.try_lock() {
-            Ok(()) => Ok(DirLock {
-                path: dir.to_path_buf(),
-                _file: file,
-            }),
-            Err(std::fs::TryLockError::WouldBlock) => Err(StorageError::DirLocked {
-                path: dir.to_path_buf(),
-            }),
+            Ok(()) => Ok(DirLock { path: dir.to_path_buf(), _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(StorageError::DirLocked { path: dir.to_path_buf() }),
             Err(std::fs::TryLockError::Error(e)) => Err(StorageError::Io { path, source: e }),
         }
     }

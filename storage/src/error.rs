@@ -14,11 +14,7 @@ pub enum StorageError {
     Io { path: PathBuf, source: io::Error },
     /// Stored bytes failed validation (found by recovery or by a read).
     #[error("corrupt data in {path} at byte {position}: {reason}")]
-    Corrupt {
-        path: PathBuf,
-        position: u64,
-        reason: String,
-    },
+    Corrupt { path: PathBuf, position: u64, reason: String },
     /// An append was refused because the input is not a valid batch; nothing was written.
     #[error("invalid record batch at byte {position} of the input: {source}")]
     InvalidBatch { position: usize, source: BatchError },
@@ -27,15 +23,9 @@ pub enum StorageError {
     BatchTooLarge { size: usize, max: usize },
     /// A read or seek below the log start offset or above the log end offset.
     #[error("offset {offset} out of range [{log_start}, {log_end}]")]
-    OffsetOutOfRange {
-        offset: i64,
-        log_start: i64,
-        log_end: i64,
-    },
+    OffsetOutOfRange { offset: i64, log_start: i64, log_end: i64 },
     /// The data directory is locked by another process.
-    #[error(
-        "data directory {path} is locked by another process (is another broker running on it?)"
-    )]
+    #[error("data directory {path} is locked by another process (is another broker running on it?)")]
     DirLocked { path: PathBuf },
     /// A configuration value that cannot work.
     #[error("invalid log configuration: {0}")]
@@ -54,9 +44,6 @@ pub(crate) trait IoContext<T> {
 
 impl<T> IoContext<T> for io::Result<T> {
     fn at(self, path: &std::path::Path) -> Result<T> {
-        self.map_err(|source| StorageError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
+        self.map_err(|source| StorageError::Io { path: path.to_path_buf(), source })
     }
 }

@@ -34,23 +34,11 @@ impl<const W: usize> Index<W> {
     /// Open (or create) an index file. Existing content is kept; `entries` is derived from the
     /// file length (rounded down to whole entries). Call `validate` before trusting it.
     pub fn open(path: &Path, max_bytes: usize) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .at(path)?;
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).at(path)?;
         let len = file.metadata().at(path)?.len() as usize;
         let entries = len / W;
         let capacity = (max_bytes / W).max(entries).max(1);
-        let mut idx = Index {
-            path: path.to_path_buf(),
-            file,
-            map: None,
-            entries,
-            capacity,
-        };
+        let mut idx = Index { path: path.to_path_buf(), file, map: None, entries, capacity };
         idx.remap(capacity)?;
         Ok(idx)
     }
@@ -117,9 +105,7 @@ impl<const W: usize> Index<W> {
         self.flush()?;
         let cap = self.entries.max(1);
         self.map = None;
-        self.file
-            .set_len((self.entries * W) as u64)
-            .at(&self.path)?;
+        self.file.set_len((self.entries * W) as u64).at(&self.path)?;
         if self.entries > 0 {
             self.capacity = self.entries;
             self.map = Some(mmap::map_write(&self.file, cap * W).at(&self.path)?);

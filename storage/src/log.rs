@@ -78,16 +78,15 @@ struct FlushTarget {
     file: Arc<File>,
     path: PathBuf,
     written_end: i64,
+    /// Rolled segments not yet known to be synced: a roll does not fsync in the append path
+    /// (that would stall producers for the whole dirty segment); the next `sync_to` does.
+    sealed: Vec<(Arc<File>, PathBuf)>,
 }
 
 impl Flusher {
     fn new(file: Arc<File>, path: PathBuf, end: i64) -> Flusher {
         Flusher {
-            target: Mutex::new(FlushTarget {
-                file,
-                path,
-                written_end: end,
-            }),
+            target: Mutex::new(FlushTarget { file, path, written_end: end, sealed: Vec::new() }),
             sync_lock: Mutex::new(()),
             durable_end: AtomicI64::new(end),
             fsyncs: AtomicU64::new(0),
@@ -102,10 +101,7 @@ impl Flusher {
 
     /// Offsets below this have been written (to the page cache at least).
     pub fn written_end(&self) -> i64 {
-        self.target
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .written_end
+        self.target.lock().unwrap_or_else(|e| e.into_inner()).written_end
     }
 
     /// Number of fsyncs performed (to observe group commit).
@@ -119,11 +115,11 @@ impl Flusher {
         t.written_end = end;
     }
 
-    fn switch_file(&self, file: Arc<File>, path: PathBuf, durable_before: i64) {
-        self.durable_end.fetch_max(durable_before, Ordering::AcqRel);
+    fn switch_file(&self, file: Arc<File>, path: PathBuf) {
         let mut t = self.target.lock().unwrap_or_else(|e| e.into_inner());
-        t.file = file;
-        t.path = path;
+        let old_file = std::mem::replace(&mut t.file, file);
+        let old_path = std::mem::replace(&mut t.path, path);
+        t.sealed.push((old_file, old_path));
     }
 
     /// Block until every offset below `end` is durable. Returns the durable end. After an
@@ -134,9 +130,9 @@ impl Flusher {
             return Ok(durable);
         }
         let _one_at_a_time = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (file, path, written) = {
+        let (file, path, written, sealed) = {
             let t = self.target.lock().unwrap_or_else(|e| e.into_inner());
-            (t.file.clone(), t.path.clone(), t.written_end)
+            (t.file.clone(), t.path.clone(), t.written_end, t.sealed.clone())
         };
         if self.failed.load(Ordering::Acquire) {
             return Err(StorageError::Offline(path));
@@ -145,11 +141,18 @@ impl Flusher {
         if durable >= end {
             return Ok(durable);
         }
-        if let Err(e) = file.sync_data() {
-            self.failed.store(true, Ordering::Release);
-            return Err(StorageError::Io { path, source: e });
+        // Older segments first: durability is a prefix of the log.
+        for (f, p) in sealed.iter().chain(std::iter::once(&(file, path))) {
+            if let Err(e) = f.sync_data() {
+                self.failed.store(true, Ordering::Release);
+                return Err(StorageError::Io { path: p.clone(), source: e });
+            }
+            self.fsyncs.fetch_add(1, Ordering::Relaxed);
         }
-        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        if !sealed.is_empty() {
+            let mut t = self.target.lock().unwrap_or_else(|e| e.into_inner());
+            t.sealed.retain(|(f, _)| !sealed.iter().any(|(g, _)| Arc::ptr_eq(f, g)));
+        }
         self.durable_end.fetch_max(written, Ordering::AcqRel);
         Ok(self.durable_end())
     }
@@ -235,10 +238,7 @@ impl Log {
             std::fs::remove_file(&clean_marker).at(&clean_marker)?;
             sidefile::sync_dir(dir)?;
         }
-        let mut report = RecoveryReport {
-            clean,
-            ..Default::default()
-        };
+        let mut report = RecoveryReport { clean, ..Default::default() };
 
         if bases.is_empty() {
             bases.push(log_start.max(0));
@@ -249,23 +249,13 @@ impl Log {
         for (i, &base) in bases.iter().enumerate() {
             if truncated_at.is_some() {
                 // everything after a corrupt point is gone
-                let seg = Segment::open(
-                    dir,
-                    base,
-                    config.index_interval_bytes,
-                    config.segment_index_bytes,
-                )?;
+                let seg = Segment::open(dir, base, config.index_interval_bytes, config.segment_index_bytes)?;
                 report.truncated_bytes += seg.size();
                 report.segments_deleted += 1;
                 seg.delete_files()?;
                 continue;
             }
-            let mut seg = Segment::open(
-                dir,
-                base,
-                config.index_interval_bytes,
-                config.segment_index_bytes,
-            )?;
+            let mut seg = Segment::open(dir, base, config.index_interval_bytes, config.segment_index_bytes)?;
             let next_base = bases.get(i + 1).copied();
             let below_recovery_point = next_base.is_some_and(|nb| nb <= recovery_point);
             let trusted = (clean || below_recovery_point) && seg.load_clean()?;
@@ -321,16 +311,10 @@ impl Log {
                 }
             }
         }
-        let active = segments
-            .get(&newest)
-            .ok_or_else(|| StorageError::InvalidConfig("no segment".into()))?;
+        let active = segments.get(&newest).ok_or_else(|| StorageError::InvalidConfig("no segment".into()))?;
         let leo = active.next_offset();
         let active_file = Arc::new(active.file().try_clone().at(active.log_path())?);
-        let flusher = Arc::new(Flusher::new(
-            active_file,
-            active.log_path().to_path_buf(),
-            leo,
-        ));
+        let flusher = Arc::new(Flusher::new(active_file, active.log_path().to_path_buf(), leo));
         let first_base = *segments.keys().next().unwrap_or(&0);
         log_start = log_start.clamp(first_base, leo);
         let log = Log {
@@ -393,16 +377,10 @@ impl Log {
 
     fn active(&self) -> &Segment {
         // Invariant: a log always has at least one segment.
-        self.segments
-            .values()
-            .next_back()
-            .expect("log has an active segment")
+        self.segments.values().next_back().expect("log has an active segment")
     }
     fn active_mut(&mut self) -> &mut Segment {
-        self.segments
-            .values_mut()
-            .next_back()
-            .expect("log has an active segment")
+        self.segments.values_mut().next_back().expect("log has an active segment")
     }
 
     fn check_online(&self) -> Result<()> {
@@ -415,20 +393,12 @@ impl Log {
     /// Validate `batches` (one or more v2 batches back to back), assign offsets (rewriting the
     /// base offsets — and, if given, the partition leader epoch — in place), and write them.
     /// Durability is *not* awaited: call `flusher().sync_to(info.last_offset + 1)`.
-    pub fn append(
-        &mut self,
-        batches: &mut [u8],
-        now_ms: i64,
-        leader_epoch: Option<i32>,
-    ) -> Result<AppendInfo> {
+    pub fn append(&mut self, batches: &mut [u8], now_ms: i64, leader_epoch: Option<i32>) -> Result<AppendInfo> {
         self.check_online()?;
         if batches.is_empty() {
             return Err(StorageError::InvalidBatch {
                 position: 0,
-                source: batch::BatchError::Truncated {
-                    needed: batch::BATCH_HEADER_BYTES,
-                    available: 0,
-                },
+                source: batch::BatchError::Truncated { needed: batch::BATCH_HEADER_BYTES, available: 0 },
             });
         }
         let mut metas = Vec::with_capacity(1);
@@ -437,16 +407,10 @@ impl Log {
         let first = next;
         let (mut max_ts, mut offset_of_max) = (-1i64, first);
         while pos < batches.len() {
-            let (view, size) =
-                BatchView::parse(&batches[pos..]).map_err(|source| StorageError::InvalidBatch {
-                    position: pos,
-                    source,
-                })?;
+            let (view, size) = BatchView::parse(&batches[pos..])
+                .map_err(|source| StorageError::InvalidBatch { position: pos, source })?;
             if size > self.config.max_message_bytes {
-                return Err(StorageError::BatchTooLarge {
-                    size,
-                    max: self.config.max_message_bytes,
-                });
+                return Err(StorageError::BatchTooLarge { size, max: self.config.max_message_bytes });
             }
             if view.records_count() < 1 {
                 return Err(StorageError::InvalidBatch {
@@ -474,8 +438,7 @@ impl Log {
             let a = self.active();
             !a.is_empty()
                 && (a.size() + bytes > self.config.segment_bytes
-                    || a.first_batch_timestamp()
-                        .is_some_and(|t| now_ms.saturating_sub(t) >= self.config.segment_ms)
+                    || a.first_batch_timestamp().is_some_and(|t| now_ms.saturating_sub(t) >= self.config.segment_ms)
                     || a.index.is_full()
                     || a.time_index.is_full()
                     || next - a.base_offset() > i64::from(u32::MAX))
@@ -525,12 +488,7 @@ impl Log {
             self.offline = true;
             return Err(e);
         }
-        let seg = Segment::open(
-            &self.dir,
-            leo,
-            self.config.index_interval_bytes,
-            self.config.segment_index_bytes,
-        )?;
+        let seg = Segment::open(&self.dir, leo, self.config.index_interval_bytes, self.config.segment_index_bytes)?;
         if !seg.is_empty() {
             return Err(StorageError::Corrupt {
                 path: seg.log_path().to_path_buf(),
@@ -540,8 +498,7 @@ impl Log {
         }
         sidefile::sync_dir(&self.dir)?;
         let file = Arc::new(seg.file().try_clone().at(seg.log_path())?);
-        self.flusher
-            .switch_file(file, seg.log_path().to_path_buf(), leo);
+        self.flusher.switch_file(file, seg.log_path().to_path_buf());
         self.segments.insert(leo, seg);
         self.write_checkpoint()
     }
@@ -550,31 +507,16 @@ impl Log {
     /// if `min_one`), not past `max_offset` (exclusive; the LEO if `None`). Zero-copy; empty
     /// when there is nothing to return. Errors with `OffsetOutOfRange` outside
     /// [log start, LEO].
-    pub fn read(
-        &self,
-        offset: i64,
-        max_bytes: usize,
-        max_offset: Option<i64>,
-        min_one: bool,
-    ) -> Result<Bytes> {
+    pub fn read(&self, offset: i64, max_bytes: usize, max_offset: Option<i64>, min_one: bool) -> Result<Bytes> {
         let leo = self.log_end_offset();
         if offset < self.log_start_offset || offset > leo {
-            return Err(StorageError::OffsetOutOfRange {
-                offset,
-                log_start: self.log_start_offset,
-                log_end: leo,
-            });
+            return Err(StorageError::OffsetOutOfRange { offset, log_start: self.log_start_offset, log_end: leo });
         }
         let upper = max_offset.unwrap_or(leo).min(leo);
         if offset >= upper {
             return Ok(Bytes::new());
         }
-        let first = self
-            .segments
-            .range(..=offset)
-            .next_back()
-            .map(|(b, _)| *b)
-            .unwrap_or(self.log_start_offset);
+        let first = self.segments.range(..=offset).next_back().map(|(b, _)| *b).unwrap_or(self.log_start_offset);
         for (base, seg) in self.segments.range(first..) {
             if *base >= upper {
                 break;
@@ -604,19 +546,13 @@ impl Log {
                     position: 0,
                     reason: e.to_string(),
                 })?;
-                let found = records
-                    .iter()
-                    .find(|r| r.timestamp >= timestamp && r.offset >= self.log_start_offset);
+                let found = records.iter().find(|r| r.timestamp >= timestamp && r.offset >= self.log_start_offset);
                 if let Some(r) = found {
                     return Ok(Some((r.offset, r.timestamp)));
                 }
                 // LogAppendTime batches or records below log start: fall back to the batch
-                if view.max_timestamp() >= timestamp && view.last_offset() >= self.log_start_offset
-                {
-                    return Ok(Some((
-                        view.base_offset().max(self.log_start_offset),
-                        view.max_timestamp(),
-                    )));
+                if view.max_timestamp() >= timestamp && view.last_offset() >= self.log_start_offset {
+                    return Ok(Some((view.base_offset().max(self.log_start_offset), view.max_timestamp())));
                 }
             }
         }
@@ -642,10 +578,7 @@ impl Log {
     /// Persist the recovery point (the durable end) and the log start offset.
     pub fn write_checkpoint(&self) -> Result<()> {
         let rp = self.flusher.durable_end().min(self.log_end_offset());
-        sidefile::write_atomic(
-            &self.dir.join(CHECKPOINT_FILE),
-            &checkpoint_encode(rp, self.log_start_offset),
-        )
+        sidefile::write_atomic(&self.dir.join(CHECKPOINT_FILE), &checkpoint_encode(rp, self.log_start_offset))
     }
 
     fn delete_oldest_segment(&mut self) -> Result<()> {
@@ -673,11 +606,10 @@ impl Log {
                 break;
             };
             let below_start = next_base <= self.log_start_offset;
-            let by_time = self.config.retention_ms >= 0
-                && now_ms.saturating_sub(seg.max_timestamp()) > self.config.retention_ms;
+            let by_time =
+                self.config.retention_ms >= 0 && now_ms.saturating_sub(seg.max_timestamp()) > self.config.retention_ms;
             let by_size = self.config.retention_bytes >= 0
-                && self.size_bytes().saturating_sub(seg.size())
-                    >= self.config.retention_bytes as u64;
+                && self.size_bytes().saturating_sub(seg.size()) >= self.config.retention_bytes as u64;
             if !(below_start || by_time || by_size) {
                 break;
             }
@@ -724,12 +656,7 @@ impl Log {
 
     /// Aborted transactions that overlap `[start, upper)`.
     pub fn collect_aborted_txns(&self, start: i64, upper: i64) -> Vec<AbortedTxn> {
-        let first = self
-            .segments
-            .range(..=start)
-            .next_back()
-            .map(|(b, _)| *b)
-            .unwrap_or(i64::MIN);
+        let first = self.segments.range(..=start).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
         self.segments
             .range(first..)
             .flat_map(|(_, s)| s.txn_index.entries().iter())
@@ -741,21 +668,14 @@ impl Log {
     /// Write a producer-state snapshot taken at `offset` (the state after every batch below it).
     pub fn write_producer_snapshot(&self, offset: i64, payload: &[u8]) -> Result<()> {
         let path = self.dir.join(file_name(offset, "snapshot"));
-        sidefile::write_atomic(
-            &path,
-            &sidefile::encode(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, payload),
-        )
+        sidefile::write_atomic(&path, &sidefile::encode(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, payload))
     }
 
     /// Offsets of the snapshot files present, ascending.
     pub fn producer_snapshot_offsets(&self) -> Result<Vec<i64>> {
         let mut out = Vec::new();
         for entry in std::fs::read_dir(&self.dir).at(&self.dir)? {
-            let name = entry
-                .at(&self.dir)?
-                .file_name()
-                .to_string_lossy()
-                .into_owned();
+            let name = entry.at(&self.dir)?.file_name().to_string_lossy().into_owned();
             if let Some(o) = parse_base(&name, "snapshot") {
                 out.push(o);
             }

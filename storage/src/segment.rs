@@ -79,26 +79,13 @@ impl std::fmt::Debug for Segment {
 impl Segment {
     /// Open the segment at `base_offset` in `dir`, creating empty files if absent. The content
     /// is not yet trusted: call [`Segment::recover`] or [`Segment::load_clean`].
-    pub fn open(
-        dir: &Path,
-        base_offset: i64,
-        index_interval_bytes: u64,
-        index_max_bytes: usize,
-    ) -> Result<Segment> {
+    pub fn open(dir: &Path, base_offset: i64, index_interval_bytes: u64, index_max_bytes: usize) -> Result<Segment> {
         let log_path = dir.join(file_name(base_offset, "log"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&log_path)
-            .at(&log_path)?;
+        let file =
+            OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&log_path).at(&log_path)?;
         let size = file.metadata().at(&log_path)?.len();
         let index = OffsetIndex::open(&dir.join(file_name(base_offset, "index")), index_max_bytes)?;
-        let time_index = TimeIndex::open(
-            &dir.join(file_name(base_offset, "timeindex")),
-            index_max_bytes,
-        )?;
+        let time_index = TimeIndex::open(&dir.join(file_name(base_offset, "timeindex")), index_max_bytes)?;
         let txn_index = TxnIndex::open(&dir.join(file_name(base_offset, "txnindex")))?;
         Ok(Segment {
             base_offset,
@@ -162,11 +149,7 @@ impl Segment {
     }
 
     fn note_batch(&mut self, position: u64, base: i64, last: i64, max_ts: i64, size: u64) {
-        assert!(
-            base >= self.next_offset,
-            "offsets must grow: {base} < {}",
-            self.next_offset
-        );
+        assert!(base >= self.next_offset, "offsets must grow: {base} < {}", self.next_offset);
         if self.first_batch_timestamp.is_none() {
             self.first_batch_timestamp = Some(max_ts);
         }
@@ -188,18 +171,10 @@ impl Segment {
     /// Write already-validated batches (offsets assigned) at the end of the file. On error the
     /// segment is in an unknown state and the caller must take the log offline.
     pub fn append(&mut self, bytes: &[u8], metas: &[BatchMeta]) -> Result<()> {
-        self.file
-            .write_all_at(bytes, self.size)
-            .at(&self.log_path)?;
+        self.file.write_all_at(bytes, self.size).at(&self.log_path)?;
         let start = self.size;
         for m in metas {
-            self.note_batch(
-                start + m.position as u64,
-                m.base_offset,
-                m.last_offset,
-                m.max_timestamp,
-                m.size as u64,
-            );
+            self.note_batch(start + m.position as u64, m.base_offset, m.last_offset, m.max_timestamp, m.size as u64);
         }
         self.size += bytes.len() as u64;
         Ok(())
@@ -233,13 +208,7 @@ impl Segment {
                         ));
                         break;
                     }
-                    self.note_batch(
-                        pos as u64,
-                        b.base_offset(),
-                        b.last_offset(),
-                        b.max_timestamp(),
-                        size as u64,
-                    );
+                    self.note_batch(pos as u64, b.base_offset(), b.last_offset(), b.max_timestamp(), size as u64);
                     pos += size;
                 }
                 Err(e) => {
@@ -257,11 +226,7 @@ impl Segment {
         self.size = valid;
         *self.view.lock().unwrap_or_else(|e| e.into_inner()) = Bytes::new();
         self.txn_index.truncate_from(self.next_offset)?;
-        Ok(ScanOutcome {
-            valid_bytes: valid,
-            truncated_bytes: file_len - valid,
-            stop_reason,
-        })
+        Ok(ScanOutcome { valid_bytes: valid, truncated_bytes: file_len - valid, stop_reason })
     }
 
     /// Load a segment that was closed cleanly: trust the file, check the indexes, and find the
@@ -291,11 +256,7 @@ impl Segment {
         if !self.time_index.validate(last_rel) {
             return Ok(false);
         }
-        self.next_offset = if self.size == 0 {
-            self.base_offset
-        } else {
-            next
-        };
+        self.next_offset = if self.size == 0 { self.base_offset } else { next };
         if let Some((ts, rel)) = self.time_index.last() {
             self.max_timestamp = ts;
             self.offset_of_max_timestamp = self.base_offset + i64::from(rel);
@@ -314,20 +275,12 @@ impl Segment {
     /// whole batch when `min_one`), stopping before any batch whose base offset is ≥
     /// `max_offset`. Returns a zero-copy slice of the mapped file, or `None` if nothing
     /// qualifies.
-    pub fn read(
-        &self,
-        offset: i64,
-        max_bytes: usize,
-        max_offset: i64,
-        min_one: bool,
-    ) -> Result<Option<Bytes>> {
+    pub fn read(&self, offset: i64, max_bytes: usize, max_offset: i64, min_one: bool) -> Result<Option<Bytes>> {
         if self.size == 0 || offset >= self.next_offset {
             return Ok(None);
         }
         let map = self.view(self.size)?;
-        let mut pos = self
-            .index
-            .lookup(self.relative(offset.max(self.base_offset))) as usize;
+        let mut pos = self.index.lookup(self.relative(offset.max(self.base_offset))) as usize;
         let corrupt = |pos: usize, e: String| StorageError::Corrupt {
             path: self.log_path.clone(),
             position: pos as u64,
@@ -338,8 +291,7 @@ impl Segment {
             if pos >= map.len() {
                 return Ok(None);
             }
-            let b = BatchView::parse_unchecked_crc(&map[pos..])
-                .map_err(|e| corrupt(pos, e.to_string()))?;
+            let b = BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| corrupt(pos, e.to_string()))?;
             if b.last_offset() >= offset {
                 break;
             }
@@ -347,8 +299,7 @@ impl Segment {
         }
         let begin = pos;
         while pos < map.len() {
-            let b = BatchView::parse_unchecked_crc(&map[pos..])
-                .map_err(|e| corrupt(pos, e.to_string()))?;
+            let b = BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| corrupt(pos, e.to_string()))?;
             if b.base_offset() >= max_offset {
                 break;
             }
@@ -374,12 +325,11 @@ impl Segment {
         let start_rel = self.time_index.lookup_before(timestamp);
         let mut pos = self.index.lookup(start_rel) as usize;
         while pos < map.len() {
-            let b =
-                BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| StorageError::Corrupt {
-                    path: self.log_path.clone(),
-                    position: pos as u64,
-                    reason: e.to_string(),
-                })?;
+            let b = BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| StorageError::Corrupt {
+                path: self.log_path.clone(),
+                position: pos as u64,
+                reason: e.to_string(),
+            })?;
             if b.max_timestamp() >= timestamp {
                 return Ok(Some(map.slice(pos..pos + b.size())));
             }
@@ -393,20 +343,15 @@ impl Segment {
         self.file.sync_data().at(&self.log_path)
     }
 
-    /// The segment stops being active: final time-index entry, trimmed indexes, data synced.
+    /// The segment stops being active: final time-index entry, trimmed indexes. The log data
+    /// itself is synced by the log's `Flusher`, not here, so a roll never stalls appends.
     pub fn seal(&mut self) -> Result<()> {
-        if self.max_timestamp >= 0
-            && self
-                .time_index
-                .last()
-                .is_none_or(|(t, _)| self.max_timestamp > t)
-        {
+        if self.max_timestamp >= 0 && self.time_index.last().is_none_or(|(t, _)| self.max_timestamp > t) {
             let rel = self.relative(self.offset_of_max_timestamp);
             self.time_index.append(self.max_timestamp, rel);
         }
         self.index.trim()?;
         self.time_index.trim()?;
-        self.sync()?;
         self.txn_index.sync()?;
         Ok(())
     }

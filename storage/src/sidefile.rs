@@ -36,10 +36,7 @@ pub fn decode(magic: [u8; 4], bytes: &[u8]) -> std::result::Result<(u16, &[u8]),
     let crc = u32::from_be_bytes([bytes[10], bytes[11], bytes[12], bytes[13]]);
     let payload = &bytes[FRAME_HEADER_BYTES..];
     if payload.len() != len {
-        return Err(format!(
-            "payload is {} bytes, header says {len}",
-            payload.len()
-        ));
+        return Err(format!("payload is {} bytes, header says {len}", payload.len()));
     }
     if crc32c::crc32c(payload) != crc {
         return Err("CRC mismatch".into());
@@ -54,19 +51,12 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 
 /// Atomically replace `path` with `bytes` (tmp file, fsync, rename, fsync dir).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| StorageError::InvalidConfig(format!("{} has no parent", path.display())))?;
+    let dir = path.parent().ok_or_else(|| StorageError::InvalidConfig(format!("{} has no parent", path.display())))?;
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
     {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .at(&tmp)?;
+        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).at(&tmp)?;
         f.write_all(bytes).at(&tmp)?;
         f.sync_all().at(&tmp)?;
     }
@@ -79,20 +69,11 @@ pub fn read_framed(path: &Path, magic: [u8; 4]) -> Result<Option<(u16, Vec<u8>)>
     let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(StorageError::Io {
-                path: path.to_path_buf(),
-                source: e,
-            })
-        }
+        Err(e) => return Err(StorageError::Io { path: path.to_path_buf(), source: e }),
     };
     match decode(magic, &bytes) {
         Ok((v, p)) => Ok(Some((v, p.to_vec()))),
-        Err(reason) => Err(StorageError::Corrupt {
-            path: path.to_path_buf(),
-            position: 0,
-            reason,
-        }),
+        Err(reason) => Err(StorageError::Corrupt { path: path.to_path_buf(), position: 0, reason }),
     }
 }
 
@@ -105,22 +86,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("x.snapshot");
         write_atomic(&p, &encode(*b"TEST", 3, b"payload")).unwrap();
-        assert_eq!(
-            read_framed(&p, *b"TEST").unwrap(),
-            Some((3, b"payload".to_vec()))
-        );
+        assert_eq!(read_framed(&p, *b"TEST").unwrap(), Some((3, b"payload".to_vec())));
         let mut b = fs::read(&p).unwrap();
         let last = b.len() - 1;
         b[last] ^= 1;
         fs::write(&p, &b).unwrap();
-        assert!(matches!(
-            read_framed(&p, *b"TEST"),
-            Err(StorageError::Corrupt { .. })
-        ));
-        assert_eq!(
-            read_framed(&dir.path().join("none"), *b"TEST").unwrap(),
-            None
-        );
+        assert!(matches!(read_framed(&p, *b"TEST"), Err(StorageError::Corrupt { .. })));
+        assert_eq!(read_framed(&dir.path().join("none"), *b"TEST").unwrap(), None);
         b.truncate(5);
         fs::write(&p, &b).unwrap();
         assert!(read_framed(&p, *b"TEST").is_err());

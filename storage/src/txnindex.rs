@@ -50,12 +50,7 @@ impl AbortedTxn {
             a.copy_from_slice(&e[at..at + 8]);
             i64::from_be_bytes(a)
         };
-        Some(AbortedTxn {
-            producer_id: i(2),
-            first_offset: i(10),
-            last_offset: i(18),
-            last_stable_offset: i(26),
-        })
+        Some(AbortedTxn { producer_id: i(2), first_offset: i(10), last_offset: i(18), last_stable_offset: i(26) })
     }
 }
 
@@ -68,13 +63,7 @@ pub struct TxnIndex {
 impl TxnIndex {
     /// Open, keeping the longest valid prefix of entries (a torn or corrupt tail is cut off).
     pub fn open(path: &Path) -> Result<TxnIndex> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .at(path)?;
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).at(path)?;
         let bytes = std::fs::read(path).at(path)?;
         let mut entries = Vec::new();
         for chunk in bytes.chunks(TXN_ENTRY_BYTES) {
@@ -87,11 +76,7 @@ impl TxnIndex {
         if valid != bytes.len() as u64 {
             file.set_len(valid).at(path)?;
         }
-        Ok(TxnIndex {
-            path: path.to_path_buf(),
-            file,
-            entries,
-        })
+        Ok(TxnIndex { path: path.to_path_buf(), file, entries })
     }
 
     pub fn path(&self) -> &Path {
@@ -118,16 +103,10 @@ impl TxnIndex {
 
     /// Drop entries whose marker is at or after `offset` (after the log is truncated).
     pub fn truncate_from(&mut self, offset: i64) -> Result<()> {
-        let keep = self
-            .entries
-            .iter()
-            .take_while(|e| e.last_offset < offset)
-            .count();
+        let keep = self.entries.iter().take_while(|e| e.last_offset < offset).count();
         if keep != self.entries.len() {
             self.entries.truncate(keep);
-            self.file
-                .set_len((keep * TXN_ENTRY_BYTES) as u64)
-                .at(&self.path)?;
+            self.file.set_len((keep * TXN_ENTRY_BYTES) as u64).at(&self.path)?;
         }
         Ok(())
     }
@@ -146,18 +125,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("0.txnindex");
         let mut t = TxnIndex::open(&p).unwrap();
-        let e1 = AbortedTxn {
-            producer_id: 1,
-            first_offset: 0,
-            last_offset: 5,
-            last_stable_offset: 0,
-        };
-        let e2 = AbortedTxn {
-            producer_id: 2,
-            first_offset: 3,
-            last_offset: 9,
-            last_stable_offset: 3,
-        };
+        let e1 = AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 5, last_stable_offset: 0 };
+        let e2 = AbortedTxn { producer_id: 2, first_offset: 3, last_offset: 9, last_stable_offset: 3 };
         t.append(e1).unwrap();
         t.append(e2).unwrap();
         assert!(t.append(e1).is_err());
@@ -168,10 +137,7 @@ mod tests {
         std::fs::write(&p, &bytes).unwrap();
         let mut t = TxnIndex::open(&p).unwrap();
         assert_eq!(t.entries(), &[e1, e2]);
-        assert_eq!(
-            std::fs::metadata(&p).unwrap().len(),
-            2 * TXN_ENTRY_BYTES as u64
-        );
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 2 * TXN_ENTRY_BYTES as u64);
         t.truncate_from(9).unwrap();
         assert_eq!(t.entries(), &[e1]);
         // a flipped byte invalidates that entry and everything after it

@@ -55,13 +55,7 @@ fn check_recovered(path: &Path, expect: &[(i64, Vec<u8>)]) {
     assert!(got == expect, "recovered contents differ");
     let next = expect
         .last()
-        .map(|(b, v)| {
-            b + sluice_protocol::batch::BatchView::parse(v)
-                .unwrap()
-                .0
-                .last_offset_delta() as i64
-                + 1
-        })
+        .map(|(b, v)| b + sluice_protocol::batch::BatchView::parse(v).unwrap().0.last_offset_delta() as i64 + 1)
         .unwrap_or(0);
     assert_eq!(log.log_end_offset(), next);
     let mut b = make_batch(2, 10, 999, 5000);
@@ -91,29 +85,18 @@ fn truncation_at_every_byte_of_the_last_batches() {
         }
     }
     assert_eq!(pos, seg_len);
-    assert!(
-        in_seg.len() >= 3,
-        "need several batches in the last segment"
-    );
+    assert!(in_seg.len() >= 3, "need several batches in the last segment");
     let cut_from = in_seg[in_seg.len() - 3].0;
     let mut cases = 0;
     for cut in cut_from..seg_len {
         let dir = root.path().join(format!("cut-{cut}"));
         copy_dir(&pristine, &dir);
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join(file_name(seg_base, "log")))
-            .unwrap();
+        let f = fs::OpenOptions::new().write(true).open(dir.join(file_name(seg_base, "log"))).unwrap();
         f.set_len(cut).unwrap();
         drop(f);
         let keep: Vec<_> = model
             .iter()
-            .filter(|(b, _)| {
-                *b < seg_base
-                    || in_seg
-                        .iter()
-                        .any(|(p, base, len)| base == b && p + len <= cut)
-            })
+            .filter(|(b, _)| *b < seg_base || in_seg.iter().any(|(p, base, len)| base == b && p + len <= cut))
             .cloned()
             .collect();
         check_recovered(&dir, &keep);
@@ -141,10 +124,7 @@ fn random_byte_flips_in_the_last_segment() {
     }
     for i in 0..200 {
         let at = rng.gen_range(0..seg_bytes.len());
-        let (bpos, _, _) = *in_seg
-            .iter()
-            .find(|(p, _, l)| at >= *p && at < p + l)
-            .unwrap();
+        let (bpos, _, _) = *in_seg.iter().find(|(p, _, l)| at >= *p && at < p + l).unwrap();
         // The partition leader epoch (bytes 12..16 of a batch) is outside the CRC by the v2
         // format's design, so a flip there cannot be detected; skip those bytes.
         if (12..16).contains(&(at - bpos)) {
@@ -157,9 +137,7 @@ fn random_byte_flips_in_the_last_segment() {
         fs::write(dir.join(file_name(seg_base, "log")), &bytes).unwrap();
         let keep: Vec<_> = model
             .iter()
-            .filter(|(b, _)| {
-                *b < seg_base || in_seg.iter().any(|(p, base, _)| base == b && *p < bpos)
-            })
+            .filter(|(b, _)| *b < seg_base || in_seg.iter().any(|(p, base, _)| base == b && *p < bpos))
             .cloned()
             .collect();
         check_recovered(&dir, &keep);
@@ -209,10 +187,7 @@ fn damaged_or_missing_indexes_are_rebuilt() {
         let got = log.read(*off, 10, None, true).unwrap();
         assert_eq!(&got[..], &bytes[..]);
         let (v, _) = sluice_protocol::batch::BatchView::parse(bytes).unwrap();
-        assert_eq!(
-            log.offset_for_timestamp(v.base_timestamp()).unwrap(),
-            Some((*off, v.base_timestamp()))
-        );
+        assert_eq!(log.offset_for_timestamp(v.base_timestamp()).unwrap(), Some((*off, v.base_timestamp())));
     }
 }
 
@@ -255,25 +230,16 @@ fn bad_batches_are_refused_without_a_partial_write() {
     bad_crc[last] ^= 1;
     let mut two = good.clone();
     two.extend_from_slice(&bad_crc);
-    assert!(matches!(
-        log.append(&mut two, 0, None),
-        Err(StorageError::InvalidBatch { .. })
-    ));
+    assert!(matches!(log.append(&mut two, 0, None), Err(StorageError::InvalidBatch { .. })));
     let mut truncated = good[..good.len() - 3].to_vec();
-    assert!(matches!(
-        log.append(&mut truncated, 0, None),
-        Err(StorageError::InvalidBatch { .. })
-    ));
+    assert!(matches!(log.append(&mut truncated, 0, None), Err(StorageError::InvalidBatch { .. })));
     let mut empty = vec![];
     assert!(log.append(&mut empty, 0, None).is_err());
     let mut big = make_batch(1, 5000, 3, 1);
     let mut cfg = small_config();
     cfg.max_message_bytes = 1000;
     log.set_config(cfg).unwrap();
-    assert!(matches!(
-        log.append(&mut big, 0, None),
-        Err(StorageError::BatchTooLarge { .. })
-    ));
+    assert!(matches!(log.append(&mut big, 0, None), Err(StorageError::BatchTooLarge { .. })));
     assert_eq!(log.log_end_offset(), 0);
     assert_eq!(log.size_bytes(), 0);
     let mut g = good.clone();
@@ -286,28 +252,16 @@ fn out_of_range_reads_are_errors() {
     let mut log = Log::open(&root.path().join("p"), small_config()).unwrap();
     let mut b = make_batch(3, 10, 1, 1);
     log.append(&mut b, 0, None).unwrap();
-    assert!(matches!(
-        log.read(4, 100, None, true),
-        Err(StorageError::OffsetOutOfRange { .. })
-    ));
+    assert!(matches!(log.read(4, 100, None, true), Err(StorageError::OffsetOutOfRange { .. })));
     assert!(log.read(3, 100, None, true).unwrap().is_empty());
-    assert!(matches!(
-        log.read(-1, 100, None, true),
-        Err(StorageError::OffsetOutOfRange { .. })
-    ));
+    assert!(matches!(log.read(-1, 100, None, true), Err(StorageError::OffsetOutOfRange { .. })));
 }
 
 #[test]
 fn group_commit_shares_fsyncs() {
     let root = tempfile::tempdir().unwrap();
-    let log = Log::open(
-        &root.path().join("p"),
-        LogConfig {
-            flush: FlushPolicy::Sync,
-            ..LogConfig::default()
-        },
-    )
-    .unwrap();
+    let log =
+        Log::open(&root.path().join("p"), LogConfig { flush: FlushPolicy::Sync, ..LogConfig::default() }).unwrap();
     let flusher = log.flusher();
     let log = std::sync::Arc::new(std::sync::Mutex::new(log));
     let threads = 8;
@@ -345,12 +299,7 @@ fn aborted_txn_index_and_snapshots_survive_reopen() {
         let mut b = make_batch(1, 10, i, 1);
         log.append(&mut b, 0, None).unwrap();
     }
-    let t = sluice_storage::AbortedTxn {
-        producer_id: 9,
-        first_offset: 1,
-        last_offset: 4,
-        last_stable_offset: 1,
-    };
+    let t = sluice_storage::AbortedTxn { producer_id: 9, first_offset: 1, last_offset: 4, last_stable_offset: 1 };
     log.append_aborted_txn(t).unwrap();
     log.write_producer_snapshot(5, b"state").unwrap();
     assert_eq!(log.collect_aborted_txns(0, 2), vec![t]);
@@ -360,10 +309,7 @@ fn aborted_txn_index_and_snapshots_survive_reopen() {
     drop(log);
     let log = Log::open(&dir, small_config()).unwrap();
     assert_eq!(log.collect_aborted_txns(0, 5), vec![t]);
-    assert_eq!(
-        log.latest_producer_snapshot().unwrap(),
-        Some((5, b"state".to_vec()))
-    );
+    assert_eq!(log.latest_producer_snapshot().unwrap(), Some((5, b"state".to_vec())));
 }
 
 #[test]
@@ -387,12 +333,7 @@ fn snapshot_and_txn_entries_past_a_truncated_tail_are_dropped() {
     // tear the last batch
     let (_, seg) = last_segment(&dir);
     let len = fs::metadata(&seg).unwrap().len();
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&seg)
-        .unwrap()
-        .set_len(len - 5)
-        .unwrap();
+    fs::OpenOptions::new().write(true).open(&seg).unwrap().set_len(len - 5).unwrap();
     let log = Log::open(&dir, small_config()).unwrap();
     assert_eq!(log.log_end_offset(), 2);
     assert!(log.collect_aborted_txns(0, 10).is_empty());
@@ -415,20 +356,13 @@ fn second_process_on_the_same_directory_fails() {
     let root = tempfile::tempdir().unwrap();
     let _held = DirLock::acquire(root.path()).unwrap();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "second_process_on_the_same_directory_fails",
-            "--exact",
-            "--nocapture",
-        ])
+        .args(["second_process_on_the_same_directory_fails", "--exact", "--nocapture"])
         .env("SLUICE_TEST_LOCK_CHILD", root.path())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "child should fail to lock");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("locked by another process"),
-        "stderr: {stderr}"
-    );
+    assert!(stderr.contains("locked by another process"), "stderr: {stderr}");
     drop(_held);
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["second_process_on_the_same_directory_fails", "--exact"])

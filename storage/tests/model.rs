@@ -50,12 +50,8 @@ fn check_contents(log: &Log, m: &Model) {
     assert_eq!(log.log_end_offset(), m.next, "LEO");
     assert_eq!(log.log_start_offset(), m.log_start, "log start");
     let got = read_all(log, m.log_start);
-    let want: Vec<_> = m
-        .batches
-        .iter()
-        .filter(|(_, last, _)| *last >= m.log_start)
-        .map(|(b, _, bytes)| (*b, bytes.clone()))
-        .collect();
+    let want: Vec<_> =
+        m.batches.iter().filter(|(_, last, _)| *last >= m.log_start).map(|(b, _, bytes)| (*b, bytes.clone())).collect();
     assert_eq!(got.len(), want.len(), "batch count");
     assert!(got == want, "contents differ from the model");
 }

@@ -62,7 +62,8 @@ pub fn describe(state: &BrokerState, req: DescribeConfigsRequest) -> DescribeCon
                                 continue;
                             }
                             let mut e = DescribeConfigsResourceResult::default();
-                            e.config_source = if t.configs.contains_key(&k) { SOURCE_DYNAMIC_TOPIC } else { SOURCE_DEFAULT };
+                            e.config_source =
+                                if t.configs.contains_key(&k) { SOURCE_DYNAMIC_TOPIC } else { SOURCE_DEFAULT };
                             e.name = sb(&k);
                             e.value = Some(sb(&v));
                             r.configs.push(e);
@@ -119,8 +120,11 @@ pub fn alter(state: &BrokerState, req: AlterConfigsRequest) -> AlterConfigsRespo
             r.error_code = code;
             r.error_message = Some(sb(&msg));
         } else {
-            let new: BTreeMap<String, String> =
-                res.configs.iter().filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string()))).collect();
+            let new: BTreeMap<String, String> = res
+                .configs
+                .iter()
+                .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
+                .collect();
             let result = state.alter_topic_configs(
                 &res.resource_name,
                 |m| {
@@ -142,7 +146,8 @@ pub fn alter(state: &BrokerState, req: AlterConfigsRequest) -> AlterConfigsRespo
 pub fn incremental_alter(state: &BrokerState, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
     let mut resp = IncrementalAlterConfigsResponse::default();
     for res in req.resources {
-        let mut r = kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+        let mut r =
+            kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
         r.resource_type = res.resource_type;
         r.resource_name = res.resource_name.clone();
         if let Some((code, msg)) = resource_error(res.resource_type) {
@@ -166,7 +171,10 @@ pub fn incremental_alter(state: &BrokerState, req: IncrementalAlterConfigsReques
                                 m.remove(&name);
                             }
                             2 | 3 => {
-                                return Err(TopicError::InvalidConfig(name, "APPEND/SUBTRACT apply to list configs only".into()))
+                                return Err(TopicError::InvalidConfig(
+                                    name,
+                                    "APPEND/SUBTRACT apply to list configs only".into(),
+                                ))
                             }
                             other => return Err(TopicError::InvalidConfig(name, format!("unknown operation {other}"))),
                         }

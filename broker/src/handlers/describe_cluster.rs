@@ -3,7 +3,9 @@
 use super::{sb, topic_name};
 use crate::state::BrokerState;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::describe_log_dirs_response::{DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic};
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
 use kafka_protocol::messages::{BrokerId, DescribeClusterResponse, DescribeLogDirsRequest, DescribeLogDirsResponse};
 
 pub fn describe_cluster(state: &BrokerState) -> DescribeClusterResponse {

@@ -51,7 +51,8 @@ fn read_all(state: &BrokerState, req: &FetchRequest, version: i16, wanted: &[Wan
         pd.last_stable_offset = -1;
         pd.log_start_offset = -1;
         pd.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
-        let partition = topic.as_ref().and_then(|t| usize::try_from(w.partition).ok().and_then(|i| t.partitions.get(i)));
+        let partition =
+            topic.as_ref().and_then(|t| usize::try_from(w.partition).ok().and_then(|i| t.partitions.get(i)));
         match partition {
             None => {
                 pd.error_code = if version >= 13 && topic.is_none() {
@@ -111,7 +112,8 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: FetchRequest) -> Repl
         .collect();
     let state = state.clone();
     let fut: LaterReply = Box::pin(async move {
-        let deadline = tokio::time::Instant::now() + Duration::from_millis((req.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MS_MAX));
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis((req.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MS_MAX));
         let min_bytes = req.min_bytes.max(0) as usize;
         loop {
             // Register for wake-ups before reading, so an append between the read and the

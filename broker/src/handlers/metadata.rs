@@ -4,10 +4,11 @@
 use super::{sb, topic_name};
 use crate::state::{BrokerState, Topic, TopicError};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use std::collections::BTreeMap;
-
 
 fn topic_entry(state: &BrokerState, t: &Topic) -> MetadataResponseTopic {
     let node = BrokerId(state.config.node_id);
@@ -65,22 +66,22 @@ pub fn handle(state: &BrokerState, version: i16, req: MetadataRequest) -> Metada
                 }
                 match state.topic(&name) {
                     Some(t) => topic_entry(state, &t),
-                    None if allow_create => {
-                        match state.create_topic(&name, -1, -1, BTreeMap::new(), false) {
-                            Ok(t) => topic_entry(state, &t),
-                            Err(TopicError::Exists(_)) => match state.topic(&name) {
-                                Some(t) => topic_entry(state, &t),
-                                None => error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::LeaderNotAvailable.code()),
-                            },
-                            Err(TopicError::InvalidName(..)) => {
-                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::InvalidTopicException.code())
+                    None if allow_create => match state.create_topic(&name, -1, -1, BTreeMap::new(), false) {
+                        Ok(t) => topic_entry(state, &t),
+                        Err(TopicError::Exists(_)) => match state.topic(&name) {
+                            Some(t) => topic_entry(state, &t),
+                            None => {
+                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::LeaderNotAvailable.code())
                             }
-                            Err(e) => {
-                                tracing::warn!("auto-create of {name} failed: {e}");
-                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::UnknownServerError.code())
-                            }
+                        },
+                        Err(TopicError::InvalidName(..)) => {
+                            error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::InvalidTopicException.code())
                         }
-                    }
+                        Err(e) => {
+                            tracing::warn!("auto-create of {name} failed: {e}");
+                            error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::UnknownServerError.code())
+                        }
+                    },
                     None => {
                         let code = if crate::state::validate_topic_name(&name).is_err() {
                             ResponseError::InvalidTopicException.code()
@@ -100,4 +101,3 @@ pub fn handle(state: &BrokerState, version: i16, req: MetadataRequest) -> Metada
     }
     resp
 }
-

@@ -150,4 +150,3 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
         Reply::Later(stage2)
     }
 }
-

@@ -87,7 +87,8 @@ pub fn create(state: &BrokerState, req: CreateTopicsRequest) -> CreateTopicsResp
 
 pub fn delete(state: &BrokerState, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
     let mut resp = DeleteTopicsResponse::default();
-    let mut targets: Vec<(Option<String>, uuid::Uuid)> = req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
+    let mut targets: Vec<(Option<String>, uuid::Uuid)> =
+        req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
     targets.extend(req.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)));
     for (name, id) in targets {
         let mut r = DeletableTopicResult::default();

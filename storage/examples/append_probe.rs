@@ -1,0 +1,57 @@
+//! Quick append probe (not a benchmark of record): `cargo run --release -p sluice-storage
+//! --example append_probe -- SIZE COUNT sync|interval INDEX_INTERVAL`
+#![allow(clippy::unwrap_used)]
+use rand::RngCore;
+use sluice_protocol::batch::{BatchBuilder, NewRecord};
+use sluice_storage::{FlushPolicy, Log, LogConfig};
+use std::io::Write;
+use std::time::Instant;
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let size: usize = a.get(1).map(|s| s.parse().unwrap()).unwrap_or(65536);
+    let count: usize = a.get(2).map(|s| s.parse().unwrap()).unwrap_or(2000);
+    let sync = a.get(3).map(|s| s == "sync").unwrap_or(true);
+    let interval: u64 = a.get(4).map(|s| s.parse().unwrap()).unwrap_or(4096);
+    let mut v = vec![0u8; size - 100];
+    rand::thread_rng().fill_bytes(&mut v);
+    let batch = BatchBuilder::default()
+        .build(&[NewRecord { timestamp: 1, key: None, value: Some(v.into()), headers: vec![] }])
+        .unwrap()
+        .to_vec();
+    let dir = tempfile::tempdir_in(".").unwrap();
+    let mut f = std::fs::File::create(dir.path().join("raw")).unwrap();
+    let t = Instant::now();
+    for _ in 0..count {
+        f.write_all(&batch).unwrap();
+        if sync {
+            f.sync_data().unwrap();
+        }
+    }
+    let raw = t.elapsed();
+    drop(f);
+    std::fs::remove_file(dir.path().join("raw")).unwrap();
+    let policy = if sync { FlushPolicy::Sync } else { FlushPolicy::Interval { interval_ms: 1000 } };
+    let mut log = Log::open(
+        &dir.path().join("p"),
+        LogConfig { flush: policy, index_interval_bytes: interval, ..Default::default() },
+    )
+    .unwrap();
+    let fl = log.flusher();
+    let mut buf = batch.clone();
+    let t = Instant::now();
+    for _ in 0..count {
+        let info = log.append(&mut buf, 1, None).unwrap();
+        if sync {
+            fl.sync_to(info.last_offset + 1).unwrap();
+        }
+    }
+    let sl = t.elapsed();
+    let mb = (count * batch.len()) as f64 / 1048576.0;
+    println!(
+        "size {size} sync {sync}: raw {:.1} MiB/s, sluice {:.1} MiB/s, ratio {:.2}",
+        mb / raw.as_secs_f64(),
+        mb / sl.as_secs_f64(),
+        raw.as_secs_f64() / sl.as_secs_f64()
+    );
+}
