@@ -105,58 +105,64 @@ fn append_benches(c: &mut Criterion) {
         for size in [1024usize, 64 * 1024] {
             let batch = random_batch(size, &mut rng);
             group.throughput(Throughput::Bytes(batch.len() as u64));
+            // One file / one log per benchmark function, kept across samples: the figure is
+            // steady-state appending, not file creation and deletion.
             let raw_id = format!("raw_file/{size}");
-            group.bench_with_input(BenchmarkId::new("raw_file", size), &batch, |b, batch| {
-                b.iter_custom(|iters| {
-                    let dir = tempfile::tempdir().unwrap();
-                    let path = dir.path().join("raw");
-                    let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&path).unwrap();
-                    let sync_f = Arc::new(f.try_clone().unwrap());
-                    let _ticker = interval.map(|every| {
-                        let sf = sync_f.clone();
-                        Ticker::start(every, move || sf.sync_data().unwrap())
-                    });
-                    let t = Instant::now();
-                    for _ in 0..iters {
-                        f.write_all(batch).unwrap();
-                        if interval.is_none() {
-                            f.sync_data().unwrap();
+            {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("raw");
+                let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&path).unwrap();
+                let sync_f = Arc::new(f.try_clone().unwrap());
+                let _ticker = interval.map(|every| {
+                    let sf = sync_f.clone();
+                    Ticker::start(every, move || sf.sync_data().unwrap())
+                });
+                group.bench_with_input(BenchmarkId::new("raw_file", size), &batch, |b, batch| {
+                    b.iter_custom(|iters| {
+                        let t = Instant::now();
+                        for _ in 0..iters {
+                            f.write_all(batch).unwrap();
+                            if interval.is_none() {
+                                f.sync_data().unwrap();
+                            }
                         }
-                    }
-                    let el = t.elapsed();
-                    record(&group_name, &raw_id, iters * batch.len() as u64, el);
-                    el
-                })
-            });
+                        let el = t.elapsed();
+                        record(&group_name, &raw_id, iters * batch.len() as u64, el);
+                        el
+                    })
+                });
+            }
             let sl_id = format!("sluice_log/{size}");
-            group.bench_with_input(BenchmarkId::new("sluice_log", size), &batch, |b, batch| {
-                b.iter_custom(|iters| {
-                    let dir = tempfile::tempdir().unwrap();
-                    let policy = match interval {
-                        None => FlushPolicy::Sync,
-                        Some(d) => FlushPolicy::Interval { interval_ms: d.as_millis() as u64 },
-                    };
-                    let mut log = open_log(&dir.path().join("p"), policy);
-                    let flusher = log.flusher();
-                    let _ticker = interval.map(|every| {
-                        let fl = flusher.clone();
-                        Ticker::start(every, move || {
-                            fl.sync_to(fl.written_end()).unwrap();
-                        })
-                    });
-                    let mut buf = batch.clone();
-                    let t = Instant::now();
-                    for _ in 0..iters {
-                        let info = log.append(&mut buf, 1_700_000_000_000, None).unwrap();
-                        if interval.is_none() {
-                            flusher.sync_to(info.last_offset + 1).unwrap();
+            {
+                let dir = tempfile::tempdir().unwrap();
+                let policy = match interval {
+                    None => FlushPolicy::Sync,
+                    Some(d) => FlushPolicy::Interval { interval_ms: d.as_millis() as u64 },
+                };
+                let mut log = open_log(&dir.path().join("p"), policy);
+                let flusher = log.flusher();
+                let _ticker = interval.map(|every| {
+                    let fl = flusher.clone();
+                    Ticker::start(every, move || {
+                        fl.sync_to(fl.written_end()).unwrap();
+                    })
+                });
+                let mut buf = batch.clone();
+                group.bench_with_input(BenchmarkId::new("sluice_log", size), &batch, |b, _| {
+                    b.iter_custom(|iters| {
+                        let t = Instant::now();
+                        for _ in 0..iters {
+                            let info = log.append(&mut buf, 1_700_000_000_000, None).unwrap();
+                            if interval.is_none() {
+                                flusher.sync_to(info.last_offset + 1).unwrap();
+                            }
                         }
-                    }
-                    let el = t.elapsed();
-                    record(&group_name, &sl_id, iters * batch.len() as u64, el);
-                    el
-                })
-            });
+                        let el = t.elapsed();
+                        record(&group_name, &sl_id, iters * batch.len() as u64, el);
+                        el
+                    })
+                });
+            }
         }
         group.finish();
         for size in [1024usize, 64 * 1024] {

@@ -21,6 +21,15 @@ fn main() {
         .to_vec();
     let dir = tempfile::tempdir_in(".").unwrap();
     let mut f = std::fs::File::create(dir.path().join("raw")).unwrap();
+    let rf = std::sync::Arc::new(f.try_clone().unwrap());
+    let rstop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (rf2, rstop2) = (rf.clone(), rstop.clone());
+    let rticker = std::thread::spawn(move || {
+        while !rstop2.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            rf2.sync_data().unwrap();
+        }
+    });
     let t = Instant::now();
     for _ in 0..count {
         f.write_all(&batch).unwrap();
@@ -29,6 +38,8 @@ fn main() {
         }
     }
     let raw = t.elapsed();
+    rstop.store(true, std::sync::atomic::Ordering::Relaxed);
+    rticker.join().unwrap();
     drop(f);
     std::fs::remove_file(dir.path().join("raw")).unwrap();
     let policy = if sync { FlushPolicy::Sync } else { FlushPolicy::Interval { interval_ms: 1000 } };
@@ -38,6 +49,15 @@ fn main() {
     )
     .unwrap();
     let fl = log.flusher();
+    let ticker_fl = fl.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let ticker = std::thread::spawn(move || {
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            ticker_fl.sync_to(ticker_fl.written_end()).unwrap();
+        }
+    });
     let mut buf = batch.clone();
     let t = Instant::now();
     for _ in 0..count {
@@ -47,6 +67,9 @@ fn main() {
         }
     }
     let sl = t.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    ticker.join().unwrap();
+    eprintln!("fsyncs {} segments {}", fl.fsync_count(), log.segment_count());
     let mb = (count * batch.len()) as f64 / 1048576.0;
     println!(
         "size {size} sync {sync}: raw {:.1} MiB/s, sluice {:.1} MiB/s, ratio {:.2}",

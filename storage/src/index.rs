@@ -101,8 +101,13 @@ impl<const W: usize> Index<W> {
 
     /// Flush and shrink the file to the entries in use (at roll and close). The index stays
     /// usable for lookups; appends after a trim grow it again.
-    pub fn trim(&mut self) -> Result<()> {
-        self.flush()?;
+    /// With `durable`, the pages and the new length are synced too (clean close); without
+    /// (a roll on the append path), the kernel writes them back later and recovery validates
+    /// the index against the log before trusting it.
+    pub fn trim(&mut self, durable: bool) -> Result<()> {
+        if durable {
+            self.flush()?;
+        }
         let cap = self.entries.max(1);
         self.map = None;
         self.file.set_len((self.entries * W) as u64).at(&self.path)?;
@@ -112,7 +117,9 @@ impl<const W: usize> Index<W> {
         } else {
             self.capacity = 0;
         }
-        self.file.sync_all().at(&self.path)?;
+        if durable {
+            self.file.sync_all().at(&self.path)?;
+        }
         Ok(())
     }
 
@@ -255,7 +262,7 @@ mod tests {
         assert_eq!(idx.lookup(10), 100);
         assert_eq!(idx.lookup(25), 200);
         assert_eq!(idx.lookup(1000), 300);
-        idx.trim().unwrap();
+        idx.trim(true).unwrap();
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 24);
         drop(idx);
         let idx = OffsetIndex::open(&p, 1024).unwrap();

@@ -167,6 +167,8 @@ pub struct Log {
     flusher: Arc<Flusher>,
     recovery: RecoveryReport,
     offline: bool,
+    /// Reused per append so the hot path does not allocate.
+    scratch_metas: Vec<BatchMeta>,
 }
 
 impl std::fmt::Debug for Log {
@@ -298,7 +300,7 @@ impl Log {
             if *base == newest {
                 seg.unseal()?;
             } else if !clean {
-                seg.seal()?;
+                seg.seal(true)?;
             }
         }
         // Remove index/side files that have no log file any more.
@@ -326,6 +328,7 @@ impl Log {
             flusher,
             recovery: report,
             offline: false,
+            scratch_metas: Vec::with_capacity(8),
         };
         log.delete_snapshots_after(leo)?;
         log.write_checkpoint()?;
@@ -401,7 +404,8 @@ impl Log {
                 source: batch::BatchError::Truncated { needed: batch::BATCH_HEADER_BYTES, available: 0 },
             });
         }
-        let mut metas = Vec::with_capacity(1);
+        let mut metas = std::mem::take(&mut self.scratch_metas);
+        metas.clear();
         let mut pos = 0;
         let mut next = self.log_end_offset();
         let first = next;
@@ -457,14 +461,16 @@ impl Log {
             return Err(e);
         }
         self.flusher.publish(next);
-        Ok(AppendInfo {
+        let info = AppendInfo {
             first_offset: first,
             last_offset: next - 1,
             max_timestamp: max_ts,
             offset_of_max_timestamp: offset_of_max,
             batches: metas.len(),
             bytes: batches.len(),
-        })
+        };
+        self.scratch_metas = metas;
+        Ok(info)
     }
 
     /// Append and, under the `Sync` policy, wait until it is durable (convenience for tests
@@ -484,7 +490,7 @@ impl Log {
             return Ok(());
         }
         let leo = self.log_end_offset();
-        if let Err(e) = self.active_mut().seal() {
+        if let Err(e) = self.active_mut().seal(false) {
             self.offline = true;
             return Err(e);
         }
@@ -500,7 +506,9 @@ impl Log {
         let file = Arc::new(seg.file().try_clone().at(seg.log_path())?);
         self.flusher.switch_file(file, seg.log_path().to_path_buf());
         self.segments.insert(leo, seg);
-        self.write_checkpoint()
+        // The recovery-point checkpoint is written by the periodic flush, not here: a roll is on
+        // the append path, and a stale checkpoint only means a longer scan after a crash.
+        Ok(())
     }
 
     /// Batches from the one containing `offset`, up to `max_bytes` (at least one whole batch
@@ -725,7 +733,7 @@ impl Log {
     /// so the next open skips the scan.
     pub fn close(mut self) -> Result<()> {
         self.check_online()?;
-        self.active_mut().seal()?;
+        self.active_mut().seal(true)?;
         self.flusher.sync_to(self.log_end_offset())?;
         self.write_checkpoint()?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);

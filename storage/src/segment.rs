@@ -237,6 +237,15 @@ impl Segment {
             return Ok(false);
         }
         let map = self.view(self.size)?;
+        // Every index entry must point at the start of the batch it names (an index written
+        // back only partly before a crash can look monotonic yet be wrong).
+        for i in 0..self.index.len() {
+            let (rel, pos) = self.index.get(i);
+            match BatchView::parse_unchecked_crc(&map[pos as usize..]) {
+                Ok(b) if b.base_offset() == self.base_offset + i64::from(rel) => {}
+                _ => return Ok(false),
+            }
+        }
         let (rel, mut pos) = self.index.last().unwrap_or((0, 0));
         let mut next = self.base_offset + i64::from(rel);
         // Hop from the last indexed batch to the end. Each hop reads a header only.
@@ -345,14 +354,17 @@ impl Segment {
 
     /// The segment stops being active: final time-index entry, trimmed indexes. The log data
     /// itself is synced by the log's `Flusher`, not here, so a roll never stalls appends.
-    pub fn seal(&mut self) -> Result<()> {
+    /// `durable`: also sync the trimmed indexes (clean close, after recovery).
+    pub fn seal(&mut self, durable: bool) -> Result<()> {
         if self.max_timestamp >= 0 && self.time_index.last().is_none_or(|(t, _)| self.max_timestamp > t) {
             let rel = self.relative(self.offset_of_max_timestamp);
             self.time_index.append(self.max_timestamp, rel);
         }
-        self.index.trim()?;
-        self.time_index.trim()?;
-        self.txn_index.sync()?;
+        self.index.trim(durable)?;
+        self.time_index.trim(durable)?;
+        if durable {
+            self.txn_index.sync()?;
+        }
         Ok(())
     }
 

@@ -1,0 +1,307 @@
+//! Bad input against a real broker process over raw sockets: garbage, truncated and oversized
+//! frames, unknown API keys and versions, hostile lengths, batches with a bad CRC or bad
+//! lengths. Each gets the right Kafka error or a closed connection; the broker never dies,
+//! other connections carry on, and nothing stored changes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use bytes::Bytes;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use rand::{Rng, SeedableRng};
+use sluice_protocol::api::{decode_response, encode_request};
+use sluice_protocol::batch::{BatchBuilder, NewRecord};
+use sluice_tests::Broker;
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+fn connect(b: &Broker) -> TcpStream {
+    let s = TcpStream::connect(b.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+fn request(key: ApiKey, version: i16, correlation_id: i32, body: RequestKind) -> Vec<u8> {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("bad-input-test")));
+    encode_request(&header, &body).unwrap().to_vec()
+}
+
+fn read_frame(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut buf = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
+/// The broker closed this connection (EOF or reset) rather than answering.
+fn assert_closed(s: &mut TcpStream) {
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!("expected the connection to close, got {n} bytes"),
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("expected the connection to close, got {e}"),
+    }
+}
+
+fn call(b: &Broker, key: ApiKey, version: i16, body: RequestKind) -> ResponseKind {
+    let mut s = connect(b);
+    s.write_all(&request(key, version, 1, body)).unwrap();
+    let frame = read_frame(&mut s).expect("a response");
+    let (cid, resp) = decode_response(key, version, Bytes::from(frame)).unwrap();
+    assert_eq!(cid, 1);
+    resp
+}
+
+fn alive(b: &Broker) {
+    match call(b, ApiKey::ApiVersions, 3, RequestKind::ApiVersions(ApiVersionsRequest::default())) {
+        ResponseKind::ApiVersions(r) => assert_eq!(r.error_code, 0),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn produce_body(topic: &str, records: Vec<u8>) -> RequestKind {
+    let mut p = produce_request::PartitionProduceData::default();
+    p.index = 0;
+    p.records = Some(Bytes::from(records));
+    let mut t = produce_request::TopicProduceData::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partition_data = vec![p];
+    let mut r = ProduceRequest::default();
+    r.acks = -1;
+    r.timeout_ms = 5000;
+    r.topic_data = vec![t];
+    RequestKind::Produce(r)
+}
+
+fn produce_code(b: &Broker, topic: &str, records: Vec<u8>) -> (i16, i64) {
+    match call(b, ApiKey::Produce, 9, produce_body(topic, records)) {
+        ResponseKind::Produce(r) => {
+            let p = &r.responses[0].partition_responses[0];
+            (p.error_code, p.base_offset)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+fn good_batch(n: usize) -> Vec<u8> {
+    let recs: Vec<NewRecord> = (0..n)
+        .map(|i| NewRecord {
+            timestamp: 1000 + i as i64,
+            value: Some(Bytes::from(format!("v{i}"))),
+            ..Default::default()
+        })
+        .collect();
+    BatchBuilder::default().build(&recs).unwrap().to_vec()
+}
+
+fn latest_offset(b: &Broker, topic: &str) -> i64 {
+    let mut p = list_offsets_request::ListOffsetsPartition::default();
+    p.timestamp = -1;
+    let mut t = list_offsets_request::ListOffsetsTopic::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partitions = vec![p];
+    let mut r = ListOffsetsRequest::default();
+    r.topics = vec![t];
+    match call(b, ApiKey::ListOffsets, 5, RequestKind::ListOffsets(r)) {
+        ResponseKind::ListOffsets(r) => r.topics[0].partitions[0].offset,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn malformed_frames_close_only_their_connection() {
+    let b = Broker::start();
+    let bystander = {
+        let mut s = connect(&b);
+        s.write_all(&request(ApiKey::ApiVersions, 0, 7, RequestKind::ApiVersions(Default::default()))).unwrap();
+        assert!(read_frame(&mut s).is_some());
+        s
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("oversized length", 0x7fff_ffffi32.to_be_bytes().to_vec()),
+        ("negative length", (-5i32).to_be_bytes().to_vec()),
+        ("unknown api key", {
+            let mut f = 8i32.to_be_bytes().to_vec();
+            f.extend_from_slice(&[0x03, 0xe7, 0, 0, 0, 0, 0, 1]);
+            f
+        }),
+        ("header too short", {
+            let mut f = 3i32.to_be_bytes().to_vec();
+            f.extend_from_slice(&[0, 18, 0]);
+            f
+        }),
+        ("unsupported metadata version", {
+            let mut r = request(ApiKey::Metadata, 9, 1, RequestKind::Metadata(Default::default()));
+            r[6..8].copy_from_slice(&99i16.to_be_bytes());
+            r
+        }),
+        ("produce v2 (old message format)", {
+            let mut r = request(ApiKey::Produce, 9, 1, produce_body("x", good_batch(1)));
+            r[6..8].copy_from_slice(&2i16.to_be_bytes());
+            r
+        }),
+        ("hostile array length", {
+            let mut body = vec![0, 3, 0, 1, 0, 0, 0, 1, 0xff, 0xff];
+            body.extend_from_slice(&0x7fff_ffffi32.to_be_bytes());
+            let mut f = (body.len() as i32).to_be_bytes().to_vec();
+            f.extend_from_slice(&body);
+            f
+        }),
+        ("truncated body", {
+            let full = request(ApiKey::Metadata, 9, 1, RequestKind::Metadata(Default::default()));
+            let mut f = ((full.len() - 4 - 3) as i32).to_be_bytes().to_vec();
+            f.extend_from_slice(&full[4..full.len() - 3]);
+            f
+        }),
+    ];
+    for (name, bytes) in cases {
+        let mut s = connect(&b);
+        s.write_all(&bytes).unwrap();
+        assert_closed(&mut s);
+        alive(&b);
+        eprintln!("ok: {name}");
+    }
+    // a frame that never completes just waits; closing it changes nothing
+    {
+        let mut s = connect(&b);
+        s.write_all(&100i32.to_be_bytes()).unwrap();
+        s.write_all(&[0, 18, 0, 3]).unwrap();
+    }
+    alive(&b);
+    // the bystander connection still works
+    let mut s = bystander;
+    s.write_all(&request(ApiKey::ApiVersions, 0, 8, RequestKind::ApiVersions(Default::default()))).unwrap();
+    assert!(read_frame(&mut s).is_some());
+}
+
+#[test]
+fn unknown_api_versions_version_gets_a_v0_answer() {
+    let b = Broker::start();
+    let mut s = connect(&b);
+    s.write_all(&request(ApiKey::ApiVersions, 3, 5, RequestKind::ApiVersions(Default::default()))).unwrap();
+    assert!(read_frame(&mut s).is_some());
+    // the same request with a version number from the future
+    let mut req = request(ApiKey::ApiVersions, 3, 6, RequestKind::ApiVersions(Default::default()));
+    req[6..8].copy_from_slice(&77i16.to_be_bytes());
+    s.write_all(&req).unwrap();
+    let frame = read_frame(&mut s).unwrap();
+    let (cid, resp) = decode_response(ApiKey::ApiVersions, 0, Bytes::from(frame)).unwrap();
+    assert_eq!(cid, 6);
+    match resp {
+        ResponseKind::ApiVersions(r) => {
+            assert_eq!(r.error_code, 35, "UNSUPPORTED_VERSION");
+            let av = r.api_keys.iter().find(|k| k.api_key == 18).unwrap();
+            assert_eq!((av.min_version, av.max_version), (0, 3));
+        }
+        other => panic!("{other:?}"),
+    }
+    // and the connection stays usable
+    s.write_all(&request(ApiKey::ApiVersions, 0, 9, RequestKind::ApiVersions(Default::default()))).unwrap();
+    assert!(read_frame(&mut s).is_some());
+}
+
+#[test]
+fn invalid_batches_are_refused_and_nothing_is_stored() {
+    let b = Broker::start();
+    assert_eq!(produce_code(&b, "bad", good_batch(3)), (0, 0));
+    let before = latest_offset(&b, "bad");
+    assert_eq!(before, 3);
+
+    let mut bad_crc = good_batch(2);
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 0x55;
+    assert_eq!(produce_code(&b, "bad", bad_crc).0, 2, "CORRUPT_MESSAGE");
+
+    let mut bad_len = good_batch(2);
+    bad_len[8..12].copy_from_slice(&10_000i32.to_be_bytes());
+    assert_eq!(produce_code(&b, "bad", bad_len).0, 2, "CORRUPT_MESSAGE for a length past the end");
+
+    let mut short_len = good_batch(2);
+    short_len[8..12].copy_from_slice(&20i32.to_be_bytes());
+    assert_eq!(produce_code(&b, "bad", short_len).0, 2);
+
+    let mut magic1 = good_batch(1);
+    magic1[16] = 1;
+    assert_ne!(produce_code(&b, "bad", magic1).0, 0);
+
+    // a good batch followed by a bad one: the whole request is refused
+    let mut two = good_batch(1);
+    let mut tail = good_batch(1);
+    tail[30] ^= 1;
+    two.extend_from_slice(&tail);
+    assert_eq!(produce_code(&b, "bad", two).0, 2);
+
+    assert_eq!(produce_code(&b, "bad", vec![]).0, 2, "empty records");
+    assert_eq!(produce_code(&b, "bad", vec![1, 2, 3]).0, 2, "three bytes");
+
+    // idempotent batches need InitProducerId, which is not served yet: refused, not stored
+    let idem = BatchBuilder { producer_id: 5, producer_epoch: 0, base_sequence: 0, ..Default::default() }
+        .build(&[NewRecord { timestamp: 1, ..Default::default() }])
+        .unwrap()
+        .to_vec();
+    assert_ne!(produce_code(&b, "bad", idem).0, 0);
+
+    assert_eq!(latest_offset(&b, "bad"), before, "nothing stored");
+    assert_eq!(produce_code(&b, "bad", good_batch(1)), (0, 3), "good batches still work");
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let b = Broker::start();
+    let mut s = connect(&b);
+    let mut all = Vec::new();
+    let mut expect = Vec::new();
+    for i in 0..30 {
+        let (key, version, body) = match i % 3 {
+            0 => (ApiKey::ApiVersions, 3, RequestKind::ApiVersions(Default::default())),
+            1 => (ApiKey::Produce, 9, produce_body("pipe", good_batch(1))),
+            _ => (ApiKey::Metadata, 12, RequestKind::Metadata(Default::default())),
+        };
+        all.extend_from_slice(&request(key, version, 100 + i, body));
+        expect.push((key, version, 100 + i));
+    }
+    s.write_all(&all).unwrap();
+    let mut produce_offsets = Vec::new();
+    for (key, version, cid) in expect {
+        let frame = read_frame(&mut s).unwrap();
+        let (got, resp) = decode_response(key, version, Bytes::from(frame)).unwrap();
+        assert_eq!(got, cid, "responses in request order");
+        if let ResponseKind::Produce(r) = resp {
+            produce_offsets.push(r.responses[0].partition_responses[0].base_offset);
+        }
+    }
+    assert_eq!(produce_offsets, (0..10).collect::<Vec<i64>>());
+}
+
+#[test]
+fn random_frames_never_kill_the_broker() {
+    let b = Broker::start();
+    assert_eq!(produce_code(&b, "fz", good_batch(5)).0, 0);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let keys: Vec<i16> = sluice_protocol::api::SUPPORTED_APIS.iter().map(|s| s.key as i16).collect();
+    for _ in 0..300 {
+        let len = rng.gen_range(0..200);
+        let mut body: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        if body.len() >= 4 && rng.gen_bool(0.8) {
+            // make most frames reach a real decoder: a supported key and a plausible version
+            let k = keys[rng.gen_range(0..keys.len())];
+            body[0..2].copy_from_slice(&k.to_be_bytes());
+            body[2..4].copy_from_slice(&rng.gen_range(0i16..13).to_be_bytes());
+        }
+        let mut f = (body.len() as i32).to_be_bytes().to_vec();
+        f.extend_from_slice(&body);
+        let mut s = connect(&b);
+        let _ = s.write_all(&f);
+        s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let mut sink = [0u8; 4096];
+        let _ = s.read(&mut sink);
+    }
+    alive(&b);
+    assert_eq!(latest_offset(&b, "fz"), 5, "stored data unchanged");
+}
