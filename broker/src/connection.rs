@@ -15,7 +15,7 @@
 use crate::dispatch::dispatch;
 use crate::handlers::Reply;
 use crate::state::BrokerState;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use sluice_protocol::api::{self, DecodeError};
@@ -29,18 +29,63 @@ use tokio::sync::mpsc;
 pub const INFLIGHT_REQUESTS_MAX: usize = 64;
 
 enum Out {
-    Ready(BytesMut),
-    Pending(tokio::task::JoinHandle<Option<BytesMut>>),
+    Ready(Vec<Bytes>),
+    Pending(tokio::task::JoinHandle<Option<Vec<Bytes>>>),
 }
 
-fn encode(key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Option<BytesMut> {
-    match api::encode_response(key, version, correlation_id, body) {
+/// Record data in a response, which the encoder must not copy (zero-copy fetch).
+fn shared_records(body: &ResponseKind) -> Vec<Bytes> {
+    match body {
+        ResponseKind::Fetch(r) => {
+            r.responses.iter().flat_map(|t| t.partitions.iter().filter_map(|p| p.records.clone())).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn encode(key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Option<Vec<Bytes>> {
+    match api::encode_response_chunked(key, version, correlation_id, body, shared_records(body)) {
         Ok(b) => Some(b),
         Err(e) => {
             tracing::error!("cannot encode {key:?} v{version} response: {e}");
             None
         }
     }
+}
+
+/// Write every chunk with vectored writes (log data goes from the page cache to the socket
+/// without an intermediate copy in the broker).
+async fn write_chunks(wr: &mut tokio::net::tcp::OwnedWriteHalf, chunks: &[Bytes]) -> std::io::Result<()> {
+    const IOV_MAX: usize = 64;
+    let (mut idx, mut off) = (0usize, 0usize);
+    while idx < chunks.len() {
+        let slices: Vec<std::io::IoSlice<'_>> = chunks[idx..]
+            .iter()
+            .take(IOV_MAX)
+            .enumerate()
+            .map(|(i, c)| std::io::IoSlice::new(if i == 0 { &c[off..] } else { &c[..] }))
+            .collect();
+        let mut n = wr.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 && idx < chunks.len() {
+            let rest = chunks[idx].len() - off;
+            if n >= rest {
+                n -= rest;
+                idx += 1;
+                off = 0;
+            } else {
+                off += n;
+                n = 0;
+            }
+        }
+        while idx < chunks.len() && chunks[idx].len() == off {
+            idx += 1;
+            off = 0;
+        }
+    }
+    Ok(())
 }
 
 /// Admin requests do synchronous disk work (metadata fsync, directory creation).
@@ -68,8 +113,8 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
                 Out::Ready(b) => Some(b),
                 Out::Pending(h) => h.await.ok().flatten(),
             };
-            if let Some(b) = bytes {
-                if wr.write_all(&b).await.is_err() {
+            if let Some(chunks) = bytes {
+                if write_chunks(&mut wr, &chunks).await.is_err() {
                     break;
                 }
             }

@@ -13,33 +13,33 @@ use std::sync::Arc;
 pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
     let version = req.version();
     let reply = match req.body {
-        RequestKind::ApiVersions(_) => Reply::Now(ResponseKind::ApiVersions(handlers::api_versions::response(0))),
-        RequestKind::Metadata(r) => Reply::Now(ResponseKind::Metadata(handlers::metadata::handle(state, version, r))),
+        RequestKind::ApiVersions(_) => Reply::now(ResponseKind::ApiVersions(handlers::api_versions::response(0))),
+        RequestKind::Metadata(r) => Reply::now(ResponseKind::Metadata(handlers::metadata::handle(state, version, r))),
         RequestKind::Produce(r) => handlers::produce::handle(state, r),
         RequestKind::Fetch(r) => handlers::fetch::handle(state, version, r),
         RequestKind::ListOffsets(r) => {
-            Reply::Now(ResponseKind::ListOffsets(handlers::list_offsets::handle(state, version, r)))
+            Reply::now(ResponseKind::ListOffsets(handlers::list_offsets::handle(state, version, r)))
         }
-        RequestKind::CreateTopics(r) => Reply::Now(ResponseKind::CreateTopics(handlers::topics::create(state, r))),
-        RequestKind::DeleteTopics(r) => Reply::Now(ResponseKind::DeleteTopics(handlers::topics::delete(state, r))),
+        RequestKind::CreateTopics(r) => Reply::now(ResponseKind::CreateTopics(handlers::topics::create(state, r))),
+        RequestKind::DeleteTopics(r) => Reply::now(ResponseKind::DeleteTopics(handlers::topics::delete(state, r))),
         RequestKind::CreatePartitions(r) => {
-            Reply::Now(ResponseKind::CreatePartitions(handlers::topics::create_partitions(state, r)))
+            Reply::now(ResponseKind::CreatePartitions(handlers::topics::create_partitions(state, r)))
         }
         RequestKind::DeleteRecords(r) => {
-            Reply::Now(ResponseKind::DeleteRecords(handlers::delete_records::handle(state, r)))
+            Reply::now(ResponseKind::DeleteRecords(handlers::delete_records::handle(state, r)))
         }
         RequestKind::DescribeConfigs(r) => {
-            Reply::Now(ResponseKind::DescribeConfigs(handlers::configs::describe(state, r)))
+            Reply::now(ResponseKind::DescribeConfigs(handlers::configs::describe(state, r)))
         }
-        RequestKind::AlterConfigs(r) => Reply::Now(ResponseKind::AlterConfigs(handlers::configs::alter(state, r))),
+        RequestKind::AlterConfigs(r) => Reply::now(ResponseKind::AlterConfigs(handlers::configs::alter(state, r))),
         RequestKind::IncrementalAlterConfigs(r) => {
-            Reply::Now(ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(state, r)))
+            Reply::now(ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(state, r)))
         }
         RequestKind::DescribeCluster(_) => {
-            Reply::Now(ResponseKind::DescribeCluster(handlers::describe_cluster::describe_cluster(state)))
+            Reply::now(ResponseKind::DescribeCluster(handlers::describe_cluster::describe_cluster(state)))
         }
         RequestKind::DescribeLogDirs(r) => {
-            Reply::Now(ResponseKind::DescribeLogDirs(handlers::describe_cluster::describe_log_dirs(state, r)))
+            Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_cluster::describe_log_dirs(state, r)))
         }
         // `RequestKind` is non-exhaustive; keys outside the table never decode to here
         // (`decode_request` refuses them), so reaching this arm is a table/dispatch mismatch.
@@ -157,7 +157,7 @@ mod tests {
                 let frame = encode_request(&header, &default_request(spec.key, v, topic_id)).unwrap();
                 let req = decode_request(frame.freeze().slice(4..)).unwrap();
                 let body = match tokio::task::block_in_place(|| dispatch(&state, req)) {
-                    Some(Reply::Now(b)) => b,
+                    Some(Reply::Now(b)) => *b,
                     Some(Reply::Later(f)) => f.await,
                     Some(Reply::None) => continue,
                     None => panic!("{:?} v{v} has no handler", spec.key),

@@ -128,6 +128,36 @@ pub fn encode_response(
     Ok(buf)
 }
 
+/// Encode a response frame as chunks (size prefix first) without copying the registered
+/// `shared` buffers (record data read from the log): see [`crate::chunked`].
+pub fn encode_response_chunked(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+    shared: Vec<Bytes>,
+) -> Result<Vec<Bytes>, String> {
+    // `ResponseKind::encode` only targets `BytesMut`; Fetch (the one response that carries log
+    // data) is encoded through its generic `Encodable` impl into the chunked buffer.
+    let ResponseKind::Fetch(fetch) = body else {
+        return encode_response(api_key, version, correlation_id, body).map(|b| vec![b.freeze()]);
+    };
+    let mut buf = crate::chunked::ChunkedBuf::new();
+    for b in shared {
+        buf.share(b);
+    }
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut buf, api_key.response_header_version(version))
+        .map_err(|e| format!("{e:#}"))?;
+    fetch.encode(&mut buf, version).map_err(|e| format!("{e:#}"))?;
+    let size = i32::try_from(buf.len()).map_err(|_| "response over 2 GiB".to_string())?;
+    let mut chunks = Vec::with_capacity(4);
+    chunks.push(Bytes::copy_from_slice(&size.to_be_bytes()));
+    chunks.extend(buf.into_chunks());
+    Ok(chunks)
+}
+
 /// Encode a request frame, size prefix included (for clients and tests).
 pub fn encode_request(header: &RequestHeader, body: &RequestKind) -> Result<BytesMut, String> {
     let key = ApiKey::try_from(header.request_api_key).map_err(|_| "unknown api key".to_string())?;
@@ -164,6 +194,27 @@ mod tests {
             assert!(s.served_min >= r.min && s.max <= r.max, "{:?}", s.key);
             assert!(s.min <= s.served_min && s.served_min <= s.max);
             assert!(SUPPORTED_APIS[i + 1..].iter().all(|o| o.key != s.key));
+        }
+    }
+
+    #[test]
+    fn chunked_response_equals_flat_and_shares_records() {
+        use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+        use kafka_protocol::messages::FetchResponse;
+        let records = Bytes::from(vec![9u8; 10_000]);
+        let mut pd = PartitionData::default();
+        pd.records = Some(records.clone());
+        let mut t = FetchableTopicResponse::default();
+        t.partitions = vec![pd];
+        let mut r = FetchResponse::default();
+        r.responses = vec![t];
+        let body = ResponseKind::Fetch(r);
+        for v in [4i16, 11, 12, 16] {
+            let flat = encode_response(ApiKey::Fetch, v, 3, &body).unwrap();
+            let chunks = encode_response_chunked(ApiKey::Fetch, v, 3, &body, vec![records.clone()]).unwrap();
+            assert!(chunks.iter().any(|c| c.as_ptr() == records.as_ptr()), "records not copied (v{v})");
+            let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+            assert_eq!(joined, flat.to_vec(), "v{v}");
         }
     }
 

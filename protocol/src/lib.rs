@@ -6,6 +6,7 @@
 //! - `varint`: zig-zag and unsigned varints;
 //! - `compression`: gzip, snappy, lz4, zstd codecs for whoever must encode or decode records;
 //! - `frame`: length-prefixed frames with a size limit;
+//! - `chunked`: an encoder target that keeps record data as shared chunks (zero-copy fetch);
 //! - `api`: the one table of supported APIs that drives dispatch and the ApiVersions answer, and
 //!   the typed request decoding over the `kafka-protocol` crate's generated structs.
 //!
@@ -13,6 +14,7 @@
 
 pub mod api;
 pub mod batch;
+pub mod chunked;
 pub mod compression;
 pub mod frame;
 pub mod varint;

@@ -81,12 +81,14 @@ struct FlushTarget {
     /// Rolled segments not yet known to be synced: a roll does not fsync in the append path
     /// (that would stall producers for the whole dirty segment); the next `sync_to` does.
     sealed: Vec<(Arc<File>, PathBuf)>,
+    /// A roll created a file whose directory entry is not yet synced.
+    dir_to_sync: Option<PathBuf>,
 }
 
 impl Flusher {
     fn new(file: Arc<File>, path: PathBuf, end: i64) -> Flusher {
         Flusher {
-            target: Mutex::new(FlushTarget { file, path, written_end: end, sealed: Vec::new() }),
+            target: Mutex::new(FlushTarget { file, path, written_end: end, sealed: Vec::new(), dir_to_sync: None }),
             sync_lock: Mutex::new(()),
             durable_end: AtomicI64::new(end),
             fsyncs: AtomicU64::new(0),
@@ -119,6 +121,7 @@ impl Flusher {
         let mut t = self.target.lock().unwrap_or_else(|e| e.into_inner());
         let old_file = std::mem::replace(&mut t.file, file);
         let old_path = std::mem::replace(&mut t.path, path);
+        t.dir_to_sync = old_path.parent().map(Path::to_path_buf);
         t.sealed.push((old_file, old_path));
     }
 
@@ -130,9 +133,9 @@ impl Flusher {
             return Ok(durable);
         }
         let _one_at_a_time = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (file, path, written, sealed) = {
+        let (file, path, written, sealed, dir) = {
             let t = self.target.lock().unwrap_or_else(|e| e.into_inner());
-            (t.file.clone(), t.path.clone(), t.written_end, t.sealed.clone())
+            (t.file.clone(), t.path.clone(), t.written_end, t.sealed.clone(), t.dir_to_sync.clone())
         };
         if self.failed.load(Ordering::Acquire) {
             return Err(StorageError::Offline(path));
@@ -149,9 +152,19 @@ impl Flusher {
             }
             self.fsyncs.fetch_add(1, Ordering::Relaxed);
         }
-        if !sealed.is_empty() {
+        // A new segment's directory entry must be durable before its data counts as durable.
+        if let Some(d) = &dir {
+            if let Err(e) = sidefile::sync_dir(d) {
+                self.failed.store(true, Ordering::Release);
+                return Err(e);
+            }
+        }
+        if !sealed.is_empty() || dir.is_some() {
             let mut t = self.target.lock().unwrap_or_else(|e| e.into_inner());
             t.sealed.retain(|(f, _)| !sealed.iter().any(|(g, _)| Arc::ptr_eq(f, g)));
+            if t.dir_to_sync == dir {
+                t.dir_to_sync = None;
+            }
         }
         self.durable_end.fetch_max(written, Ordering::AcqRel);
         Ok(self.durable_end())
@@ -438,11 +451,15 @@ impl Log {
             pos += size;
         }
         let bytes = batches.len() as u64;
+        // `segment.ms` is measured in record time, as Kafka does (the incoming batch's timestamp
+        // against the segment's first), falling back to the clock for batches without one.
+        let roll_ts = if max_ts >= 0 { max_ts } else { now_ms };
         let need_roll = {
             let a = self.active();
             !a.is_empty()
                 && (a.size() + bytes > self.config.segment_bytes
-                    || a.first_batch_timestamp().is_some_and(|t| now_ms.saturating_sub(t) >= self.config.segment_ms)
+                    || a.first_batch_timestamp()
+                        .is_some_and(|t| t >= 0 && roll_ts.saturating_sub(t) >= self.config.segment_ms)
                     || a.index.is_full()
                     || a.time_index.is_full()
                     || next - a.base_offset() > i64::from(u32::MAX))
@@ -502,7 +519,6 @@ impl Log {
                 reason: "a new segment's file already holds data".into(),
             });
         }
-        sidefile::sync_dir(&self.dir)?;
         let file = Arc::new(seg.file().try_clone().at(seg.log_path())?);
         self.flusher.switch_file(file, seg.log_path().to_path_buf());
         self.segments.insert(leo, seg);

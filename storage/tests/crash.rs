@@ -371,3 +371,21 @@ fn second_process_on_the_same_directory_fails() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "lock is free once released");
 }
+
+/// `segment.ms` is measured in record time (as in Kafka): old timestamps do not roll every
+/// append, and a span of record time longer than `segment.ms` does roll.
+#[test]
+fn segment_ms_rolls_by_record_time() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = LogConfig { segment_ms: 1000, ..LogConfig::default() };
+    let mut log = Log::open(&root.path().join("p"), cfg).unwrap();
+    let now = 1_800_000_000_000;
+    for i in 0..10 {
+        let mut b = make_batch(1, 10, i, 1_000_000_000_000 + i as i64 * 10); // year 2001
+        log.append(&mut b, now, None).unwrap();
+    }
+    assert_eq!(log.segment_count(), 1);
+    let mut b = make_batch(1, 10, 99, 1_000_000_000_000 + 5000);
+    log.append(&mut b, now, None).unwrap();
+    assert_eq!(log.segment_count(), 2);
+}

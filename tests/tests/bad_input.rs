@@ -79,6 +79,19 @@ fn produce_body(topic: &str, records: Vec<u8>) -> RequestKind {
     RequestKind::Produce(r)
 }
 
+/// Create `topic` the way clients do: a Metadata request that allows auto-creation.
+fn ensure_topic(b: &Broker, topic: &str) {
+    let mut t = metadata_request::MetadataRequestTopic::default();
+    t.name = Some(TopicName(StrBytes::from_string(topic.to_string())));
+    let mut r = MetadataRequest::default();
+    r.topics = Some(vec![t]);
+    r.allow_auto_topic_creation = true;
+    match call(b, ApiKey::Metadata, 9, RequestKind::Metadata(r)) {
+        ResponseKind::Metadata(m) => assert_eq!(m.topics[0].error_code, 0),
+        other => panic!("{other:?}"),
+    }
+}
+
 fn produce_code(b: &Broker, topic: &str, records: Vec<u8>) -> (i16, i64) {
     match call(b, ApiKey::Produce, 9, produce_body(topic, records)) {
         ResponseKind::Produce(r) => {
@@ -209,6 +222,8 @@ fn unknown_api_versions_version_gets_a_v0_answer() {
 #[test]
 fn invalid_batches_are_refused_and_nothing_is_stored() {
     let b = Broker::start();
+    assert_eq!(produce_code(&b, "bad", good_batch(3)).0, 3, "UNKNOWN_TOPIC_OR_PARTITION before it exists");
+    ensure_topic(&b, "bad");
     assert_eq!(produce_code(&b, "bad", good_batch(3)), (0, 0));
     let before = latest_offset(&b, "bad");
     assert_eq!(before, 3);
@@ -254,6 +269,7 @@ fn invalid_batches_are_refused_and_nothing_is_stored() {
 #[test]
 fn pipelined_requests_are_answered_in_order() {
     let b = Broker::start();
+    ensure_topic(&b, "pipe");
     let mut s = connect(&b);
     let mut all = Vec::new();
     let mut expect = Vec::new();
@@ -282,6 +298,7 @@ fn pipelined_requests_are_answered_in_order() {
 #[test]
 fn random_frames_never_kill_the_broker() {
     let b = Broker::start();
+    ensure_topic(&b, "fz");
     assert_eq!(produce_code(&b, "fz", good_batch(5)).0, 0);
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
     let keys: Vec<i16> = sluice_protocol::api::SUPPORTED_APIS.iter().map(|s| s.key as i16).collect();

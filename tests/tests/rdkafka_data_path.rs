@@ -35,18 +35,20 @@ fn consumer(b: &Broker, extra: &[(&str, &str)]) -> BaseConsumer {
     c.create().expect("consumer")
 }
 
-/// Produce `n` records to `topic`/`partition`, wait for every delivery report, return offsets.
-fn produce_n(p: &BaseProducer, topic: &str, partition: i32, n: usize, value: impl Fn(usize) -> Vec<u8>) -> usize {
+/// Record timestamps: recent, so retention (7 days by default) never applies during a test.
+fn base_ts() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64 - 3_600_000
+}
+
+/// Produce `n` records with timestamps `ts0 + i`; returns `ts0`.
+fn produce_n(p: &BaseProducer, topic: &str, partition: i32, n: usize, value: impl Fn(usize) -> Vec<u8>) -> i64 {
+    let ts0 = base_ts();
     for i in 0..n {
         let v = value(i);
         let k = format!("k{i}");
         let headers = OwnedHeaders::new().insert(Header { key: "i", value: Some(&i.to_string()) });
-        let mut rec = BaseRecord::to(topic)
-            .partition(partition)
-            .key(&k)
-            .payload(&v)
-            .headers(headers)
-            .timestamp(1_700_000_000_000 + i as i64);
+        let mut rec =
+            BaseRecord::to(topic).partition(partition).key(&k).payload(&v).headers(headers).timestamp(ts0 + i as i64);
         loop {
             match p.send(rec) {
                 Ok(()) => break,
@@ -65,15 +67,13 @@ fn produce_n(p: &BaseProducer, topic: &str, partition: i32, n: usize, value: imp
         }
     }
     p.flush(Duration::from_secs(30)).expect("all delivered");
-    n
+    ts0
 }
 
-fn consume_n(
-    c: &BaseConsumer,
-    topic: &str,
-    partitions: i32,
-    n: usize,
-) -> Vec<(i32, i64, Vec<u8>, Vec<u8>, i64, String)> {
+/// (partition, offset, key, value, timestamp, first header value)
+type Consumed = (i32, i64, Vec<u8>, Vec<u8>, i64, String);
+
+fn consume_n(c: &BaseConsumer, topic: &str, partitions: i32, n: usize) -> Vec<Consumed> {
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
@@ -107,7 +107,7 @@ fn round_trip_with_keys_headers_timestamps_and_codecs() {
     for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
         let topic = format!("rt-{codec}");
         let p = producer(&b, &[("compression.type", codec), ("linger.ms", "5")]);
-        produce_n(&p, &topic, 0, 2000, |i| format!("value-{i}").repeat(5).into_bytes());
+        let ts0 = produce_n(&p, &topic, 0, 2000, |i| format!("value-{i}").repeat(5).into_bytes());
         let c = consumer(&b, &[]);
         let got = consume_n(&c, &topic, 1, 2000);
         assert_eq!(got.len(), 2000, "{codec}");
@@ -115,7 +115,7 @@ fn round_trip_with_keys_headers_timestamps_and_codecs() {
             assert_eq!((*part, *off), (0, i as i64));
             assert_eq!(key, format!("k{i}").as_bytes());
             assert_eq!(val, &format!("value-{i}").repeat(5).into_bytes());
-            assert_eq!(*ts, 1_700_000_000_000 + i as i64);
+            assert_eq!(*ts, ts0 + i as i64);
             assert_eq!(h, &i.to_string());
         }
     }

@@ -95,7 +95,7 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: FetchRequest) -> Repl
     if version >= 7 && (req.session_id != 0 || req.session_epoch > 0) {
         let mut resp = FetchResponse::default();
         resp.error_code = ResponseError::FetchSessionIdNotFound.code();
-        return Reply::Now(ResponseKind::Fetch(resp));
+        return Reply::now(ResponseKind::Fetch(resp));
     }
     let wanted: Vec<Wanted> = req
         .topics

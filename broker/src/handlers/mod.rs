@@ -20,9 +20,15 @@ use std::pin::Pin;
 pub type LaterReply = Pin<Box<dyn Future<Output = ResponseKind> + Send + 'static>>;
 
 pub enum Reply {
-    Now(ResponseKind),
+    Now(Box<ResponseKind>),
     Later(LaterReply),
     None,
+}
+
+impl Reply {
+    pub fn now(r: ResponseKind) -> Reply {
+        Reply::Now(Box::new(r))
+    }
 }
 
 pub fn sb(s: &str) -> StrBytes {

@@ -62,7 +62,7 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
                 .collect();
             resp.responses.push(tr);
         }
-        return Reply::Now(ResponseKind::Produce(resp));
+        return Reply::now(ResponseKind::Produce(resp));
     }
     let now = now_ms();
     let mut staged: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Staged)>)> = Vec::new();
