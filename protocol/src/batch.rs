@@ -343,6 +343,21 @@ pub fn set_partition_leader_epoch(buf: &mut [u8], epoch: i32) {
     buf[OFF_LEADER_EPOCH..OFF_LEADER_EPOCH + 4].copy_from_slice(&epoch.to_be_bytes());
 }
 
+/// Stamp the batch at `buf[0]` with the broker's append time (topic config
+/// `message.timestamp.type=LogAppendTime`): set the timestamp-type attribute and the max
+/// timestamp, and recompute the CRC, exactly as Kafka does. The caller has validated the batch.
+pub fn set_log_append_time(buf: &mut [u8], timestamp: i64) {
+    let size = claimed_batch_size(buf).unwrap_or(0).min(buf.len());
+    if size < BATCH_HEADER_BYTES {
+        return;
+    }
+    let attributes = be_i16(buf, OFF_ATTRIBUTES) | ATTR_TIMESTAMP_TYPE;
+    buf[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    buf[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8].copy_from_slice(&timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[OFF_ATTRIBUTES..size]);
+    buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Iterate over consecutive batches in `buf`, validating each (CRC included).
 pub fn iter_batches(buf: &[u8]) -> BatchIter<'_> {
     BatchIter { buf, pos: 0 }
@@ -640,6 +655,15 @@ mod tests {
         // any other byte flip is caught
         m[40] ^= 1;
         assert!(matches!(BatchView::parse(&m), Err(BatchError::CrcMismatch { .. })));
+    }
+
+    #[test]
+    fn log_append_time_restamps_and_keeps_crc_valid() {
+        let mut b = BatchBuilder::default().build(&[rec(5, None, Some(b"v"))]).unwrap().to_vec();
+        set_log_append_time(&mut b, 777);
+        let (v, _) = BatchView::parse(&b).unwrap();
+        assert!(v.is_log_append_time());
+        assert_eq!(v.max_timestamp(), 777);
     }
 
     #[test]

@@ -565,6 +565,10 @@ impl Log {
                     position: 0,
                     reason: e.to_string(),
                 })?;
+                if view.is_log_append_time() {
+                    // every record of the batch carries the batch's append time
+                    return Ok(Some((view.base_offset().max(self.log_start_offset), view.max_timestamp())));
+                }
                 let records = view.records().map_err(|e| StorageError::Corrupt {
                     path: seg.log_path().to_path_buf(),
                     position: 0,
@@ -574,7 +578,7 @@ impl Log {
                 if let Some(r) = found {
                     return Ok(Some((r.offset, r.timestamp)));
                 }
-                // LogAppendTime batches or records below log start: fall back to the batch
+                // only records below the log start qualified: fall back to the batch
                 if view.max_timestamp() >= timestamp && view.last_offset() >= self.log_start_offset {
                     return Ok(Some((view.base_offset().max(self.log_start_offset), view.max_timestamp())));
                 }

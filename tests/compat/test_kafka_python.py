@@ -123,3 +123,16 @@ def test_restart_reads_everything_back(broker, how):
     broker.start()
     msgs = consume_all(broker, "durable", 1, 2000)
     assert [m.value for m in msgs] == [b"%d" % i for i in range(2000)]
+
+
+def test_log_append_time_topic(broker):
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic("lat", 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
+    p = producer(broker)
+    before = int(time.time() * 1000)
+    md = p.send("lat", value=b"x", timestamp_ms=1_000_000_000_000).get(10)
+    after = int(time.time() * 1000)
+    assert before - 1000 <= md.timestamp <= after + 1000, md
+    msgs = consume_all(broker, "lat", 1, 1)
+    assert msgs[0].timestamp_type == 1
+    assert before - 1000 <= msgs[0].timestamp <= after + 1000

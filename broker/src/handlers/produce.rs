@@ -21,7 +21,20 @@ use std::sync::Arc;
 /// A partition result from stage 1: either an error already, or an append to make durable.
 enum Staged {
     Error(i16, Option<String>),
-    Appended { partition: Arc<Partition>, base_offset: i64, end: i64, log_start: i64, sync: bool },
+    Appended { partition: Arc<Partition>, base_offset: i64, end: i64, log_start: i64, sync: bool, append_time: i64 },
+}
+
+/// Stamp every batch in `buf` with the append time (validated batches only).
+fn restamp(buf: &mut [u8], now: i64) {
+    let mut pos = 0;
+    while pos < buf.len() {
+        let Some(size) = sluice_protocol::batch::claimed_batch_size(&buf[pos..]) else { break };
+        if size > buf.len() - pos {
+            break;
+        }
+        sluice_protocol::batch::set_log_append_time(&mut buf[pos..pos + size], now);
+        pos += size;
+    }
 }
 
 fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
@@ -69,6 +82,9 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
     for t in req.topic_data {
         let name = t.name.0.to_string();
         let topic = state.topic(&name);
+        let log_append_time = topic
+            .as_ref()
+            .is_some_and(|t| t.configs.get("message.timestamp.type").is_some_and(|v| v == "LogAppendTime"));
         let mut parts = Vec::new();
         for p in t.partition_data {
             let s = match topic.as_ref().and_then(|t| usize::try_from(p.index).ok().and_then(|i| t.partitions.get(i))) {
@@ -79,6 +95,9 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
                         Err((code, msg)) => Staged::Error(code, Some(msg)),
                         Ok(()) => {
                             let mut buf = BytesMut::from(records);
+                            if log_append_time {
+                                restamp(&mut buf, now);
+                            }
                             match partition.append(&mut buf, now) {
                                 Ok((info, log_start, sync)) => Staged::Appended {
                                     partition: partition.clone(),
@@ -86,6 +105,7 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
                                     end: info.last_offset + 1,
                                     log_start,
                                     sync,
+                                    append_time: if log_append_time { now } else { -1 },
                                 },
                                 Err(e) => Staged::Error(error_map::storage_produce_code(&e), Some(e.to_string())),
                             }
@@ -112,7 +132,7 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
                         pr.base_offset = -1;
                         pr.error_message = msg.map(|m| super::sb(&m));
                     }
-                    Staged::Appended { partition, base_offset, end, log_start, sync } => {
+                    Staged::Appended { partition, base_offset, end, log_start, sync, append_time } => {
                         let result = if sync {
                             let p = partition.clone();
                             tokio::task::spawn_blocking(move || p.wait_durable(end))
@@ -125,7 +145,7 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
                             Ok(()) => {
                                 pr.base_offset = base_offset;
                                 pr.log_start_offset = log_start;
-                                pr.log_append_time_ms = -1;
+                                pr.log_append_time_ms = append_time;
                             }
                             Err(e) => {
                                 // The write happened; whether it is durable is unknown. A
