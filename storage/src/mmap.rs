@@ -25,6 +25,22 @@ pub fn map_read(file: &File, len: usize) -> io::Result<Bytes> {
     Ok(Bytes::from_owner(map))
 }
 
+/// Map bytes `[offset, offset + len)` of `file` read-only as `Bytes`. The map lives as long as
+/// the returned `Bytes` (and its slices): reads map what they need and the pages leave the
+/// process's resident set when the response is sent, so RSS does not grow with stored data.
+pub fn map_read_range(file: &File, offset: u64, len: usize) -> io::Result<Bytes> {
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    const PAGE: u64 = 4096;
+    let aligned = offset - offset % PAGE;
+    let lead = (offset - aligned) as usize;
+    // SAFETY: as for `map_read`: the range lies within the file's current length and is never
+    // truncated or rewritten while mapped.
+    let map = unsafe { MmapOptions::new().offset(aligned).len(lead + len).map(file)? };
+    Ok(Bytes::from_owner(map).slice(lead..))
+}
+
 /// Map `len` bytes of `file` read-write (index files, which the caller has sized to `len`).
 pub fn map_write(file: &File, len: usize) -> io::Result<MmapMut> {
     // SAFETY: the caller owns the file exclusively and has set its length to at least `len`;

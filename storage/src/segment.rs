@@ -17,7 +17,6 @@ use sluice_protocol::batch::BatchView;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 /// Kafka's file naming: the base offset as 20 zero-padded digits.
 pub fn file_name(base_offset: i64, ext: &str) -> String {
@@ -62,8 +61,6 @@ pub struct Segment {
     pub(crate) index: OffsetIndex,
     pub(crate) time_index: TimeIndex,
     pub(crate) txn_index: TxnIndex,
-    /// Cached read-only map of the file's first N bytes; remapped when reads need more.
-    view: Mutex<Bytes>,
 }
 
 impl std::fmt::Debug for Segment {
@@ -102,7 +99,6 @@ impl Segment {
             index,
             time_index,
             txn_index,
-            view: Mutex::new(Bytes::new()),
         })
     }
 
@@ -139,13 +135,10 @@ impl Segment {
         (offset - self.base_offset).clamp(0, i64::from(u32::MAX)) as u32
     }
 
-    /// A read-only view of the first `len` bytes (len ≤ size), mapping again if needed.
-    fn view(&self, len: u64) -> Result<Bytes> {
-        let mut cached = self.view.lock().unwrap_or_else(|e| e.into_inner());
-        if (cached.len() as u64) < len {
-            *cached = mmap::map_read(&self.file, self.size as usize).at(&self.log_path)?;
-        }
-        Ok(cached.slice(..len as usize))
+    /// A read-only map of bytes `[from, size)`, alive as long as the returned `Bytes`.
+    fn view_from(&self, from: u64) -> Result<Bytes> {
+        let from = from.min(self.size);
+        mmap::map_read_range(&self.file, from, (self.size - from) as usize).at(&self.log_path)
     }
 
     fn note_batch(&mut self, position: u64, base: i64, last: i64, max_ts: i64, size: u64) {
@@ -224,7 +217,6 @@ impl Segment {
             self.file.sync_all().at(&self.log_path)?;
         }
         self.size = valid;
-        *self.view.lock().unwrap_or_else(|e| e.into_inner()) = Bytes::new();
         self.txn_index.truncate_from(self.next_offset)?;
         Ok(ScanOutcome { valid_bytes: valid, truncated_bytes: file_len - valid, stop_reason })
     }
@@ -236,7 +228,7 @@ impl Segment {
         if !self.index.validate(self.size) {
             return Ok(false);
         }
-        let map = self.view(self.size)?;
+        let map = self.view_from(0)?;
         // Every index entry must point at the start of the batch it names (an index written
         // back only partly before a crash can look monotonic yet be wrong).
         for i in 0..self.index.len() {
@@ -288,11 +280,12 @@ impl Segment {
         if self.size == 0 || offset >= self.next_offset {
             return Ok(None);
         }
-        let map = self.view(self.size)?;
-        let mut pos = self.index.lookup(self.relative(offset.max(self.base_offset))) as usize;
+        let start = u64::from(self.index.lookup(self.relative(offset.max(self.base_offset))));
+        let map = self.view_from(start)?;
+        let mut pos = 0usize;
         let corrupt = |pos: usize, e: String| StorageError::Corrupt {
             path: self.log_path.clone(),
-            position: pos as u64,
+            position: start + pos as u64,
             reason: e,
         };
         // find the first batch whose last offset ≥ offset
@@ -330,13 +323,14 @@ impl Segment {
         if self.size == 0 || self.max_timestamp < timestamp {
             return Ok(None);
         }
-        let map = self.view(self.size)?;
         let start_rel = self.time_index.lookup_before(timestamp);
-        let mut pos = self.index.lookup(start_rel) as usize;
+        let start = u64::from(self.index.lookup(start_rel));
+        let map = self.view_from(start)?;
+        let mut pos = 0usize;
         while pos < map.len() {
             let b = BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| StorageError::Corrupt {
                 path: self.log_path.clone(),
-                position: pos as u64,
+                position: start + pos as u64,
                 reason: e.to_string(),
             })?;
             if b.max_timestamp() >= timestamp {

@@ -6,7 +6,9 @@
 //!
 //! Exit codes: 0 success, 1 the operation failed, 2 bad usage.
 
-use clap::{Parser, Subcommand};
+mod perf;
+
+use clap::{Parser, Subcommand, ValueEnum};
 use sluice_protocol::batch::{BatchView, LOG_OVERHEAD_BYTES};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -14,17 +16,42 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(name = "sluicectl", version, about = "Operate Sluice: admin, log inspection, verification, load")]
 struct Cli {
+    /// Broker to talk to.
+    #[arg(long, global = true, default_value = "127.0.0.1:9092")]
+    bootstrap_server: String,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
+    /// Load generator: end-to-end produce or consume throughput and latency.
+    Perf {
+        #[command(subcommand)]
+        cmd: PerfCmd,
+    },
     /// Inspect data files offline.
     Log {
         #[command(subcommand)]
         cmd: LogCmd,
     },
+}
+
+#[derive(Subcommand)]
+enum PerfCmd {
+    /// Produce random records as fast as the broker acknowledges them.
+    Produce(perf::ProduceArgs),
+    /// Read a topic from the beginning as fast as possible.
+    Consume(perf::ConsumeArgs),
 }
 
 #[derive(Subcommand)]
@@ -105,10 +132,40 @@ fn dump(path: &Path, records: bool) -> Result<(), String> {
     Ok(())
 }
 
+fn print_summary(what: &str, s: &perf::Summary, output: Output) {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string(s).unwrap_or_default()),
+        Output::Table => println!(
+            "{what}: {} records, {:.1} MiB in {:.2} s: {:.0} records/s, {:.1} MiB/s; request latency ms p50 {:.2} p99 {:.2} p99.9 {:.2} max {:.2}",
+            s.records,
+            s.bytes as f64 / 1048576.0,
+            s.seconds,
+            s.records_per_sec,
+            s.mib_per_sec,
+            s.latency_ms_p50,
+            s.latency_ms_p99,
+            s.latency_ms_p999,
+            s.latency_ms_max
+        ),
+    }
+}
+
+fn run_perf(bootstrap: &str, cmd: PerfCmd, output: Output) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        match cmd {
+            PerfCmd::Produce(a) => perf::produce(bootstrap, &a).await.map(|s| print_summary("produce", &s, output)),
+            PerfCmd::Consume(a) => perf::consume(bootstrap, &a).await.map(|s| print_summary("consume", &s, output)),
+        }
+    })
+    .map_err(|e| format!("{e:#}"))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Log { cmd: LogCmd::Dump { path, records } } => dump(&path, records),
+        Cmd::Perf { cmd } => run_perf(&cli.bootstrap_server, cmd, cli.output),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

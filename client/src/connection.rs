@@ -1,0 +1,149 @@
+//! One pipelined connection to a Kafka broker: requests are written in order, and responses
+//! (which Kafka returns in request order on a connection) are matched to them first-in
+//! first-out. Up to `inflight_max` requests may be outstanding.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+use sluice_protocol::api;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, Semaphore};
+
+/// Largest response frame this client accepts.
+pub const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol: {0}")]
+    Protocol(String),
+    #[error("connection closed")]
+    Closed,
+}
+
+type Pending = (ApiKey, i16, i32, oneshot::Sender<Result<ResponseKind, ConnError>>);
+
+pub struct Connection {
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    pending: Arc<Mutex<VecDeque<Pending>>>,
+    next_id: AtomicI32,
+    window: Arc<Semaphore>,
+    client_id: String,
+}
+
+impl Connection {
+    pub async fn connect(addr: &str, client_id: &str, inflight_max: usize) -> Result<Connection, ConnError> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (mut rd, wr) = stream.into_split();
+        let pending: Arc<Mutex<VecDeque<Pending>>> = Arc::new(Mutex::new(VecDeque::new()));
+        let p = pending.clone();
+        tokio::spawn(async move {
+            let mut buf = BytesMut::with_capacity(1 << 20);
+            let fail = |p: &Arc<Mutex<VecDeque<Pending>>>| {
+                let mut q = p.lock().unwrap_or_else(|e| e.into_inner());
+                for (_, _, _, tx) in q.drain(..) {
+                    let _ = tx.send(Err(ConnError::Closed));
+                }
+            };
+            loop {
+                loop {
+                    match sluice_protocol::frame::take_frame(&mut buf, RESPONSE_BYTES_MAX) {
+                        Ok(Some(frame)) => {
+                            let next = p.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                            let Some((key, version, cid, tx)) = next else {
+                                fail(&p);
+                                return;
+                            };
+                            let result = api::decode_response(key, version, frame.freeze())
+                                .map_err(ConnError::Protocol)
+                                .and_then(|(got, body)| {
+                                    if got == cid {
+                                        Ok(body)
+                                    } else {
+                                        Err(ConnError::Protocol(format!("correlation id {got}, expected {cid}")))
+                                    }
+                                });
+                            let _ = tx.send(result);
+                        }
+                        Ok(None) => break,
+                        Err(_) => {
+                            fail(&p);
+                            return;
+                        }
+                    }
+                }
+                match rd.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => {
+                        fail(&p);
+                        return;
+                    }
+                    Ok(_) => {}
+                }
+            }
+        });
+        Ok(Connection {
+            writer: tokio::sync::Mutex::new(wr),
+            pending,
+            next_id: AtomicI32::new(1),
+            window: Arc::new(Semaphore::new(inflight_max.max(1))),
+            client_id: client_id.to_string(),
+        })
+    }
+
+    /// Send a request and wait for its response (waits for a window slot first).
+    pub async fn call(&self, key: ApiKey, version: i16, body: RequestKind) -> Result<ResponseKind, ConnError> {
+        let rx = self.send(key, version, body).await?;
+        rx.await.map_err(|_| ConnError::Closed)?
+    }
+
+    /// Send a request that gets no response (produce with acks=0).
+    pub async fn send_oneway(&self, key: ApiKey, version: i16, body: RequestKind) -> Result<(), ConnError> {
+        let cid = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(cid)
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
+        let frame = api::encode_request(&header, &body).map_err(ConnError::Protocol)?;
+        self.writer.lock().await.write_all(&frame).await?;
+        Ok(())
+    }
+
+    /// Send a request; the returned receiver yields its response. Holds a window slot until
+    /// the response arrives.
+    pub async fn send(
+        &self,
+        key: ApiKey,
+        version: i16,
+        body: RequestKind,
+    ) -> Result<oneshot::Receiver<Result<ResponseKind, ConnError>>, ConnError> {
+        let permit = self.window.clone().acquire_owned().await.map_err(|_| ConnError::Closed)?;
+        let cid = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(cid)
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
+        let frame: Bytes = api::encode_request(&header, &body).map_err(ConnError::Protocol)?.freeze();
+        let (tx, rx) = oneshot::channel();
+        let (tx2, rx2) = oneshot::channel();
+        {
+            let mut w = self.writer.lock().await;
+            self.pending.lock().unwrap_or_else(|e| e.into_inner()).push_back((key, version, cid, tx));
+            w.write_all(&frame).await?;
+        }
+        tokio::spawn(async move {
+            let r = rx.await.unwrap_or(Err(ConnError::Closed));
+            drop(permit);
+            let _ = tx2.send(r);
+        });
+        Ok(rx2)
+    }
+}

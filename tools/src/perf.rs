@@ -1,0 +1,309 @@
+//! `sluicectl perf produce|consume`: an end-to-end load generator over one pipelined
+//! connection, with random payloads (zero-filled data flatters disks and compressors), a live
+//! progress line on stderr, and a summary with throughput and request latency percentiles.
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use rand::RngCore;
+use sluice_client::Connection;
+use sluice_protocol::batch::{BatchBuilder, BatchView, NewRecord};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProduceArgs {
+    #[arg(long)]
+    pub topic: String,
+    #[arg(long, default_value_t = 1_000_000)]
+    pub num_records: u64,
+    #[arg(long, default_value_t = 1024)]
+    pub record_size: usize,
+    /// Records per batch (what a client's linger/batch.size would gather).
+    #[arg(long, default_value_t = 64)]
+    pub batch_records: usize,
+    /// Partitions to create the topic with if it does not exist.
+    #[arg(long, default_value_t = 1)]
+    pub partitions: i32,
+    /// -1 (all), 1 or 0.
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub acks: i16,
+    /// Produce requests in flight on the connection (librdkafka's default is 5).
+    #[arg(long, default_value_t = 5)]
+    pub inflight: usize,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConsumeArgs {
+    #[arg(long)]
+    pub topic: String,
+    #[arg(long, default_value_t = 1_000_000)]
+    pub num_records: u64,
+    #[arg(long, default_value_t = 0)]
+    pub isolation_level: i8,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct Summary {
+    pub records: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub records_per_sec: f64,
+    pub mib_per_sec: f64,
+    pub latency_ms_p50: f64,
+    pub latency_ms_p99: f64,
+    pub latency_ms_p999: f64,
+    pub latency_ms_max: f64,
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn percentile(sorted_us: &[u64], p: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted_us.len() as f64 - 1.0) * p).round() as usize;
+    sorted_us[i.min(sorted_us.len() - 1)] as f64 / 1000.0
+}
+
+/// Partition count of `topic`, creating it with `create_partitions` if it does not exist.
+pub async fn ensure_topic(conn: &Connection, topic: &str, create_partitions: i32) -> Result<i32> {
+    let mut t = metadata_request::MetadataRequestTopic::default();
+    t.name = Some(name(topic));
+    let mut r = MetadataRequest::default();
+    r.topics = Some(vec![t]);
+    let ResponseKind::Metadata(m) = conn.call(ApiKey::Metadata, 9, RequestKind::Metadata(r)).await? else {
+        bail!("unexpected response to Metadata");
+    };
+    if let Some(t) = m.topics.first() {
+        if t.error_code == 0 && !t.partitions.is_empty() {
+            return Ok(t.partitions.len() as i32);
+        }
+    }
+    let mut ct = create_topics_request::CreatableTopic::default();
+    ct.name = name(topic);
+    ct.num_partitions = create_partitions;
+    ct.replication_factor = -1;
+    let mut r = CreateTopicsRequest::default();
+    r.topics = vec![ct];
+    r.timeout_ms = 30_000;
+    let ResponseKind::CreateTopics(c) = conn.call(ApiKey::CreateTopics, 5, RequestKind::CreateTopics(r)).await? else {
+        bail!("unexpected response to CreateTopics");
+    };
+    match c.topics.first().map(|t| t.error_code) {
+        Some(0) | Some(36) => Ok(create_partitions),
+        Some(code) => Err(anyhow!("cannot create topic {topic}: error code {code}")),
+        None => Err(anyhow!("empty CreateTopics response")),
+    }
+}
+
+fn progress(done: Arc<AtomicU64>, bytes: Arc<AtomicU64>, stop: Arc<AtomicBool>, what: &'static str) {
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let (mut last_n, mut last_t) = (0u64, Instant::now());
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(250));
+            if last_t.elapsed() >= Duration::from_secs(1) {
+                let n = done.load(Ordering::Relaxed);
+                let rate = (n - last_n) as f64 / last_t.elapsed().as_secs_f64();
+                eprint!(
+                    "\r{what}: {n} records, {rate:.0} records/s now, {:.1} MiB total, {:.0}s   ",
+                    bytes.load(Ordering::Relaxed) as f64 / 1048576.0,
+                    start.elapsed().as_secs_f64()
+                );
+                last_n = n;
+                last_t = Instant::now();
+            }
+        }
+        eprintln!();
+    });
+}
+
+pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<Summary> {
+    if a.batch_records == 0 || a.record_size == 0 {
+        bail!("--batch-records and --record-size must be positive");
+    }
+    let conn = Arc::new(Connection::connect(bootstrap, "sluicectl-perf", a.inflight).await.context("connect")?);
+    let partitions = ensure_topic(&conn, &a.topic, a.partitions).await?;
+    // A pool of distinct random batches, reused round-robin.
+    let mut rng = rand::thread_rng();
+    let pool: Vec<Bytes> = (0..16)
+        .map(|_| {
+            let recs: Vec<NewRecord> = (0..a.batch_records)
+                .map(|_| {
+                    let mut v = vec![0u8; a.record_size];
+                    rng.fill_bytes(&mut v);
+                    NewRecord { timestamp: now_ms(), value: Some(Bytes::from(v)), ..Default::default() }
+                })
+                .collect();
+            BatchBuilder::default().build(&recs)
+        })
+        .collect::<Result<_, _>>()?;
+    let per_request = a.batch_records as u64 * partitions as u64;
+    let requests = a.num_records.div_ceil(per_request);
+    let done = Arc::new(AtomicU64::new(0));
+    let bytes_done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    progress(done.clone(), bytes_done.clone(), stop.clone(), "produce");
+    let start = Instant::now();
+    let mut waits = Vec::new();
+    let mut latencies = Vec::with_capacity(requests as usize);
+    for i in 0..requests {
+        let mut td = produce_request::TopicProduceData::default();
+        td.name = name(&a.topic);
+        td.partition_data = (0..partitions)
+            .map(|p| {
+                let mut pd = produce_request::PartitionProduceData::default();
+                pd.index = p;
+                pd.records = Some(pool[(i as usize + p as usize) % pool.len()].clone());
+                pd
+            })
+            .collect();
+        let mut r = ProduceRequest::default();
+        r.acks = a.acks;
+        r.timeout_ms = 30_000;
+        r.topic_data = vec![td];
+        let sent = Instant::now();
+        let (d, b) = (done.clone(), bytes_done.clone());
+        let req_bytes: u64 = (0..partitions).map(|p| pool[(i as usize + p as usize) % pool.len()].len() as u64).sum();
+        if a.acks == 0 {
+            conn.send_oneway(ApiKey::Produce, 9, RequestKind::Produce(r)).await?;
+            d.fetch_add(per_request, Ordering::Relaxed);
+            b.fetch_add(req_bytes, Ordering::Relaxed);
+            continue;
+        }
+        let rx = conn.send(ApiKey::Produce, 9, RequestKind::Produce(r)).await?;
+        waits.push(tokio::spawn(async move {
+            let resp = rx.await.map_err(|_| anyhow!("connection closed"))??;
+            let lat = sent.elapsed();
+            if let ResponseKind::Produce(p) = &resp {
+                for t in &p.responses {
+                    for pr in &t.partition_responses {
+                        if pr.error_code != 0 {
+                            bail!("produce error code {} on partition {}", pr.error_code, pr.index);
+                        }
+                    }
+                }
+            }
+            d.fetch_add(per_request, Ordering::Relaxed);
+            b.fetch_add(req_bytes, Ordering::Relaxed);
+            Ok::<_, anyhow::Error>(lat.as_micros() as u64)
+        }));
+        if waits.len() >= 4096 {
+            for w in waits.drain(..) {
+                latencies.push(w.await??);
+            }
+        }
+    }
+    for w in waits.drain(..) {
+        latencies.push(w.await??);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    latencies.sort_unstable();
+    let records = done.load(Ordering::Relaxed);
+    let bytes = records * a.record_size as u64;
+    Ok(Summary {
+        records,
+        bytes,
+        seconds: secs,
+        records_per_sec: records as f64 / secs,
+        mib_per_sec: bytes as f64 / secs / 1048576.0,
+        latency_ms_p50: percentile(&latencies, 0.5),
+        latency_ms_p99: percentile(&latencies, 0.99),
+        latency_ms_p999: percentile(&latencies, 0.999),
+        latency_ms_max: latencies.last().map(|l| *l as f64 / 1000.0).unwrap_or(0.0),
+    })
+}
+
+pub async fn consume(bootstrap: &str, a: &ConsumeArgs) -> Result<Summary> {
+    let conn = Connection::connect(bootstrap, "sluicectl-perf", 1).await.context("connect")?;
+    let partitions = ensure_topic(&conn, &a.topic, 1).await?;
+    let mut offsets = vec![0i64; partitions as usize];
+    let done = Arc::new(AtomicU64::new(0));
+    let bytes_done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    progress(done.clone(), bytes_done.clone(), stop.clone(), "consume");
+    let start = Instant::now();
+    let mut latencies = Vec::new();
+    let mut idle_since = Instant::now();
+    while done.load(Ordering::Relaxed) < a.num_records {
+        let mut ft = fetch_request::FetchTopic::default();
+        ft.topic = name(&a.topic);
+        ft.partitions = (0..partitions)
+            .map(|p| {
+                let mut fp = fetch_request::FetchPartition::default();
+                fp.partition = p;
+                fp.fetch_offset = offsets[p as usize];
+                fp.partition_max_bytes = 8 << 20;
+                fp
+            })
+            .collect();
+        let mut r = FetchRequest::default();
+        r.max_wait_ms = 500;
+        r.min_bytes = 1;
+        r.max_bytes = 64 << 20;
+        r.isolation_level = a.isolation_level;
+        r.topics = vec![ft];
+        r.replica_id = BrokerId(-1);
+        let sent = Instant::now();
+        let ResponseKind::Fetch(f) = conn.call(ApiKey::Fetch, 11, RequestKind::Fetch(r)).await? else {
+            bail!("unexpected response to Fetch");
+        };
+        latencies.push(sent.elapsed().as_micros() as u64);
+        if f.error_code != 0 {
+            bail!("fetch error code {}", f.error_code);
+        }
+        let mut got = 0u64;
+        for t in &f.responses {
+            for p in &t.partitions {
+                if p.error_code != 0 {
+                    bail!("fetch error code {} on partition {}", p.error_code, p.partition_index);
+                }
+                let Some(records) = &p.records else { continue };
+                let mut pos = 0;
+                while pos < records.len() {
+                    let Ok((b, size)) = BatchView::parse(&records[pos..]) else { break };
+                    if b.last_offset() >= offsets[p.partition_index as usize] {
+                        got += (b.last_offset() + 1 - b.base_offset().max(offsets[p.partition_index as usize])) as u64;
+                        offsets[p.partition_index as usize] = b.last_offset() + 1;
+                    }
+                    bytes_done.fetch_add(size as u64, Ordering::Relaxed);
+                    pos += size;
+                }
+            }
+        }
+        if got == 0 {
+            if idle_since.elapsed() > Duration::from_secs(10) {
+                bail!("no new records for 10 s after {} records", done.load(Ordering::Relaxed));
+            }
+        } else {
+            idle_since = Instant::now();
+        }
+        done.fetch_add(got, Ordering::Relaxed);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    latencies.sort_unstable();
+    let records = done.load(Ordering::Relaxed);
+    let bytes = bytes_done.load(Ordering::Relaxed);
+    Ok(Summary {
+        records,
+        bytes,
+        seconds: secs,
+        records_per_sec: records as f64 / secs,
+        mib_per_sec: bytes as f64 / secs / 1048576.0,
+        latency_ms_p50: percentile(&latencies, 0.5),
+        latency_ms_p99: percentile(&latencies, 0.99),
+        latency_ms_p999: percentile(&latencies, 0.999),
+        latency_ms_max: latencies.last().map(|l| *l as f64 / 1000.0).unwrap_or(0.0),
+    })
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
