@@ -1,0 +1,128 @@
+//! The `sluice` process itself: settings from flags, environment and file (with clear errors),
+//! clean shutdown on SIGTERM (marker written, next start skips recovery), metadata persistence.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use sluice_tests::{free_port, sluice_bin, Broker};
+use std::process::Command;
+
+fn run_expecting_failure(args: &[&str], envs: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(sluice_bin())
+        .args(["--log-dirs", dir.path().to_str().unwrap()])
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "bad settings exit with code 2");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn bad_settings_stop_startup_naming_the_setting() {
+    let e = run_expecting_failure(&["--num-partitions", "lots"], &[]);
+    assert!(e.contains("num.partitions") && e.contains("lots"), "{e}");
+    let e = run_expecting_failure(&[], &[("SLUICE_LOG_RETENTION_MS", "-7")]);
+    assert!(e.contains("log.retention.ms"), "{e}");
+    let e = run_expecting_failure(&[], &[("SLUICE_NO_SUCH_SETTING", "1")]);
+    assert!(e.contains("SLUICE_NO_SUCH_SETTING"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("sluice.toml");
+    std::fs::write(&cfg, "\"log.retention.hours\" = 5\n").unwrap();
+    let e = run_expecting_failure(&["--config", cfg.to_str().unwrap()], &[]);
+    assert!(e.contains("log.retention.hours"), "{e}");
+    let e = run_expecting_failure(&["--listeners", "PLAINTEXT://not-an-ip:1"], &[]);
+    assert!(e.contains("listeners"), "{e}");
+}
+
+#[test]
+fn settings_from_file_env_and_flags_take_effect_in_that_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = dir.path().join("sluice.toml");
+    // the file says 3 partitions and a wrong port; env overrides partitions; the flag fixes the port
+    std::fs::write(&cfg, "[num]\npartitions = 3\n[log]\ndirs = \"ignored-by-flag\"\n").unwrap();
+    let data = dir.path().join("data");
+    let mut child = Command::new(sluice_bin())
+        .args(["--config", cfg.to_str().unwrap(), "--log-dirs", data.to_str().unwrap()])
+        .args(["--listeners", &format!("PLAINTEXT://127.0.0.1:{port}")])
+        .env("SLUICE_NUM_PARTITIONS", "5")
+        .env("SLUICE_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut up = false;
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(up, "broker listens on the flag's port");
+    // auto-create a topic through Metadata and check it got the env's partition count
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{BaseProducer, Producer};
+    let p: BaseProducer = ClientConfig::new().set("bootstrap.servers", format!("127.0.0.1:{port}")).create().unwrap();
+    let md = p.client().fetch_metadata(Some("auto"), std::time::Duration::from_secs(10)).unwrap();
+    assert_eq!(md.topics()[0].partitions().len(), 5);
+    assert!(data.join("auto-4").is_dir(), "data went to the --log-dirs directory");
+    drop(p);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn sigterm_is_a_clean_shutdown_and_metadata_persists() {
+    let mut b = Broker::start();
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (id_before, cfg_before) = rt.block_on(async {
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", b.bootstrap()).create().unwrap();
+        let r = admin
+            .create_topics(
+                &[NewTopic::new("keep", 3, TopicReplication::Fixed(1)).set("retention.ms", "86400000")],
+                &AdminOptions::new(),
+            )
+            .await
+            .unwrap();
+        assert!(r[0].is_ok());
+        let cfg = admin.describe_configs(&[ResourceSpecifier::Topic("keep")], &AdminOptions::new()).await.unwrap();
+        let v = cfg[0].as_ref().unwrap().get("retention.ms").and_then(|e| e.value.clone());
+        let meta = std::fs::read_to_string(b.data_dir.join("__sluice_metadata.json")).unwrap();
+        (meta, v)
+    });
+    assert_eq!(b.stop(), Some(0), "SIGTERM exits 0");
+    for p in 0..3 {
+        assert!(b.data_dir.join(format!("keep-{p}/.clean_shutdown")).exists(), "partition {p} closed cleanly");
+    }
+    b.spawn();
+    for p in 0..3 {
+        assert!(!b.data_dir.join(format!("keep-{p}/.clean_shutdown")).exists(), "marker consumed on open");
+    }
+    let meta_after = std::fs::read_to_string(b.data_dir.join("__sluice_metadata.json")).unwrap();
+    assert_eq!(id_before, meta_after, "topic ids and configs unchanged across restart");
+    let cfg_after = rt.block_on(async {
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", b.bootstrap()).create().unwrap();
+        let cfg = admin.describe_configs(&[ResourceSpecifier::Topic("keep")], &AdminOptions::new()).await.unwrap();
+        cfg[0].as_ref().unwrap().get("retention.ms").and_then(|e| e.value.clone())
+    });
+    assert_eq!(cfg_before.as_deref(), Some("86400000"));
+    assert_eq!(cfg_after, cfg_before);
+}
+
+#[test]
+fn a_second_broker_on_the_same_directory_refuses_to_start() {
+    let b = Broker::start();
+    let out = Command::new(sluice_bin())
+        .args(["--log-dirs", b.data_dir.to_str().unwrap()])
+        .args(["--listeners", &format!("PLAINTEXT://127.0.0.1:{}", free_port())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("locked by another process"), "{e}");
+}
