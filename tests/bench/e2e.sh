@@ -22,7 +22,7 @@ cargo build --release -q -p sluice-broker -p sluice-tools
 SLUICE=target/release/sluice
 CTL=target/release/sluicectl
 
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+median() { sort -n | awk '{a[NR]=$1} END {printf "%.1f\n", a[int((NR+1)/2)]}'; }
 json_field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 
 wait_port() { for _ in $(seq 1 200); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; return 1; }
