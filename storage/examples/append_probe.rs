@@ -45,7 +45,12 @@ fn main() {
     let policy = if sync { FlushPolicy::Sync } else { FlushPolicy::Interval { interval_ms: 1000 } };
     let mut log = Log::open(
         &dir.path().join("p"),
-        LogConfig { flush: policy, index_interval_bytes: interval, ..Default::default() },
+        LogConfig {
+            flush: policy,
+            index_interval_bytes: interval,
+            segment_bytes: std::env::var("SEGMENT_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 30),
+            ..Default::default()
+        },
     )
     .unwrap();
     let fl = log.flusher();
