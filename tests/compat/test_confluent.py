@@ -120,3 +120,37 @@ def test_kill9_keeps_acknowledged_writes(broker):
     broker.start()
     msgs = consume(broker, "ckill", 1, 5000)
     assert [m.value() for m in msgs] == values
+
+
+def test_list_offsets_delete_records_describe_cluster(broker):
+    from confluent_kafka.admin import OffsetSpec
+    base = int(time.time() * 1000) - 10_000
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": False, "linger.ms": 0})
+    stamps = [base + 5, base + 50, base + 20, base + 40]  # the max (base+50) is at offset 1
+    for i, ts in enumerate(stamps):
+        p.produce("clo", value=b"%d" % i, partition=0, timestamp=ts)
+        p.flush(10)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    tp = TopicPartition("clo", 0)
+
+    def offsets(spec):
+        return admin.list_offsets({tp: spec})[tp].result(10)
+
+    assert offsets(OffsetSpec.earliest()).offset == 0
+    assert offsets(OffsetSpec.latest()).offset == 4
+    mx = offsets(OffsetSpec.max_timestamp())
+    assert (mx.offset, mx.timestamp) == (1, base + 50)
+    assert offsets(OffsetSpec.for_timestamp(base + 21)).offset == 1
+
+    res = admin.delete_records([TopicPartition("clo", 0, 2)])
+    done = list(res.values())[0].result(10)
+    assert done.low_watermark == 2
+    assert offsets(OffsetSpec.earliest()).offset == 2
+    msgs = consume(broker, "clo", 1, 2)
+    assert [(m.offset(), m.value()) for m in msgs] == [(2, b"2"), (3, b"3")]
+
+    cluster = admin.describe_cluster().result(10)
+    assert len(cluster.nodes) == 1
+    assert cluster.nodes[0].port == broker.port
+    assert cluster.controller.id == cluster.nodes[0].id
+    assert cluster.cluster_id

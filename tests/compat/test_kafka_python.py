@@ -136,3 +136,20 @@ def test_log_append_time_topic(broker):
     msgs = consume_all(broker, "lat", 1, 1)
     assert msgs[0].timestamp_type == 1
     assert before - 1000 <= msgs[0].timestamp <= after + 1000
+
+
+def test_describe_log_dirs_and_delete_records(broker):
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic("dirs", 2, 1)])
+    p = producer(broker)
+    for i in range(10):
+        p.send("dirs", value=b"x" * 100, partition=0)
+    p.flush()
+    res = admin.describe_log_dirs()
+    text = str(res)
+    assert "dirs" in text
+    admin.delete_records({TopicPartition("dirs", 0): 4})
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    tp = TopicPartition("dirs", 0)
+    assert c.beginning_offsets([tp])[tp] == 4
+    assert c.end_offsets([tp])[tp] == 10
