@@ -105,15 +105,21 @@ impl Connection {
 
     /// Send a request that gets no response (produce with acks=0).
     pub async fn send_oneway(&self, key: ApiKey, version: i16, body: RequestKind) -> Result<(), ConnError> {
+        let (_, frame) = self.frame(key, version, &body)?;
+        self.writer.lock().await.write_all(&frame).await?;
+        Ok(())
+    }
+
+    /// A new correlation id and the encoded request frame.
+    fn frame(&self, key: ApiKey, version: i16, body: &RequestKind) -> Result<(i32, Bytes), ConnError> {
         let cid = self.next_id.fetch_add(1, Ordering::Relaxed);
         let header = RequestHeader::default()
             .with_request_api_key(key as i16)
             .with_request_api_version(version)
             .with_correlation_id(cid)
             .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
-        let frame = api::encode_request(&header, &body).map_err(ConnError::Protocol)?;
-        self.writer.lock().await.write_all(&frame).await?;
-        Ok(())
+        let frame = api::encode_request(&header, body).map_err(ConnError::Protocol)?.freeze();
+        Ok((cid, frame))
     }
 
     /// Send a request; the returned receiver yields its response. Holds a window slot until
@@ -125,13 +131,7 @@ impl Connection {
         body: RequestKind,
     ) -> Result<oneshot::Receiver<Result<ResponseKind, ConnError>>, ConnError> {
         let permit = self.window.clone().acquire_owned().await.map_err(|_| ConnError::Closed)?;
-        let cid = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let header = RequestHeader::default()
-            .with_request_api_key(key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(cid)
-            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
-        let frame: Bytes = api::encode_request(&header, &body).map_err(ConnError::Protocol)?.freeze();
+        let (cid, frame) = self.frame(key, version, &body)?;
         let (tx, rx) = oneshot::channel();
         let (tx2, rx2) = oneshot::channel();
         {

@@ -37,6 +37,24 @@ pub fn sluice_bin() -> PathBuf {
     .clone()
 }
 
+/// Path of the `sluicectl` binary, building it once per test process if needed.
+pub fn sluicectl_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-q", "-p", "sluice-tools", "--bin", "sluicectl"])
+            .current_dir(&root)
+            .status()
+            .expect("run cargo build for the sluicectl binary");
+        assert!(status.success(), "building the sluicectl binary failed");
+        let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
+        target.join("debug").join("sluicectl")
+    })
+    .clone()
+}
+
 /// A free TCP port on 127.0.0.1 (the listener is closed before returning; races are unlikely
 /// on a test machine and show up as a clear bind error).
 pub fn free_port() -> u16 {

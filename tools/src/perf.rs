@@ -58,6 +58,23 @@ pub struct Summary {
     pub latency_ms_max: f64,
 }
 
+impl Summary {
+    fn new(records: u64, bytes: u64, seconds: f64, mut latencies_us: Vec<u64>) -> Summary {
+        latencies_us.sort_unstable();
+        Summary {
+            records,
+            bytes,
+            seconds,
+            records_per_sec: records as f64 / seconds,
+            mib_per_sec: bytes as f64 / seconds / 1048576.0,
+            latency_ms_p50: percentile(&latencies_us, 0.5),
+            latency_ms_p99: percentile(&latencies_us, 0.99),
+            latency_ms_p999: percentile(&latencies_us, 0.999),
+            latency_ms_max: latencies_us.last().map(|l| *l as f64 / 1000.0).unwrap_or(0.0),
+        }
+    }
+}
+
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
@@ -204,20 +221,8 @@ pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<Summary> {
     }
     let secs = start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    latencies.sort_unstable();
     let records = done.load(Ordering::Relaxed);
-    let bytes = records * a.record_size as u64;
-    Ok(Summary {
-        records,
-        bytes,
-        seconds: secs,
-        records_per_sec: records as f64 / secs,
-        mib_per_sec: bytes as f64 / secs / 1048576.0,
-        latency_ms_p50: percentile(&latencies, 0.5),
-        latency_ms_p99: percentile(&latencies, 0.99),
-        latency_ms_p999: percentile(&latencies, 0.999),
-        latency_ms_max: latencies.last().map(|l| *l as f64 / 1000.0).unwrap_or(0.0),
-    })
+    Ok(Summary::new(records, records * a.record_size as u64, secs, latencies))
 }
 
 pub async fn consume(bootstrap: &str, a: &ConsumeArgs) -> Result<Summary> {
@@ -288,20 +293,7 @@ pub async fn consume(bootstrap: &str, a: &ConsumeArgs) -> Result<Summary> {
     }
     let secs = start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    latencies.sort_unstable();
-    let records = done.load(Ordering::Relaxed);
-    let bytes = bytes_done.load(Ordering::Relaxed);
-    Ok(Summary {
-        records,
-        bytes,
-        seconds: secs,
-        records_per_sec: records as f64 / secs,
-        mib_per_sec: bytes as f64 / secs / 1048576.0,
-        latency_ms_p50: percentile(&latencies, 0.5),
-        latency_ms_p99: percentile(&latencies, 0.99),
-        latency_ms_p999: percentile(&latencies, 0.999),
-        latency_ms_max: latencies.last().map(|l| *l as f64 / 1000.0).unwrap_or(0.0),
-    })
+    Ok(Summary::new(done.load(Ordering::Relaxed), bytes_done.load(Ordering::Relaxed), secs, latencies))
 }
 
 fn now_ms() -> i64 {
