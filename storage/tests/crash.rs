@@ -389,3 +389,37 @@ fn segment_ms_rolls_by_record_time() {
     log.append(&mut b, now, None).unwrap();
     assert_eq!(log.segment_count(), 2);
 }
+
+/// `retention.ms` deletes whole segments whose newest record is older, never the active one and
+/// never one reaching the high watermark.
+#[test]
+fn retention_ms_deletes_old_segments_only() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = LogConfig { segment_bytes: 500, retention_ms: 60_000, ..small_config() };
+    let mut log = Log::open(&root.path().join("p"), cfg).unwrap();
+    let now = 1_800_000_000_000i64;
+    // old records (2 hours ago), then recent ones
+    for i in 0..12 {
+        let ts = if i < 8 { now - 7_200_000 } else { now - 1_000 };
+        let mut b = make_batch(1, 150, i, ts);
+        log.append(&mut b, now, None).unwrap();
+    }
+    let before = log.segment_count();
+    assert!(before >= 4, "{before} segments");
+    // nothing is deleted while the high watermark has not passed the segments
+    assert_eq!(log.enforce_retention(now).unwrap(), 0);
+    let leo = log.log_end_offset();
+    log.set_high_watermark(leo);
+    let deleted = log.enforce_retention(now).unwrap();
+    assert!(deleted > 0);
+    assert_eq!(log.segment_count(), before - deleted);
+    // what is left starts at a segment holding a recent record, or is the active segment
+    let start = log.log_start_offset();
+    let left = read_all(&log, start);
+    assert!(!left.is_empty());
+    assert_eq!(left.last().unwrap().0, 11);
+    assert!(left.iter().any(|(o, _)| *o >= 8), "recent records kept");
+    assert!(read_all(&log, start).len() <= 12 - deleted);
+    // reading below the new start is out of range
+    assert!(log.read(0, 100, None, true).is_err());
+}
