@@ -8,6 +8,8 @@
 //! High watermark: under `FlushPolicy::Sync` it advances only to the durable end (nothing a
 //! consumer sees can disappear in a crash); under `Interval` it advances right after the write.
 
+pub mod producer_state;
+
 use bytes::Bytes;
 use sluice_storage::{AppendInfo, FlushPolicy, Flusher, Log, LogConfig, StorageError};
 use std::sync::{Arc, Mutex, MutexGuard};
