@@ -99,6 +99,7 @@ fn blocking_api(key: ApiKey) -> bool {
             | ApiKey::AlterConfigs
             | ApiKey::IncrementalAlterConfigs
             | ApiKey::DeleteRecords
+            | ApiKey::InitProducerId
     )
 }
 

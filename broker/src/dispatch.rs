@@ -41,6 +41,9 @@ pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
         RequestKind::DescribeLogDirs(r) => {
             Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_cluster::describe_log_dirs(state, r)))
         }
+        RequestKind::InitProducerId(r) => {
+            Reply::now(ResponseKind::InitProducerId(handlers::init_producer_id::handle(state, r)))
+        }
         // `RequestKind` is non-exhaustive; keys outside the table never decode to here
         // (`decode_request` refuses them), so reaching this arm is a table/dispatch mismatch.
         other => {
@@ -133,6 +136,7 @@ mod tests {
             }
             ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
             ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
+            ApiKey::InitProducerId => RequestKind::InitProducerId(InitProducerIdRequest::default()),
             other => panic!("add {other:?} to default_request"),
         }
     }

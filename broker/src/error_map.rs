@@ -21,6 +21,17 @@ pub fn storage_produce_code(e: &StorageError) -> i16 {
     }
 }
 
+/// Kafka error code for an idempotence/transaction refusal of a produced batch.
+pub fn refusal_code(r: &crate::partition::producer_state::Refusal) -> i16 {
+    use crate::partition::producer_state::Refusal;
+    match r {
+        Refusal::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch.code(),
+        Refusal::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber.code(),
+        Refusal::InvalidTxnState => ResponseError::InvalidTxnState.code(),
+        Refusal::UnknownProducerId { .. } => ResponseError::UnknownProducerId.code(),
+    }
+}
+
 /// Kafka error code for a storage error on the read path (Fetch, ListOffsets).
 pub fn storage_read_code(e: &StorageError) -> i16 {
     match e {

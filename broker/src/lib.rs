@@ -20,5 +20,6 @@ pub mod dispatch;
 pub mod error_map;
 pub mod handlers;
 pub mod partition;
+pub mod producer_ids;
 pub mod server;
 pub mod state;

@@ -75,6 +75,7 @@ pub struct BrokerState {
     data_dir: PathBuf,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     pub hw_changed: Arc<tokio::sync::Notify>,
+    pub producer_ids: crate::producer_ids::ProducerIds,
     _lock: DirLock,
 }
 
@@ -193,7 +194,9 @@ impl BrokerState {
                 Arc::new(Topic { name: name.clone(), id: rec.id, configs: rec.configs.clone(), partitions }),
             );
         }
+        let producer_ids = crate::producer_ids::ProducerIds::open(&data_dir)?;
         let state = BrokerState {
+            producer_ids,
             config,
             cluster_id: meta.cluster_id.clone(),
             data_dir,

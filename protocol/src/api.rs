@@ -45,6 +45,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
     api(ApiKey::DescribeCluster, 0, 1),
     api(ApiKey::DescribeLogDirs, 1, 4),
+    api(ApiKey::InitProducerId, 0, 4),
 ];
 
 /// The table row for `key`, if supported.

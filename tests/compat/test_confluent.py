@@ -11,7 +11,7 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 def produce(b, topic, values, partition=0, **conf):
     errors = []
     offsets = []
-    p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": False, "acks": "all", **conf})
+    p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "acks": "all", **conf})
 
     def cb(err, msg):
         if err:

@@ -10,8 +10,8 @@ CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 
 
 def producer(b, **kw):
-    # Idempotence (InitProducerId) is not served yet; kafka-python 3 enables it by default.
-    return KafkaProducer(bootstrap_servers=b.bootstrap, enable_idempotence=False, acks="all", **kw)
+    # kafka-python 3 enables idempotence by default: this exercises InitProducerId and sequences.
+    return KafkaProducer(bootstrap_servers=b.bootstrap, acks="all", **kw)
 
 
 def consume_all(b, topic, partitions, expect, timeout_ms=5000, **kw):

@@ -245,25 +245,88 @@ fn invalid_batches_are_refused_and_nothing_is_stored() {
     magic1[16] = 1;
     assert_ne!(produce_code(&b, "bad", magic1).0, 0);
 
-    // a good batch followed by a bad one: the whole request is refused
+    // a good batch followed by a bad one: the whole partition is refused (one batch only)
     let mut two = good_batch(1);
     let mut tail = good_batch(1);
     tail[30] ^= 1;
     two.extend_from_slice(&tail);
-    assert_eq!(produce_code(&b, "bad", two).0, 2);
+    assert_eq!(produce_code(&b, "bad", two).0, 87, "INVALID_RECORD: exactly one batch per partition");
 
     assert_eq!(produce_code(&b, "bad", vec![]).0, 2, "empty records");
     assert_eq!(produce_code(&b, "bad", vec![1, 2, 3]).0, 2, "three bytes");
 
-    // idempotent batches need InitProducerId, which is not served yet: refused, not stored
-    let idem = BatchBuilder { producer_id: 5, producer_epoch: 0, base_sequence: 0, ..Default::default() }
-        .build(&[NewRecord { timestamp: 1, ..Default::default() }])
-        .unwrap()
-        .to_vec();
-    assert_ne!(produce_code(&b, "bad", idem).0, 0);
+    // transactional batches need the transaction coordinator: refused, not stored
+    let txn =
+        BatchBuilder { producer_id: 5, producer_epoch: 0, base_sequence: 0, transactional: true, ..Default::default() }
+            .build(&[NewRecord { timestamp: 1, ..Default::default() }])
+            .unwrap()
+            .to_vec();
+    assert_eq!(produce_code(&b, "bad", txn).0, 48, "INVALID_TXN_STATE");
 
     assert_eq!(latest_offset(&b, "bad"), before, "nothing stored");
     assert_eq!(produce_code(&b, "bad", good_batch(1)), (0, 3), "good batches still work");
+}
+
+fn init_producer_id() -> RequestKind {
+    let mut r = InitProducerIdRequest::default();
+    r.transactional_id = None;
+    r.transaction_timeout_ms = 60_000;
+    r.producer_id = ProducerId(-1);
+    r.producer_epoch = -1;
+    RequestKind::InitProducerId(r)
+}
+
+fn idem_batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
+    let recs: Vec<NewRecord> = (0..n)
+        .map(|i| NewRecord {
+            timestamp: 1000,
+            value: Some(Bytes::from(format!("s{}", seq as usize + i))),
+            ..Default::default()
+        })
+        .collect();
+    BatchBuilder { producer_id: pid, producer_epoch: epoch, base_sequence: seq, ..Default::default() }
+        .build(&recs)
+        .unwrap()
+        .to_vec()
+}
+
+/// Idempotence over the wire: a retried batch is answered with its original offsets and stored
+/// once, also after a kill -9 and restart (state replayed from the log); gaps, unknown producers
+/// with a non-zero sequence and fenced epochs are refused with Kafka's codes.
+#[test]
+fn idempotent_retries_are_stored_once_even_across_a_crash() {
+    let mut b = Broker::start();
+    ensure_topic(&b, "idem");
+    let pid = match call(&b, ApiKey::InitProducerId, 4, init_producer_id()) {
+        ResponseKind::InitProducerId(r) => {
+            assert_eq!(r.error_code, 0);
+            assert_eq!(r.producer_epoch, 0);
+            r.producer_id.0
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 0, 3)), (0, 0));
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 3, 2)), (0, 3));
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 3, 2)), (0, 3), "retry: original offset");
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 0, 3)), (0, 0), "older retry within five batches");
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 9, 1)).0, 45, "OUT_OF_ORDER_SEQUENCE_NUMBER");
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid + 1000, 0, 7, 1)).0, 59, "UNKNOWN_PRODUCER_ID");
+    assert_eq!(latest_offset(&b, "idem"), 5);
+
+    b.kill9();
+    b.spawn();
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 3, 2)), (0, 3), "retry after a crash: still a duplicate");
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 5, 1)), (0, 5));
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 1, 0, 1)), (0, 6), "a new epoch starts at 0");
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 6, 1)).0, 47, "INVALID_PRODUCER_EPOCH: fenced");
+    assert_eq!(latest_offset(&b, "idem"), 7);
+
+    // a fresh InitProducerId never repeats an id, even after the restart
+    let pid2 = match call(&b, ApiKey::InitProducerId, 0, init_producer_id()) {
+        ResponseKind::InitProducerId(r) => r.producer_id.0,
+        other => panic!("{other:?}"),
+    };
+    assert!(pid2 > pid);
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 fn producer(b: &Broker, extra: &[(&str, &str)]) -> BaseProducer {
     let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", b.bootstrap()).set("acks", "all").set("enable.idempotence", "false");
+    c.set("bootstrap.servers", b.bootstrap()).set("acks", "all").set("enable.idempotence", "true");
     for (k, v) in extra {
         c.set(*k, *v);
     }

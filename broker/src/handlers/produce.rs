@@ -9,7 +9,7 @@
 
 use super::{now_ms, LaterReply, Reply};
 use crate::error_map;
-use crate::partition::Partition;
+use crate::partition::{AppendError, Appended, Partition};
 use crate::state::BrokerState;
 use bytes::BytesMut;
 use kafka_protocol::error::ResponseError;
@@ -37,25 +37,22 @@ fn restamp(buf: &mut [u8], now: i64) {
     }
 }
 
+/// Kafka's rule for produce v3+: exactly one v2 batch per partition. Header and lengths only:
+/// the log validates the CRC (once) when it appends.
 fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
-    let mut pos = 0;
-    while pos < bytes.len() {
-        // Header and lengths only: the log validates the CRC (once) when it appends.
-        let v =
-            BatchView::parse_unchecked_crc(&bytes[pos..]).map_err(|e| (error_map::batch_code(&e), e.to_string()))?;
-        let size = v.size();
-        if v.producer_id() != NO_PRODUCER_ID || v.is_transactional() {
-            // Idempotent and transactional producers need InitProducerId, which this broker does
-            // not offer yet; refuse rather than accept without the guarantees they expect.
-            return Err((
-                ResponseError::UnknownProducerId.code(),
-                "idempotent/transactional produce is not supported by this broker yet".into(),
-            ));
-        }
-        if v.is_control() {
-            return Err((ResponseError::InvalidRecord.code(), "clients may not produce control batches".into()));
-        }
-        pos += size;
+    let v = BatchView::parse_unchecked_crc(bytes).map_err(|e| (error_map::batch_code(&e), e.to_string()))?;
+    if v.size() != bytes.len() {
+        return Err((ResponseError::InvalidRecord.code(), "a partition's records must be exactly one batch".into()));
+    }
+    if v.is_transactional() {
+        // Transactions need the transaction coordinator, which this broker does not run yet.
+        return Err((ResponseError::InvalidTxnState.code(), "transactional produce is not supported yet".into()));
+    }
+    if v.is_control() {
+        return Err((ResponseError::InvalidRecord.code(), "clients may not produce control batches".into()));
+    }
+    if v.producer_id() != NO_PRODUCER_ID && (v.producer_epoch() < 0 || v.base_sequence() < 0) {
+        return Err((ResponseError::InvalidRecord.code(), "an idempotent batch needs an epoch and a sequence".into()));
     }
     Ok(())
 }
@@ -101,8 +98,8 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
                             if log_append_time {
                                 restamp(&mut buf, now);
                             }
-                            match partition.append(&mut buf, now) {
-                                Ok((info, log_start, sync)) => Staged::Appended {
+                            match partition.append_batch(&mut buf, now) {
+                                Ok(Appended::New { info, log_start, sync }) => Staged::Appended {
                                     partition: partition.clone(),
                                     base_offset: info.first_offset,
                                     end: info.last_offset + 1,
@@ -110,7 +107,22 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
                                     sync,
                                     append_time: if log_append_time { now } else { -1 },
                                 },
-                                Err(e) => Staged::Error(error_map::storage_produce_code(&e), Some(e.to_string())),
+                                Ok(Appended::Duplicate { first_offset, last_offset, log_start, sync }) => {
+                                    Staged::Appended {
+                                        partition: partition.clone(),
+                                        base_offset: first_offset,
+                                        end: last_offset + 1,
+                                        log_start,
+                                        sync,
+                                        append_time: if log_append_time { now } else { -1 },
+                                    }
+                                }
+                                Err(AppendError::Storage(e)) => {
+                                    Staged::Error(error_map::storage_produce_code(&e), Some(e.to_string()))
+                                }
+                                Err(AppendError::Refused(r)) => {
+                                    Staged::Error(error_map::refusal_code(&r), Some(format!("{r:?}")))
+                                }
                             }
                         }
                     },
