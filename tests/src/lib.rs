@@ -10,6 +10,8 @@
 //!
 //! No mocks of the broker: every test here runs the real binary.
 
+pub mod proxy;
+
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
