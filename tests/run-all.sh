@@ -41,9 +41,11 @@ fi
 # --- Rust: unit, property, crash-recovery and rdkafka integration tests ---
 log "cargo test"
 cargo build -p sluice-broker --bin sluice
+cargo build -p sluice-tests --bin faultproxy
 cargo test --workspace --no-fail-fast
 
 # --- Python/kcat compatibility suite against a real broker process ---
 log "compatibility suite (kafka-python, confluent-kafka, kcat)"
 export TEST_SLUICE_BIN="$ROOT/target/debug/sluice"
+export TEST_FAULTPROXY_BIN="$ROOT/target/debug/faultproxy"
 "$VENV/bin/python" -m pytest -q tests/compat

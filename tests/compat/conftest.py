@@ -73,6 +73,50 @@ def broker():
             b.kill9()
 
 
+FAULTPROXY_BIN = os.environ.get("TEST_FAULTPROXY_BIN") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "target", "debug", "faultproxy")
+
+
+class FaultProxy:
+    """The Rust fault-injecting proxy (tests/src/proxy.rs) as a process."""
+
+    def __init__(self, target_port, drop_per_mille, stats_file, seed=1):
+        self.stats_file = stats_file
+        self.proc = subprocess.Popen([FAULTPROXY_BIN, "--target", str(target_port), "--drop-per-mille",
+                                      str(drop_per_mille), "--seed", str(seed), "--stats-file", stats_file],
+                                     stdout=subprocess.PIPE)
+        self.port = int(self.proc.stdout.readline())
+
+    def dropped(self):
+        time.sleep(0.3)
+        try:
+            return int(open(self.stats_file).read() or 0)
+        except FileNotFoundError:
+            return 0
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def broker_behind_proxy():
+    """A broker that advertises a proxy dropping 1.5% of responses (connection cut after the
+    broker acted on the request)."""
+    with tempfile.TemporaryDirectory() as d:
+        port = free_port()
+        proxy = FaultProxy(port, 15, os.path.join(d, "proxy-stats"))
+        b = Broker(os.path.join(d, "data"), port,
+                   extra=["--advertised-listeners", f"PLAINTEXT://127.0.0.1:{proxy.port}", "--num-partitions", "4"])
+        b.start()
+        b.proxy = proxy
+        try:
+            yield b
+        finally:
+            b.kill9()
+            proxy.stop()
+
+
 def topic_name(request_or_name):
     base = getattr(request_or_name, "node", None)
     name = base.name if base else str(request_or_name)

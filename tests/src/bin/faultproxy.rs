@@ -1,4 +1,4 @@
-//! `faultproxy --target PORT [--drop-per-mille N] [--seed S]`: run the fault-injecting proxy
+//! `faultproxy --target PORT [--drop-per-mille N] [--seed S] [--stats-file PATH]`: run the fault-injecting proxy
 //! (for the Python compatibility suite); prints its listening port on the first line of stdout
 //! and runs until killed.
 
@@ -24,7 +24,12 @@ fn main() {
         .drop_response_per_mille
         .store(arg("--drop-per-mille").unwrap_or(0) as u32, std::sync::atomic::Ordering::Relaxed);
     println!("{}", proxy.port);
+    let stats = std::env::args().skip_while(|a| a != "--stats-file").nth(1);
     loop {
-        std::thread::sleep(std::time::Duration::from_secs(3600));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        if let Some(path) = &stats {
+            let dropped = proxy.faults.dropped.load(std::sync::atomic::Ordering::Relaxed);
+            let _ = std::fs::write(path, dropped.to_string());
+        }
     }
 }
