@@ -46,6 +46,9 @@ pub struct AppendInfo {
     pub offset_of_max_timestamp: i64,
     pub batches: usize,
     pub bytes: usize,
+    /// This append started a new segment (at `first_offset`): the moment to snapshot state
+    /// that is derived from the log (producer state), as Kafka does at roll.
+    pub rolled: bool,
 }
 
 /// What recovery on open did (for logs, metrics and the broker's producer-state rebuild).
@@ -485,6 +488,7 @@ impl Log {
             offset_of_max_timestamp: offset_of_max,
             batches: metas.len(),
             bytes: batches.len(),
+            rolled: need_roll,
         };
         self.scratch_metas = metas;
         Ok(info)

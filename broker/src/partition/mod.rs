@@ -84,7 +84,12 @@ impl Partition {
         let (pid, hdr) = match header {
             Ok((pid, hdr)) if pid != NO_PRODUCER_ID => (pid, hdr),
             _ => {
+                let producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
                 let (info, log_start, sync) = self.append(batch, now_ms).map_err(AppendError::Storage)?;
+                if info.rolled {
+                    self.snapshot(&producers, info.first_offset);
+                }
+                drop(producers);
                 return Ok(Appended::New { info, log_start, sync });
             }
         };
@@ -98,6 +103,10 @@ impl Partition {
             }
             Plan::Append => {
                 let (info, log_start, sync) = self.append(batch, now_ms).map_err(AppendError::Storage)?;
+                if info.rolled {
+                    // the state before this batch = the state for every offset below the new segment
+                    self.snapshot(&producers, info.first_offset);
+                }
                 let entry = producers.remove(&pid);
                 producers.insert(pid, producer_state::apply(entry, &hdr, info.first_offset, info.last_offset));
                 Ok(Appended::New { info, log_start, sync })
@@ -155,8 +164,29 @@ impl Partition {
         log.write_checkpoint()
     }
 
-    /// Take the log out for a clean close at shutdown.
+    /// Write a producer-state snapshot at `offset` (the state of every batch below it) and
+    /// keep only this one and the previous. A failure costs only a longer replay on restart.
+    fn snapshot(&self, producers: &HashMap<i64, ProducerEntry>, offset: i64) {
+        let log = self.log();
+        let payload = producer_state::encode_snapshot(producers.iter());
+        match log.write_producer_snapshot(offset, &payload) {
+            Ok(()) => {
+                if let Ok(offsets) = log.producer_snapshot_offsets() {
+                    if offsets.len() > 2 {
+                        let _ = log.delete_snapshots_before(offsets[offsets.len() - 2]);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(topic = %self.topic, partition = self.index, "producer snapshot failed: {e}"),
+        }
+    }
+
+    /// Take the log out for a clean close at shutdown, snapshotting producer state at the end
+    /// of the log first so the next start replays nothing.
     pub fn into_log(self) -> Log {
+        let producers = self.producers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let leo = self.log().log_end_offset();
+        self.snapshot(&producers, leo);
         self.log.into_inner().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -187,12 +217,23 @@ impl Partition {
     }
 }
 
-/// Rebuild producer state by replaying the log from its start: every idempotent batch is
-/// applied in offset order, exactly as it was when appended. (Snapshots that bound this replay
-/// come with the idempotence issue.)
+/// Rebuild producer state: the newest snapshot, then every idempotent batch after it applied in
+/// offset order, exactly as when it was appended.
 fn rebuild_producer_state(log: &Log) -> HashMap<i64, ProducerEntry> {
     let mut producers: HashMap<i64, ProducerEntry> = HashMap::new();
     let mut offset = log.log_start_offset();
+    // Start from the newest readable snapshot (the log already dropped any past its end).
+    match log.latest_producer_snapshot() {
+        Ok(Some((snap_offset, payload))) => match producer_state::decode_snapshot(&payload) {
+            Some(entries) => {
+                producers.extend(entries);
+                offset = offset.max(snap_offset);
+            }
+            None => tracing::warn!("producer snapshot at {snap_offset} is malformed; replaying the whole log"),
+        },
+        Ok(None) => {}
+        Err(e) => tracing::warn!("producer snapshots unreadable ({e}); replaying the whole log"),
+    }
     let end = log.log_end_offset();
     while offset < end {
         let chunk = match log.read(offset, 4 << 20, None, true) {
@@ -230,4 +271,102 @@ fn rebuild_producer_state(log: &Log) -> HashMap<i64, ProducerEntry> {
         }
     }
     producers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_protocol::batch::{BatchBuilder, NewRecord};
+
+    fn batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
+        let recs: Vec<NewRecord> = (0..n)
+            .map(|i| NewRecord {
+                timestamp: 1000 + i as i64,
+                value: Some(Bytes::from(vec![7u8; 90])),
+                ..Default::default()
+            })
+            .collect();
+        BatchBuilder { producer_id: pid, producer_epoch: epoch, base_sequence: seq, ..Default::default() }
+            .build(&recs)
+            .unwrap()
+            .to_vec()
+    }
+
+    fn config() -> LogConfig {
+        LogConfig { segment_bytes: 1500, retention_ms: -1, ..LogConfig::default() }
+    }
+
+    fn open(dir: &std::path::Path) -> Partition {
+        Partition::new("t".into(), 0, Log::open(dir, config()).unwrap(), Arc::new(tokio::sync::Notify::new()))
+    }
+
+    fn state(p: &Partition) -> HashMap<i64, ProducerEntry> {
+        p.producers.lock().unwrap().clone()
+    }
+
+    /// Write batches from several producers across many segment rolls (with an epoch bump and a
+    /// plain producer mixed in).
+    fn fill(p: &Partition) {
+        let mut seqs = [0i32; 3];
+        for round in 0..40 {
+            for pid in 0..3usize {
+                let epoch = if pid == 2 && round >= 20 { 1 } else { 0 };
+                if pid == 2 && round == 20 {
+                    seqs[2] = 0;
+                }
+                let n = 1 + (round + pid) % 3;
+                let mut b = batch(pid as i64 + 100, epoch, seqs[pid], n);
+                assert!(matches!(p.append_batch(&mut b, 0).unwrap(), Appended::New { .. }));
+                seqs[pid] += n as i32;
+            }
+            let mut plain = BatchBuilder::default().build(&[NewRecord::default()]).unwrap().to_vec();
+            p.append_batch(&mut plain, 0).unwrap();
+        }
+    }
+
+    #[test]
+    fn snapshot_plus_replay_reproduces_the_state_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path());
+        fill(&p);
+        let before = state(&p);
+        assert_eq!(before.len(), 3);
+        assert_eq!(before[&102].epoch, 1);
+        let snaps = p.log().producer_snapshot_offsets().unwrap();
+        assert!(!snaps.is_empty() && snaps.len() <= 2, "snapshots at rolls, two kept: {snaps:?}");
+        drop(p); // crash: no clean close
+        let p = open(dir.path());
+        assert_eq!(state(&p), before, "newest snapshot + replay after it");
+        // a retry of the last batch is still recognised
+        let last = before[&100].batches.back().copied().unwrap();
+        let mut retry = batch(100, 0, last.first_seq, (last.last_seq - last.first_seq + 1) as usize);
+        assert!(matches!(
+            p.append_batch(&mut retry, 0).unwrap(),
+            Appended::Duplicate { first_offset, .. } if first_offset == last.first_offset
+        ));
+        // clean close: snapshot at the end of the log
+        let leo = p.log().log_end_offset();
+        p.into_log().close().unwrap();
+        let p = open(dir.path());
+        assert_eq!(p.log().producer_snapshot_offsets().unwrap().last(), Some(&leo));
+        assert_eq!(state(&p), before);
+    }
+
+    #[test]
+    fn damaged_snapshots_fall_back_to_a_full_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path());
+        fill(&p);
+        let before = state(&p);
+        drop(p);
+        for off in Log::open(dir.path(), config()).unwrap().producer_snapshot_offsets().unwrap() {
+            let path = dir.path().join(sluice_storage::segment::file_name(off, "snapshot"));
+            let mut bytes = std::fs::read(&path).unwrap();
+            let n = bytes.len();
+            bytes[n - 1] ^= 0xff;
+            std::fs::write(&path, bytes).unwrap();
+        }
+        let p = open(dir.path());
+        assert_eq!(state(&p), before);
+    }
 }

@@ -73,6 +73,75 @@ pub enum Plan {
     Reject(Refusal),
 }
 
+/// Snapshot payload version (the storage layer frames it with its own version and CRC).
+pub const SNAPSHOT_PAYLOAD_VERSION: u8 = 1;
+
+/// Encode every producer's state (deterministic order) for a `<offset>.snapshot` file.
+pub fn encode_snapshot<'a>(entries: impl Iterator<Item = (&'a i64, &'a ProducerEntry)>) -> Vec<u8> {
+    let mut list: Vec<(&i64, &ProducerEntry)> = entries.collect();
+    list.sort_by_key(|(pid, _)| **pid);
+    let mut out = Vec::with_capacity(8 + list.len() * 64);
+    out.push(SNAPSHOT_PAYLOAD_VERSION);
+    out.extend_from_slice(&(list.len() as u32).to_be_bytes());
+    for (pid, e) in list {
+        out.extend_from_slice(&pid.to_be_bytes());
+        out.extend_from_slice(&e.epoch.to_be_bytes());
+        out.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
+        out.extend_from_slice(&e.txn_first_offset.unwrap_or(-1).to_be_bytes());
+        out.extend_from_slice(&e.last_timestamp.to_be_bytes());
+        out.push(e.batches.len() as u8);
+        for b in &e.batches {
+            out.extend_from_slice(&b.first_seq.to_be_bytes());
+            out.extend_from_slice(&b.last_seq.to_be_bytes());
+            out.extend_from_slice(&b.first_offset.to_be_bytes());
+            out.extend_from_slice(&b.last_offset.to_be_bytes());
+            out.extend_from_slice(&b.timestamp.to_be_bytes());
+        }
+    }
+    out
+}
+
+/// Decode a snapshot payload; `None` if it is malformed (the caller then replays the log).
+pub fn decode_snapshot(mut b: &[u8]) -> Option<Vec<(i64, ProducerEntry)>> {
+    fn take<const N: usize>(b: &mut &[u8]) -> Option<[u8; N]> {
+        let (h, t) = (b.get(..N)?, b.get(N..)?);
+        *b = t;
+        h.try_into().ok()
+    }
+    if take::<1>(&mut b)?[0] != SNAPSHOT_PAYLOAD_VERSION {
+        return None;
+    }
+    let n = u32::from_be_bytes(take(&mut b)?) as usize;
+    let mut out = Vec::with_capacity(n.min(b.len() / 31 + 1));
+    for _ in 0..n {
+        let pid = i64::from_be_bytes(take(&mut b)?);
+        let epoch = i16::from_be_bytes(take(&mut b)?);
+        let coordinator_epoch = i32::from_be_bytes(take(&mut b)?);
+        let txn = i64::from_be_bytes(take(&mut b)?);
+        let last_timestamp = i64::from_be_bytes(take(&mut b)?);
+        let nb = take::<1>(&mut b)?[0] as usize;
+        if nb > BATCHES_RETAINED {
+            return None;
+        }
+        let mut batches = VecDeque::with_capacity(nb);
+        for _ in 0..nb {
+            batches.push_back(BatchMetadata {
+                first_seq: i32::from_be_bytes(take(&mut b)?),
+                last_seq: i32::from_be_bytes(take(&mut b)?),
+                first_offset: i64::from_be_bytes(take(&mut b)?),
+                last_offset: i64::from_be_bytes(take(&mut b)?),
+                timestamp: i64::from_be_bytes(take(&mut b)?),
+            });
+        }
+        let txn_first_offset = if txn < 0 { None } else { Some(txn) };
+        out.push((pid, ProducerEntry { epoch, batches, coordinator_epoch, txn_first_offset, last_timestamp }));
+    }
+    if !b.is_empty() {
+        return None;
+    }
+    Some(out)
+}
+
 /// The sequence after `seq`, wrapping at i32::MAX as Kafka does.
 pub fn next_seq(seq: i32) -> i32 {
     if seq == i32::MAX {
@@ -175,6 +244,27 @@ mod tests {
             transactional: false,
             max_timestamp: 0,
         }
+    }
+
+    #[test]
+    fn snapshot_roundtrip_and_garbage() {
+        let mut m = std::collections::HashMap::new();
+        let mut e = None;
+        for i in 0..7 {
+            e = Some(apply(e, &hdr(2, i * 3, 3), i64::from(i) * 10, i64::from(i) * 10 + 2));
+        }
+        m.insert(42i64, e.unwrap());
+        m.insert(7i64, apply(None, &BatchHeader { transactional: true, ..hdr(0, 0, 1) }, 99, 99));
+        let bytes = encode_snapshot(m.iter());
+        let back: std::collections::HashMap<i64, ProducerEntry> =
+            decode_snapshot(&bytes).unwrap().into_iter().collect();
+        assert_eq!(back, m);
+        for cut in 0..bytes.len() {
+            assert!(decode_snapshot(&bytes[..cut]).is_none());
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode_snapshot(&longer).is_none());
     }
 
     #[test]
