@@ -8,6 +8,7 @@
 //! - `cut_all()`: close every open connection at once;
 //! - `delay_ms`: hold each forwarded chunk this long;
 //! - `blackhole`: accept and read but forward nothing (a partition).
+//!
 //! Randomness comes from a seeded generator, so a failing run can be replayed.
 
 use std::io::{Read, Write};
