@@ -34,6 +34,10 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
                 let _ = tokio::task::spawn_blocking(move || {
                     for t in st.topics() {
                         for p in &t.partitions {
+                            let expired = p.expire_producers(now, st.config.producer_id_expiration_ms);
+                            if expired > 0 {
+                                tracing::info!(topic = %t.name, partition = p.index, "expired {expired} idle producers");
+                            }
                             match p.log().enforce_retention(now) {
                                 Ok(0) => {}
                                 Ok(n) => tracing::info!(topic = %t.name, partition = p.index, "retention deleted {n} segments"),

@@ -45,6 +45,11 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting { name: "log.flush.interval.ms", default: "1000", help: "fsync interval for log.flush.policy=interval" },
     Setting { name: "max.connections", default: "10000", help: "open connections allowed" },
+    Setting {
+        name: "producer.id.expiration.ms",
+        default: "86400000",
+        help: "forget idle idempotent producers after this long (never one with an open transaction)",
+    },
 ];
 
 /// The resolved configuration.
@@ -63,6 +68,7 @@ pub struct Config {
     pub log: LogConfig,
     pub retention_check_interval_ms: u64,
     pub max_connections: usize,
+    pub producer_id_expiration_ms: i64,
     /// Every setting's resolved value as text (for DescribeConfigs).
     pub values: BTreeMap<String, String>,
 }
@@ -297,6 +303,7 @@ pub fn resolve(
             positive,
         )? as u64,
         max_connections: parse::<i64>("max.connections", get("max.connections"), positive)? as usize,
+        producer_id_expiration_ms: parse("producer.id.expiration.ms", get("producer.id.expiration.ms"), positive)?,
         values: SETTINGS.iter().map(|s| (s.name.to_string(), get(s.name).0)).collect(),
     })
 }

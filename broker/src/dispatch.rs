@@ -44,6 +44,9 @@ pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
         RequestKind::InitProducerId(r) => {
             Reply::now(ResponseKind::InitProducerId(handlers::init_producer_id::handle(state, r)))
         }
+        RequestKind::DescribeProducers(r) => {
+            Reply::now(ResponseKind::DescribeProducers(handlers::describe_producers::handle(state, r)))
+        }
         // `RequestKind` is non-exhaustive; keys outside the table never decode to here
         // (`decode_request` refuses them), so reaching this arm is a table/dispatch mismatch.
         other => {
@@ -137,6 +140,14 @@ mod tests {
             ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
             ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
             ApiKey::InitProducerId => RequestKind::InitProducerId(InitProducerIdRequest::default()),
+            ApiKey::DescribeProducers => {
+                let mut t = describe_producers_request::TopicRequest::default();
+                t.name = name;
+                t.partition_indexes = vec![0, 1, 7];
+                let mut r = DescribeProducersRequest::default();
+                r.topics = vec![t];
+                RequestKind::DescribeProducers(r)
+            }
             other => panic!("add {other:?} to default_request"),
         }
     }
@@ -171,5 +182,32 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use crate::state::BrokerState;
+    use sluice_protocol::batch::{BatchBuilder, NewRecord};
+
+    #[test]
+    fn producer_state_survives_a_broker_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut flags = std::collections::BTreeMap::new();
+        flags.insert("log.dirs".to_string(), dir.path().display().to_string());
+        let cfg = crate::config::resolve(&flags, &Default::default(), None).unwrap();
+        let state = BrokerState::open(cfg.clone()).unwrap();
+        state.create_topic("t", 1, 1, Default::default(), false).unwrap();
+        let mut b = BatchBuilder { producer_id: 5, producer_epoch: 0, base_sequence: 0, ..Default::default() }
+            .build(&[NewRecord { timestamp: crate::handlers::now_ms(), ..Default::default() }])
+            .unwrap()
+            .to_vec();
+        state.partition("t", 0).unwrap().append_batch(&mut b, 0).unwrap();
+        assert_eq!(state.partition("t", 0).unwrap().producer_entries().len(), 1);
+        drop(state);
+        let state = BrokerState::open(cfg).unwrap();
+        let p = state.partition("t", 0).unwrap();
+        assert_eq!(p.producer_entries().len(), 1);
+        assert_eq!(p.expire_producers(crate::handlers::now_ms(), state.config.producer_id_expiration_ms), 0);
     }
 }

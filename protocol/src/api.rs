@@ -46,6 +46,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::DescribeCluster, 0, 1),
     api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::InitProducerId, 0, 4),
+    api(ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// The table row for `key`, if supported.

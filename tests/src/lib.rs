@@ -113,7 +113,7 @@ impl Broker {
             .arg("--listeners")
             .arg(format!("PLAINTEXT://127.0.0.1:{}", self.port))
             .args(&self.extra_args)
-            .env("SLUICE_LOG", "warn")
+            .env("SLUICE_LOG", std::env::var("TEST_SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -277,9 +277,14 @@ fn init_producer_id() -> RequestKind {
 }
 
 fn idem_batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    idem_batch_at(pid, epoch, seq, n, now)
+}
+
+fn idem_batch_at(pid: i64, epoch: i16, seq: i32, n: usize, timestamp: i64) -> Vec<u8> {
     let recs: Vec<NewRecord> = (0..n)
         .map(|i| NewRecord {
-            timestamp: 1000,
+            timestamp,
             value: Some(Bytes::from(format!("s{}", seq as usize + i))),
             ..Default::default()
         })
@@ -312,14 +317,43 @@ fn idempotent_retries_are_stored_once_even_across_a_crash() {
     assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 9, 1)).0, 45, "OUT_OF_ORDER_SEQUENCE_NUMBER");
     assert_eq!(produce_code(&b, "idem", idem_batch(pid + 1000, 0, 7, 1)).0, 59, "UNKNOWN_PRODUCER_ID");
     assert_eq!(latest_offset(&b, "idem"), 5);
+    // a producer writing historical timestamps (year 2001) must keep its state too
+    let old_pid = match call(&b, ApiKey::InitProducerId, 4, init_producer_id()) {
+        ResponseKind::InitProducerId(r) => r.producer_id.0,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(produce_code(&b, "idem", idem_batch_at(old_pid, 0, 0, 1, 1_000_000_000_000)), (0, 5));
+    assert_eq!(produce_code(&b, "idem", idem_batch_at(old_pid, 0, 1, 1, 1_000_000_000_000)), (0, 6));
 
     b.kill9();
     b.spawn();
-    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 3, 2)), (0, 3), "retry after a crash: still a duplicate");
-    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 5, 1)), (0, 5));
-    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 1, 0, 1)), (0, 6), "a new epoch starts at 0");
+    let got = produce_code(&b, "idem", idem_batch(pid, 0, 3, 2));
+    assert_eq!(got, (0, 3), "retry after a crash: still a duplicate; broker log: {}", b.log_tail());
+    let old_retry = produce_code(&b, "idem", idem_batch_at(old_pid, 0, 1, 1, 1_000_000_000_000));
+    assert_eq!(old_retry, (0, 6), "old record timestamps do not expire the producer at restart");
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 5, 1)), (0, 7));
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 1, 0, 1)), (0, 8), "a new epoch starts at 0");
     assert_eq!(produce_code(&b, "idem", idem_batch(pid, 0, 6, 1)).0, 47, "INVALID_PRODUCER_EPOCH: fenced");
-    assert_eq!(latest_offset(&b, "idem"), 7);
+    assert_eq!(latest_offset(&b, "idem"), 9);
+
+    // DescribeProducers shows the state that was rebuilt after the crash
+    let mut t = describe_producers_request::TopicRequest::default();
+    t.name = TopicName(StrBytes::from_static_str("idem"));
+    t.partition_indexes = vec![0, 9];
+    let mut r = DescribeProducersRequest::default();
+    r.topics = vec![t];
+    match call(&b, ApiKey::DescribeProducers, 0, RequestKind::DescribeProducers(r)) {
+        ResponseKind::DescribeProducers(d) => {
+            let p0 = &d.topics[0].partitions[0];
+            assert_eq!(p0.error_code, 0);
+            assert_eq!(p0.active_producers.len(), 2);
+            let s = p0.active_producers.iter().find(|s| s.producer_id.0 == pid).unwrap();
+            assert_eq!((s.producer_id.0, s.producer_epoch, s.last_sequence), (pid, 1, 0));
+            assert_eq!(s.current_txn_start_offset, -1);
+            assert_eq!(d.topics[0].partitions[1].error_code, 3, "unknown partition");
+        }
+        other => panic!("{other:?}"),
+    }
 
     // a fresh InitProducerId never repeats an id, even after the restart
     let pid2 = match call(&b, ApiKey::InitProducerId, 0, init_producer_id()) {

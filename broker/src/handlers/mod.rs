@@ -6,6 +6,7 @@ pub mod api_versions;
 pub mod configs;
 pub mod delete_records;
 pub mod describe_cluster;
+pub mod describe_producers;
 pub mod fetch;
 pub mod init_producer_id;
 pub mod list_offsets;

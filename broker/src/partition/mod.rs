@@ -57,13 +57,40 @@ pub struct ReadOutcome {
 impl Partition {
     pub fn new(topic: String, index: i32, log: Log, hw_changed: Arc<tokio::sync::Notify>) -> Partition {
         let flusher = log.flusher();
-        let producers = rebuild_producer_state(&log);
+        let mut producers = rebuild_producer_state(&log);
+        // After a restart every producer gets a full expiration window again.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        for e in producers.values_mut() {
+            e.last_timestamp = e.last_timestamp.max(now);
+        }
         Partition { topic, index, producers: Mutex::new(producers), log: Mutex::new(log), flusher, hw_changed }
     }
 
-    /// Producer ids with state on this partition (for tests and DescribeProducers).
-    pub fn producer_entry(&self, producer_id: i64) -> Option<ProducerEntry> {
-        self.producers.lock().unwrap_or_else(|e| e.into_inner()).get(&producer_id).cloned()
+    /// Every producer's state on this partition (DescribeProducers).
+    pub fn producer_entries(&self) -> Vec<(i64, ProducerEntry)> {
+        self.producers.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (*k, v.clone())).collect()
+    }
+
+    /// Forget producers idle for longer than `expiration_ms` (`producer.id.expiration.ms`),
+    /// judged by the later of their last batch's timestamp and the broker's clock when it was
+    /// appended (or when the state was reloaded); never one with an open transaction. Returns how
+    /// many were removed. A removed producer that comes back with a non-zero sequence gets
+    /// UNKNOWN_PRODUCER_ID and resets (KIP-360); nothing it wrote can be duplicated, because a
+    /// retry of an old batch is long past the client's delivery timeout.
+    pub fn expire_producers(&self, now_ms: i64, expiration_ms: i64) -> usize {
+        let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
+        let before = producers.len();
+        producers.retain(|pid, e| {
+            let keep = e.txn_first_offset.is_some() || now_ms.saturating_sub(e.last_timestamp) <= expiration_ms;
+            if !keep {
+                tracing::debug!(pid, last_timestamp = e.last_timestamp, now_ms, "producer expired");
+            }
+            keep
+        });
+        before - producers.len()
     }
 
     /// Stage 1 of produce for one batch (header already validated): the idempotence check,
@@ -108,7 +135,11 @@ impl Partition {
                     self.snapshot(&producers, info.first_offset);
                 }
                 let entry = producers.remove(&pid);
-                producers.insert(pid, producer_state::apply(entry, &hdr, info.first_offset, info.last_offset));
+                let mut entry = producer_state::apply(entry, &hdr, info.first_offset, info.last_offset);
+                // Expiry is judged by when the broker last heard from the producer, not by record
+                // timestamps alone: a producer writing old timestamps must not lose its state.
+                entry.last_timestamp = entry.last_timestamp.max(now_ms);
+                producers.insert(pid, entry);
                 Ok(Appended::New { info, log_start, sync })
             }
         }
@@ -300,8 +331,13 @@ mod tests {
         Partition::new("t".into(), 0, Log::open(dir, config()).unwrap(), Arc::new(tokio::sync::Notify::new()))
     }
 
+    /// Producer state without `last_timestamp`, which a reload sets to the reload time.
     fn state(p: &Partition) -> HashMap<i64, ProducerEntry> {
-        p.producers.lock().unwrap().clone()
+        let mut m = p.producers.lock().unwrap().clone();
+        for e in m.values_mut() {
+            e.last_timestamp = 0;
+        }
+        m
     }
 
     /// Write batches from several producers across many segment rolls (with an epoch bump and a
@@ -350,6 +386,32 @@ mod tests {
         let p = open(dir.path());
         assert_eq!(p.log().producer_snapshot_offsets().unwrap().last(), Some(&leo));
         assert_eq!(state(&p), before);
+    }
+
+    #[test]
+    fn idle_producers_expire_but_not_with_an_open_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path());
+        let mut b = batch(1, 0, 0, 1); // timestamps ~1000, appended at "time" 1000
+        p.append_batch(&mut b, 1000).unwrap();
+        let mut t = BatchBuilder {
+            producer_id: 2,
+            producer_epoch: 0,
+            base_sequence: 0,
+            transactional: true,
+            ..Default::default()
+        }
+        .build(&[NewRecord { timestamp: 1000, ..Default::default() }])
+        .unwrap()
+        .to_vec();
+        p.append_batch(&mut t, 1000).unwrap();
+        assert_eq!(p.expire_producers(1500, 1000), 0, "not idle long enough");
+        assert_eq!(p.expire_producers(1_000_000, 1000), 1);
+        let left: Vec<i64> = p.producer_entries().into_iter().map(|(pid, _)| pid).collect();
+        assert_eq!(left, vec![2], "the producer with an open transaction stays");
+        // the expired producer must restart its sequence
+        let mut again = batch(1, 0, 1, 1);
+        assert!(matches!(p.append_batch(&mut again, 0), Err(AppendError::Refused(Refusal::UnknownProducerId { .. }))));
     }
 
     #[test]

@@ -1,0 +1,43 @@
+//! DescribeProducers (v0): the producer state each partition holds — id, epoch, last sequence,
+//! last timestamp, coordinator epoch and the start of an open transaction (KIP-664 tooling).
+
+use crate::state::BrokerState;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
+use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
+
+pub fn handle(state: &BrokerState, req: DescribeProducersRequest) -> DescribeProducersResponse {
+    let mut resp = DescribeProducersResponse::default();
+    for t in req.topics {
+        let topic = state.topic(&t.name.0);
+        let mut tr = TopicResponse::default();
+        tr.name = t.name.clone();
+        for idx in t.partition_indexes {
+            let mut pr = PartitionResponse::default();
+            pr.partition_index = idx;
+            match topic.as_ref().and_then(|t| usize::try_from(idx).ok().and_then(|i| t.partitions.get(i))) {
+                None => pr.error_code = ResponseError::UnknownTopicOrPartition.code(),
+                Some(p) => {
+                    let mut list = p.producer_entries();
+                    list.sort_by_key(|(pid, _)| *pid);
+                    pr.active_producers = list
+                        .into_iter()
+                        .map(|(pid, e)| {
+                            let mut s = ProducerState::default();
+                            s.producer_id = ProducerId(pid);
+                            s.producer_epoch = i32::from(e.epoch);
+                            s.last_sequence = e.batches.back().map(|b| b.last_seq).unwrap_or(-1);
+                            s.last_timestamp = e.last_timestamp;
+                            s.coordinator_epoch = e.coordinator_epoch;
+                            s.current_txn_start_offset = e.txn_first_offset.unwrap_or(-1);
+                            s
+                        })
+                        .collect();
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}
