@@ -42,7 +42,7 @@ pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
             Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_cluster::describe_log_dirs(state, r)))
         }
         RequestKind::InitProducerId(r) => {
-            Reply::now(ResponseKind::InitProducerId(handlers::init_producer_id::handle(state, r)))
+            Reply::now(ResponseKind::InitProducerId(handlers::init_producer_id::handle(state, version, r)))
         }
         RequestKind::DescribeProducers(r) => {
             Reply::now(ResponseKind::DescribeProducers(handlers::describe_producers::handle(state, r)))

@@ -34,6 +34,13 @@ impl ProducerIds {
         Ok(ProducerIds { path, state: Mutex::new((reserved_end, reserved_end)) })
     }
 
+    /// Whether `id` was handed out by this allocator (now or before a restart): below the
+    /// persisted high-water mark.
+    pub fn was_allocated(&self, id: i64) -> bool {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        id >= 0 && id < s.0
+    }
+
     /// A producer id never returned before, by this process or an earlier one.
     pub fn next(&self) -> Result<i64, StorageError> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -60,6 +67,8 @@ mod tests {
         assert_eq!(first, vec![0, 1, 2]);
         drop(a); // a crash: the rest of the block is skipped
         let b = ProducerIds::open(dir.path()).unwrap();
+        assert!(b.was_allocated(2) && b.was_allocated(PRODUCER_ID_BLOCK_SIZE - 1), "the whole old block counts");
+        assert!(!b.was_allocated(PRODUCER_ID_BLOCK_SIZE) && !b.was_allocated(-1));
         let n = b.next().unwrap();
         assert!(n >= PRODUCER_ID_BLOCK_SIZE, "{n}");
         for _ in 0..PRODUCER_ID_BLOCK_SIZE {

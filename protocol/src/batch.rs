@@ -358,6 +358,20 @@ pub fn set_log_append_time(buf: &mut [u8], timestamp: i64) {
     buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// Set the producer id, epoch and base sequence of the batch at `buf[0]` and recompute its CRC
+/// (what a producer does when it assigns sequences to a batch it built earlier).
+pub fn set_producer(buf: &mut [u8], producer_id: i64, producer_epoch: i16, base_sequence: i32) {
+    let size = claimed_batch_size(buf).unwrap_or(0).min(buf.len());
+    if size < BATCH_HEADER_BYTES {
+        return;
+    }
+    buf[OFF_PRODUCER_ID..OFF_PRODUCER_ID + 8].copy_from_slice(&producer_id.to_be_bytes());
+    buf[OFF_PRODUCER_EPOCH..OFF_PRODUCER_EPOCH + 2].copy_from_slice(&producer_epoch.to_be_bytes());
+    buf[OFF_BASE_SEQUENCE..OFF_BASE_SEQUENCE + 4].copy_from_slice(&base_sequence.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[OFF_ATTRIBUTES..size]);
+    buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Iterate over consecutive batches in `buf`, validating each (CRC included).
 pub fn iter_batches(buf: &[u8]) -> BatchIter<'_> {
     BatchIter { buf, pos: 0 }
@@ -664,6 +678,14 @@ mod tests {
         let (v, _) = BatchView::parse(&b).unwrap();
         assert!(v.is_log_append_time());
         assert_eq!(v.max_timestamp(), 777);
+    }
+
+    #[test]
+    fn set_producer_keeps_crc_valid() {
+        let mut b = BatchBuilder::default().build(&[rec(5, None, Some(b"v"))]).unwrap().to_vec();
+        set_producer(&mut b, 77, 3, 1000);
+        let (v, _) = BatchView::parse(&b).unwrap();
+        assert_eq!((v.producer_id(), v.producer_epoch(), v.base_sequence()), (77, 3, 1000));
     }
 
     #[test]

@@ -361,6 +361,24 @@ fn idempotent_retries_are_stored_once_even_across_a_crash() {
         other => panic!("{other:?}"),
     };
     assert!(pid2 > pid);
+
+    // KIP-360: re-initialising with the current id and epoch bumps the epoch, which fences the
+    // old epoch on every partition
+    let mut r = InitProducerIdRequest::default();
+    r.transactional_id = None;
+    r.producer_id = ProducerId(pid);
+    r.producer_epoch = 1;
+    match call(&b, ApiKey::InitProducerId, 4, RequestKind::InitProducerId(r.clone())) {
+        ResponseKind::InitProducerId(x) => assert_eq!((x.error_code, x.producer_id.0, x.producer_epoch), (0, pid, 2)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 2, 0, 1)), (0, 9));
+    assert_eq!(produce_code(&b, "idem", idem_batch(pid, 1, 1, 1)).0, 47, "epoch 1 is fenced");
+    r.producer_id = ProducerId(pid2 + 5_000_000);
+    match call(&b, ApiKey::InitProducerId, 4, RequestKind::InitProducerId(r)) {
+        ResponseKind::InitProducerId(x) => assert_eq!(x.error_code, 49, "INVALID_PRODUCER_ID_MAPPING"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

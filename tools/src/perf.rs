@@ -33,6 +33,10 @@ pub struct ProduceArgs {
     /// Produce requests in flight on the connection (librdkafka's default is 5).
     #[arg(long, default_value_t = 5)]
     pub inflight: usize,
+    /// Idempotent producer: InitProducerId, then a sequence per partition in every batch.
+    /// (Both modes re-stamp each batch header and CRC, so the client does the same work.)
+    #[arg(long)]
+    pub idempotent: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -160,6 +164,25 @@ pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<Summary> {
             BatchBuilder::default().build(&recs)
         })
         .collect::<Result<_, _>>()?;
+    let (producer_id, producer_epoch) = if a.idempotent {
+        let mut r = InitProducerIdRequest::default();
+        r.transactional_id = None;
+        r.transaction_timeout_ms = 60_000;
+        r.producer_id = ProducerId(-1);
+        r.producer_epoch = -1;
+        let ResponseKind::InitProducerId(p) =
+            conn.call(ApiKey::InitProducerId, 4, RequestKind::InitProducerId(r)).await?
+        else {
+            bail!("unexpected response to InitProducerId");
+        };
+        if p.error_code != 0 {
+            bail!("InitProducerId failed with error code {}", p.error_code);
+        }
+        (p.producer_id.0, p.producer_epoch)
+    } else {
+        (-1, -1)
+    };
+    let mut sequences = vec![0i32; partitions as usize];
     let per_request = a.batch_records as u64 * partitions as u64;
     let requests = a.num_records.div_ceil(per_request);
     let done = Arc::new(AtomicU64::new(0));
@@ -176,7 +199,15 @@ pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<Summary> {
             .map(|p| {
                 let mut pd = produce_request::PartitionProduceData::default();
                 pd.index = p;
-                pd.records = Some(pool[(i as usize + p as usize) % pool.len()].clone());
+                let mut batch = bytes::BytesMut::from(&pool[(i as usize + p as usize) % pool.len()][..]);
+                let seq = &mut sequences[p as usize];
+                if producer_id >= 0 {
+                    sluice_protocol::batch::set_producer(&mut batch, producer_id, producer_epoch, *seq);
+                    *seq = seq.wrapping_add(a.batch_records as i32);
+                } else {
+                    sluice_protocol::batch::set_producer(&mut batch, -1, -1, -1);
+                }
+                pd.records = Some(batch.freeze());
                 pd
             })
             .collect();

@@ -1,13 +1,15 @@
 //! InitProducerId for idempotent producers (no transactional id): a fresh producer id with
-//! epoch 0 every time, from the durable allocator. Re-initialising (KIP-360, v3+ with the current
-//! id and epoch) also gets a fresh id, which fences nothing and resets sequences cleanly.
-//! Transactional ids need the transaction coordinator (issue 5) and are refused for now.
+//! epoch 0, from the durable allocator. KIP-360: a v3+ request carrying the producer's current
+//! id and epoch gets the same id with the epoch bumped (a fresh id if the epoch would overflow),
+//! so partitions fence batches of the old epoch; an id this broker never allocated is refused
+//! with INVALID_PRODUCER_ID_MAPPING. Transactional ids need the transaction coordinator
+//! (issue 5) and are refused for now.
 
 use crate::state::BrokerState;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
-pub fn handle(state: &BrokerState, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub fn handle(state: &BrokerState, version: i16, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let mut r = InitProducerIdResponse::default();
     r.producer_id = ProducerId(-1);
     r.producer_epoch = -1;
@@ -16,6 +18,17 @@ pub fn handle(state: &BrokerState, req: InitProducerIdRequest) -> InitProducerId
         // so clients stop before this); refuse rather than pretend.
         r.error_code = ResponseError::InvalidRequest.code();
         return r;
+    }
+    if version >= 3 && req.producer_id.0 >= 0 && req.producer_epoch >= 0 {
+        if !state.producer_ids.was_allocated(req.producer_id.0) {
+            r.error_code = ResponseError::InvalidProducerIdMapping.code();
+            return r;
+        }
+        if req.producer_epoch < i16::MAX - 1 {
+            r.producer_id = req.producer_id;
+            r.producer_epoch = req.producer_epoch + 1;
+            return r;
+        }
     }
     match state.producer_ids.next() {
         Ok(id) => {
