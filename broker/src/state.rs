@@ -51,6 +51,13 @@ pub struct Topic {
     pub partitions: Vec<Arc<Partition>>,
 }
 
+impl Topic {
+    /// Partition `index`, if it exists (negative and too-large indexes are simply absent).
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index).ok().and_then(|i| self.partitions.get(i))
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
     #[error("topic '{0}' already exists")]
@@ -248,8 +255,7 @@ impl BrokerState {
     }
 
     pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
-        let t = self.topic(topic)?;
-        usize::try_from(index).ok().and_then(|i| t.partitions.get(i).cloned())
+        self.topic(topic)?.partition(index).cloned()
     }
 
     /// Create a topic (validating everything before touching disk). The metadata file is

@@ -18,43 +18,34 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// Path of the `sluice` binary, building it once per test process if needed.
+/// Build `bin` of workspace package `package` (debug profile) and return its path.
+fn build_bin(package: &str, bin: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-q", "-p", package, "--bin", bin])
+        .current_dir(&root)
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "building {bin} failed");
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
+    target.join("debug").join(bin)
+}
+
+/// Path of the `sluice` binary (`TEST_SLUICE_BIN`, or built once per test process).
 pub fn sluice_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Ok(p) = std::env::var("TEST_SLUICE_BIN") {
-            return PathBuf::from(p);
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-q", "-p", "sluice-broker", "--bin", "sluice"])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build for the sluice binary");
-        assert!(status.success(), "building the sluice binary failed");
-        let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
-        target.join("debug").join("sluice")
+    BIN.get_or_init(|| match std::env::var("TEST_SLUICE_BIN") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => build_bin("sluice-broker", "sluice"),
     })
     .clone()
 }
 
-/// Path of the `sluicectl` binary, building it once per test process if needed.
+/// Path of the `sluicectl` binary, built once per test process.
 pub fn sluicectl_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-q", "-p", "sluice-tools", "--bin", "sluicectl"])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build for the sluicectl binary");
-        assert!(status.success(), "building the sluicectl binary failed");
-        let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
-        target.join("debug").join("sluicectl")
-    })
-    .clone()
+    BIN.get_or_init(|| build_bin("sluice-tools", "sluicectl")).clone()
 }
 
 /// A free TCP port on 127.0.0.1 (the listener is closed before returning; races are unlikely

@@ -16,8 +16,7 @@ pub fn handle(state: &BrokerState, req: DeleteRecordsRequest) -> DeleteRecordsRe
             let mut pr = DeleteRecordsPartitionResult::default();
             pr.partition_index = p.partition_index;
             pr.low_watermark = -1;
-            match topic.as_ref().and_then(|t| usize::try_from(p.partition_index).ok().and_then(|i| t.partitions.get(i)))
-            {
+            match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
                 None => pr.error_code = ResponseError::UnknownTopicOrPartition.code(),
                 Some(part) => {
                     let mut log = part.log();

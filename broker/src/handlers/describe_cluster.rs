@@ -48,7 +48,7 @@ pub fn describe_log_dirs(state: &BrokerState, req: DescribeLogDirsRequest) -> De
         let mut t = DescribeLogDirsTopic::default();
         t.name = topic_name(&topic.name);
         for idx in parts {
-            let Some(p) = usize::try_from(idx).ok().and_then(|i| topic.partitions.get(i)) else { continue };
+            let Some(p) = topic.partition(idx) else { continue };
             let mut dp = DescribeLogDirsPartition::default();
             dp.partition_index = idx;
             dp.partition_size = p.log().size_bytes() as i64;

@@ -15,7 +15,7 @@ pub fn handle(state: &BrokerState, req: DescribeProducersRequest) -> DescribePro
         for idx in t.partition_indexes {
             let mut pr = PartitionResponse::default();
             pr.partition_index = idx;
-            match topic.as_ref().and_then(|t| usize::try_from(idx).ok().and_then(|i| t.partitions.get(i))) {
+            match topic.as_ref().and_then(|t| t.partition(idx)) {
                 None => pr.error_code = ResponseError::UnknownTopicOrPartition.code(),
                 Some(p) => {
                     let mut list = p.producer_entries();

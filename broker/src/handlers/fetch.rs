@@ -51,8 +51,7 @@ fn read_all(state: &BrokerState, req: &FetchRequest, version: i16, wanted: &[Wan
         pd.last_stable_offset = -1;
         pd.log_start_offset = -1;
         pd.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
-        let partition =
-            topic.as_ref().and_then(|t| usize::try_from(w.partition).ok().and_then(|i| t.partitions.get(i)));
+        let partition = topic.as_ref().and_then(|t| t.partition(w.partition));
         match partition {
             None => {
                 pd.error_code = if version >= 13 && topic.is_none() {

@@ -26,8 +26,7 @@ pub fn handle(state: &BrokerState, version: i16, req: ListOffsetsRequest) -> Lis
             if version >= 4 {
                 pr.leader_epoch = 0;
             }
-            match topic.as_ref().and_then(|t| usize::try_from(p.partition_index).ok().and_then(|i| t.partitions.get(i)))
-            {
+            match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
                 None => pr.error_code = ResponseError::UnknownTopicOrPartition.code(),
                 Some(part) => {
                     let log = part.log();

@@ -87,7 +87,7 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
             .is_some_and(|t| t.configs.get("message.timestamp.type").is_some_and(|v| v == "LogAppendTime"));
         let mut parts = Vec::new();
         for p in t.partition_data {
-            let s = match topic.as_ref().and_then(|t| usize::try_from(p.index).ok().and_then(|i| t.partitions.get(i))) {
+            let s = match topic.as_ref().and_then(|t| t.partition(p.index)) {
                 None => Staged::Error(ResponseError::UnknownTopicOrPartition.code(), None),
                 Some(partition) => match p.records.as_deref() {
                     None | Some([]) => Staged::Error(ResponseError::CorruptMessage.code(), Some("no records".into())),
