@@ -110,14 +110,17 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
     let (tx, mut rx) = mpsc::channel::<Out>(INFLIGHT_REQUESTS_MAX);
     let writer = tokio::spawn(async move {
         while let Some(out) = rx.recv().await {
-            let bytes = match out {
-                Out::Ready(b) => Some(b),
-                Out::Pending(h) => h.await.ok().flatten(),
+            let chunks = match out {
+                Out::Ready(b) => b,
+                Out::Pending(h) => match h.await {
+                    Ok(Some(b)) => b,
+                    // An answer that cannot be produced (encode error, a panicked task): skipping
+                    // it would shift every later answer onto the wrong request, so close instead.
+                    Ok(None) | Err(_) => break,
+                },
             };
-            if let Some(chunks) = bytes {
-                if write_chunks(&mut wr, &chunks).await.is_err() {
-                    break;
-                }
+            if write_chunks(&mut wr, &chunks).await.is_err() {
+                break;
             }
         }
         let _ = wr.shutdown().await;
