@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run every Sluice test on a fresh Debian machine, installing what the tests need.
 # Usage: tests/run-all.sh            (CI: .ci/run calls exactly this)
-#        SLUICE_SKIP_LINT=1 tests/run-all.sh   to skip fmt/clippy locally
+#        RUN_ALL_SKIP_LINT=1 tests/run-all.sh   to skip fmt/clippy locally
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -31,7 +31,7 @@ fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r tests/compat/requirements.txt
 
 # --- lint ---
-if [ "${SLUICE_SKIP_LINT:-0}" != 1 ]; then
+if [ "${RUN_ALL_SKIP_LINT:-0}" != 1 ]; then
   log "cargo fmt --check"
   cargo fmt --all -- --check
   log "cargo clippy"

@@ -98,7 +98,14 @@ impl Broker {
             .append(true)
             .open(self.data_dir.with_extension("log"))
             .expect("open broker log");
-        let child = Command::new(sluice_bin())
+        let mut cmd = Command::new(sluice_bin());
+        // The broker refuses unknown SLUICE_* variables; the caller's environment must not leak in.
+        for (k, _) in std::env::vars() {
+            if k.starts_with("SLUICE_") {
+                cmd.env_remove(k);
+            }
+        }
+        let child = cmd
             .arg("--log-dirs")
             .arg(&self.data_dir)
             .arg("--listeners")
