@@ -32,10 +32,12 @@ class Broker:
 
     def start(self):
         log = open(self.log_path, "ab")
+        # the broker refuses unknown SLUICE_* variables: pass none of the caller's
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
         self.proc = subprocess.Popen(
             [TEST_SLUICE_BIN, "--log-dirs", self.data_dir,
              "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}", *self.extra],
-            stdout=log, stderr=log)
+            stdout=log, stderr=log, env=env)
         deadline = time.time() + 20
         while time.time() < deadline:
             if self.proc.poll() is not None:
