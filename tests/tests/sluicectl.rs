@@ -46,3 +46,59 @@ fn perf_produce_then_consume_then_dump() {
     let out = Command::new(sluicectl_bin()).args(["log", "frobnicate"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+fn ctl_raw(b: &Broker, args: &[&str]) -> std::process::Output {
+    Command::new(sluicectl_bin()).args(["--bootstrap-server", &b.bootstrap()]).args(args).output().unwrap()
+}
+
+#[test]
+fn topics_and_cluster_commands() {
+    let b = Broker::start();
+    let c = ctl(&b, &["topics", "create", "orders", "--partitions", "3", "--config", "retention.ms=3600000"]);
+    assert_eq!(c["partitions"], 3);
+    // errors: Kafka's error name, exit 1
+    let dup = ctl_raw(&b, &["topics", "create", "orders"]);
+    assert_eq!(dup.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&dup.stderr).contains("TopicAlreadyExists"));
+    let bad = ctl_raw(&b, &["topics", "create", "x", "--config", "novalue"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("KEY=VALUE"));
+
+    ctl(
+        &b,
+        &[
+            "topics",
+            "alter",
+            "orders",
+            "--partitions",
+            "5",
+            "--config",
+            "segment.bytes=1048576",
+            "--delete-config",
+            "retention.ms",
+        ],
+    );
+    let list = ctl(&b, &["topics", "list"]);
+    assert_eq!(list[0]["name"], "orders");
+    assert_eq!(list[0]["partitions"], 5);
+    assert_ne!(list[0]["topic_id"], "00000000-0000-0000-0000-000000000000");
+    let d = ctl(&b, &["topics", "describe", "orders"]);
+    assert_eq!(d["partitions"].as_array().unwrap().len(), 5);
+    let overrides: Vec<&str> = d["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["override"] == true)
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(overrides, vec!["segment.bytes"]);
+    let table = String::from_utf8(ctl_raw(&b, &["topics", "describe", "orders"]).stdout).unwrap();
+    assert!(table.contains("Partition: 4") && table.contains("segment.bytes=1048576  (topic override)"), "{table}");
+
+    let cl = ctl(&b, &["cluster", "describe"]);
+    assert_eq!(cl["brokers"][0]["port"], b.port);
+    ctl(&b, &["topics", "delete", "orders"]);
+    let gone = ctl_raw(&b, &["topics", "describe", "orders"]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("UnknownTopicOrPartition"));
+}

@@ -1,11 +1,12 @@
 //! # sluicectl
 //!
-//! Sluice's admin CLI. What belongs here: admin commands over the wire (topics, groups,
-//! transactions — coming with issue 8), offline tools over data files (`log dump` now, the
+//! Sluice's admin CLI. What belongs here: admin commands over the wire (`topics`, `cluster`
+//! now; groups and transactions with issue 8), offline tools over data files (`log dump` now, the
 //! exactly-once `verify` later), and the load generator (`perf`).
 //!
 //! Exit codes: 0 success, 1 the operation failed, 2 bad usage.
 
+mod admin;
 mod perf;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -34,6 +35,16 @@ enum Output {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Topics: list, describe, create, delete, alter (partitions, configs).
+    Topics {
+        #[command(subcommand)]
+        cmd: admin::TopicsCmd,
+    },
+    /// The cluster: brokers and controller.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
     /// Load generator: end-to-end produce or consume throughput and latency.
     Perf {
         #[command(subcommand)]
@@ -44,6 +55,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: LogCmd,
     },
+}
+
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// Brokers, controller and cluster id.
+    Describe,
 }
 
 #[derive(Subcommand)]
@@ -161,9 +178,24 @@ fn run_perf(bootstrap: &str, cmd: PerfCmd, output: Output) -> Result<(), String>
     .map_err(|e| format!("{e:#}"))
 }
 
+fn run_admin(
+    output: Output,
+    f: impl std::future::Future<Output = anyhow::Result<(serde_json::Value, String)>>,
+) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let (j, table) = rt.block_on(f).map_err(|e| format!("{e:#}"))?;
+    match output {
+        Output::Json => println!("{j}"),
+        Output::Table => println!("{table}"),
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
+        Cmd::Topics { cmd } => run_admin(cli.output, admin::topics(&cli.bootstrap_server, cmd)),
+        Cmd::Cluster { cmd: ClusterCmd::Describe } => run_admin(cli.output, admin::cluster(&cli.bootstrap_server)),
         Cmd::Log { cmd: LogCmd::Dump { path, records } } => dump(&path, records),
         Cmd::Perf { cmd } => run_perf(&cli.bootstrap_server, cmd, cli.output),
     };

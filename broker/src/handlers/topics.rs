@@ -120,7 +120,7 @@ pub fn create_partitions(state: &BrokerState, req: CreatePartitionsRequest) -> C
     for t in req.topics {
         let mut r = CreatePartitionsTopicResult::default();
         r.name = t.name.clone();
-        let result = if t.assignments.is_some() {
+        let result = if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
             Err(TopicError::InvalidPartitions("manual replica assignments are not supported".into()))
         } else {
             state.create_partitions(&t.name.0, t.count, req.validate_only)

@@ -1,0 +1,306 @@
+//! `sluicectl topics …` and `sluicectl cluster describe`: admin commands over the wire, with
+//! human tables or `--output json`. Kafka errors are reported with their name and code.
+
+use anyhow::{anyhow, bail, Result};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use serde_json::json;
+use sluice_client::Connection;
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum TopicsCmd {
+    /// List topics.
+    List,
+    /// Partitions (leader, earliest and latest offsets) and configs of a topic.
+    Describe { name: String },
+    /// Create a topic.
+    Create {
+        name: String,
+        #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+        partitions: i32,
+        /// Topic config, repeatable: --config retention.ms=3600000
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+    },
+    /// Delete a topic.
+    Delete { name: String },
+    /// Grow partitions and/or change configs.
+    Alter {
+        name: String,
+        #[arg(long)]
+        partitions: Option<i32>,
+        /// Set a config, repeatable.
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+        /// Remove a config override (back to the default), repeatable.
+        #[arg(long = "delete-config", value_name = "KEY")]
+        delete_configs: Vec<String>,
+    },
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn check(code: i16, what: &str, message: Option<&StrBytes>) -> Result<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    let name = ResponseError::try_from_code(code).map(|e| format!("{e:?}")).unwrap_or_else(|| "UNKNOWN".into());
+    match message {
+        Some(m) if !m.is_empty() => bail!("{what}: {name} ({code}): {}", &**m),
+        _ => bail!("{what}: {name} ({code})"),
+    }
+}
+
+fn split_config(kv: &str) -> Result<(String, String)> {
+    kv.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| anyhow!("config '{kv}' must be KEY=VALUE"))
+}
+
+async fn metadata(conn: &Connection, topics: Option<Vec<&str>>) -> Result<MetadataResponse> {
+    let mut r = MetadataRequest::default();
+    r.topics = topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| {
+                let mut m = metadata_request::MetadataRequestTopic::default();
+                m.name = Some(TopicName(s(t)));
+                m
+            })
+            .collect()
+    });
+    r.allow_auto_topic_creation = false;
+    match conn.call(ApiKey::Metadata, 12, RequestKind::Metadata(r)).await? {
+        ResponseKind::Metadata(m) => Ok(m),
+        _ => bail!("unexpected response to Metadata"),
+    }
+}
+
+async fn offsets(conn: &Connection, topic: &str, partitions: &[i32], timestamp: i64) -> Result<Vec<i64>> {
+    let mut t = list_offsets_request::ListOffsetsTopic::default();
+    t.name = TopicName(s(topic));
+    t.partitions = partitions
+        .iter()
+        .map(|p| {
+            let mut lp = list_offsets_request::ListOffsetsPartition::default();
+            lp.partition_index = *p;
+            lp.timestamp = timestamp;
+            lp
+        })
+        .collect();
+    let mut r = ListOffsetsRequest::default();
+    r.replica_id = BrokerId(-1);
+    r.topics = vec![t];
+    match conn.call(ApiKey::ListOffsets, 5, RequestKind::ListOffsets(r)).await? {
+        ResponseKind::ListOffsets(l) => {
+            Ok(l.topics.first().map(|t| t.partitions.iter().map(|p| p.offset).collect()).unwrap_or_default())
+        }
+        _ => bail!("unexpected response to ListOffsets"),
+    }
+}
+
+async fn incremental(conn: &Connection, topic: &str, set: &[(String, String)], delete: &[String]) -> Result<()> {
+    let mut res = incremental_alter_configs_request::AlterConfigsResource::default();
+    res.resource_type = 2;
+    res.resource_name = s(topic);
+    for (k, v) in set {
+        let mut c = incremental_alter_configs_request::AlterableConfig::default();
+        c.name = s(k);
+        c.config_operation = 0;
+        c.value = Some(s(v));
+        res.configs.push(c);
+    }
+    for k in delete {
+        let mut c = incremental_alter_configs_request::AlterableConfig::default();
+        c.name = s(k);
+        c.config_operation = 1;
+        res.configs.push(c);
+    }
+    let mut r = IncrementalAlterConfigsRequest::default();
+    r.resources = vec![res];
+    match conn.call(ApiKey::IncrementalAlterConfigs, 1, RequestKind::IncrementalAlterConfigs(r)).await? {
+        ResponseKind::IncrementalAlterConfigs(a) => {
+            for x in &a.responses {
+                check(x.error_code, "alter configs", x.error_message.as_ref())?;
+            }
+            Ok(())
+        }
+        _ => bail!("unexpected response to IncrementalAlterConfigs"),
+    }
+}
+
+/// Run a topics command; returns the JSON value and the human table.
+pub async fn topics(bootstrap: &str, cmd: TopicsCmd) -> Result<(serde_json::Value, String)> {
+    let conn =
+        Connection::connect(bootstrap, "sluicectl", 1).await.map_err(|e| anyhow!("connect to {bootstrap}: {e}"))?;
+    match cmd {
+        TopicsCmd::List => {
+            let m = metadata(&conn, None).await?;
+            let mut rows: Vec<(String, usize, String)> = m
+                .topics
+                .iter()
+                .map(|t| {
+                    (
+                        t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default(),
+                        t.partitions.len(),
+                        t.topic_id.to_string(),
+                    )
+                })
+                .collect();
+            rows.sort();
+            let table = std::iter::once(format!("{:<40} {:>10}  {}", "TOPIC", "PARTITIONS", "TOPIC ID"))
+                .chain(rows.iter().map(|(n, p, id)| format!("{n:<40} {p:>10}  {id}")))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let j = json!(rows
+                .iter()
+                .map(|(n, p, id)| json!({"name": n, "partitions": p, "topic_id": id}))
+                .collect::<Vec<_>>());
+            Ok((j, table))
+        }
+        TopicsCmd::Describe { name } => {
+            let m = metadata(&conn, Some(vec![&name])).await?;
+            let t = m.topics.first().ok_or_else(|| anyhow!("empty metadata response"))?;
+            check(t.error_code, &format!("topic '{name}'"), None)?;
+            let parts: Vec<i32> = t.partitions.iter().map(|p| p.partition_index).collect();
+            let earliest = offsets(&conn, &name, &parts, -2).await?;
+            let latest = offsets(&conn, &name, &parts, -1).await?;
+            let mut dr = describe_configs_request::DescribeConfigsResource::default();
+            dr.resource_type = 2;
+            dr.resource_name = s(&name);
+            dr.configuration_keys = None; // all
+            let mut r = DescribeConfigsRequest::default();
+            r.resources = vec![dr];
+            let configs: Vec<(String, String, bool)> =
+                match conn.call(ApiKey::DescribeConfigs, 4, RequestKind::DescribeConfigs(r)).await? {
+                    ResponseKind::DescribeConfigs(d) => {
+                        let res = d.results.first().ok_or_else(|| anyhow!("empty DescribeConfigs response"))?;
+                        check(res.error_code, "describe configs", res.error_message.as_ref())?;
+                        res.configs
+                            .iter()
+                            .map(|c| {
+                                (
+                                    c.name.to_string(),
+                                    c.value.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                                    c.config_source == 1,
+                                )
+                            })
+                            .collect()
+                    }
+                    _ => bail!("unexpected response to DescribeConfigs"),
+                };
+            let mut lines = vec![format!("Topic: {name}  TopicId: {}  Partitions: {}", t.topic_id, parts.len())];
+            let mut jparts = Vec::new();
+            for (i, p) in t.partitions.iter().enumerate() {
+                let (e, l) = (earliest.get(i).copied().unwrap_or(-1), latest.get(i).copied().unwrap_or(-1));
+                lines.push(format!(
+                    "  Partition: {}  Leader: {}  Replicas: {:?}  EarliestOffset: {e}  LatestOffset: {l}",
+                    p.partition_index,
+                    p.leader_id.0,
+                    p.replica_nodes.iter().map(|r| r.0).collect::<Vec<_>>()
+                ));
+                jparts.push(json!({"partition": p.partition_index, "leader": p.leader_id.0, "earliest_offset": e, "latest_offset": l}));
+            }
+            lines.push("  Configs:".into());
+            for (k, v, overridden) in &configs {
+                lines.push(format!("    {k}={v}{}", if *overridden { "  (topic override)" } else { "" }));
+            }
+            let j = json!({
+                "name": name, "topic_id": t.topic_id.to_string(), "partitions": jparts,
+                "configs": configs.iter().map(|(k, v, o)| json!({"name": k, "value": v, "override": o})).collect::<Vec<_>>(),
+            });
+            Ok((j, lines.join("\n")))
+        }
+        TopicsCmd::Create { name, partitions, configs } => {
+            let mut ct = create_topics_request::CreatableTopic::default();
+            ct.name = TopicName(s(&name));
+            ct.num_partitions = partitions;
+            ct.replication_factor = -1;
+            for kv in &configs {
+                let (k, v) = split_config(kv)?;
+                let mut c = create_topics_request::CreatableTopicConfig::default();
+                c.name = s(&k);
+                c.value = Some(s(&v));
+                ct.configs.push(c);
+            }
+            let mut r = CreateTopicsRequest::default();
+            r.topics = vec![ct];
+            r.timeout_ms = 30_000;
+            match conn.call(ApiKey::CreateTopics, 5, RequestKind::CreateTopics(r)).await? {
+                ResponseKind::CreateTopics(c) => {
+                    let t = c.topics.first().ok_or_else(|| anyhow!("empty CreateTopics response"))?;
+                    check(t.error_code, &format!("create topic '{name}'"), t.error_message.as_ref())?;
+                    Ok((
+                        json!({"created": name, "partitions": t.num_partitions, "topic_id": t.topic_id.to_string()}),
+                        format!("Created topic {name} with {} partition(s).", t.num_partitions),
+                    ))
+                }
+                _ => bail!("unexpected response to CreateTopics"),
+            }
+        }
+        TopicsCmd::Delete { name } => {
+            let mut r = DeleteTopicsRequest::default();
+            r.topic_names = vec![TopicName(s(&name))];
+            r.timeout_ms = 30_000;
+            match conn.call(ApiKey::DeleteTopics, 5, RequestKind::DeleteTopics(r)).await? {
+                ResponseKind::DeleteTopics(d) => {
+                    let t = d.responses.first().ok_or_else(|| anyhow!("empty DeleteTopics response"))?;
+                    check(t.error_code, &format!("delete topic '{name}'"), t.error_message.as_ref())?;
+                    Ok((json!({"deleted": name}), format!("Deleted topic {name}.")))
+                }
+                _ => bail!("unexpected response to DeleteTopics"),
+            }
+        }
+        TopicsCmd::Alter { name, partitions, configs, delete_configs } => {
+            if partitions.is_none() && configs.is_empty() && delete_configs.is_empty() {
+                bail!("nothing to alter: give --partitions, --config or --delete-config");
+            }
+            if let Some(count) = partitions {
+                let mut t = create_partitions_request::CreatePartitionsTopic::default();
+                t.name = TopicName(s(&name));
+                t.count = count;
+                t.assignments = None;
+                let mut r = CreatePartitionsRequest::default();
+                r.topics = vec![t];
+                r.timeout_ms = 30_000;
+                match conn.call(ApiKey::CreatePartitions, 3, RequestKind::CreatePartitions(r)).await? {
+                    ResponseKind::CreatePartitions(c) => {
+                        let t = c.results.first().ok_or_else(|| anyhow!("empty CreatePartitions response"))?;
+                        check(t.error_code, &format!("partitions of '{name}'"), t.error_message.as_ref())?;
+                    }
+                    _ => bail!("unexpected response to CreatePartitions"),
+                }
+            }
+            let set: Vec<(String, String)> = configs.iter().map(|kv| split_config(kv)).collect::<Result<_>>()?;
+            if !set.is_empty() || !delete_configs.is_empty() {
+                incremental(&conn, &name, &set, &delete_configs).await?;
+            }
+            Ok((json!({"altered": name}), format!("Altered topic {name}.")))
+        }
+    }
+}
+
+/// `sluicectl cluster describe`.
+pub async fn cluster(bootstrap: &str) -> Result<(serde_json::Value, String)> {
+    let conn =
+        Connection::connect(bootstrap, "sluicectl", 1).await.map_err(|e| anyhow!("connect to {bootstrap}: {e}"))?;
+    match conn.call(ApiKey::DescribeCluster, 0, RequestKind::DescribeCluster(DescribeClusterRequest::default())).await?
+    {
+        ResponseKind::DescribeCluster(d) => {
+            check(d.error_code, "describe cluster", d.error_message.as_ref())?;
+            let mut lines = vec![format!("Cluster id: {}  Controller: {}", &*d.cluster_id, d.controller_id.0)];
+            for b in &d.brokers {
+                lines.push(format!("  Broker {} at {}:{}", b.broker_id.0, &*b.host, b.port));
+            }
+            let j = json!({
+                "cluster_id": d.cluster_id.to_string(), "controller": d.controller_id.0,
+                "brokers": d.brokers.iter().map(|b| json!({"id": b.broker_id.0, "host": b.host.to_string(), "port": b.port})).collect::<Vec<_>>(),
+            });
+            Ok((j, lines.join("\n")))
+        }
+        _ => bail!("unexpected response to DescribeCluster"),
+    }
+}
