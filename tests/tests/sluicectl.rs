@@ -102,3 +102,61 @@ fn topics_and_cluster_commands() {
     assert_eq!(gone.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&gone.stderr).contains("UnknownTopicOrPartition"));
 }
+
+#[test]
+fn console_produce_and_consume() {
+    use std::io::Write;
+    let b = Broker::start();
+    let mut child = Command::new(sluicectl_bin())
+        .args([
+            "--bootstrap-server",
+            &b.bootstrap(),
+            "produce",
+            "--topic",
+            "con",
+            "--key-separator",
+            ":",
+            "--header",
+            "src=test",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"k1:v1\nk2:v2\nk3:v3\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("produced 3 records"));
+
+    let out =
+        ctl_raw(&b, &["--output", "json", "consume", "--topic", "con", "--from-beginning", "--timeout-ms", "500"]);
+    assert!(out.status.success());
+    let recs: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(recs.len(), 3);
+    assert_eq!(
+        (recs[1]["offset"].as_i64(), recs[1]["key"].as_str(), recs[1]["value"].as_str()),
+        (Some(1), Some("k2"), Some("v2"))
+    );
+    assert_eq!(recs[2]["headers"]["src"], "test");
+
+    let out = ctl_raw(&b, &["consume", "--topic", "con", "--offset", "2", "--print-key", "--timeout-ms", "500"]);
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "k3\tv3\n");
+    let out = ctl_raw(
+        &b,
+        &[
+            "consume",
+            "--topic",
+            "con",
+            "--from-beginning",
+            "--max-messages",
+            "1",
+            "--isolation-level",
+            "read_committed",
+        ],
+    );
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "v1\n");
+    // from the end (the default) there is nothing to print
+    let out = ctl_raw(&b, &["consume", "--topic", "con", "--timeout-ms", "300"]);
+    assert!(out.stdout.is_empty());
+}

@@ -7,6 +7,7 @@
 //! Exit codes: 0 success, 1 the operation failed, 2 bad usage.
 
 mod admin;
+mod console;
 mod perf;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -40,6 +41,10 @@ enum Cmd {
         #[command(subcommand)]
         cmd: admin::TopicsCmd,
     },
+    /// Console producer: one record per stdin line.
+    Produce(console::ProduceArgs),
+    /// Console consumer: print records (values, or keys/headers/offsets, or JSON).
+    Consume(console::ConsumeArgs),
     /// The cluster: brokers and controller.
     Cluster {
         #[command(subcommand)]
@@ -191,11 +196,24 @@ fn run_admin(
     Ok(())
 }
 
+fn run_console(f: impl std::future::Future<Output = anyhow::Result<()>>) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(f).map_err(|e| format!("{e:#}"))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Topics { cmd } => run_admin(cli.output, admin::topics(&cli.bootstrap_server, cmd)),
         Cmd::Cluster { cmd: ClusterCmd::Describe } => run_admin(cli.output, admin::cluster(&cli.bootstrap_server)),
+        Cmd::Produce(a) => run_console(async {
+            console::produce(&cli.bootstrap_server, &a).await.map(|n| eprintln!("produced {n} records"))
+        }),
+        Cmd::Consume(a) => run_console(async {
+            console::consume(&cli.bootstrap_server, &a, matches!(cli.output, Output::Json))
+                .await
+                .map(|n| eprintln!("consumed {n} records"))
+        }),
         Cmd::Log { cmd: LogCmd::Dump { path, records } } => dump(&path, records),
         Cmd::Perf { cmd } => run_perf(&cli.bootstrap_server, cmd, cli.output),
     };
