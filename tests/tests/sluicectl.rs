@@ -95,6 +95,12 @@ fn topics_and_cluster_commands() {
     let table = String::from_utf8(ctl_raw(&b, &["topics", "describe", "orders"]).stdout).unwrap();
     assert!(table.contains("Partition: 4") && table.contains("segment.bytes=1048576  (topic override)"), "{table}");
 
+    let dirs = ctl(&b, &["log-dirs", "describe"]);
+    let parts = dirs[0]["partitions"].as_array().unwrap();
+    assert_eq!(parts.iter().filter(|p| p["topic"] == "orders").count(), 5);
+    assert!(dirs[0]["total_bytes"].as_i64().unwrap() > 0);
+    let comp = ctl_raw(&b, &["completions", "bash"]);
+    assert!(comp.status.success() && String::from_utf8_lossy(&comp.stdout).contains("sluicectl"));
     let cl = ctl(&b, &["cluster", "describe"]);
     assert_eq!(cl["brokers"][0]["port"], b.port);
     ctl(&b, &["topics", "delete", "orders"]);

@@ -304,3 +304,39 @@ pub async fn cluster(bootstrap: &str) -> Result<(serde_json::Value, String)> {
         _ => bail!("unexpected response to DescribeCluster"),
     }
 }
+
+/// `sluicectl log-dirs describe`.
+pub async fn log_dirs(bootstrap: &str) -> Result<(serde_json::Value, String)> {
+    let conn =
+        Connection::connect(bootstrap, "sluicectl", 1).await.map_err(|e| anyhow!("connect to {bootstrap}: {e}"))?;
+    let mut r = DescribeLogDirsRequest::default();
+    r.topics = None; // all
+    match conn.call(ApiKey::DescribeLogDirs, 4, RequestKind::DescribeLogDirs(r)).await? {
+        ResponseKind::DescribeLogDirs(d) => {
+            check(d.error_code, "describe log dirs", None)?;
+            let mut lines = Vec::new();
+            let mut dirs = Vec::new();
+            for dir in &d.results {
+                check(dir.error_code, "log dir", None)?;
+                lines.push(format!(
+                    "{}  total {} MiB  usable {} MiB",
+                    &*dir.log_dir,
+                    dir.total_bytes.max(0) >> 20,
+                    dir.usable_bytes.max(0) >> 20
+                ));
+                let mut parts = Vec::new();
+                let mut topics: Vec<_> = dir.topics.iter().collect();
+                topics.sort_by(|a, b| a.name.0.cmp(&b.name.0));
+                for t in topics {
+                    for p in &t.partitions {
+                        lines.push(format!("  {}-{}  {} bytes", &*t.name.0, p.partition_index, p.partition_size));
+                        parts.push(json!({"topic": t.name.0.to_string(), "partition": p.partition_index, "size": p.partition_size}));
+                    }
+                }
+                dirs.push(json!({"log_dir": dir.log_dir.to_string(), "total_bytes": dir.total_bytes, "usable_bytes": dir.usable_bytes, "partitions": parts}));
+            }
+            Ok((json!(dirs), lines.join("\n")))
+        }
+        _ => bail!("unexpected response to DescribeLogDirs"),
+    }
+}

@@ -10,7 +10,7 @@ mod admin;
 mod console;
 mod perf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use sluice_protocol::batch::{BatchView, LOG_OVERHEAD_BYTES};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -45,6 +45,13 @@ enum Cmd {
     Produce(console::ProduceArgs),
     /// Console consumer: print records (values, or keys/headers/offsets, or JSON).
     Consume(console::ConsumeArgs),
+    /// Log directories: partition sizes and disk space, as the broker reports them.
+    LogDirs {
+        #[command(subcommand)]
+        cmd: LogDirsCmd,
+    },
+    /// Print a shell completion script: `sluicectl completions bash > /etc/bash_completion.d/sluicectl`.
+    Completions { shell: clap_complete::Shell },
     /// The cluster: brokers and controller.
     Cluster {
         #[command(subcommand)]
@@ -60,6 +67,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: LogCmd,
     },
+}
+
+#[derive(Subcommand)]
+enum LogDirsCmd {
+    /// Size of every partition and the disk's total and usable bytes.
+    Describe,
 }
 
 #[derive(Subcommand)]
@@ -206,6 +219,11 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Topics { cmd } => run_admin(cli.output, admin::topics(&cli.bootstrap_server, cmd)),
         Cmd::Cluster { cmd: ClusterCmd::Describe } => run_admin(cli.output, admin::cluster(&cli.bootstrap_server)),
+        Cmd::LogDirs { cmd: LogDirsCmd::Describe } => run_admin(cli.output, admin::log_dirs(&cli.bootstrap_server)),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "sluicectl", &mut std::io::stdout());
+            Ok(())
+        }
         Cmd::Produce(a) => run_console(async {
             console::produce(&cli.bootstrap_server, &a).await.map(|n| eprintln!("produced {n} records"))
         }),
