@@ -42,6 +42,10 @@ fn perf_produce_then_consume_then_dump() {
     let out = Command::new(sluicectl_bin()).args(["log", "dump"]).arg(&torn).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("corruption at byte"));
+    // the audit passes on a healthy partition (its findings are unit-tested in tools/src/verify.rs)
+    let out = Command::new(sluicectl_bin()).arg("verify").arg(b.data_dir.join("perf-0")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no findings"));
     // bad usage is exit 2
     let out = Command::new(sluicectl_bin()).args(["log", "frobnicate"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
