@@ -35,6 +35,24 @@ fn perf_produce_then_consume_then_dump() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("all valid") && text.contains("offsets 0..="), "{text}");
 
+    // the other side files decode too
+    for ext in ["index", "timeindex", "txnindex", "snapshot"] {
+        let f = std::fs::read_dir(b.data_dir.join("perf-0"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == ext));
+        if let Some(f) = f {
+            let out = Command::new(sluicectl_bin()).args(["log", "dump"]).arg(&f).output().unwrap();
+            assert!(out.status.success(), "{ext}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let snap = std::fs::read_dir(b.data_dir.join("perf-0"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "snapshot"))
+        .expect("a clean shutdown leaves a producer snapshot");
+    let out = Command::new(sluicectl_bin()).args(["log", "dump"]).arg(&snap).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("CRC ok"));
     // a torn copy: exit 1, and the message says where the corruption starts
     let torn = b.data_dir.join("torn.log");
     let bytes = std::fs::read(&seg).unwrap();

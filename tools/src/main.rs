@@ -96,14 +96,80 @@ enum PerfCmd {
 
 #[derive(Subcommand)]
 enum LogCmd {
-    /// Decode a segment (.log) file: one line per batch (offsets, producer, sequence, flags).
+    /// Decode a data file: a segment (.log: one line per batch — offsets, producer, sequence,
+    /// flags, markers), an offset or time index, an aborted-transaction index, or a producer
+    /// snapshot.
     Dump {
-        /// Path of a `.log` segment file.
+        /// Path of a `.log`, `.index`, `.timeindex`, `.txnindex` or `.snapshot` file.
         path: PathBuf,
         /// Also print every record (key, value, headers).
         #[arg(long)]
         records: bool,
     },
+}
+
+/// Dispatch on the file kind: .log, .index, .timeindex, .txnindex, .snapshot.
+fn dump_any(path: &Path, records: bool) -> Result<(), String> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let base: i64 = name.split('.').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let read = || std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()));
+    let be32 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    let be64 = |b: &[u8]| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[..8]);
+        i64::from_be_bytes(a)
+    };
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("log") => dump(path, records),
+        Some("index") => {
+            let bytes = read()?;
+            for e in bytes.chunks_exact(8) {
+                let (rel, pos) = (be32(&e[..4]), be32(&e[4..]));
+                if rel == 0 && pos == 0 && base > 0 {
+                    break; // preallocated zeros after the last entry
+                }
+                println!("offset {} position {pos}", base + i64::from(rel));
+            }
+            Ok(())
+        }
+        Some("timeindex") => {
+            let bytes = read()?;
+            for e in bytes.chunks_exact(12) {
+                let (ts, rel) = (be64(&e[..8]), be32(&e[8..]));
+                if ts == 0 && rel == 0 {
+                    break;
+                }
+                println!("timestamp {ts} offset {}", base + i64::from(rel));
+            }
+            Ok(())
+        }
+        Some("txnindex") => {
+            let bytes = read()?;
+            for (i, e) in bytes.chunks(sluice_storage::txnindex::TXN_ENTRY_BYTES).enumerate() {
+                match sluice_storage::AbortedTxn::decode(e) {
+                    Some(t) => println!(
+                        "aborted producer {} first_offset {} last_offset {} last_stable_offset {}",
+                        t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset
+                    ),
+                    None => return Err(format!("{}: entry {i} is corrupt", path.display())),
+                }
+            }
+            Ok(())
+        }
+        Some("snapshot") => {
+            let bytes = read()?;
+            let (version, payload) =
+                sluice_storage::sidefile::decode(*b"SLPS", &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            // payload: version:u8, producer count:u32, then the broker's entries
+            let producers = payload.get(1..5).map(be32).unwrap_or(0);
+            println!(
+                "producer snapshot at offset {base}: frame version {version}, payload {} bytes, {producers} producers, CRC ok",
+                payload.len()
+            );
+            Ok(())
+        }
+        _ => Err(format!("{}: not a .log, .index, .timeindex, .txnindex or .snapshot file", path.display())),
+    }
 }
 
 fn dump(path: &Path, records: bool) -> Result<(), String> {
@@ -268,7 +334,7 @@ fn main() -> ExitCode {
                 .await
                 .map(|n| eprintln!("consumed {n} records"))
         }),
-        Cmd::Log { cmd: LogCmd::Dump { path, records } } => dump(&path, records),
+        Cmd::Log { cmd: LogCmd::Dump { path, records } } => dump_any(&path, records),
         Cmd::Perf { cmd } => run_perf(&cli.bootstrap_server, cmd, cli.output),
     };
     match result {
