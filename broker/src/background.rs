@@ -14,6 +14,7 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
     };
     let mut flush_tick = tokio::time::interval(flush_every);
     let mut retention_tick = tokio::time::interval(Duration::from_millis(state.config.retention_check_interval_ms));
+    let mut gauges_tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = flush_tick.tick() => {
@@ -46,6 +47,13 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
                         }
                     }
                 }).await;
+            }
+            _ = gauges_tick.tick() => {
+                for t in state.topics() {
+                    for p in &t.partitions {
+                        p.record_gauges();
+                    }
+                }
             }
             _ = stop.changed() => break,
         }

@@ -45,6 +45,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting { name: "log.flush.interval.ms", default: "1000", help: "fsync interval for log.flush.policy=interval" },
     Setting { name: "max.connections", default: "10000", help: "open connections allowed" },
+    Setting { name: "metrics.listener", default: "", help: "host:port for the Prometheus endpoint (off when empty)" },
     Setting {
         name: "producer.id.expiration.ms",
         default: "86400000",
@@ -69,6 +70,7 @@ pub struct Config {
     pub retention_check_interval_ms: u64,
     pub max_connections: usize,
     pub producer_id_expiration_ms: i64,
+    pub metrics_listener: Option<SocketAddr>,
     /// Every setting's resolved value as text (for DescribeConfigs).
     pub values: BTreeMap<String, String>,
 }
@@ -304,6 +306,14 @@ pub fn resolve(
         )? as u64,
         max_connections: parse::<i64>("max.connections", get("max.connections"), positive)? as usize,
         producer_id_expiration_ms: parse("producer.id.expiration.ms", get("producer.id.expiration.ms"), positive)?,
+        metrics_listener: {
+            let (v, src) = get("metrics.listener");
+            if v.trim().is_empty() {
+                None
+            } else {
+                Some(parse_listener("metrics.listener", &v, src)?)
+            }
+        },
         values: SETTINGS.iter().map(|s| (s.name.to_string(), get(s.name).0)).collect(),
     })
 }

@@ -14,6 +14,7 @@
 
 use crate::dispatch::dispatch;
 use crate::handlers::Reply;
+use crate::metrics;
 use crate::state::BrokerState;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
@@ -29,8 +30,8 @@ use tokio::sync::mpsc;
 pub const INFLIGHT_REQUESTS_MAX: usize = 64;
 
 enum Out {
-    Ready(Vec<Bytes>),
-    Pending(tokio::task::JoinHandle<Option<Vec<Bytes>>>),
+    Ready(Vec<Bytes>, ApiKey, std::time::Instant),
+    Pending(tokio::task::JoinHandle<Option<Vec<Bytes>>>, ApiKey, std::time::Instant),
 }
 
 /// Record data in a response, which the encoder must not copy (zero-copy fetch).
@@ -105,15 +106,17 @@ fn blocking_api(key: ApiKey) -> bool {
 
 pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let peer = socket.peer_addr().ok();
+    ::metrics::gauge!(metrics::CONNECTIONS).increment(1.0);
+    let _gauge = ConnectionGauge;
     let _ = socket.set_nodelay(true);
     let (mut rd, mut wr) = socket.into_split();
     let (tx, mut rx) = mpsc::channel::<Out>(INFLIGHT_REQUESTS_MAX);
     let writer = tokio::spawn(async move {
         while let Some(out) = rx.recv().await {
-            let chunks = match out {
-                Out::Ready(b) => b,
-                Out::Pending(h) => match h.await {
-                    Ok(Some(b)) => b,
+            let (chunks, key, started) = match out {
+                Out::Ready(b, key, started) => (b, key, started),
+                Out::Pending(h, key, started) => match h.await {
+                    Ok(Some(b)) => (b, key, started),
                     // An answer that cannot be produced (encode error, a panicked task): skipping
                     // it would shift every later answer onto the wrong request, so close instead.
                     Ok(None) | Err(_) => break,
@@ -122,6 +125,10 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
             if write_chunks(&mut wr, &chunks).await.is_err() {
                 break;
             }
+            let api = format!("{key:?}");
+            ::metrics::counter!(metrics::REQUESTS_TOTAL, "api" => api.clone()).increment(1);
+            ::metrics::histogram!(metrics::REQUEST_SECONDS, "api" => api).record(started.elapsed().as_secs_f64());
+            ::metrics::counter!(metrics::BYTES_OUT_TOTAL).increment(chunks.iter().map(|c| c.len() as u64).sum());
         }
         let _ = wr.shutdown().await;
     });
@@ -137,6 +144,7 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
                     break 'conn;
                 }
             };
+            ::metrics::counter!(metrics::BYTES_IN_TOTAL).increment(frame.len() as u64 + 4);
             let req = match api::decode_request(frame.freeze()) {
                 Ok(r) => r,
                 Err(DecodeError::UnsupportedVersion { key: ApiKey::ApiVersions, correlation_id, .. }) => {
@@ -144,7 +152,7 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
                         ResponseError::UnsupportedVersion.code(),
                     ));
                     if let Some(b) = encode(ApiKey::ApiVersions, 0, correlation_id, &body) {
-                        if tx.send(Out::Ready(b)).await.is_err() {
+                        if tx.send(Out::Ready(b, ApiKey::ApiVersions, std::time::Instant::now())).await.is_err() {
                             break 'conn;
                         }
                     }
@@ -156,6 +164,7 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
                 }
             };
             let (key, version, correlation_id) = (req.api_key, req.version(), req.correlation_id());
+            let started = std::time::Instant::now();
             let reply = if blocking_api(key) {
                 tokio::task::block_in_place(|| dispatch(&state, req))
             } else {
@@ -165,12 +174,14 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
                 None => break 'conn,
                 Some(Reply::None) => continue,
                 Some(Reply::Now(body)) => match encode(key, version, correlation_id, &body) {
-                    Some(b) => Out::Ready(b),
+                    Some(b) => Out::Ready(b, key, started),
                     None => break 'conn,
                 },
-                Some(Reply::Later(fut)) => {
-                    Out::Pending(tokio::spawn(async move { encode(key, version, correlation_id, &fut.await) }))
-                }
+                Some(Reply::Later(fut)) => Out::Pending(
+                    tokio::spawn(async move { encode(key, version, correlation_id, &fut.await) }),
+                    key,
+                    started,
+                ),
             };
             if tx.send(out).await.is_err() {
                 break 'conn;
@@ -186,4 +197,12 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// Decrements the connection gauge however the connection ends.
+struct ConnectionGauge;
+impl Drop for ConnectionGauge {
+    fn drop(&mut self) {
+        ::metrics::gauge!(metrics::CONNECTIONS).decrement(1.0);
+    }
 }

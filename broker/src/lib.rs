@@ -8,10 +8,11 @@
 //! - `state`: topics, partitions and their persisted metadata;
 //! - `partition`: one partition's log, high watermark and append path;
 //! - `background`: interval flush, checkpoints, retention;
-//! - `error_map`: the ONE place internal errors become Kafka error codes.
+//! - `error_map`: the ONE place internal errors become Kafka error codes;
+//! - `metrics`: every metric name, and the Prometheus endpoint (`metrics.listener`).
 //!
 //! Coming with later issues: `partition/` producer state (idempotence), `txn/` (transaction
-//! coordinator), `group/` (consumer groups), `cluster/` (openraft), `metrics`.
+//! coordinator), `group/` (consumer groups), `cluster/` (openraft).
 
 pub mod background;
 pub mod config;
@@ -19,6 +20,7 @@ pub mod connection;
 pub mod dispatch;
 pub mod error_map;
 pub mod handlers;
+pub mod metrics;
 pub mod partition;
 pub mod producer_ids;
 pub mod server;

@@ -66,6 +66,14 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         let listener_addr = config.listener;
+        if let Some(addr) = config.metrics_listener {
+            if let Some(handle) = sluice_broker::metrics::install() {
+                if let Err(e) = sluice_broker::metrics::serve(addr, handle).await {
+                    eprintln!("sluice: cannot serve metrics on {addr}: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
         let state = match tokio::task::block_in_place(|| sluice_broker::state::BrokerState::open(config)) {
             Ok(s) => s,
             Err(e) => {

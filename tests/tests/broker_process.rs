@@ -126,3 +126,38 @@ fn a_second_broker_on_the_same_directory_refuses_to_start() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("locked by another process"), "{e}");
 }
+
+#[test]
+fn metrics_endpoint_reports_plausible_values() {
+    use std::io::{Read, Write};
+    let mport = free_port();
+    let b = Broker::start_with(&["--metrics-listener", &format!("127.0.0.1:{mport}")]);
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer = ClientConfig::new().set("bootstrap.servers", b.bootstrap()).create().unwrap();
+    for i in 0..100 {
+        let v = format!("{i}");
+        p.send(BaseRecord::<(), _>::to("met").partition(0).payload(&v)).unwrap();
+    }
+    p.flush(std::time::Duration::from_secs(10)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500)); // partition gauges update every second
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", mport)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    let value = |series: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no series {series} in:\n{body}"))
+    };
+    assert_eq!(value("sluice_log_end_offset{topic=\"met\",partition=\"0\"}"), 100.0);
+    assert_eq!(value("sluice_high_watermark{topic=\"met\",partition=\"0\"}"), 100.0);
+    assert_eq!(value("sluice_lso_lag{topic=\"met\",partition=\"0\"}"), 0.0);
+    assert!(value("sluice_requests_total{api=\"Produce\"}") >= 1.0);
+    assert!(value("sluice_fsync_seconds_count") >= 1.0);
+    assert!(value("sluice_bytes_in_total") > 1000.0);
+    assert!(value("sluice_connections") >= 1.0, "the producer is still connected");
+}

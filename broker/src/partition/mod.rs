@@ -122,8 +122,18 @@ impl Partition {
         };
         let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
         match producer_state::check(producers.get(&pid), &hdr) {
-            Plan::Reject(r) => Err(AppendError::Refused(r)),
+            Plan::Reject(r) => {
+                let reason = match r {
+                    Refusal::InvalidProducerEpoch { .. } => "invalid_producer_epoch",
+                    Refusal::OutOfOrderSequence { .. } => "out_of_order_sequence",
+                    Refusal::InvalidTxnState => "invalid_txn_state",
+                    Refusal::UnknownProducerId { .. } => "unknown_producer_id",
+                };
+                ::metrics::counter!(crate::metrics::PRODUCE_REFUSED_TOTAL, "reason" => reason).increment(1);
+                Err(AppendError::Refused(r))
+            }
             Plan::Duplicate { first_offset, last_offset } => {
+                ::metrics::counter!(crate::metrics::PRODUCE_DUPLICATES_TOTAL).increment(1);
                 let log = self.log();
                 let sync = log.config().flush == FlushPolicy::Sync;
                 Ok(Appended::Duplicate { first_offset, last_offset, log_start: log.log_start_offset(), sync })
@@ -178,7 +188,9 @@ impl Partition {
     /// Stage 2 of produce under the Sync policy: wait until offsets below `end` are durable,
     /// then advance the high watermark. Blocks: call from a blocking thread.
     pub fn wait_durable(&self, end: i64) -> Result<(), StorageError> {
+        let started = std::time::Instant::now();
         let durable = self.flusher.sync_to(end)?;
+        ::metrics::histogram!(crate::metrics::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
         self.log().set_high_watermark(durable);
         self.hw_changed.notify_waiters();
         Ok(())
@@ -219,6 +231,22 @@ impl Partition {
         let leo = self.log().log_end_offset();
         self.snapshot(&producers, leo);
         self.log.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publish this partition's offsets and producer count as gauges.
+    pub fn record_gauges(&self) {
+        let producers = self.producers.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let (leo, hw) = {
+            let log = self.log();
+            (log.log_end_offset(), log.high_watermark())
+        };
+        let lso = hw; // until transactions exist
+        let labels = [("topic", self.topic.clone()), ("partition", self.index.to_string())];
+        ::metrics::gauge!(crate::metrics::LOG_END_OFFSET, &labels).set(leo as f64);
+        ::metrics::gauge!(crate::metrics::HIGH_WATERMARK, &labels).set(hw as f64);
+        ::metrics::gauge!(crate::metrics::LAST_STABLE_OFFSET, &labels).set(lso as f64);
+        ::metrics::gauge!(crate::metrics::LSO_LAG, &labels).set((hw - lso) as f64);
+        ::metrics::gauge!(crate::metrics::PRODUCERS, &labels).set(producers as f64);
     }
 
     pub fn high_watermark(&self) -> i64 {

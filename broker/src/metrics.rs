@@ -1,0 +1,78 @@
+//! Metrics: every name in one place (documented in docs/metrics.md), recorded with the
+//! `metrics` crate and served in Prometheus text format on `metrics.listener` (off by default).
+//! The endpoint is a minimal HTTP/1.1 responder: any GET gets the current exposition.
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Requests handled, label `api`.
+pub const REQUESTS_TOTAL: &str = "sluice_requests_total";
+/// Request latency from decode to answer, seconds, label `api`.
+pub const REQUEST_SECONDS: &str = "sluice_request_seconds";
+/// Bytes of request frames received.
+pub const BYTES_IN_TOTAL: &str = "sluice_bytes_in_total";
+/// Bytes of response frames sent.
+pub const BYTES_OUT_TOTAL: &str = "sluice_bytes_out_total";
+/// Open client connections.
+pub const CONNECTIONS: &str = "sluice_connections";
+/// fdatasync latency on the durability path, seconds.
+pub const FSYNC_SECONDS: &str = "sluice_fsync_seconds";
+/// Per partition (labels `topic`, `partition`): log end offset, high watermark, last stable
+/// offset, and LSO lag (high watermark − LSO).
+pub const LOG_END_OFFSET: &str = "sluice_log_end_offset";
+pub const HIGH_WATERMARK: &str = "sluice_high_watermark";
+pub const LAST_STABLE_OFFSET: &str = "sluice_last_stable_offset";
+pub const LSO_LAG: &str = "sluice_lso_lag";
+/// Idempotent producers with state on a partition (labels `topic`, `partition`).
+pub const PRODUCERS: &str = "sluice_producers";
+/// Batches refused by the idempotence check, label `reason`.
+pub const PRODUCE_REFUSED_TOTAL: &str = "sluice_produce_refused_total";
+/// Retries answered as duplicates (nothing written).
+pub const PRODUCE_DUPLICATES_TOTAL: &str = "sluice_produce_duplicates_total";
+
+/// Install the recorder (once per process) and return the handle that renders it.
+pub fn install() -> Option<PrometheusHandle> {
+    let buckets = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+    let builder = match PrometheusBuilder::new().set_buckets(&buckets) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!("metrics buckets: {e}");
+            PrometheusBuilder::new()
+        }
+    };
+    match builder.install_recorder() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!("metrics recorder not installed: {e}");
+            None
+        }
+    }
+}
+
+/// Serve the exposition on `addr` until the process ends.
+pub async fn serve(addr: SocketAddr, handle: PrometheusHandle) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!("metrics on http://{addr}/metrics");
+    let handle = Arc::new(handle);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else { continue };
+            let h = handle.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 2048];
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf)).await;
+                let body = h.render();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = sock.write_all(head.as_bytes()).await;
+                let _ = sock.write_all(body.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    Ok(())
+}
