@@ -206,6 +206,13 @@ fn parse_base(name: &str, ext: &str) -> Option<i64> {
     stem.parse().ok()
 }
 
+/// Write a producer-state snapshot into partition directory `dir` without holding the `Log`
+/// (the write fsyncs; callers keep it out of their log lock).
+pub fn write_producer_snapshot(dir: &Path, offset: i64, payload: &[u8]) -> Result<()> {
+    let path = dir.join(file_name(offset, "snapshot"));
+    sidefile::write_atomic(&path, &sidefile::encode(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, payload))
+}
+
 fn checkpoint_encode(recovery_point: i64, log_start: i64) -> Vec<u8> {
     let mut p = Vec::with_capacity(16);
     p.extend_from_slice(&recovery_point.to_be_bytes());
@@ -699,8 +706,7 @@ impl Log {
 
     /// Write a producer-state snapshot taken at `offset` (the state after every batch below it).
     pub fn write_producer_snapshot(&self, offset: i64, payload: &[u8]) -> Result<()> {
-        let path = self.dir.join(file_name(offset, "snapshot"));
-        sidefile::write_atomic(&path, &sidefile::encode(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, payload))
+        write_producer_snapshot(&self.dir, offset, payload)
     }
 
     /// Offsets of the snapshot files present, ascending.

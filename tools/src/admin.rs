@@ -79,7 +79,15 @@ async fn metadata(conn: &Connection, topics: Option<Vec<&str>>) -> Result<Metada
     }
 }
 
-async fn offsets(conn: &Connection, topic: &str, partitions: &[i32], timestamp: i64) -> Result<Vec<i64>> {
+/// ListOffsets for `partitions` of `topic` at `timestamp` (-2 earliest, -1 latest, or a time),
+/// in partition order; -1 where no record qualifies. Partition errors are errors.
+pub async fn list_offsets(
+    conn: &Connection,
+    topic: &str,
+    partitions: &[i32],
+    timestamp: i64,
+    isolation: i8,
+) -> Result<Vec<i64>> {
     let mut t = list_offsets_request::ListOffsetsTopic::default();
     t.name = TopicName(s(topic));
     t.partitions = partitions
@@ -93,10 +101,12 @@ async fn offsets(conn: &Connection, topic: &str, partitions: &[i32], timestamp: 
         .collect();
     let mut r = ListOffsetsRequest::default();
     r.replica_id = BrokerId(-1);
+    r.isolation_level = isolation;
     r.topics = vec![t];
     match conn.call(ApiKey::ListOffsets, 5, RequestKind::ListOffsets(r)).await? {
         ResponseKind::ListOffsets(l) => {
-            Ok(l.topics.first().map(|t| t.partitions.iter().map(|p| p.offset).collect()).unwrap_or_default())
+            let t = l.topics.first().ok_or_else(|| anyhow!("empty ListOffsets response"))?;
+            t.partitions.iter().map(|p| check(p.error_code, "list offsets", None).map(|()| p.offset)).collect()
         }
         _ => bail!("unexpected response to ListOffsets"),
     }
@@ -166,8 +176,8 @@ pub async fn topics(bootstrap: &str, cmd: TopicsCmd) -> Result<(serde_json::Valu
             let t = m.topics.first().ok_or_else(|| anyhow!("empty metadata response"))?;
             check(t.error_code, &format!("topic '{name}'"), None)?;
             let parts: Vec<i32> = t.partitions.iter().map(|p| p.partition_index).collect();
-            let earliest = offsets(&conn, &name, &parts, -2).await?;
-            let latest = offsets(&conn, &name, &parts, -1).await?;
+            let earliest = list_offsets(&conn, &name, &parts, -2, 0).await?;
+            let latest = list_offsets(&conn, &name, &parts, -1, 0).await?;
             let mut dr = describe_configs_request::DescribeConfigsResource::default();
             dr.resource_type = 2;
             dr.resource_name = s(&name);

@@ -125,43 +125,6 @@ pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<u64> {
     Ok(sent)
 }
 
-async fn start_offsets(conn: &Connection, topic: &str, parts: &[i32], ts: i64, isolation: i8) -> Result<Vec<i64>> {
-    let mut t = list_offsets_request::ListOffsetsTopic::default();
-    t.name = TopicName(s(topic));
-    t.partitions = parts
-        .iter()
-        .map(|p| {
-            let mut lp = list_offsets_request::ListOffsetsPartition::default();
-            lp.partition_index = *p;
-            lp.timestamp = ts;
-            lp
-        })
-        .collect();
-    let mut r = ListOffsetsRequest::default();
-    r.replica_id = BrokerId(-1);
-    r.isolation_level = isolation;
-    r.topics = vec![t];
-    match conn.call(ApiKey::ListOffsets, 5, RequestKind::ListOffsets(r)).await? {
-        ResponseKind::ListOffsets(l) => {
-            let t = l.topics.first().ok_or_else(|| anyhow!("empty ListOffsets response"))?;
-            t.partitions
-                .iter()
-                .map(|p| {
-                    if p.error_code != 0 {
-                        bail!("list offsets failed with error code {}", p.error_code)
-                    } else if p.offset < 0 {
-                        // no record at or after the timestamp: start at the end
-                        Ok(i64::MAX)
-                    } else {
-                        Ok(p.offset)
-                    }
-                })
-                .collect()
-        }
-        _ => bail!("unexpected response to ListOffsets"),
-    }
-}
-
 pub async fn consume(bootstrap: &str, a: &ConsumeArgs, json: bool) -> Result<u64> {
     let isolation: i8 = match a.isolation_level.as_str() {
         "read_uncommitted" => 0,
@@ -176,16 +139,17 @@ pub async fn consume(bootstrap: &str, a: &ConsumeArgs, json: bool) -> Result<u64
         Some(p) => bail!("topic {} has no partition {p}", a.topic),
         None => (0..count).collect(),
     };
+    let list = |ts| crate::admin::list_offsets(&conn, &a.topic, &parts, ts, isolation);
     let mut offsets: Vec<i64> = if a.from_beginning {
-        start_offsets(&conn, &a.topic, &parts, -2, isolation).await?
+        list(-2).await?
     } else if let Some(o) = a.offset {
         vec![o; parts.len()]
     } else if let Some(ts) = a.timestamp {
-        let o = start_offsets(&conn, &a.topic, &parts, ts, isolation).await?;
-        let end = start_offsets(&conn, &a.topic, &parts, -1, isolation).await?;
-        o.iter().zip(end).map(|(o, e)| if *o == i64::MAX { e } else { *o }).collect()
+        // no record at or after the timestamp (-1): start at the end
+        let (from, end) = (list(ts).await?, list(-1).await?);
+        from.iter().zip(end).map(|(o, e)| if *o < 0 { e } else { *o }).collect()
     } else {
-        start_offsets(&conn, &a.topic, &parts, -1, isolation).await?
+        list(-1).await?
     };
     let mut out = std::io::stdout().lock();
     let mut printed = 0u64;

@@ -159,10 +159,6 @@ impl Partition {
         self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn flush_policy(&self) -> FlushPolicy {
-        self.log().config().flush
-    }
-
     pub fn set_config(&self, config: LogConfig) -> Result<(), StorageError> {
         self.log().set_config(config)
     }
@@ -209,11 +205,13 @@ impl Partition {
 
     /// Write a producer-state snapshot at `offset` (the state of every batch below it) and
     /// keep only this one and the previous. A failure costs only a longer replay on restart.
+    /// The file write (and its fsyncs) happens outside the log lock, so reads carry on.
     fn snapshot(&self, producers: &HashMap<i64, ProducerEntry>, offset: i64) {
-        let log = self.log();
+        let dir = self.log().dir().to_path_buf();
         let payload = producer_state::encode_snapshot(producers.iter());
-        match log.write_producer_snapshot(offset, &payload) {
+        match sluice_storage::log::write_producer_snapshot(&dir, offset, &payload) {
             Ok(()) => {
+                let log = self.log();
                 if let Ok(offsets) = log.producer_snapshot_offsets() {
                     if offsets.len() > 2 {
                         let _ = log.delete_snapshots_before(offsets[offsets.len() - 2]);
