@@ -1,5 +1,7 @@
 //! Periodic work: interval flushes (`log.flush.policy=interval`), recovery-point checkpoints,
-//! and retention (`log.retention.check.interval.ms`).
+//! retention (`log.retention.check.interval.ms`), group timers (every 100 ms: join/sync
+//! deadlines, session expiry), and offset expiry with offsets-log compaction
+//! (`offsets.retention.check.interval.ms`).
 
 use crate::state::BrokerState;
 use sluice_storage::FlushPolicy;
@@ -15,6 +17,9 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
     let mut flush_tick = tokio::time::interval(flush_every);
     let mut retention_tick = tokio::time::interval(Duration::from_millis(state.config.retention_check_interval_ms));
     let mut gauges_tick = tokio::time::interval(Duration::from_secs(1));
+    let mut group_tick = tokio::time::interval(Duration::from_millis(100));
+    let mut offsets_tick =
+        tokio::time::interval(Duration::from_millis(state.config.offsets_retention_check_interval_ms));
     loop {
         tokio::select! {
             _ = flush_tick.tick() => {
@@ -48,7 +53,17 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
                     }
                 }).await;
             }
+            _ = group_tick.tick() => {
+                for d in state.groups.tick(crate::handlers::now_ms()) {
+                    tokio::spawn(d.finish());
+                }
+            }
+            _ = offsets_tick.tick() => {
+                let st = state.clone();
+                let _ = tokio::task::spawn_blocking(move || st.groups.maintain(crate::handlers::now_ms())).await;
+            }
             _ = gauges_tick.tick() => {
+                state.groups.record_gauges();
                 for t in state.topics() {
                     for p in &t.partitions {
                         p.record_gauges();

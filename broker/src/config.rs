@@ -51,6 +51,43 @@ pub const SETTINGS: &[Setting] = &[
         default: "86400000",
         help: "forget idle idempotent producers after this long (never one with an open transaction)",
     },
+    Setting {
+        name: "group.min.session.timeout.ms",
+        default: "6000",
+        help: "shortest consumer session timeout allowed",
+    },
+    Setting {
+        name: "group.max.session.timeout.ms",
+        default: "1800000",
+        help: "longest consumer session timeout allowed",
+    },
+    Setting {
+        name: "group.initial.rebalance.delay.ms",
+        default: "3000",
+        help: "how long the first rebalance of an empty group waits for more members",
+    },
+    Setting { name: "group.max.size", default: "2147483647", help: "most members a consumer group may have" },
+    Setting {
+        name: "offsets.topic.num.partitions",
+        default: "50",
+        help: "partitions of the internal offsets log (fixed at first use)",
+    },
+    Setting { name: "offsets.topic.segment.bytes", default: "104857600", help: "segment size of the offsets log" },
+    Setting {
+        name: "offset.metadata.max.bytes",
+        default: "4096",
+        help: "largest metadata string of a committed offset",
+    },
+    Setting {
+        name: "offsets.retention.ms",
+        default: "604800000",
+        help: "delete the offsets of a group that has been empty this long (-1: never)",
+    },
+    Setting {
+        name: "offsets.retention.check.interval.ms",
+        default: "600000",
+        help: "how often offset expiry and offsets-log compaction run",
+    },
 ];
 
 /// The resolved configuration.
@@ -71,6 +108,8 @@ pub struct Config {
     pub max_connections: usize,
     pub producer_id_expiration_ms: i64,
     pub metrics_listener: Option<SocketAddr>,
+    pub groups: crate::group::CoordinatorSettings,
+    pub offsets_retention_check_interval_ms: u64,
     /// Every setting's resolved value as text (for DescribeConfigs).
     pub values: BTreeMap<String, String>,
 }
@@ -314,6 +353,79 @@ pub fn resolve(
                 Some(parse_listener("metrics.listener", &v, src)?)
             }
         },
+        groups: crate::group::CoordinatorSettings {
+            group: crate::group::machine::GroupSettings {
+                min_session_timeout_ms: parse(
+                    "group.min.session.timeout.ms",
+                    get("group.min.session.timeout.ms"),
+                    |x: &i32| {
+                        if *x > 0 {
+                            Ok(())
+                        } else {
+                            Err("must be positive".into())
+                        }
+                    },
+                )?,
+                max_session_timeout_ms: parse(
+                    "group.max.session.timeout.ms",
+                    get("group.max.session.timeout.ms"),
+                    |x: &i32| {
+                        if *x > 0 {
+                            Ok(())
+                        } else {
+                            Err("must be positive".into())
+                        }
+                    },
+                )?,
+                initial_rebalance_delay_ms: parse(
+                    "group.initial.rebalance.delay.ms",
+                    get("group.initial.rebalance.delay.ms"),
+                    |x: &i32| if *x >= 0 { Ok(()) } else { Err("must be ≥ 0".into()) },
+                )?,
+                max_size: parse::<i32>("group.max.size", get("group.max.size"), |x: &i32| {
+                    if *x >= 1 {
+                        Ok(())
+                    } else {
+                        Err("must be ≥ 1".into())
+                    }
+                })? as usize,
+            },
+            partitions: parse("offsets.topic.num.partitions", get("offsets.topic.num.partitions"), |x: &i32| {
+                if (1..=1000).contains(x) {
+                    Ok(())
+                } else {
+                    Err("must be between 1 and 1000".into())
+                }
+            })?,
+            segment_bytes: parse::<i64>(
+                "offsets.topic.segment.bytes",
+                get("offsets.topic.segment.bytes"),
+                |x: &i64| {
+                    if (1024..=i64::from(i32::MAX)).contains(x) {
+                        Ok(())
+                    } else {
+                        Err("must be between 1024 and 2147483647".into())
+                    }
+                },
+            )? as u64,
+            metadata_max_bytes: parse::<i64>(
+                "offset.metadata.max.bytes",
+                get("offset.metadata.max.bytes"),
+                |x: &i64| {
+                    if *x >= 0 {
+                        Ok(())
+                    } else {
+                        Err("must be ≥ 0".into())
+                    }
+                },
+            )? as usize,
+            retention_ms: parse("offsets.retention.ms", get("offsets.retention.ms"), ms_or_never)?,
+        },
+        offsets_retention_check_interval_ms: parse::<i64>(
+            "offsets.retention.check.interval.ms",
+            get("offsets.retention.check.interval.ms"),
+            positive,
+        )? as u64,
         values: SETTINGS.iter().map(|s| (s.name.to_string(), get(s.name).0)).collect(),
     })
 }

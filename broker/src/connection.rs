@@ -12,7 +12,7 @@
 //! version of ApiVersions is answered v0-style with UNSUPPORTED_VERSION and the supported
 //! ranges; other unsupported versions close the connection, as Kafka does.
 
-use crate::dispatch::dispatch;
+use crate::dispatch::dispatch_from;
 use crate::handlers::Reply;
 use crate::metrics;
 use crate::state::BrokerState;
@@ -101,6 +101,12 @@ fn blocking_api(key: ApiKey) -> bool {
             | ApiKey::IncrementalAlterConfigs
             | ApiKey::DeleteRecords
             | ApiKey::InitProducerId
+            | ApiKey::JoinGroup
+            | ApiKey::SyncGroup
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetDelete
+            | ApiKey::DeleteGroups
     )
 }
 
@@ -166,9 +172,9 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
             let (key, version, correlation_id) = (req.api_key, req.version(), req.correlation_id());
             let started = std::time::Instant::now();
             let reply = if blocking_api(key) {
-                tokio::task::block_in_place(|| dispatch(&state, req))
+                tokio::task::block_in_place(|| dispatch_from(&state, req, peer))
             } else {
-                dispatch(&state, req)
+                dispatch_from(&state, req, peer)
             };
             let out = match reply {
                 None => break 'conn,

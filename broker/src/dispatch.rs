@@ -11,7 +11,13 @@ use std::sync::Arc;
 /// Run stage 1 of `req` (in connection order) and return how it will be answered.
 /// Blocking work (metadata fsyncs, log appends) runs under `block_in_place`.
 pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
+    dispatch_from(state, req, None)
+}
+
+/// [`dispatch`] for a request that arrived from `peer` (shown in DescribeGroups).
+pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::net::SocketAddr>) -> Option<Reply> {
     let version = req.version();
+    let client_id = req.header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default();
     let reply = match req.body {
         RequestKind::ApiVersions(_) => Reply::now(ResponseKind::ApiVersions(handlers::api_versions::response(0))),
         RequestKind::Metadata(r) => Reply::now(ResponseKind::Metadata(handlers::metadata::handle(state, version, r))),
@@ -47,6 +53,23 @@ pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
         RequestKind::DescribeProducers(r) => {
             Reply::now(ResponseKind::DescribeProducers(handlers::describe_producers::handle(state, r)))
         }
+        RequestKind::FindCoordinator(r) => {
+            Reply::now(ResponseKind::FindCoordinator(handlers::groups::find_coordinator(state, version, r)))
+        }
+        RequestKind::JoinGroup(r) => handlers::groups::join(state, version, &client_id, peer, r),
+        RequestKind::SyncGroup(r) => handlers::groups::sync(state, r),
+        RequestKind::Heartbeat(r) => Reply::now(ResponseKind::Heartbeat(handlers::groups::heartbeat(state, r))),
+        RequestKind::LeaveGroup(r) => handlers::groups::leave(state, version, r),
+        RequestKind::OffsetCommit(r) => handlers::groups::offset_commit(state, r),
+        RequestKind::OffsetFetch(r) => {
+            Reply::now(ResponseKind::OffsetFetch(handlers::groups::offset_fetch(state, version, r)))
+        }
+        RequestKind::OffsetDelete(r) => handlers::groups::offset_delete(state, r),
+        RequestKind::DescribeGroups(r) => {
+            Reply::now(ResponseKind::DescribeGroups(handlers::groups::describe(state, r)))
+        }
+        RequestKind::ListGroups(r) => Reply::now(ResponseKind::ListGroups(handlers::groups::list(state, r))),
+        RequestKind::DeleteGroups(r) => handlers::groups::delete(state, r),
         // `RequestKind` is non-exhaustive; keys outside the table never decode to here
         // (`decode_request` refuses them), so reaching this arm is a table/dispatch mismatch.
         other => {
@@ -61,6 +84,7 @@ pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
 mod tests {
     use super::*;
     use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
     use sluice_protocol::api::{decode_request, encode_request, encode_response, SUPPORTED_APIS};
 
     fn default_request(key: ApiKey, v: i16, topic_id: uuid::Uuid) -> RequestKind {
@@ -148,6 +172,69 @@ mod tests {
                 r.topics = vec![t];
                 RequestKind::DescribeProducers(r)
             }
+            ApiKey::FindCoordinator => {
+                let mut r = FindCoordinatorRequest::default();
+                if v >= 4 {
+                    r.coordinator_keys = vec![StrBytes::from_static_str("g")];
+                } else {
+                    r.key = StrBytes::from_static_str("g");
+                }
+                RequestKind::FindCoordinator(r)
+            }
+            ApiKey::JoinGroup => {
+                let mut p = join_group_request::JoinGroupRequestProtocol::default();
+                p.name = StrBytes::from_static_str("range");
+                let mut r = JoinGroupRequest::default();
+                // one group per version: a second member would wait for the first to rejoin
+                r.group_id = GroupId(StrBytes::from_string(format!("g-v{v}")));
+                r.session_timeout_ms = 10_000;
+                r.rebalance_timeout_ms = if v >= 1 { 10_000 } else { -1 };
+                r.protocol_type = StrBytes::from_static_str("consumer");
+                r.protocols = vec![p];
+                RequestKind::JoinGroup(r)
+            }
+            ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
+            ApiKey::Heartbeat => RequestKind::Heartbeat(HeartbeatRequest::default()),
+            ApiKey::LeaveGroup => RequestKind::LeaveGroup(LeaveGroupRequest::default()),
+            ApiKey::OffsetCommit => {
+                let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+                p.committed_offset = 5;
+                let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+                t.name = name;
+                t.partitions = vec![p];
+                let mut r = OffsetCommitRequest::default();
+                r.group_id = GroupId(StrBytes::from_static_str("g2"));
+                r.generation_id_or_member_epoch = -1;
+                r.topics = vec![t];
+                RequestKind::OffsetCommit(r)
+            }
+            ApiKey::OffsetFetch => {
+                let mut g = offset_fetch_request::OffsetFetchRequestGroup::default();
+                g.group_id = GroupId(StrBytes::from_static_str("g2"));
+                let mut r = OffsetFetchRequest::default();
+                if v >= 8 {
+                    r.groups = vec![g];
+                } else {
+                    r.group_id = GroupId(StrBytes::from_static_str("g2"));
+                }
+                RequestKind::OffsetFetch(r)
+            }
+            ApiKey::OffsetDelete => {
+                let mut r = OffsetDeleteRequest::default();
+                r.group_id = GroupId(StrBytes::from_static_str("g2"));
+                RequestKind::OffsetDelete(r)
+            }
+            ApiKey::DescribeGroups => {
+                let mut r = DescribeGroupsRequest::default();
+                r.groups = vec![GroupId(StrBytes::from_static_str("g")), GroupId(StrBytes::from_static_str("g2"))];
+                RequestKind::DescribeGroups(r)
+            }
+            ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
+            ApiKey::DeleteGroups => {
+                let mut r = DeleteGroupsRequest::default();
+                r.groups_names = vec![GroupId(StrBytes::from_static_str("nope"))];
+                RequestKind::DeleteGroups(r)
+            }
             other => panic!("add {other:?} to default_request"),
         }
     }
@@ -159,6 +246,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut flags = std::collections::BTreeMap::new();
         flags.insert("log.dirs".to_string(), dir.path().display().to_string());
+        flags.insert("group.initial.rebalance.delay.ms".to_string(), "0".to_string());
         let cfg = crate::config::resolve(&flags, &Default::default(), None).unwrap();
         let state = Arc::new(BrokerState::open(cfg).unwrap());
         state.create_topic("t", 2, 1, Default::default(), false).unwrap();

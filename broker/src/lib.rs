@@ -7,18 +7,19 @@
 //! - `dispatch`: one arm per API, calling `handlers/` (one file per API);
 //! - `state`: topics, partitions and their persisted metadata;
 //! - `partition`: one partition's log, high watermark and append path;
-//! - `background`: interval flush, checkpoints, retention;
+//! - `group`: the group coordinator (consumer groups, committed offsets, the offsets log);
+//! - `background`: interval flush, checkpoints, retention, group timers;
 //! - `error_map`: the ONE place internal errors become Kafka error codes;
 //! - `metrics`: every metric name, and the Prometheus endpoint (`metrics.listener`).
 //!
-//! Coming with later issues: `partition/` producer state (idempotence), `txn/` (transaction
-//! coordinator), `group/` (consumer groups), `cluster/` (openraft).
+//! Coming with later issues: `txn/` (transaction coordinator), `cluster/` (openraft).
 
 pub mod background;
 pub mod config;
 pub mod connection;
 pub mod dispatch;
 pub mod error_map;
+pub mod group;
 pub mod handlers;
 pub mod metrics;
 pub mod partition;

@@ -31,6 +31,10 @@ pub const PRODUCERS: &str = "sluice_producers";
 pub const PRODUCE_REFUSED_TOTAL: &str = "sluice_produce_refused_total";
 /// Retries answered as duplicates (nothing written).
 pub const PRODUCE_DUPLICATES_TOTAL: &str = "sluice_produce_duplicates_total";
+/// Consumer groups by state, label `state` (Empty, PreparingRebalance, CompletingRebalance, Stable).
+pub const GROUPS: &str = "sluice_groups";
+/// Completed rebalances (join phases that started a new generation with members).
+pub const GROUP_REBALANCES_TOTAL: &str = "sluice_group_rebalances_total";
 
 /// Install the recorder (once per process) and return the handle that renders it.
 pub fn install() -> Option<PrometheusHandle> {

@@ -16,6 +16,8 @@ use uuid::Uuid;
 
 pub const METADATA_FILE: &str = "__sluice_metadata.json";
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Names of internal logs kept in the data directory; no user topic may take them.
+pub const RESERVED_TOPICS: &[&str] = &[crate::group::OFFSETS_TOPIC, "__transaction_state"];
 
 /// Topic configs this broker understands, with their broker-level source.
 pub const TOPIC_CONFIGS: &[&str] = &[
@@ -83,6 +85,7 @@ pub struct BrokerState {
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     pub hw_changed: Arc<tokio::sync::Notify>,
     pub producer_ids: crate::producer_ids::ProducerIds,
+    pub groups: crate::group::GroupCoordinator,
     _lock: DirLock,
 }
 
@@ -94,6 +97,9 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
     }
     if name == "." || name == ".." {
         return bad("'.' and '..' are not allowed");
+    }
+    if RESERVED_TOPICS.contains(&name) {
+        return bad("reserved for the broker's internal log");
     }
     if name.len() > TOPIC_NAME_BYTES_MAX {
         return bad("longer than 249 characters");
@@ -202,8 +208,10 @@ impl BrokerState {
             );
         }
         let producer_ids = crate::producer_ids::ProducerIds::open(&data_dir)?;
+        let groups = crate::group::GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?;
         let state = BrokerState {
             producer_ids,
+            groups,
             config,
             cluster_id: meta.cluster_id.clone(),
             data_dir,
@@ -392,6 +400,7 @@ impl BrokerState {
     /// Flush every partition and close the logs cleanly (SIGTERM). Partitions still shared by
     /// in-flight requests are flushed but not marked clean.
     pub fn shutdown(self) {
+        self.groups.close();
         let topics = std::mem::take(&mut *self.topics.write().unwrap_or_else(|e| e.into_inner()));
         for (_, topic) in topics {
             let Ok(topic) = Arc::try_unwrap(topic) else { continue };

@@ -47,6 +47,17 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::InitProducerId, 0, 4),
     api(ApiKey::DescribeProducers, 0, 0),
+    api(ApiKey::FindCoordinator, 0, 4),
+    api(ApiKey::JoinGroup, 0, 9),
+    api(ApiKey::SyncGroup, 0, 5),
+    api(ApiKey::Heartbeat, 0, 4),
+    api(ApiKey::LeaveGroup, 0, 5),
+    api(ApiKey::OffsetCommit, 2, 9),
+    api(ApiKey::OffsetFetch, 1, 9),
+    api(ApiKey::OffsetDelete, 0, 0),
+    api(ApiKey::DescribeGroups, 0, 5),
+    api(ApiKey::ListGroups, 0, 5),
+    api(ApiKey::DeleteGroups, 0, 2),
 ];
 
 /// The table row for `key`, if supported.

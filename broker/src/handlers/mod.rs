@@ -8,6 +8,7 @@ pub mod delete_records;
 pub mod describe_cluster;
 pub mod describe_producers;
 pub mod fetch;
+pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;

@@ -1,0 +1,149 @@
+//! Records of the internal offsets log (`<log.dirs>/__consumer_offsets-<n>/`): one record per
+//! committed offset and one per group's metadata, keyed so that the latest record for a key is
+//! its value and a record with no value deletes it. Keys and values are JSON (readable with
+//! `sluicectl log dump`); see docs/decisions/0004-group-coordinator.md.
+
+use bytes::{Buf, Bytes};
+use kafka_protocol::messages::ConsumerProtocolSubscription;
+use kafka_protocol::protocol::Decodable;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "k", rename_all = "snake_case")]
+pub enum RecordKey {
+    Group { group: String },
+    Offset { group: String, topic: String, partition: i32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredMember {
+    pub id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    /// Metadata of the group's chosen protocol (the consumer's subscription).
+    pub subscription: Vec<u8>,
+    pub assignment: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredGroup {
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub members: Vec<StoredMember>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_ms: i64,
+}
+
+/// One decoded record: a key and, unless it is a tombstone, its value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    Group(String, Option<StoredGroup>),
+    Offset { group: String, topic: String, partition: i32, value: Option<StoredOffset> },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unreadable offsets-log record: {0}")]
+pub struct CodecError(String);
+
+fn json<T: Serialize>(v: &T) -> Bytes {
+    // serializing these plain structs cannot fail
+    Bytes::from(serde_json::to_vec(v).unwrap_or_default())
+}
+
+pub fn encode(e: &Entry) -> (Bytes, Option<Bytes>) {
+    match e {
+        Entry::Group(g, v) => (json(&RecordKey::Group { group: g.clone() }), v.as_ref().map(json)),
+        Entry::Offset { group, topic, partition, value } => (
+            json(&RecordKey::Offset { group: group.clone(), topic: topic.clone(), partition: *partition }),
+            value.as_ref().map(json),
+        ),
+    }
+}
+
+pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Entry, CodecError> {
+    let key = key.ok_or_else(|| CodecError("record without a key".into()))?;
+    let key: RecordKey = serde_json::from_slice(key).map_err(|e| CodecError(format!("key: {e}")))?;
+    Ok(match key {
+        RecordKey::Group { group } => Entry::Group(
+            group,
+            value
+                .map(|v| serde_json::from_slice(v).map_err(|e| CodecError(format!("group value: {e}"))))
+                .transpose()?,
+        ),
+        RecordKey::Offset { group, topic, partition } => Entry::Offset {
+            group,
+            topic,
+            partition,
+            value: value
+                .map(|v| serde_json::from_slice(v).map_err(|e| CodecError(format!("offset value: {e}"))))
+                .transpose()?,
+        },
+    })
+}
+
+/// Topics of a consumer-protocol subscription (JoinGroup metadata of protocol type "consumer").
+pub fn subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
+    let mut buf = Bytes::copy_from_slice(metadata);
+    if buf.remaining() < 2 {
+        return None;
+    }
+    let version = buf.get_i16().clamp(0, 3);
+    let sub = ConsumerProtocolSubscription::decode(&mut buf, version).ok()?;
+    Some(sub.topics.iter().map(|t| t.to_string()).collect())
+}
+
+/// Java's `String.hashCode`, so a group maps to the same offsets-log partition as in Kafka.
+pub fn java_hash(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// Kafka's `Utils.abs(hash) % partitions`.
+pub fn partition_for(group: &str, partitions: i32) -> i32 {
+    let h = java_hash(group);
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % partitions.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn java_hash_matches_java() {
+        // values from Java's "…".hashCode()
+        assert_eq!(java_hash(""), 0);
+        assert_eq!(java_hash("a"), 97);
+        assert_eq!(java_hash("hello"), 99162322);
+        assert_eq!(java_hash("my-group"), -1_906_497_762);
+        assert_eq!(partition_for("my-group", 50), 1_906_497_762 % 50);
+        assert_eq!(partition_for("hello", 50), 99162322 % 50);
+    }
+
+    proptest! {
+        #[test]
+        fn records_round_trip(group in ".{0,20}", topic in "[a-z]{1,10}", partition in 0i32..100, offset in -1i64..i64::MAX, tomb in any::<bool>()) {
+            let value = (!tomb).then(|| StoredOffset { offset, leader_epoch: -1, metadata: group.clone(), commit_ms: 5 });
+            let e = Entry::Offset { group: group.clone(), topic, partition, value };
+            let (k, v) = encode(&e);
+            prop_assert_eq!(decode(Some(&k), v.as_deref()).unwrap(), e);
+        }
+
+        #[test]
+        fn garbage_never_panics(k in proptest::collection::vec(any::<u8>(), 0..64), v in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = decode(Some(&k), Some(&v));
+            let _ = subscription_topics(&v);
+        }
+    }
+}

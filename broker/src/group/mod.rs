@@ -1,0 +1,821 @@
+//! The group coordinator: consumer groups (classic protocol) and committed offsets.
+//!
+//! A group belongs to one partition of the internal offsets log (`__consumer_offsets-<n>`,
+//! n = Java hash of the group id mod `offsets.topic.num.partitions`, as in Kafka). Each such
+//! partition is a [`Shard`]: its log (opened on first use) and its groups, behind one mutex.
+//! The state machine is pure (`machine.rs`); this runtime parks JoinGroup/SyncGroup requests,
+//! writes what the machine orders stored, waits for durability, then answers.
+//!
+//! Durability: an offset commit or a group's new assignment is answered only after its record
+//! is fsynced. The in-memory value is updated when the record is appended (under the shard
+//! lock, so memory follows log order); see docs/decisions/0004-group-coordinator.md.
+//!
+//! Reload time is bounded by compaction: when a shard has appended many more records than it
+//! has live keys, it re-appends its live state and moves the log start offset to that point, so
+//! whole segments behind it are deleted and a restart replays only live state plus a tail.
+
+pub mod codec;
+pub mod machine;
+
+use bytes::Bytes;
+use codec::{Entry, StoredGroup, StoredMember, StoredOffset};
+use kafka_protocol::error::ResponseError;
+use machine::{CommittedOffset, Effect, Group, GroupSettings, GroupState, JoinArgs, JoinResult, SyncResult};
+use sluice_protocol::batch::{iter_batches, BatchBuilder, NewRecord};
+use sluice_storage::{Flusher, Log, LogConfig, StorageError};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::oneshot;
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+const PARTITIONS_FILE: &str = "__consumer_offsets.json";
+/// Compact a shard when it has appended at least this many records since the last compaction
+/// and more than twice its live keys.
+const COMPACT_MIN_RECORDS: u64 = 1000;
+/// Records per batch in the offsets log.
+const RECORDS_PER_BATCH: usize = 500;
+
+/// Coordinator settings (Kafka's names in `config.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoordinatorSettings {
+    pub group: GroupSettings,
+    /// `offsets.topic.num.partitions`
+    pub partitions: i32,
+    /// `offsets.topic.segment.bytes`
+    pub segment_bytes: u64,
+    /// `offset.metadata.max.bytes`
+    pub metadata_max_bytes: usize,
+    /// `offsets.retention.ms`: offsets of a group empty for this long are deleted.
+    pub retention_ms: i64,
+}
+
+impl Default for CoordinatorSettings {
+    fn default() -> Self {
+        CoordinatorSettings {
+            group: GroupSettings::default(),
+            partitions: 50,
+            segment_bytes: 104_857_600,
+            metadata_max_bytes: 4096,
+            retention_ms: 7 * 24 * 3600 * 1000,
+        }
+    }
+}
+
+/// Committed offsets by topic: (partition, offset if any).
+pub type OffsetRows = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+
+type Waiters<T> = HashMap<(String, String), oneshot::Sender<T>>;
+
+pub struct Shard {
+    index: i32,
+    dir: PathBuf,
+    log_config: LogConfig,
+    log: Option<Log>,
+    pub groups: HashMap<String, Group>,
+    join_waiters: Waiters<JoinResult>,
+    sync_waiters: Waiters<SyncResult>,
+    records_since_compaction: u64,
+}
+
+/// Answers to deliver once `durable` (if any) is reached.
+#[must_use]
+pub struct Deliveries {
+    durable: Option<(Arc<Flusher>, i64)>,
+    joins: Vec<(oneshot::Sender<JoinResult>, JoinResult)>,
+    syncs: Vec<(oneshot::Sender<SyncResult>, SyncResult)>,
+}
+
+impl Deliveries {
+    fn none() -> Deliveries {
+        Deliveries { durable: None, joins: Vec::new(), syncs: Vec::new() }
+    }
+
+    /// Wait for durability (blocking), then answer. Returns whether the store succeeded.
+    pub fn finish_blocking(self) -> bool {
+        let ok = match &self.durable {
+            Some((f, end)) => match f.sync_to(*end) {
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::error!("offsets log fsync failed: {e}");
+                    false
+                }
+            },
+            None => true,
+        };
+        for (tx, mut r) in self.joins {
+            if !ok {
+                r = JoinResult::error(ResponseError::CoordinatorNotAvailable, &r.member_id);
+            }
+            let _ = tx.send(r);
+        }
+        for (tx, mut r) in self.syncs {
+            if !ok {
+                r = SyncResult::error(ResponseError::CoordinatorNotAvailable);
+            }
+            let _ = tx.send(r);
+        }
+        ok
+    }
+
+    /// The async form: durability waits run on a blocking thread.
+    pub async fn finish(self) -> bool {
+        if self.durable.is_none() {
+            return self.finish_blocking();
+        }
+        tokio::task::spawn_blocking(move || self.finish_blocking()).await.unwrap_or(false)
+    }
+}
+
+impl Shard {
+    fn log(&mut self) -> Result<&mut Log, StorageError> {
+        if self.log.is_none() {
+            self.log = Some(Log::open(&self.dir, self.log_config.clone())?);
+        }
+        match self.log.as_mut() {
+            Some(l) => Ok(l),
+            None => Err(StorageError::Offline(self.dir.clone())),
+        }
+    }
+
+    /// Append entries (in order) and return what to wait on for their durability.
+    fn append(&mut self, entries: &[Entry], now: i64) -> Result<Option<(Arc<Flusher>, i64)>, StorageError> {
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let log = self.log()?;
+        let mut end = log.log_end_offset();
+        for chunk in entries.chunks(RECORDS_PER_BATCH) {
+            let records: Vec<NewRecord> = chunk
+                .iter()
+                .map(|e| {
+                    let (k, v) = codec::encode(e);
+                    NewRecord { timestamp: now, key: Some(k), value: v, headers: Vec::new() }
+                })
+                .collect();
+            let batch = BatchBuilder::default()
+                .build(&records)
+                .map_err(|e| StorageError::InvalidConfig(format!("offsets-log batch: {e}")))?;
+            let mut buf = batch.to_vec();
+            let info = log.append(&mut buf, now, Some(0))?;
+            end = info.last_offset + 1;
+        }
+        let flusher = log.flusher();
+        self.records_since_compaction += entries.len() as u64;
+        Ok(Some((flusher, end)))
+    }
+
+    fn group_entry(&self, g: &Group) -> Entry {
+        if g.state == GroupState::Dead {
+            return Entry::Group(g.id.clone(), None);
+        }
+        let protocol = g.protocol.clone().unwrap_or_default();
+        Entry::Group(
+            g.id.clone(),
+            Some(StoredGroup {
+                generation: g.generation,
+                protocol_type: g.protocol_type.clone(),
+                protocol: g.protocol.clone(),
+                leader: g.leader.clone(),
+                members: g
+                    .members
+                    .values()
+                    .map(|m| StoredMember {
+                        id: m.id.clone(),
+                        instance_id: m.instance_id.clone(),
+                        client_id: m.client_id.clone(),
+                        client_host: m.client_host.clone(),
+                        session_timeout_ms: m.session_timeout_ms,
+                        rebalance_timeout_ms: m.rebalance_timeout_ms,
+                        subscription: m.metadata_for(&protocol),
+                        assignment: m.assignment.clone(),
+                    })
+                    .collect(),
+            }),
+        )
+    }
+
+    /// Carry out a transition's effects: store first (append now, durability awaited by the
+    /// caller through the returned deliveries), then hand over the parked requests' answers.
+    fn apply(&mut self, group_id: &str, effects: Vec<Effect>, now: i64) -> Deliveries {
+        let mut d = Deliveries::none();
+        let mut store_failed = false;
+        for e in effects {
+            match e {
+                Effect::Store => {
+                    let Some(g) = self.groups.get(group_id) else { continue };
+                    let entry = self.group_entry(g);
+                    match self.append(&[entry], now) {
+                        Ok(w) => d.durable = w.or(d.durable),
+                        Err(e) => {
+                            tracing::error!(group = group_id, "storing group metadata failed: {e}");
+                            store_failed = true;
+                        }
+                    }
+                }
+                Effect::Join(member, mut r) => {
+                    if store_failed {
+                        r = JoinResult::error(ResponseError::CoordinatorNotAvailable, &member);
+                    }
+                    if let Some(tx) = self.join_waiters.remove(&(group_id.to_string(), member)) {
+                        d.joins.push((tx, r));
+                    }
+                }
+                Effect::Sync(member, mut r) => {
+                    if store_failed {
+                        r = SyncResult::error(ResponseError::CoordinatorNotAvailable);
+                    }
+                    if let Some(tx) = self.sync_waiters.remove(&(group_id.to_string(), member)) {
+                        d.syncs.push((tx, r));
+                    }
+                }
+            }
+        }
+        d
+    }
+
+    fn live_keys(&self) -> usize {
+        self.groups.values().map(|g| 1 + g.offsets.len()).sum()
+    }
+
+    fn live_entries(&self) -> Vec<Entry> {
+        let mut out = Vec::new();
+        for g in self.groups.values() {
+            out.push(self.group_entry(g));
+            for ((topic, partition), o) in &g.offsets {
+                out.push(Entry::Offset {
+                    group: g.id.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                    value: Some(StoredOffset {
+                        offset: o.offset,
+                        leader_epoch: o.leader_epoch,
+                        metadata: o.metadata.clone(),
+                        commit_ms: o.commit_ms,
+                    }),
+                });
+            }
+        }
+        out
+    }
+
+    /// Re-append the live state and drop everything before it (see the module docs).
+    fn compact(&mut self, now: i64) -> Result<bool, StorageError> {
+        let live = self.live_keys() as u64;
+        if self.records_since_compaction < COMPACT_MIN_RECORDS || self.records_since_compaction <= 2 * live {
+            return Ok(false);
+        }
+        let start = self.log()?.log_end_offset();
+        let entries = self.live_entries();
+        if let Some((flusher, end)) = self.append(&entries, now)? {
+            let durable = flusher.sync_to(end)?;
+            let log = self.log()?;
+            log.set_high_watermark(durable);
+            log.delete_records(start)?;
+        }
+        self.records_since_compaction = 0;
+        Ok(true)
+    }
+
+    /// Replay the log into groups.
+    fn load(&mut self, now: i64) -> Result<usize, StorageError> {
+        let (index, dir) = (self.index, self.dir.clone());
+        let log = self.log()?;
+        let durable = log.flusher().durable_end();
+        log.set_high_watermark(durable);
+        let mut offset = log.log_start_offset();
+        let end = log.log_end_offset();
+        let mut entries = Vec::new();
+        while offset < end {
+            let chunk = log.read(offset, 1 << 20, None, true)?;
+            if chunk.is_empty() {
+                break;
+            }
+            for b in iter_batches(&chunk) {
+                let (_, b) = b.map_err(|e| StorageError::Corrupt {
+                    path: dir.clone(),
+                    position: 0,
+                    reason: format!("offsets log batch at {offset}: {e}"),
+                })?;
+                offset = b.last_offset() + 1;
+                let records = match b.records() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(shard = index, "skipping unreadable offsets-log batch: {e}");
+                        continue;
+                    }
+                };
+                for r in records {
+                    match codec::decode(r.key.as_deref(), r.value.as_deref()) {
+                        Ok(e) => entries.push(e),
+                        Err(e) => tracing::warn!(shard = index, offset = r.offset, "skipping record: {e}"),
+                    }
+                }
+            }
+        }
+        let n = entries.len();
+        for e in entries {
+            self.replay(e, now);
+        }
+        self.records_since_compaction = n as u64;
+        Ok(n)
+    }
+
+    fn replay(&mut self, e: Entry, now: i64) {
+        match e {
+            Entry::Group(id, Some(stored)) => {
+                let g = self.groups.entry(id.clone()).or_insert_with(|| Group::new(&id, now));
+                g.restore(stored, now);
+            }
+            Entry::Group(id, None) => {
+                self.groups.remove(&id);
+            }
+            Entry::Offset { group, topic, partition, value } => match value {
+                Some(v) => {
+                    let g = self.groups.entry(group.clone()).or_insert_with(|| Group::new(&group, now));
+                    g.offsets.insert(
+                        (topic, partition),
+                        CommittedOffset {
+                            offset: v.offset,
+                            leader_epoch: v.leader_epoch,
+                            metadata: v.metadata,
+                            commit_ms: v.commit_ms,
+                        },
+                    );
+                }
+                None => {
+                    if let Some(g) = self.groups.get_mut(&group) {
+                        g.offsets.remove(&(topic, partition));
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// One partition's commit request, already validated against the topic registry.
+pub struct OffsetToCommit {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+}
+
+pub struct GroupCoordinator {
+    pub settings: CoordinatorSettings,
+    shards: Vec<Mutex<Shard>>,
+}
+
+impl GroupCoordinator {
+    /// Open every existing offsets-log partition under `data_dir` and replay it.
+    pub fn open(data_dir: &Path, base: &LogConfig, mut settings: CoordinatorSettings) -> anyhow::Result<Self> {
+        // The partition count is fixed at first use: changing it would move groups between logs.
+        let pfile = data_dir.join(PARTITIONS_FILE);
+        match std::fs::read(&pfile) {
+            Ok(b) => {
+                let v: serde_json::Value = serde_json::from_slice(&b)
+                    .map_err(|e| anyhow::anyhow!("{} is unreadable ({e}); refusing to start", pfile.display()))?;
+                let stored = v.get("partitions").and_then(|p| p.as_i64()).unwrap_or(0) as i32;
+                if stored < 1 {
+                    anyhow::bail!("{} holds no valid partition count; refusing to start", pfile.display());
+                }
+                if stored != settings.partitions {
+                    tracing::warn!(
+                        configured = settings.partitions,
+                        stored,
+                        "offsets.topic.num.partitions cannot change after first use; keeping {stored}"
+                    );
+                    settings.partitions = stored;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let body = serde_json::json!({ "partitions": settings.partitions }).to_string();
+                sluice_storage::sidefile::write_atomic(&pfile, body.as_bytes())?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let mut log_config = base.clone();
+        log_config.segment_bytes = settings.segment_bytes;
+        log_config.retention_ms = -1;
+        log_config.retention_bytes = -1;
+        log_config.flush = sluice_storage::FlushPolicy::Sync;
+        let now = crate::handlers::now_ms();
+        let mut shards = Vec::new();
+        for i in 0..settings.partitions {
+            let dir = data_dir.join(format!("{OFFSETS_TOPIC}-{i}"));
+            let mut shard = Shard {
+                index: i,
+                dir: dir.clone(),
+                log_config: log_config.clone(),
+                log: None,
+                groups: HashMap::new(),
+                join_waiters: HashMap::new(),
+                sync_waiters: HashMap::new(),
+                records_since_compaction: 0,
+            };
+            if dir.exists() {
+                let n = shard.load(now)?;
+                tracing::info!(shard = i, records = n, groups = shard.groups.len(), "loaded group coordinator state");
+            }
+            shards.push(Mutex::new(shard));
+        }
+        Ok(GroupCoordinator { settings, shards })
+    }
+
+    pub fn partition_for(&self, group: &str) -> i32 {
+        codec::partition_for(group, self.settings.partitions)
+    }
+
+    fn shard(&self, group: &str) -> MutexGuard<'_, Shard> {
+        let i = self.partition_for(group) as usize;
+        self.shards[i.min(self.shards.len() - 1)].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Shard>> {
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// JoinGroup: the answer arrives on the returned receiver (now or when the join phase ends).
+    pub fn join(&self, group_id: &str, args: JoinArgs, now: i64) -> (oneshot::Receiver<JoinResult>, Deliveries) {
+        let (tx, rx) = oneshot::channel();
+        let mut shard = self.shard(group_id);
+        let known = !args.member_id.is_empty();
+        if known && !shard.groups.contains_key(group_id) {
+            let _ = tx.send(JoinResult::error(ResponseError::UnknownMemberId, &args.member_id));
+            return (rx, Deliveries::none());
+        }
+        let g = shard.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+        let before = g.rebalances;
+        let out = g.join(args, now, &self.settings.group);
+        count_rebalances(before, g.rebalances);
+        shard.join_waiters.insert((group_id.to_string(), out.member_id.clone()), tx);
+        let d = shard.apply(group_id, out.effects, now);
+        (rx, d)
+    }
+
+    /// SyncGroup: the answer arrives on the returned receiver (now or when the leader syncs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sync(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol: Option<&str>,
+        assignments: Vec<(String, Vec<u8>)>,
+        now: i64,
+    ) -> (oneshot::Receiver<SyncResult>, Deliveries) {
+        let (tx, rx) = oneshot::channel();
+        let mut shard = self.shard(group_id);
+        let Some(g) = shard.groups.get_mut(group_id) else {
+            let _ = tx.send(SyncResult::error(ResponseError::UnknownMemberId));
+            return (rx, Deliveries::none());
+        };
+        let effects = g.sync(member_id, instance_id, generation, protocol_type, protocol, assignments, now);
+        shard.sync_waiters.insert((group_id.to_string(), member_id.to_string()), tx);
+        let d = shard.apply(group_id, effects, now);
+        (rx, d)
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        now: i64,
+    ) -> i16 {
+        let mut shard = self.shard(group_id);
+        match shard.groups.get_mut(group_id) {
+            Some(g) => g.heartbeat(member_id, instance_id, generation, now),
+            None => ResponseError::UnknownMemberId.code(),
+        }
+    }
+
+    /// LeaveGroup for each (member id, instance id): error codes in order.
+    pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)], now: i64) -> (Vec<i16>, Deliveries) {
+        let mut shard = self.shard(group_id);
+        let Some(g) = shard.groups.get_mut(group_id) else {
+            return (vec![ResponseError::UnknownMemberId.code(); members.len()], Deliveries::none());
+        };
+        let mut codes = Vec::new();
+        let mut effects = Vec::new();
+        let before = g.rebalances;
+        for (m, i) in members {
+            let (code, e) = g.leave(m, i.as_deref(), now, &self.settings.group);
+            codes.push(code);
+            effects.extend(e);
+        }
+        count_rebalances(before, g.rebalances);
+        let d = shard.apply(group_id, effects, now);
+        (codes, d)
+    }
+
+    /// OffsetCommit: check membership, store the offsets, answer after they are durable.
+    /// Returns a group-level error, or what to wait on.
+    pub fn commit_offsets(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        offsets: Vec<OffsetToCommit>,
+        now: i64,
+    ) -> Result<Option<(Arc<Flusher>, i64)>, ResponseError> {
+        let mut shard = self.shard(group_id);
+        let existed = shard.groups.contains_key(group_id);
+        if !existed && generation >= 0 {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        let g = shard.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+        if let Err(e) = g.validate_offset_commit(member_id, instance_id, generation, now) {
+            if !existed {
+                shard.groups.remove(group_id);
+            }
+            return Err(e);
+        }
+        let entries: Vec<Entry> = offsets
+            .iter()
+            .map(|o| Entry::Offset {
+                group: group_id.to_string(),
+                topic: o.topic.clone(),
+                partition: o.partition,
+                value: Some(StoredOffset {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata.clone(),
+                    commit_ms: now,
+                }),
+            })
+            .collect();
+        let wait = match shard.append(&entries, now) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(group = group_id, "offset commit failed: {e}");
+                if !existed {
+                    shard.groups.remove(group_id);
+                }
+                return Err(ResponseError::CoordinatorNotAvailable);
+            }
+        };
+        if let Some(g) = shard.groups.get_mut(group_id) {
+            for o in offsets {
+                g.offsets.insert(
+                    (o.topic, o.partition),
+                    CommittedOffset {
+                        offset: o.offset,
+                        leader_epoch: o.leader_epoch,
+                        metadata: o.metadata,
+                        commit_ms: now,
+                    },
+                );
+            }
+        }
+        Ok(wait)
+    }
+
+    /// Committed offsets of a group: all of them, or those asked for (missing ones as `None`).
+    pub fn fetch_offsets(&self, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> OffsetRows {
+        let shard = self.shard(group_id);
+        let g = shard.groups.get(group_id);
+        match wanted {
+            Some(topics) => topics
+                .into_iter()
+                .map(|(t, parts)| {
+                    let rows = parts
+                        .into_iter()
+                        .map(|p| (p, g.and_then(|g| g.offsets.get(&(t.clone(), p)).cloned())))
+                        .collect();
+                    (t, rows)
+                })
+                .collect(),
+            None => {
+                let mut by_topic: std::collections::BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>> =
+                    Default::default();
+                if let Some(g) = g {
+                    for ((t, p), o) in &g.offsets {
+                        by_topic.entry(t.clone()).or_default().push((*p, Some(o.clone())));
+                    }
+                }
+                by_topic.into_iter().collect()
+            }
+        }
+    }
+
+    /// OffsetDelete: a group-level error, or per-partition codes (GROUP_SUBSCRIBED_TO_TOPIC for
+    /// topics the members consume), plus what to wait on.
+    #[allow(clippy::type_complexity)]
+    pub fn delete_offsets(
+        &self,
+        group_id: &str,
+        topics: Vec<(String, Vec<i32>)>,
+        now: i64,
+    ) -> Result<(Vec<(String, Vec<(i32, i16)>)>, Option<(Arc<Flusher>, i64)>), ResponseError> {
+        let mut shard = self.shard(group_id);
+        let Some(g) = shard.groups.get(group_id) else {
+            return Err(ResponseError::GroupIdNotFound);
+        };
+        let subscribed = if g.state == GroupState::Empty {
+            Default::default()
+        } else {
+            match g.subscribed_topics() {
+                Some(s) => s,
+                None => return Err(ResponseError::NonEmptyGroup),
+            }
+        };
+        let mut entries = Vec::new();
+        let mut result = Vec::new();
+        for (t, parts) in topics {
+            let mut rows = Vec::new();
+            for p in parts {
+                if subscribed.contains(&t) {
+                    rows.push((p, ResponseError::GroupSubscribedToTopic.code()));
+                } else {
+                    if g.offsets.contains_key(&(t.clone(), p)) {
+                        entries.push(Entry::Offset {
+                            group: group_id.to_string(),
+                            topic: t.clone(),
+                            partition: p,
+                            value: None,
+                        });
+                    }
+                    rows.push((p, 0));
+                }
+            }
+            result.push((t, rows));
+        }
+        let wait = shard.append(&entries, now).map_err(|e| {
+            tracing::error!(group = group_id, "offset delete failed: {e}");
+            ResponseError::CoordinatorNotAvailable
+        })?;
+        if let Some(g) = shard.groups.get_mut(group_id) {
+            for e in entries {
+                if let Entry::Offset { topic, partition, .. } = e {
+                    g.offsets.remove(&(topic, partition));
+                }
+            }
+        }
+        Ok((result, wait))
+    }
+
+    /// DeleteGroups for one group.
+    pub fn delete_group(&self, group_id: &str, now: i64) -> Result<Option<(Arc<Flusher>, i64)>, ResponseError> {
+        let mut shard = self.shard(group_id);
+        let Some(g) = shard.groups.get_mut(group_id) else {
+            return Err(ResponseError::GroupIdNotFound);
+        };
+        if !g.pending_members.is_empty() {
+            return Err(ResponseError::NonEmptyGroup);
+        }
+        g.mark_dead(now)?;
+        let mut entries: Vec<Entry> = g
+            .offsets
+            .keys()
+            .map(|(t, p)| Entry::Offset { group: group_id.to_string(), topic: t.clone(), partition: *p, value: None })
+            .collect();
+        entries.push(Entry::Group(group_id.to_string(), None));
+        shard.groups.remove(group_id);
+        shard.append(&entries, now).map_err(|e| {
+            tracing::error!(group = group_id, "group delete failed: {e}");
+            ResponseError::CoordinatorNotAvailable
+        })
+    }
+
+    /// A copy of one group (DescribeGroups).
+    pub fn describe(&self, group_id: &str) -> Option<Group> {
+        self.shard(group_id).groups.get(group_id).cloned()
+    }
+
+    /// (group id, protocol type, state) of every group.
+    pub fn list(&self) -> Vec<(String, String, GroupState)> {
+        let mut out = Vec::new();
+        for shard in self.shards() {
+            for g in shard.groups.values() {
+                out.push((g.id.clone(), g.protocol_type.clone().unwrap_or_default(), g.state));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Timers of every group (every ~100 ms): returns the answers to deliver.
+    pub fn tick(&self, now: i64) -> Vec<Deliveries> {
+        let mut out = Vec::new();
+        for mut shard in self.shards() {
+            let ids: Vec<String> = shard.groups.keys().cloned().collect();
+            for id in ids {
+                let Some(g) = shard.groups.get_mut(&id) else { continue };
+                let before = g.rebalances;
+                let effects = g.tick(now, &self.settings.group);
+                count_rebalances(before, g.rebalances);
+                if !effects.is_empty() {
+                    out.push(shard.apply(&id, effects, now));
+                }
+            }
+        }
+        out
+    }
+
+    /// Periodic housekeeping: expire offsets of groups empty for `offsets.retention.ms`, drop
+    /// empty groups without offsets, compact shards. Blocking.
+    pub fn maintain(&self, now: i64) {
+        let retention = self.settings.retention_ms;
+        for mut shard in self.shards() {
+            let mut entries = Vec::new();
+            let mut dead = Vec::new();
+            for g in shard.groups.values_mut() {
+                if g.state != GroupState::Empty || !g.pending_members.is_empty() {
+                    continue;
+                }
+                if retention >= 0 {
+                    let since = g.state_since_ms;
+                    let expired: Vec<(String, i32)> = g
+                        .offsets
+                        .iter()
+                        .filter(|(_, o)| now - o.commit_ms.max(since) > retention)
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for (t, p) in expired {
+                        g.offsets.remove(&(t.clone(), p));
+                        entries.push(Entry::Offset { group: g.id.clone(), topic: t, partition: p, value: None });
+                    }
+                }
+                if g.offsets.is_empty() && g.mark_dead(now).is_ok() {
+                    entries.push(Entry::Group(g.id.clone(), None));
+                    dead.push(g.id.clone());
+                }
+            }
+            for id in dead {
+                shard.groups.remove(&id);
+            }
+            if !entries.is_empty() {
+                match shard.append(&entries, now) {
+                    Ok(Some((f, end))) => {
+                        if let Err(e) = f.sync_to(end) {
+                            tracing::error!(shard = shard.index, "offsets log fsync failed: {e}");
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::error!(shard = shard.index, "offset expiry failed: {e}"),
+                }
+            }
+            match shard.compact(now) {
+                Ok(true) => tracing::info!(shard = shard.index, live = shard.live_keys(), "compacted offsets log"),
+                Ok(false) => {}
+                Err(e) => tracing::error!(shard = shard.index, "offsets log compaction failed: {e}"),
+            }
+        }
+    }
+
+    /// Record group gauges (count by state).
+    pub fn record_gauges(&self) {
+        let mut counts: HashMap<&'static str, usize> = HashMap::new();
+        for s in
+            [GroupState::Empty, GroupState::PreparingRebalance, GroupState::CompletingRebalance, GroupState::Stable]
+        {
+            counts.insert(s.name(), 0);
+        }
+        for shard in self.shards() {
+            for g in shard.groups.values() {
+                *counts.entry(g.state.name()).or_default() += 1;
+            }
+        }
+        for (state, n) in counts {
+            ::metrics::gauge!(crate::metrics::GROUPS, "state" => state).set(n as f64);
+        }
+    }
+
+    /// Flush and close the logs (clean shutdown).
+    pub fn close(&self) {
+        for mut shard in self.shards() {
+            if let Some(log) = shard.log.take() {
+                if let Err(e) = log.close() {
+                    tracing::error!(shard = shard.index, "closing offsets log failed: {e}");
+                }
+            }
+        }
+    }
+}
+
+fn count_rebalances(before: u64, after: u64) {
+    if after > before {
+        ::metrics::counter!(crate::metrics::GROUP_REBALANCES_TOTAL).increment(after - before);
+    }
+}
+
+/// Wait for an offsets-log write (blocking thread).
+pub async fn wait_durable(wait: Option<(Arc<Flusher>, i64)>) -> Result<(), StorageError> {
+    match wait {
+        None => Ok(()),
+        Some((f, end)) => tokio::task::spawn_blocking(move || f.sync_to(end).map(|_| ()))
+            .await
+            .unwrap_or_else(|_| Err(StorageError::InvalidConfig("fsync task failed".into()))),
+    }
+}
+
+/// Member metadata as bytes for responses.
+pub fn bytes(v: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(v)
+}

@@ -1,0 +1,447 @@
+//! Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+//! OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups, DeleteGroups.
+//! Translation only: the rules live in `group/`.
+
+use super::{now_ms, sb, topic_name, LaterReply, Reply};
+use crate::group::machine::{GroupState, JoinArgs};
+use crate::group::{self, OffsetToCommit};
+use crate::state::BrokerState;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use std::net::SocketAddr;
+
+fn opt(s: &Option<StrBytes>) -> Option<&str> {
+    s.as_ref().map(|s| s.as_str()).filter(|s| !s.is_empty())
+}
+
+/// FindCoordinator: this broker coordinates every group. Transaction coordinators (key type 1)
+/// arrive with the transactions issue; until then they are refused with a clear message.
+pub fn find_coordinator(state: &BrokerState, version: i16, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
+    let keys: Vec<StrBytes> = if version >= 4 { req.coordinator_keys.clone() } else { vec![req.key.clone()] };
+    let mut resp = FindCoordinatorResponse::default();
+    for key in keys {
+        let mut c = find_coordinator_response::Coordinator::default();
+        c.key = key;
+        match req.key_type {
+            0 => {
+                c.node_id = BrokerId(state.config.node_id);
+                c.host = sb(&state.config.advertised_host);
+                c.port = state.config.advertised_port;
+            }
+            1 => {
+                c.node_id = BrokerId(-1);
+                c.port = -1;
+                c.error_code = ResponseError::CoordinatorNotAvailable.code();
+                c.error_message = Some(sb("transactions are not supported by this broker yet"));
+            }
+            _ => {
+                c.node_id = BrokerId(-1);
+                c.port = -1;
+                c.error_code = ResponseError::InvalidRequest.code();
+                c.error_message = Some(sb("unknown coordinator key type"));
+            }
+        }
+        resp.coordinators.push(c);
+    }
+    if version < 4 {
+        if let Some(c) = resp.coordinators.pop() {
+            resp.error_code = c.error_code;
+            resp.error_message = c.error_message;
+            resp.node_id = c.node_id;
+            resp.host = c.host;
+            resp.port = c.port;
+        }
+    }
+    resp
+}
+
+fn join_error(code: ResponseError, member_id: StrBytes) -> JoinGroupResponse {
+    let mut r = JoinGroupResponse::default();
+    r.error_code = code.code();
+    r.generation_id = -1;
+    r.member_id = member_id;
+    r
+}
+
+pub fn join(
+    state: &BrokerState,
+    version: i16,
+    client_id: &str,
+    peer: Option<SocketAddr>,
+    req: JoinGroupRequest,
+) -> Reply {
+    if req.group_id.is_empty() {
+        return Reply::now(ResponseKind::JoinGroup(join_error(ResponseError::InvalidGroupId, req.member_id)));
+    }
+    let rebalance_timeout_ms = if version == 0 { req.session_timeout_ms } else { req.rebalance_timeout_ms };
+    let args = JoinArgs {
+        member_id: req.member_id.to_string(),
+        instance_id: opt(&req.group_instance_id).map(str::to_string),
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req.protocols.iter().map(|p| (p.name.to_string(), p.metadata.to_vec())).collect(),
+        session_timeout_ms: req.session_timeout_ms,
+        rebalance_timeout_ms,
+        client_id: client_id.to_string(),
+        client_host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
+        require_known_member_id: version >= 4,
+        new_member_id: format!("{client_id}-{}", uuid::Uuid::new_v4()),
+    };
+    let (rx, deliveries) = state.groups.join(&req.group_id, args, now_ms());
+    let member_id = req.member_id.clone();
+    let fut: LaterReply = Box::pin(async move {
+        deliveries.finish().await;
+        let resp = match rx.await {
+            Ok(r) => {
+                let mut resp = JoinGroupResponse::default();
+                resp.error_code = r.error;
+                resp.generation_id = r.generation;
+                resp.protocol_type = r.protocol_type.map(|s| sb(&s));
+                resp.protocol_name = r.protocol.map(|s| sb(&s));
+                if version < 7 && resp.protocol_name.is_none() {
+                    resp.protocol_name = Some(StrBytes::default());
+                }
+                resp.leader = sb(&r.leader);
+                resp.member_id = sb(&r.member_id);
+                resp.skip_assignment = r.skip_assignment && version >= 9;
+                resp.members = r
+                    .members
+                    .into_iter()
+                    .map(|(id, instance, meta)| {
+                        let mut m = join_group_response::JoinGroupResponseMember::default();
+                        m.member_id = sb(&id);
+                        m.group_instance_id = instance.map(|s| sb(&s));
+                        m.metadata = group::bytes(&meta);
+                        m
+                    })
+                    .collect();
+                resp
+            }
+            // the parked request was superseded (a newer JoinGroup of the same member)
+            Err(_) => join_error(ResponseError::UnknownMemberId, member_id),
+        };
+        ResponseKind::JoinGroup(resp)
+    });
+    Reply::Later(fut)
+}
+
+pub fn sync(state: &BrokerState, req: SyncGroupRequest) -> Reply {
+    let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.to_vec())).collect();
+    let (rx, deliveries) = state.groups.sync(
+        &req.group_id,
+        &req.member_id,
+        opt(&req.group_instance_id),
+        req.generation_id,
+        opt(&req.protocol_type),
+        opt(&req.protocol_name),
+        assignments,
+        now_ms(),
+    );
+    let fut: LaterReply = Box::pin(async move {
+        deliveries.finish().await;
+        let mut resp = SyncGroupResponse::default();
+        match rx.await {
+            Ok(r) => {
+                resp.error_code = r.error;
+                resp.protocol_type = r.protocol_type.map(|s| sb(&s));
+                resp.protocol_name = r.protocol.map(|s| sb(&s));
+                resp.assignment = group::bytes(&r.assignment);
+            }
+            Err(_) => resp.error_code = ResponseError::UnknownMemberId.code(),
+        }
+        ResponseKind::SyncGroup(resp)
+    });
+    Reply::Later(fut)
+}
+
+pub fn heartbeat(state: &BrokerState, req: HeartbeatRequest) -> HeartbeatResponse {
+    let mut resp = HeartbeatResponse::default();
+    resp.error_code =
+        state.groups.heartbeat(&req.group_id, &req.member_id, opt(&req.group_instance_id), req.generation_id, now_ms());
+    resp
+}
+
+pub fn leave(state: &BrokerState, version: i16, req: LeaveGroupRequest) -> Reply {
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        req.members.iter().map(|m| (m.member_id.to_string(), opt(&m.group_instance_id).map(str::to_string))).collect()
+    } else {
+        vec![(req.member_id.to_string(), None)]
+    };
+    let (codes, deliveries) = state.groups.leave(&req.group_id, &members, now_ms());
+    let fut: LaterReply = Box::pin(async move {
+        let ok = deliveries.finish().await;
+        let mut resp = LeaveGroupResponse::default();
+        if !ok {
+            resp.error_code = ResponseError::CoordinatorNotAvailable.code();
+        } else if version >= 3 {
+            resp.members = members
+                .iter()
+                .zip(&codes)
+                .map(|((m, i), code)| {
+                    let mut r = leave_group_response::MemberResponse::default();
+                    r.member_id = sb(m);
+                    r.group_instance_id = i.as_deref().map(sb);
+                    r.error_code = *code;
+                    r
+                })
+                .collect();
+        } else {
+            resp.error_code = codes.first().copied().unwrap_or(0);
+        }
+        ResponseKind::LeaveGroup(resp)
+    });
+    Reply::Later(fut)
+}
+
+pub fn offset_commit(state: &BrokerState, req: OffsetCommitRequest) -> Reply {
+    let group_id = req.group_id.to_string();
+    let max_meta = state.groups.settings.metadata_max_bytes;
+    // Per partition: a refusal code, or `None` = committed with the group's outcome.
+    let mut to_commit = Vec::new();
+    let mut layout: TopicCodes = Vec::new();
+    for t in &req.topics {
+        let topic = state.topic(&t.name);
+        let mut rows = Vec::new();
+        for p in &t.partitions {
+            let meta = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
+            let refusal = if topic.as_ref().and_then(|tp| tp.partition(p.partition_index)).is_none() {
+                Some(ResponseError::UnknownTopicOrPartition.code())
+            } else if meta.len() > max_meta {
+                Some(ResponseError::OffsetMetadataTooLarge.code())
+            } else {
+                to_commit.push(OffsetToCommit {
+                    topic: t.name.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: meta,
+                });
+                None
+            };
+            rows.push((p.partition_index, refusal));
+        }
+        layout.push((t.name.clone(), rows));
+    }
+    let outcome = if group_id.is_empty() {
+        Err(ResponseError::InvalidGroupId)
+    } else if to_commit.is_empty() {
+        Ok(None)
+    } else {
+        state.groups.commit_offsets(
+            &group_id,
+            &req.member_id,
+            opt(&req.group_instance_id),
+            req.generation_id_or_member_epoch,
+            to_commit,
+            now_ms(),
+        )
+    };
+    let fut: LaterReply = Box::pin(async move {
+        let group_code = match outcome {
+            Err(e) => e.code(),
+            Ok(wait) => match group::wait_durable(wait).await {
+                Ok(()) => 0,
+                Err(e) => {
+                    tracing::error!("offset commit fsync failed: {e}");
+                    ResponseError::CoordinatorNotAvailable.code()
+                }
+            },
+        };
+        let mut resp = OffsetCommitResponse::default();
+        for (name, rows) in layout {
+            let mut tr = offset_commit_response::OffsetCommitResponseTopic::default();
+            tr.name = name;
+            for (p, code) in rows {
+                let mut pr = offset_commit_response::OffsetCommitResponsePartition::default();
+                pr.partition_index = p;
+                pr.error_code = code.unwrap_or(group_code);
+                tr.partitions.push(pr);
+            }
+            resp.topics.push(tr);
+        }
+        ResponseKind::OffsetCommit(resp)
+    });
+    Reply::Later(fut)
+}
+
+type Wanted = Option<Vec<(String, Vec<i32>)>>;
+
+type TopicCodes = Vec<(TopicName, Vec<(i32, Option<i16>)>)>;
+
+fn fetch_group(state: &BrokerState, group_id: &str, wanted: Wanted) -> group::OffsetRows {
+    state.groups.fetch_offsets(group_id, wanted)
+}
+
+pub fn offset_fetch(state: &BrokerState, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
+    let mut resp = OffsetFetchResponse::default();
+    if version >= 8 {
+        for g in req.groups {
+            let wanted: Wanted = g
+                .topics
+                .as_ref()
+                .map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
+            let mut gr = offset_fetch_response::OffsetFetchResponseGroup::default();
+            gr.group_id = g.group_id.clone();
+            for (topic, rows) in fetch_group(state, &g.group_id, wanted) {
+                let mut tr = offset_fetch_response::OffsetFetchResponseTopics::default();
+                tr.name = topic_name(&topic);
+                for (p, o) in rows {
+                    let mut pr = offset_fetch_response::OffsetFetchResponsePartitions::default();
+                    pr.partition_index = p;
+                    fill(&mut pr.committed_offset, &mut pr.committed_leader_epoch, &mut pr.metadata, o);
+                    tr.partitions.push(pr);
+                }
+                gr.topics.push(tr);
+            }
+            resp.groups.push(gr);
+        }
+    } else {
+        let wanted: Wanted = req
+            .topics
+            .as_ref()
+            .map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
+        for (topic, rows) in fetch_group(state, &req.group_id, wanted) {
+            let mut tr = offset_fetch_response::OffsetFetchResponseTopic::default();
+            tr.name = topic_name(&topic);
+            for (p, o) in rows {
+                let mut pr = offset_fetch_response::OffsetFetchResponsePartition::default();
+                pr.partition_index = p;
+                fill(&mut pr.committed_offset, &mut pr.committed_leader_epoch, &mut pr.metadata, o);
+                tr.partitions.push(pr);
+            }
+            resp.topics.push(tr);
+        }
+    }
+    resp
+}
+
+fn fill(offset: &mut i64, epoch: &mut i32, meta: &mut Option<StrBytes>, o: Option<group::machine::CommittedOffset>) {
+    match o {
+        Some(o) => {
+            *offset = o.offset;
+            *epoch = o.leader_epoch;
+            *meta = Some(sb(&o.metadata));
+        }
+        None => {
+            *offset = -1;
+            *epoch = -1;
+            *meta = Some(StrBytes::default());
+        }
+    }
+}
+
+pub fn offset_delete(state: &BrokerState, req: OffsetDeleteRequest) -> Reply {
+    let topics: Vec<(String, Vec<i32>)> = req
+        .topics
+        .iter()
+        .map(|t| (t.name.to_string(), t.partitions.iter().map(|p| p.partition_index).collect()))
+        .collect();
+    let outcome = state.groups.delete_offsets(&req.group_id, topics, now_ms());
+    let fut: LaterReply = Box::pin(async move {
+        let mut resp = OffsetDeleteResponse::default();
+        match outcome {
+            Err(e) => resp.error_code = e.code(),
+            Ok((rows, wait)) => {
+                if let Err(e) = group::wait_durable(wait).await {
+                    tracing::error!("offset delete fsync failed: {e}");
+                    resp.error_code = ResponseError::CoordinatorNotAvailable.code();
+                }
+                for (t, parts) in rows {
+                    let mut tr = offset_delete_response::OffsetDeleteResponseTopic::default();
+                    tr.name = topic_name(&t);
+                    for (p, code) in parts {
+                        let mut pr = offset_delete_response::OffsetDeleteResponsePartition::default();
+                        pr.partition_index = p;
+                        pr.error_code = code;
+                        tr.partitions.push(pr);
+                    }
+                    resp.topics.push(tr);
+                }
+            }
+        }
+        ResponseKind::OffsetDelete(resp)
+    });
+    Reply::Later(fut)
+}
+
+pub fn describe(state: &BrokerState, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let mut resp = DescribeGroupsResponse::default();
+    for id in req.groups {
+        let mut d = describe_groups_response::DescribedGroup::default();
+        d.group_id = id.clone();
+        d.authorized_operations = i32::MIN;
+        match state.groups.describe(&id) {
+            None => d.group_state = sb(GroupState::Dead.name()),
+            Some(g) => {
+                d.group_state = sb(g.state.name());
+                d.protocol_type = sb(g.protocol_type.as_deref().unwrap_or_default());
+                let protocol = g.protocol.clone().unwrap_or_default();
+                if g.state == GroupState::Stable {
+                    d.protocol_data = sb(&protocol);
+                }
+                d.members = g
+                    .members
+                    .values()
+                    .map(|m| {
+                        let mut dm = describe_groups_response::DescribedGroupMember::default();
+                        dm.member_id = sb(&m.id);
+                        dm.group_instance_id = m.instance_id.as_deref().map(sb);
+                        dm.client_id = sb(&m.client_id);
+                        dm.client_host = sb(&m.client_host);
+                        if g.state == GroupState::Stable {
+                            dm.member_metadata = group::bytes(&m.metadata_for(&protocol));
+                            dm.member_assignment = group::bytes(&m.assignment);
+                        }
+                        dm
+                    })
+                    .collect();
+            }
+        }
+        resp.groups.push(d);
+    }
+    resp
+}
+
+pub fn list(state: &BrokerState, req: ListGroupsRequest) -> ListGroupsResponse {
+    let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
+    let types: Vec<String> = req.types_filter.iter().map(|s| s.to_lowercase()).collect();
+    let mut resp = ListGroupsResponse::default();
+    for (id, protocol_type, st) in state.groups.list() {
+        if !states.is_empty() && !states.contains(&st.name().to_lowercase()) {
+            continue;
+        }
+        if !types.is_empty() && !types.contains(&"classic".to_string()) {
+            continue;
+        }
+        let mut g = list_groups_response::ListedGroup::default();
+        g.group_id = GroupId(sb(&id));
+        g.protocol_type = sb(&protocol_type);
+        g.group_state = sb(st.name());
+        g.group_type = sb("classic");
+        resp.groups.push(g);
+    }
+    resp
+}
+
+pub fn delete(state: &BrokerState, req: DeleteGroupsRequest) -> Reply {
+    let now = now_ms();
+    let outcomes: Vec<(GroupId, Result<_, ResponseError>)> =
+        req.groups_names.into_iter().map(|g| (g.clone(), state.groups.delete_group(&g, now))).collect();
+    let fut: LaterReply = Box::pin(async move {
+        let mut resp = DeleteGroupsResponse::default();
+        for (g, outcome) in outcomes {
+            let mut r = delete_groups_response::DeletableGroupResult::default();
+            r.group_id = g;
+            r.error_code = match outcome {
+                Err(e) => e.code(),
+                Ok(wait) => match group::wait_durable(wait).await {
+                    Ok(()) => 0,
+                    Err(_) => ResponseError::CoordinatorNotAvailable.code(),
+                },
+            };
+            resp.results.push(r);
+        }
+        ResponseKind::DeleteGroups(resp)
+    });
+    Reply::Later(fut)
+}
