@@ -819,3 +819,102 @@ pub async fn wait_durable(wait: Option<(Arc<Flusher>, i64)>) -> Result<(), Stora
 pub fn bytes(v: &[u8]) -> Bytes {
     Bytes::copy_from_slice(v)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> CoordinatorSettings {
+        CoordinatorSettings {
+            group: GroupSettings { initial_rebalance_delay_ms: 0, ..Default::default() },
+            partitions: 3,
+            segment_bytes: 16 * 1024,
+            ..Default::default()
+        }
+    }
+
+    fn commit(c: &GroupCoordinator, group: &str, partition: i32, offset: i64, now: i64) {
+        let o =
+            OffsetToCommit { topic: "t".into(), partition, offset, leader_epoch: 0, metadata: format!("m{offset}") };
+        let wait = c.commit_offsets(group, "", None, -1, vec![o], now).unwrap();
+        let (f, end) = wait.unwrap();
+        f.sync_to(end).unwrap();
+    }
+
+    fn offsets(c: &GroupCoordinator, group: &str) -> Vec<(i32, i64)> {
+        c.fetch_offsets(group, None)
+            .into_iter()
+            .flat_map(|(_, rows)| rows.into_iter().map(|(p, o)| (p, o.map(|o| o.offset).unwrap_or(-1))))
+            .collect()
+    }
+
+    #[test]
+    fn offsets_and_groups_survive_reopen_and_compaction_bounds_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = LogConfig::default();
+        {
+            let c = GroupCoordinator::open(dir.path(), &base, settings()).unwrap();
+            // a stable group with one member and an assignment
+            let args = JoinArgs {
+                member_id: String::new(),
+                instance_id: None,
+                protocol_type: "consumer".into(),
+                protocols: vec![("range".into(), vec![0, 1])],
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 10_000,
+                client_id: "c".into(),
+                client_host: "h".into(),
+                require_known_member_id: false,
+                new_member_id: "m-1".into(),
+            };
+            let (mut rx, d) = c.join("members", args, 0);
+            assert!(d.finish_blocking());
+            let r = rx.try_recv().unwrap();
+            assert_eq!(r.generation, 1);
+            let (mut rx, d) = c.sync("members", "m-1", None, 1, None, None, vec![("m-1".into(), vec![5, 5])], 1);
+            assert!(d.finish_blocking());
+            assert_eq!(rx.try_recv().unwrap().assignment, vec![5, 5]);
+            // many commits to few keys: the log grows far beyond the live state
+            for i in 0..3000 {
+                commit(&c, "simple", (i % 4) as i32, i, 10 + i);
+            }
+            commit(&c, "gone", 0, 1, 5000);
+            assert!(c.delete_group("gone", 5001).unwrap().is_some());
+            let shard = c.partition_for("simple") as usize;
+            let before = c.shards[shard].lock().unwrap().log.as_ref().unwrap().segment_count();
+            c.maintain(6000);
+            let s = c.shards[shard].lock().unwrap();
+            let log = s.log.as_ref().unwrap();
+            assert!(log.log_start_offset() > 0, "compaction moved the log start");
+            assert!(log.segment_count() < before, "whole segments behind the log start were deleted");
+            drop(s);
+            // more commits after compaction, then an unclean stop (no close)
+            commit(&c, "simple", 1, 7777, 7000);
+        }
+        let c = GroupCoordinator::open(dir.path(), &base, settings()).unwrap();
+        assert_eq!(offsets(&c, "simple"), vec![(0, 2996), (1, 7777), (2, 2998), (3, 2999)]);
+        assert!(c.describe("gone").is_none(), "a deleted group stays deleted");
+        let g = c.describe("members").unwrap();
+        assert_eq!(g.state, GroupState::Stable);
+        assert_eq!(g.generation, 1);
+        assert_eq!(g.members["m-1"].assignment, vec![5, 5]);
+        // the reloaded member keeps heartbeating with its generation
+        assert_eq!(c.heartbeat("members", "m-1", None, 1, 100), 0);
+        // and a zombie with an older generation is refused
+        assert_eq!(c.heartbeat("members", "m-1", None, 0, 100), ResponseError::IllegalGeneration.code());
+    }
+
+    #[test]
+    fn the_partition_count_is_fixed_at_first_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = LogConfig::default();
+        {
+            let c = GroupCoordinator::open(dir.path(), &base, settings()).unwrap();
+            commit(&c, "g", 0, 42, 1);
+        }
+        let more = CoordinatorSettings { partitions: 7, ..settings() };
+        let c = GroupCoordinator::open(dir.path(), &base, more).unwrap();
+        assert_eq!(c.settings.partitions, 3);
+        assert_eq!(offsets(&c, "g"), vec![(0, 42)]);
+    }
+}
