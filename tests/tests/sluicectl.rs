@@ -188,3 +188,83 @@ fn console_produce_and_consume() {
     let out = ctl_raw(&b, &["consume", "--topic", "con", "--timeout-ms", "300"]);
     assert!(out.stdout.is_empty());
 }
+
+/// `sluicectl groups …` against a group driven by librdkafka (the `rdkafka` crate).
+#[test]
+fn groups_commands() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::time::{Duration, Instant};
+
+    let b = Broker::start_with(&["--group-initial-rebalance-delay-ms", "100"]);
+    ctl(&b, &["topics", "create", "gt", "--partitions", "2"]);
+    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", b.bootstrap()).create().unwrap();
+    let send = |n: i32| {
+        for i in 0..n {
+            producer.send(BaseRecord::<(), str>::to("gt").partition(i % 2).payload("x")).unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+    };
+    send(10);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .set("group.id", "cg")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&["gt"]).unwrap();
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got < 10 && Instant::now() < deadline {
+        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(200)) {
+            got += 1;
+        }
+    }
+    assert_eq!(got, 10);
+    consumer.commit_consumer_state(CommitMode::Sync).unwrap();
+
+    let list = ctl(&b, &["groups", "list"]);
+    assert_eq!(list[0]["group"], "cg", "{list}");
+    assert_eq!(list[0]["state"], "Stable", "{list}");
+    assert_eq!(ctl(&b, &["groups", "list", "--state", "Empty"]), serde_json::json!([]));
+    send(6);
+    let d = ctl(&b, &["groups", "describe", "cg"]);
+    assert_eq!(d["members"].as_array().unwrap().len(), 1, "{d}");
+    let rows = d["partitions"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{d}");
+    assert_eq!(rows.iter().map(|r| r["committed"].as_i64().unwrap()).sum::<i64>(), 10, "{d}");
+    assert_eq!(rows.iter().map(|r| r["lag"].as_i64().unwrap()).sum::<i64>(), 6, "{d}");
+    assert!(rows.iter().all(|r| r["member"] != "-"), "every partition has an owner: {d}");
+
+    // an active group's offsets cannot be reset
+    let out = ctl_raw(&b, &["groups", "reset-offsets", "cg", "--topic", "gt", "--to-earliest", "--execute"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("active members"), "{out:?}");
+    let out = ctl_raw(&b, &["groups", "delete", "cg"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NonEmptyGroup"), "{out:?}");
+
+    drop(consumer); // leaves the group
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while ctl(&b, &["groups", "list", "--state", "Empty"]).as_array().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the group never became empty");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dry = ctl(&b, &["groups", "reset-offsets", "cg", "--topic", "gt", "--to-earliest"]);
+    assert_eq!(dry["executed"], false);
+    let d = ctl(&b, &["groups", "describe", "cg"]);
+    assert_eq!(d["partitions"].as_array().unwrap().iter().map(|r| r["committed"].as_i64().unwrap()).sum::<i64>(), 10);
+    ctl(&b, &["groups", "reset-offsets", "cg", "--topic", "gt", "--to-offset", "3", "--partitions", "1", "--execute"]);
+    ctl(&b, &["groups", "reset-offsets", "cg", "--topic", "gt", "--to-earliest", "--partitions", "0", "--execute"]);
+    let d = ctl(&b, &["groups", "describe", "cg"]);
+    let committed: Vec<i64> =
+        d["partitions"].as_array().unwrap().iter().map(|r| r["committed"].as_i64().unwrap()).collect();
+    assert_eq!(committed, vec![0, 3], "{d}");
+    ctl(&b, &["groups", "delete", "cg"]);
+    assert_eq!(ctl(&b, &["groups", "list"]), serde_json::json!([]));
+    let out = ctl_raw(&b, &["groups", "describe", "cg"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+}

@@ -39,11 +39,11 @@ pub enum TopicsCmd {
     },
 }
 
-fn s(v: &str) -> StrBytes {
+pub fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
-fn check(code: i16, what: &str, message: Option<&StrBytes>) -> Result<()> {
+pub fn check(code: i16, what: &str, message: Option<&StrBytes>) -> Result<()> {
     if code == 0 {
         return Ok(());
     }
@@ -61,7 +61,7 @@ fn split_config(kv: &str) -> Result<(String, String)> {
         .ok_or_else(|| anyhow!("config '{kv}' must be KEY=VALUE"))
 }
 
-async fn metadata(conn: &Connection, topics: Option<Vec<&str>>) -> Result<MetadataResponse> {
+pub async fn metadata(conn: &Connection, topics: Option<Vec<&str>>) -> Result<MetadataResponse> {
     let mut r = MetadataRequest::default();
     r.topics = topics.map(|ts| {
         ts.into_iter()

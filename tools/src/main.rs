@@ -1,13 +1,14 @@
 //! # sluicectl
 //!
-//! Sluice's admin CLI. What belongs here: admin commands over the wire (`topics`, `cluster`
-//! now; groups and transactions with issue 8), offline tools over data files (`log dump` now, the
+//! Sluice's admin CLI. What belongs here: admin commands over the wire (`topics`, `groups`,
+//! `cluster`; transactions with issue 8), offline tools over data files (`log dump` now, the
 //! exactly-once `verify` later), and the load generator (`perf`).
 //!
 //! Exit codes: 0 success, 1 the operation failed, 2 bad usage.
 
 mod admin;
 mod console;
+mod groups;
 mod perf;
 mod verify;
 
@@ -41,6 +42,11 @@ enum Cmd {
     Topics {
         #[command(subcommand)]
         cmd: admin::TopicsCmd,
+    },
+    /// Consumer groups: list, describe (members, offsets, lag), delete, reset-offsets.
+    Groups {
+        #[command(subcommand)]
+        cmd: groups::GroupsCmd,
     },
     /// Console producer: one record per stdin line.
     Produce(console::ProduceArgs),
@@ -319,6 +325,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Topics { cmd } => run_admin(cli.output, admin::topics(&cli.bootstrap_server, cmd)),
+        Cmd::Groups { cmd } => run_admin(cli.output, groups::run(&cli.bootstrap_server, cmd)),
         Cmd::Cluster { cmd: ClusterCmd::Describe } => run_admin(cli.output, admin::cluster(&cli.bootstrap_server)),
         Cmd::LogDirs { cmd: LogDirsCmd::Describe } => run_admin(cli.output, admin::log_dirs(&cli.bootstrap_server)),
         Cmd::Verify { partition_dir } => run_verify(&partition_dir, cli.output),
