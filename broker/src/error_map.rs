@@ -29,6 +29,7 @@ pub fn refusal_code(r: &crate::partition::producer_state::Refusal) -> i16 {
         Refusal::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber.code(),
         Refusal::InvalidTxnState => ResponseError::InvalidTxnState.code(),
         Refusal::UnknownProducerId { .. } => ResponseError::UnknownProducerId.code(),
+        Refusal::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced.code(),
     }
 }
 

@@ -681,7 +681,10 @@ impl Log {
         Ok(self.log_start_offset)
     }
 
-    /// Record an aborted transaction (its ABORT marker must already be appended).
+    /// Record an aborted transaction (its ABORT marker must already be appended). The entry is
+    /// fsynced before this returns: read_committed consumers depend on it, and aborts are rare
+    /// enough that one fsync each costs little. (Should a crash still lose it — the marker
+    /// durable, the entry not yet written — the broker's replay of the marker restores it.)
     pub fn append_aborted_txn(&mut self, txn: AbortedTxn) -> Result<()> {
         let active = self.active_mut();
         if txn.last_offset < active.base_offset() || txn.last_offset >= active.next_offset() {
@@ -690,7 +693,8 @@ impl Log {
                 txn.last_offset
             )));
         }
-        active.txn_index.append(txn)
+        active.txn_index.append(txn)?;
+        active.txn_index.sync()
     }
 
     /// Aborted transactions that overlap `[start, upper)`.

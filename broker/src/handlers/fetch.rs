@@ -69,7 +69,18 @@ fn read_all(state: &BrokerState, req: &FetchRequest, version: i16, wanted: &[Wan
                         pd.last_stable_offset = out.last_stable_offset;
                         pd.log_start_offset = out.log_start_offset;
                         if read_committed {
-                            pd.aborted_transactions = Some(vec![]);
+                            pd.aborted_transactions = Some(
+                                out.aborted
+                                    .iter()
+                                    .map(|(pid, first)| {
+                                        let mut a =
+                                            kafka_protocol::messages::fetch_response::AbortedTransaction::default();
+                                        a.producer_id = kafka_protocol::messages::ProducerId(*pid);
+                                        a.first_offset = *first;
+                                        a
+                                    })
+                                    .collect(),
+                            );
                         }
                         total += out.records.len();
                         pd.records = Some(out.records);
@@ -78,8 +89,9 @@ fn read_all(state: &BrokerState, req: &FetchRequest, version: i16, wanted: &[Wan
                         pd.error_code = error_map::storage_read_code(&e);
                         let log = p.log();
                         pd.high_watermark = log.high_watermark();
-                        pd.last_stable_offset = log.high_watermark();
                         pd.log_start_offset = log.log_start_offset();
+                        drop(log);
+                        pd.last_stable_offset = p.last_stable_offset();
                         any_error = true;
                     }
                 }

@@ -30,9 +30,15 @@ pub fn handle(state: &BrokerState, version: i16, req: ListOffsetsRequest) -> Lis
                 None => pr.error_code = ResponseError::UnknownTopicOrPartition.code(),
                 Some(part) => {
                     let log = part.log();
+                    // read_committed sees offsets below the LSO only
+                    let bound = if read_committed {
+                        part.last_stable_offset_given(log.high_watermark())
+                    } else {
+                        log.high_watermark()
+                    };
                     match p.timestamp {
                         EARLIEST => pr.offset = log.log_start_offset(),
-                        LATEST => pr.offset = log.high_watermark(),
+                        LATEST => pr.offset = bound,
                         MAX_TIMESTAMP => {
                             if let Some((ts, off)) = log.max_timestamp() {
                                 pr.timestamp = ts;
@@ -41,7 +47,6 @@ pub fn handle(state: &BrokerState, version: i16, req: ListOffsetsRequest) -> Lis
                         }
                         ts if ts >= 0 => match log.offset_for_timestamp(ts) {
                             Ok(Some((off, found_ts))) => {
-                                let bound = log.high_watermark();
                                 if off < bound {
                                     pr.offset = off;
                                     pr.timestamp = found_ts;
@@ -52,7 +57,6 @@ pub fn handle(state: &BrokerState, version: i16, req: ListOffsetsRequest) -> Lis
                         },
                         _ => pr.error_code = ResponseError::InvalidRequest.code(),
                     }
-                    let _ = read_committed; // LSO = high watermark until transactions exist
                 }
             }
             tr.partitions.push(pr);

@@ -7,14 +7,21 @@
 //!
 //! High watermark: under `FlushPolicy::Sync` it advances only to the durable end (nothing a
 //! consumer sees can disappear in a crash); under `Interval` it advances right after the write.
+//!
+//! Last stable offset: min(first offset of the oldest open transaction, high watermark). A
+//! transactional batch opens its producer's transaction here; a COMMIT/ABORT marker
+//! ([`Partition::write_marker`]) closes it, and an ABORT adds an entry to the segment's
+//! aborted-transaction index (fsynced at once: read_committed consumers rely on it, and replay
+//! regenerates an entry a crash lost before that fsync).
 
 pub mod producer_state;
 
 use bytes::Bytes;
-use producer_state::{BatchHeader, Plan, ProducerEntry, Refusal};
-use sluice_protocol::batch::{iter_batches, BatchView, NO_PRODUCER_ID};
-use sluice_storage::{AppendInfo, FlushPolicy, Flusher, Log, LogConfig, StorageError};
+use producer_state::{BatchHeader, MarkerHeader, Plan, ProducerEntry, Refusal};
+use sluice_protocol::batch::{iter_batches, BatchBuilder, BatchView, ControlMarker, ControlType, NO_PRODUCER_ID};
+use sluice_storage::{AbortedTxn, AppendInfo, FlushPolicy, Flusher, Log, LogConfig, StorageError};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What a produce append did.
@@ -41,8 +48,18 @@ pub struct Partition {
     producers: Mutex<HashMap<i64, ProducerEntry>>,
     log: Mutex<Log>,
     flusher: Arc<Flusher>,
-    /// Wakes long-polling fetches when the high watermark moves.
+    /// Wakes long-polling fetches when the high watermark (or the LSO) moves.
     hw_changed: Arc<tokio::sync::Notify>,
+    /// First offset of the oldest open transaction (`i64::MAX`: none). Written under the
+    /// producer-state lock; read without it.
+    first_unstable: AtomicI64,
+}
+
+/// A marker written by [`Partition::write_marker`]: wait for durability up to `offset + 1`.
+#[derive(Debug)]
+pub struct MarkerWritten {
+    pub offset: i64,
+    pub sync: bool,
 }
 
 /// What a read returned, with the offsets a Fetch response reports.
@@ -52,12 +69,15 @@ pub struct ReadOutcome {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// read_committed: (producer id, first offset) of aborted transactions overlapping the
+    /// returned range.
+    pub aborted: Vec<(i64, i64)>,
 }
 
 impl Partition {
-    pub fn new(topic: String, index: i32, log: Log, hw_changed: Arc<tokio::sync::Notify>) -> Partition {
+    pub fn new(topic: String, index: i32, mut log: Log, hw_changed: Arc<tokio::sync::Notify>) -> Partition {
         let flusher = log.flusher();
-        let mut producers = rebuild_producer_state(&log);
+        let mut producers = rebuild_producer_state(&mut log);
         // After a restart every producer gets a full expiration window again.
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -66,7 +86,62 @@ impl Partition {
         for e in producers.values_mut() {
             e.last_timestamp = e.last_timestamp.max(now);
         }
-        Partition { topic, index, producers: Mutex::new(producers), log: Mutex::new(log), flusher, hw_changed }
+        let first_unstable = AtomicI64::new(first_unstable(&producers));
+        Partition {
+            topic,
+            index,
+            producers: Mutex::new(producers),
+            log: Mutex::new(log),
+            flusher,
+            hw_changed,
+            first_unstable,
+        }
+    }
+
+    /// The last stable offset: min(first offset of the oldest open transaction, high watermark).
+    pub fn last_stable_offset(&self) -> i64 {
+        let hw = self.log().high_watermark();
+        self.last_stable_offset_given(hw)
+    }
+
+    /// The LSO for a high watermark the caller already read (while holding the log lock).
+    pub fn last_stable_offset_given(&self, hw: i64) -> i64 {
+        self.first_unstable.load(Ordering::Acquire).min(hw)
+    }
+
+    /// Write a COMMIT or ABORT marker for producer `pid` (WriteTxnMarkers), closing its open
+    /// transaction here. Refused for an older producer or coordinator epoch. Stage 1: the
+    /// caller then waits for durability up to `offset + 1` when `sync`.
+    pub fn write_marker(&self, pid: i64, m: &MarkerHeader, now_ms: i64) -> Result<MarkerWritten, AppendError> {
+        let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(r) = producer_state::check_marker(producers.get(&pid), m) {
+            return Err(AppendError::Refused(r));
+        }
+        let kind = if m.commit { ControlType::Commit } else { ControlType::Abort };
+        let batch = BatchBuilder::control_marker(
+            pid,
+            m.epoch,
+            ControlMarker { kind, coordinator_epoch: m.coordinator_epoch },
+            m.timestamp,
+        )
+        .map_err(|e| AppendError::Storage(StorageError::InvalidConfig(format!("marker batch: {e}"))))?;
+        let mut buf = batch.to_vec();
+        let (info, _log_start, sync) = self.append(&mut buf, now_ms).map_err(AppendError::Storage)?;
+        if info.rolled {
+            self.snapshot(&producers, info.first_offset);
+        }
+        let (entry, closed) = producer_state::apply_marker(producers.remove(&pid), m);
+        producers.insert(pid, entry);
+        if let (Some(first_offset), false) = (closed, m.commit) {
+            let lso = first_unstable(&producers).min(info.first_offset + 1);
+            let txn =
+                AbortedTxn { producer_id: pid, first_offset, last_offset: info.first_offset, last_stable_offset: lso };
+            self.log().append_aborted_txn(txn).map_err(AppendError::Storage)?;
+        }
+        self.first_unstable.store(first_unstable(&producers), Ordering::Release);
+        drop(producers);
+        self.hw_changed.notify_waiters();
+        Ok(MarkerWritten { offset: info.first_offset, sync })
     }
 
     /// Every producer's state on this partition (DescribeProducers).
@@ -128,6 +203,7 @@ impl Partition {
                     Refusal::OutOfOrderSequence { .. } => "out_of_order_sequence",
                     Refusal::InvalidTxnState => "invalid_txn_state",
                     Refusal::UnknownProducerId { .. } => "unknown_producer_id",
+                    Refusal::CoordinatorFenced { .. } => "coordinator_fenced",
                 };
                 ::metrics::counter!(crate::metrics::PRODUCE_REFUSED_TOTAL, "reason" => reason).increment(1);
                 Err(AppendError::Refused(r))
@@ -145,11 +221,15 @@ impl Partition {
                     self.snapshot(&producers, info.first_offset);
                 }
                 let entry = producers.remove(&pid);
+                let opens_txn = hdr.transactional && entry.as_ref().is_none_or(|e| e.txn_first_offset.is_none());
                 let mut entry = producer_state::apply(entry, &hdr, info.first_offset, info.last_offset);
                 // Expiry is judged by when the broker last heard from the producer, not by record
                 // timestamps alone: a producer writing old timestamps must not lose its state.
                 entry.last_timestamp = entry.last_timestamp.max(now_ms);
                 producers.insert(pid, entry);
+                if opens_txn {
+                    self.first_unstable.store(first_unstable(&producers), Ordering::Release);
+                }
                 Ok(Appended::New { info, log_start, sync })
             }
         }
@@ -238,7 +318,7 @@ impl Partition {
             let log = self.log();
             (log.log_end_offset(), log.high_watermark())
         };
-        let lso = hw; // until transactions exist
+        let lso = self.first_unstable.load(Ordering::Acquire).min(hw);
         let labels = [("topic", self.topic.clone()), ("partition", self.index.to_string())];
         ::metrics::gauge!(crate::metrics::LOG_END_OFFSET, &labels).set(leo as f64);
         ::metrics::gauge!(crate::metrics::HIGH_WATERMARK, &labels).set(hw as f64);
@@ -252,7 +332,8 @@ impl Partition {
     }
 
     /// Read up to `max_bytes` from `offset`, bounded by the high watermark (read_uncommitted)
-    /// or the last stable offset (read_committed). Until transactions exist, LSO = HW.
+    /// or the last stable offset (read_committed, with the aborted transactions overlapping
+    /// what is returned).
     pub fn read(
         &self,
         offset: i64,
@@ -262,21 +343,36 @@ impl Partition {
     ) -> Result<ReadOutcome, StorageError> {
         let log = self.log();
         let hw = log.high_watermark();
-        let lso = hw;
+        let lso = self.first_unstable.load(Ordering::Acquire).min(hw);
         let upper = if read_committed { lso } else { hw };
         let records = log.read(offset, max_bytes, Some(upper), min_one)?;
+        let aborted = if read_committed && !records.is_empty() {
+            let end = iter_batches(&records).filter_map(|b| b.ok()).map(|(_, v)| v.last_offset() + 1).max();
+            log.collect_aborted_txns(offset, end.unwrap_or(upper))
+                .into_iter()
+                .map(|t| (t.producer_id, t.first_offset))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(ReadOutcome {
             records,
             high_watermark: hw,
             last_stable_offset: lso,
             log_start_offset: log.log_start_offset(),
+            aborted,
         })
     }
 }
 
-/// Rebuild producer state: the newest snapshot, then every idempotent batch after it applied in
-/// offset order, exactly as when it was appended.
-fn rebuild_producer_state(log: &Log) -> HashMap<i64, ProducerEntry> {
+fn first_unstable(producers: &HashMap<i64, ProducerEntry>) -> i64 {
+    producers.values().filter_map(|e| e.txn_first_offset).min().unwrap_or(i64::MAX)
+}
+
+/// Rebuild producer state: the newest snapshot, then every idempotent batch and transaction
+/// marker after it applied in offset order, exactly as when it was appended. An ABORT marker
+/// whose aborted-transaction index entry a crash lost gets it back.
+fn rebuild_producer_state(log: &mut Log) -> HashMap<i64, ProducerEntry> {
     let mut producers: HashMap<i64, ProducerEntry> = HashMap::new();
     let mut offset = log.log_start_offset();
     // Start from the newest readable snapshot (the log already dropped any past its end).
@@ -304,7 +400,11 @@ fn rebuild_producer_state(log: &Log) -> HashMap<i64, ProducerEntry> {
         for item in iter_batches(&chunk) {
             let Ok((_, v)) = item else { break };
             offset = v.last_offset() + 1;
-            if v.producer_id() == NO_PRODUCER_ID || v.is_control() {
+            if v.producer_id() == NO_PRODUCER_ID {
+                continue;
+            }
+            if v.is_control() {
+                replay_marker(log, &mut producers, &v);
                 continue;
             }
             let hdr = BatchHeader {
@@ -328,6 +428,33 @@ fn rebuild_producer_state(log: &Log) -> HashMap<i64, ProducerEntry> {
         }
     }
     producers
+}
+
+fn replay_marker(log: &mut Log, producers: &mut HashMap<i64, ProducerEntry>, v: &BatchView<'_>) {
+    let Ok(Some(marker)) = v.control_marker() else {
+        tracing::warn!(offset = v.base_offset(), "replay: unreadable control batch ignored");
+        return;
+    };
+    let pid = v.producer_id();
+    let m = MarkerHeader {
+        epoch: v.producer_epoch(),
+        coordinator_epoch: marker.coordinator_epoch,
+        commit: marker.kind == ControlType::Commit,
+        timestamp: v.max_timestamp(),
+    };
+    let (entry, closed) = producer_state::apply_marker(producers.remove(&pid), &m);
+    producers.insert(pid, entry);
+    if let (Some(first_offset), false) = (closed, m.commit) {
+        let at = v.base_offset();
+        if !log.collect_aborted_txns(at, at + 1).iter().any(|t| t.last_offset == at && t.producer_id == pid) {
+            let lso = first_unstable(producers).min(at + 1);
+            let txn = AbortedTxn { producer_id: pid, first_offset, last_offset: at, last_stable_offset: lso };
+            match log.append_aborted_txn(txn) {
+                Ok(()) => tracing::info!(pid, offset = at, "replay: restored a lost aborted-transaction index entry"),
+                Err(e) => tracing::error!(pid, offset = at, "replay: cannot restore aborted-transaction entry: {e}"),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -456,5 +583,117 @@ mod tests {
         }
         let p = open(dir.path());
         assert_eq!(state(&p), before);
+    }
+
+    fn txn_batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
+        let recs: Vec<NewRecord> =
+            (0..n).map(|i| NewRecord { timestamp: 1000 + i as i64, ..Default::default() }).collect();
+        BatchBuilder {
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: seq,
+            transactional: true,
+            ..Default::default()
+        }
+        .build(&recs)
+        .unwrap()
+        .to_vec()
+    }
+
+    fn append_durably(p: &Partition, mut b: Vec<u8>) -> i64 {
+        match p.append_batch(&mut b, 0).unwrap() {
+            Appended::New { info, .. } => {
+                p.wait_durable(info.last_offset + 1).unwrap();
+                info.first_offset
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn marker(p: &Partition, pid: i64, epoch: i16, commit: bool) -> i64 {
+        let m = MarkerHeader { epoch, coordinator_epoch: 0, commit, timestamp: 5 };
+        let w = p.write_marker(pid, &m, 0).unwrap();
+        p.wait_durable(w.offset + 1).unwrap();
+        w.offset
+    }
+
+    fn offsets_read(p: &Partition, from: i64, committed: bool) -> (Vec<i64>, ReadOutcome) {
+        let out = p.read(from, 1 << 20, committed, true).unwrap();
+        let offs = iter_batches(&out.records).map(|b| b.unwrap().1.base_offset()).collect();
+        (offs, out)
+    }
+
+    #[test]
+    fn the_lso_gates_open_transactions_and_aborts_are_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path());
+        append_durably(&p, batch(1, 0, 0, 1)); // offset 0, plain
+        let t1 = append_durably(&p, txn_batch(7, 0, 0, 2)); // 1..=2, txn of producer 7
+        append_durably(&p, batch(1, 0, 1, 1)); // 3, plain, after the open txn
+        assert_eq!(t1, 1);
+        assert_eq!(p.high_watermark(), 4);
+        assert_eq!(p.last_stable_offset(), 1, "the open transaction holds the LSO at its first offset");
+        let (rc, out) = offsets_read(&p, 0, true);
+        assert_eq!(rc, vec![0], "read_committed stops at the LSO");
+        assert_eq!(out.last_stable_offset, 1);
+        let (ru, _) = offsets_read(&p, 0, false);
+        assert_eq!(ru, vec![0, 1, 3], "read_uncommitted sees everything below the HW");
+        // a plain batch from the producer with the open transaction is refused
+        let mut plain = batch(7, 0, 2, 1);
+        assert!(matches!(p.append_batch(&mut plain, 0), Err(AppendError::Refused(Refusal::InvalidTxnState))));
+        // abort: marker at 4, LSO released, aborted transaction listed for read_committed
+        let at = marker(&p, 7, 0, false);
+        assert_eq!(at, 4);
+        assert_eq!(p.last_stable_offset(), 5);
+        let (rc, out) = offsets_read(&p, 0, true);
+        assert_eq!(rc, vec![0, 1, 3, 4]);
+        assert_eq!(out.aborted, vec![(7, 1)]);
+        let (_, out) = offsets_read(&p, 4, true);
+        assert_eq!(out.aborted, vec![(7, 1)], "the marker's own fetch still lists its transaction");
+        let (_, out) = offsets_read(&p, 5, true);
+        assert!(out.records.is_empty() && out.aborted.is_empty());
+        // a second transaction, committed: no aborted entry for it
+        append_durably(&p, txn_batch(7, 0, 2, 1)); // 5
+        assert_eq!(p.last_stable_offset(), 5);
+        marker(&p, 7, 0, true); // 6
+        assert_eq!(p.last_stable_offset(), 7);
+        let (_, out) = offsets_read(&p, 5, true);
+        assert!(out.aborted.is_empty(), "{:?}", out.aborted);
+        // a zombie's marker (older epoch) is refused
+        let m = MarkerHeader { epoch: -1, coordinator_epoch: 0, commit: true, timestamp: 0 };
+        assert!(matches!(p.write_marker(7, &m, 0), Err(AppendError::Refused(Refusal::InvalidProducerEpoch { .. }))));
+    }
+
+    #[test]
+    fn open_transactions_and_lost_abort_entries_are_rebuilt_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path());
+        append_durably(&p, txn_batch(7, 0, 0, 1)); // 0
+        append_durably(&p, txn_batch(8, 0, 0, 1)); // 1
+        marker(&p, 7, 0, false); // 2: abort 7
+        append_durably(&p, batch(1, 0, 0, 1)); // 3
+        assert_eq!(p.last_stable_offset(), 1, "8 is still open");
+        drop(p); // crash
+                 // the crash also lost the aborted-transaction index entry (written, not yet synced)
+        for e in std::fs::read_dir(dir.path()).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "txnindex") {
+                std::fs::write(&path, b"").unwrap();
+            }
+        }
+        let p = open(dir.path());
+        assert_eq!(p.last_stable_offset(), 1, "the open transaction of 8 is known again");
+        let (offs, out) = offsets_read(&p, 0, true);
+        assert_eq!(offs, vec![0], "only below the LSO");
+        assert_eq!(out.aborted, vec![(7, 0)], "replay restored the lost entry: offset 0 is known aborted");
+        marker(&p, 8, 0, true); // 4
+        let (offs, out) = offsets_read(&p, 0, true);
+        assert_eq!(offs, vec![0, 1, 2, 3, 4]);
+        assert_eq!(out.aborted, vec![(7, 0)]);
+        p.into_log().close().unwrap();
+        let p = open(dir.path());
+        let (_, out) = offsets_read(&p, 0, true);
+        assert_eq!(out.aborted, vec![(7, 0)], "and it is not duplicated by a later replay");
+        assert_eq!(p.last_stable_offset(), 5);
     }
 }

@@ -8,8 +8,8 @@
 //! offsets the log assigned — validate on a copy, apply after the append (Kafka's order), so a
 //! failed append leaves the state untouched.
 //!
-//! Status: the decision logic and its tests; wiring into the produce path, InitProducerId,
-//! snapshots and replay come with the idempotence issue.
+//! Transactions: a transactional batch opens a transaction (its first offset bounds the last
+//! stable offset) until a COMMIT/ABORT marker closes it ([`check_marker`], [`apply_marker`]).
 
 use std::collections::VecDeque;
 
@@ -59,6 +59,46 @@ pub enum Refusal {
     /// No state for this producer on this partition and a sequence other than 0
     /// (UNKNOWN_PRODUCER_ID; the client resets its sequence or bumps its epoch, KIP-360).
     UnknownProducerId { got: i32 },
+    /// A transaction marker from an older transaction coordinator epoch
+    /// (TRANSACTION_COORDINATOR_FENCED).
+    CoordinatorFenced { current: i32, got: i32 },
+}
+
+/// A transaction marker (COMMIT/ABORT control batch) for one producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarkerHeader {
+    pub epoch: i16,
+    pub coordinator_epoch: i32,
+    pub commit: bool,
+    pub timestamp: i64,
+}
+
+/// May this marker be written? Kafka's `appendEndTxnMarker` checks: not from an older producer
+/// epoch (a zombie's coordinator request), not from an older coordinator epoch.
+pub fn check_marker(entry: Option<&ProducerEntry>, m: &MarkerHeader) -> Result<(), Refusal> {
+    let Some(e) = entry else { return Ok(()) };
+    if m.epoch < e.epoch {
+        return Err(Refusal::InvalidProducerEpoch { current: e.epoch, got: m.epoch });
+    }
+    if m.coordinator_epoch < e.coordinator_epoch {
+        return Err(Refusal::CoordinatorFenced { current: e.coordinator_epoch, got: m.coordinator_epoch });
+    }
+    Ok(())
+}
+
+/// The state after the marker was appended, and the first offset of the transaction it closed
+/// (`None` if the producer had no open transaction here: nothing to commit or abort).
+pub fn apply_marker(entry: Option<ProducerEntry>, m: &MarkerHeader) -> (ProducerEntry, Option<i64>) {
+    let mut e = entry.unwrap_or_default();
+    if m.epoch > e.epoch {
+        // a bumped epoch (fencing, or a new epoch per transaction): its sequences start over
+        e.batches.clear();
+        e.epoch = m.epoch;
+    }
+    e.coordinator_epoch = m.coordinator_epoch;
+    e.last_timestamp = e.last_timestamp.max(m.timestamp);
+    let first = e.txn_first_offset.take();
+    (e, first)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,6 +375,31 @@ mod tests {
             1 => Just(Step::Reorder),
             1 => Just(Step::BumpEpoch),
         ]
+    }
+
+    #[test]
+    fn markers_close_transactions() {
+        let txn = |epoch, seq, n| BatchHeader { transactional: true, ..hdr(epoch, seq, n) };
+        let m = |epoch, ce, commit| MarkerHeader { epoch, coordinator_epoch: ce, commit, timestamp: 0 };
+        let e = apply(None, &txn(3, 0, 2), 100, 101);
+        assert_eq!(e.txn_first_offset, Some(100));
+        let e = apply(Some(e), &txn(3, 2, 1), 105, 105);
+        assert_eq!(e.txn_first_offset, Some(100), "the first offset stays the transaction's first");
+        assert_eq!(check(Some(&e), &hdr(3, 3, 1)), Plan::Reject(Refusal::InvalidTxnState));
+        assert_eq!(check_marker(Some(&e), &m(2, 0, true)), Err(Refusal::InvalidProducerEpoch { current: 3, got: 2 }));
+        let (e, first) = apply_marker(Some(e), &m(3, 5, false));
+        assert_eq!(first, Some(100));
+        assert_eq!(e.txn_first_offset, None);
+        assert_eq!(e.coordinator_epoch, 5);
+        assert_eq!(check_marker(Some(&e), &m(3, 4, true)), Err(Refusal::CoordinatorFenced { current: 5, got: 4 }));
+        assert_eq!(check(Some(&e), &hdr(3, 3, 1)), Plan::Append, "after the marker, plain batches again");
+        // a marker with a bumped epoch (a fenced producer's transaction aborted) resets sequences
+        let (e, first) = apply_marker(Some(e), &m(4, 5, false));
+        assert_eq!(first, None, "nothing open: nothing to abort");
+        assert_eq!(e.epoch, 4);
+        assert!(e.batches.is_empty());
+        assert_eq!(check(Some(&e), &txn(4, 0, 1)), Plan::Append);
+        assert_eq!(check(Some(&e), &txn(3, 4, 1)), Plan::Reject(Refusal::InvalidProducerEpoch { current: 4, got: 3 }));
     }
 
     proptest! {
