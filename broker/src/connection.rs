@@ -107,6 +107,7 @@ fn blocking_api(key: ApiKey) -> bool {
             | ApiKey::OffsetCommit
             | ApiKey::OffsetDelete
             | ApiKey::DeleteGroups
+            | ApiKey::WriteTxnMarkers
     )
 }
 

@@ -70,6 +70,7 @@ pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::n
         }
         RequestKind::ListGroups(r) => Reply::now(ResponseKind::ListGroups(handlers::groups::list(state, r))),
         RequestKind::DeleteGroups(r) => handlers::groups::delete(state, r),
+        RequestKind::WriteTxnMarkers(r) => handlers::write_txn_markers::handle(state, r),
         // `RequestKind` is non-exhaustive; keys outside the table never decode to here
         // (`decode_request` refuses them), so reaching this arm is a table/dispatch mismatch.
         other => {
@@ -234,6 +235,17 @@ mod tests {
                 let mut r = DeleteGroupsRequest::default();
                 r.groups_names = vec![GroupId(StrBytes::from_static_str("nope"))];
                 RequestKind::DeleteGroups(r)
+            }
+            ApiKey::WriteTxnMarkers => {
+                let mut t = write_txn_markers_request::WritableTxnMarkerTopic::default();
+                t.name = name;
+                t.partition_indexes = vec![0, 9];
+                let mut m = write_txn_markers_request::WritableTxnMarker::default();
+                m.producer_id = ProducerId(4242);
+                m.topics = vec![t];
+                let mut r = WriteTxnMarkersRequest::default();
+                r.markers = vec![m];
+                RequestKind::WriteTxnMarkers(r)
             }
             other => panic!("add {other:?} to default_request"),
         }

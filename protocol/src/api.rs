@@ -58,6 +58,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::DescribeGroups, 0, 5),
     api(ApiKey::ListGroups, 0, 5),
     api(ApiKey::DeleteGroups, 0, 2),
+    api(ApiKey::WriteTxnMarkers, 1, 1),
 ];
 
 /// The table row for `key`, if supported.

@@ -1,0 +1,90 @@
+//! WriteTxnMarkers (v1): write COMMIT/ABORT markers to partitions, closing a producer's open
+//! transaction there. Sent by a transaction coordinator, and by operators aborting a hanging
+//! transaction (`kafka-transactions abort`, `sluicectl transactions abort`). Refused for an older
+//! producer epoch (INVALID_PRODUCER_EPOCH) or coordinator epoch (TRANSACTION_COORDINATOR_FENCED).
+//! Answered once every marker is durable.
+
+use super::{now_ms, LaterReply, Reply};
+use crate::error_map;
+use crate::partition::producer_state::MarkerHeader;
+use crate::partition::{AppendError, Partition};
+use crate::state::BrokerState;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use kafka_protocol::messages::{ResponseKind, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use std::sync::Arc;
+
+enum Staged {
+    Error(i16),
+    Written { partition: Arc<Partition>, end: i64, sync: bool },
+}
+
+pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
+    let now = now_ms();
+    let mut staged = Vec::new();
+    for m in req.markers {
+        let header = MarkerHeader {
+            epoch: m.producer_epoch,
+            coordinator_epoch: m.coordinator_epoch,
+            commit: m.transaction_result,
+            timestamp: now,
+        };
+        let mut topics = Vec::new();
+        for t in m.topics {
+            let topic = state.topic(&t.name);
+            let mut parts = Vec::new();
+            for index in t.partition_indexes {
+                let s = match topic.as_ref().and_then(|tp| tp.partition(index)) {
+                    None => Staged::Error(ResponseError::UnknownTopicOrPartition.code()),
+                    Some(p) => match p.write_marker(m.producer_id.0, &header, now) {
+                        Ok(w) => Staged::Written { partition: p.clone(), end: w.offset + 1, sync: w.sync },
+                        Err(AppendError::Refused(r)) => Staged::Error(error_map::refusal_code(&r)),
+                        Err(AppendError::Storage(e)) => Staged::Error(error_map::storage_produce_code(&e)),
+                    },
+                };
+                parts.push((index, s));
+            }
+            topics.push((t.name, parts));
+        }
+        staged.push((m.producer_id, topics));
+    }
+    let fut: LaterReply = Box::pin(async move {
+        let mut resp = WriteTxnMarkersResponse::default();
+        for (pid, topics) in staged {
+            let mut mr = WritableTxnMarkerResult::default();
+            mr.producer_id = pid;
+            for (name, parts) in topics {
+                let mut tr = WritableTxnMarkerTopicResult::default();
+                tr.name = name;
+                for (index, s) in parts {
+                    let mut pr = WritableTxnMarkerPartitionResult::default();
+                    pr.partition_index = index;
+                    pr.error_code = match s {
+                        Staged::Error(code) => code,
+                        Staged::Written { partition, end, sync } => {
+                            let done = if sync {
+                                let p = partition.clone();
+                                tokio::task::spawn_blocking(move || p.wait_durable(end))
+                                    .await
+                                    .unwrap_or_else(|e| Err(sluice_storage::StorageError::InvalidConfig(e.to_string())))
+                            } else {
+                                Ok(())
+                            };
+                            match done {
+                                Ok(()) => 0,
+                                Err(e) => error_map::storage_produce_code(&e),
+                            }
+                        }
+                    };
+                    tr.partitions.push(pr);
+                }
+                mr.topics.push(tr);
+            }
+            resp.markers.push(mr);
+        }
+        ResponseKind::WriteTxnMarkers(resp)
+    });
+    Reply::Later(fut)
+}
