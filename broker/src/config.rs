@@ -235,6 +235,7 @@ pub fn resolve(
     }
     let any = |_: &_| Ok(());
     let positive = |x: &i64| if *x > 0 { Ok(()) } else { Err("must be positive".to_string()) };
+    let positive_i32 = |x: &i32| if *x > 0 { Ok(()) } else { Err("must be positive".to_string()) };
     let ms_or_never = |x: &i64| if *x >= -1 { Ok(()) } else { Err("must be -1 or ≥ 0".to_string()) };
 
     let (listeners, lsrc) = get("listeners");
@@ -358,24 +359,12 @@ pub fn resolve(
                 min_session_timeout_ms: parse(
                     "group.min.session.timeout.ms",
                     get("group.min.session.timeout.ms"),
-                    |x: &i32| {
-                        if *x > 0 {
-                            Ok(())
-                        } else {
-                            Err("must be positive".into())
-                        }
-                    },
+                    positive_i32,
                 )?,
                 max_session_timeout_ms: parse(
                     "group.max.session.timeout.ms",
                     get("group.max.session.timeout.ms"),
-                    |x: &i32| {
-                        if *x > 0 {
-                            Ok(())
-                        } else {
-                            Err("must be positive".into())
-                        }
-                    },
+                    positive_i32,
                 )?,
                 initial_rebalance_delay_ms: parse(
                     "group.initial.rebalance.delay.ms",

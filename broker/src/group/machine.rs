@@ -200,6 +200,17 @@ pub struct JoinArgs {
     pub new_member_id: String,
 }
 
+/// A SyncGroup request (the leader's carries everyone's assignment).
+pub struct SyncArgs<'a> {
+    pub member_id: &'a str,
+    pub instance_id: Option<&'a str>,
+    pub generation: i32,
+    /// v5+: must match the group's.
+    pub protocol_type: Option<&'a str>,
+    pub protocol: Option<&'a str>,
+    pub assignments: Vec<(String, Vec<u8>)>,
+}
+
 /// The joiner's member id (to park its request under) and the effects. The joiner's own answer
 /// may be among the effects, or come later.
 pub struct JoinOutcome {
@@ -625,17 +636,8 @@ impl Group {
     }
 
     /// SyncGroup.
-    #[allow(clippy::too_many_arguments)]
-    pub fn sync(
-        &mut self,
-        member_id: &str,
-        instance_id: Option<&str>,
-        generation: i32,
-        protocol_type: Option<&str>,
-        protocol: Option<&str>,
-        assignments: Vec<(String, Vec<u8>)>,
-        now: i64,
-    ) -> Vec<Effect> {
+    pub fn sync(&mut self, a: SyncArgs<'_>, now: i64) -> Vec<Effect> {
+        let SyncArgs { member_id, instance_id, generation, protocol_type, protocol, assignments } = a;
         let err = |code: ResponseError| vec![Effect::Sync(member_id.to_string(), SyncResult::error(code))];
         if self.state == GroupState::Dead {
             return err(ResponseError::CoordinatorNotAvailable);
@@ -885,6 +887,20 @@ impl Group {
 mod tests {
     use super::*;
 
+    #[allow(clippy::too_many_arguments)]
+    fn sync(
+        g: &mut Group,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol: Option<&str>,
+        assignments: Vec<(String, Vec<u8>)>,
+        now: i64,
+    ) -> Vec<Effect> {
+        g.sync(SyncArgs { member_id, instance_id, generation, protocol_type, protocol, assignments }, now)
+    }
+
     fn settings() -> GroupSettings {
         GroupSettings { initial_rebalance_delay_ms: 0, ..Default::default() }
     }
@@ -936,7 +952,7 @@ mod tests {
         assert_eq!(r[0].1.members.len(), 1);
         assert_eq!(r[0].1.protocol.as_deref(), Some("range"));
         assert_eq!(g.state, GroupState::CompletingRebalance);
-        let effects = g.sync(&id, None, 1, None, None, vec![(id.clone(), vec![9])], 1);
+        let effects = sync(&mut g, &id, None, 1, None, None, vec![(id.clone(), vec![9])], 1);
         assert_eq!(effects[0], Effect::Store);
         assert!(matches!(&effects[1], Effect::Sync(m, r) if m == &id && r.assignment == vec![9]));
         assert_eq!(g.state, GroupState::Stable);
@@ -950,7 +966,7 @@ mod tests {
         let s = settings();
         let mut g = Group::new("g", 0);
         let (a, _) = join_new(&mut g, "a", 0);
-        g.sync(&a, None, 1, None, None, vec![(a.clone(), vec![1])], 0);
+        sync(&mut g, &a, None, 1, None, None, vec![(a.clone(), vec![1])], 0);
         let (b, effects) = join_new(&mut g, "b", 10);
         assert!(join_results(&effects).is_empty(), "b waits for a to rejoin");
         assert_eq!(g.state, GroupState::PreparingRebalance);
@@ -964,8 +980,8 @@ mod tests {
         let follower = r.iter().find(|(m, _)| m == &b).unwrap();
         assert!(follower.1.members.is_empty());
         // follower syncs first and waits; leader's sync answers both
-        assert!(g.sync(&b, None, 2, None, None, vec![], 13).is_empty());
-        let effects = g.sync(&a, None, 2, None, None, vec![(a.clone(), vec![1]), (b.clone(), vec![2])], 14);
+        assert!(sync(&mut g, &b, None, 2, None, None, vec![], 13).is_empty());
+        let effects = sync(&mut g, &a, None, 2, None, None, vec![(a.clone(), vec![1]), (b.clone(), vec![2])], 14);
         let syncs: Vec<_> = effects.iter().filter(|e| matches!(e, Effect::Sync(..))).collect();
         assert_eq!(syncs.len(), 2);
         assert!(effects.contains(&Effect::Sync(b.clone(), g.sync_result(&b))));
@@ -977,10 +993,10 @@ mod tests {
         let s = settings();
         let mut g = Group::new("g", 0);
         let (a, _) = join_new(&mut g, "a", 0);
-        g.sync(&a, None, 1, None, None, vec![], 0);
+        sync(&mut g, &a, None, 1, None, None, vec![], 0);
         let (b, _) = join_new(&mut g, "b", 0);
         g.join(args(&a, "x"), 0, &s);
-        g.sync(&a, None, 2, None, None, vec![], 0);
+        sync(&mut g, &a, None, 2, None, None, vec![], 0);
         assert_eq!(g.state, GroupState::Stable);
         // a keeps heartbeating, b goes silent
         for t in (1000..=11_000).step_by(1000) {
@@ -1002,7 +1018,7 @@ mod tests {
         let s = settings();
         let mut g = Group::new("g", 0);
         let (a, _) = join_new(&mut g, "a", 0);
-        g.sync(&a, None, 1, None, None, vec![], 0);
+        sync(&mut g, &a, None, 1, None, None, vec![], 0);
         let (b, _) = join_new(&mut g, "b", 100);
         // a keeps heartbeating but never rejoins; its rebalance timeout (30 s) ends the phase
         for t in (5000..=30_000).step_by(5000) {
@@ -1022,7 +1038,7 @@ mod tests {
         let s = settings();
         let mut g = Group::new("g", 0);
         let (a, _) = join_new(&mut g, "a", 0);
-        g.sync(&a, None, 1, None, None, vec![], 0);
+        sync(&mut g, &a, None, 1, None, None, vec![], 0);
         let (code, effects) = g.leave(&a, None, 1, &s);
         assert_eq!(code, 0);
         assert_eq!(g.state, GroupState::Empty);
@@ -1075,7 +1091,7 @@ mod tests {
         let out = g.join(a, 0, &s);
         let a1 = out.member_id;
         assert_eq!(join_results(&out.effects)[0].1.error, 0, "static members skip MEMBER_ID_REQUIRED");
-        g.sync(&a1, Some("inst-a"), 1, None, None, vec![(a1.clone(), vec![7])], 0);
+        sync(&mut g, &a1, Some("inst-a"), 1, None, None, vec![(a1.clone(), vec![7])], 0);
         // the process restarts: same instance id, no member id
         let mut again = args("", "a2");
         again.instance_id = Some("inst-a".into());
@@ -1085,7 +1101,7 @@ mod tests {
         assert_eq!(r[0].1.generation, 1, "no new generation");
         assert_eq!(g.state, GroupState::Stable);
         assert_eq!(
-            g.sync("a2", Some("inst-a"), 1, None, None, vec![], 6)[0],
+            sync(&mut g, "a2", Some("inst-a"), 1, None, None, vec![], 6)[0],
             Effect::Sync("a2".into(), g.sync_result("a2"))
         );
         assert_eq!(g.sync_result("a2").assignment, vec![7]);
@@ -1100,7 +1116,7 @@ mod tests {
         assert_eq!(g.validate_offset_commit("", None, -1, 0), Ok(()), "simple commit to an empty group");
         let (a, _) = join_new(&mut g, "a", 0);
         assert_eq!(g.validate_offset_commit("", None, -1, 0), Err(ResponseError::RebalanceInProgress));
-        g.sync(&a, None, 1, None, None, vec![], 0);
+        sync(&mut g, &a, None, 1, None, None, vec![], 0);
         assert_eq!(g.validate_offset_commit(&a, None, 1, 0), Ok(()));
         assert_eq!(g.validate_offset_commit(&a, None, 0, 0), Err(ResponseError::IllegalGeneration));
         assert_eq!(g.validate_offset_commit("x", None, 1, 0), Err(ResponseError::UnknownMemberId));
@@ -1127,11 +1143,11 @@ mod tests {
         let s = settings();
         let mut g = Group::new("g", 0);
         let (a, _) = join_new(&mut g, "a", 0);
-        g.sync(&a, None, 1, None, None, vec![], 0);
+        sync(&mut g, &a, None, 1, None, None, vec![], 0);
         let (b, _) = join_new(&mut g, "b", 0);
         g.join(args(&a, "x"), 0, &s);
         assert_eq!(g.state, GroupState::CompletingRebalance);
-        assert!(g.sync(&b, None, 2, None, None, vec![], 1).is_empty());
+        assert!(sync(&mut g, &b, None, 2, None, None, vec![], 1).is_empty());
         let (_c, effects) = join_new(&mut g, "c", 2);
         assert!(effects.contains(&Effect::Sync(b.clone(), SyncResult::error(ResponseError::RebalanceInProgress))));
         assert_eq!(g.state, GroupState::PreparingRebalance);

@@ -20,7 +20,7 @@ pub mod machine;
 use bytes::Bytes;
 use codec::{Entry, StoredGroup, StoredMember, StoredOffset};
 use kafka_protocol::error::ResponseError;
-use machine::{CommittedOffset, Effect, Group, GroupSettings, GroupState, JoinArgs, JoinResult, SyncResult};
+use machine::{CommittedOffset, Effect, Group, GroupSettings, GroupState, JoinArgs, JoinResult, SyncArgs, SyncResult};
 use sluice_protocol::batch::{iter_batches, BatchBuilder, NewRecord};
 use sluice_storage::{Flusher, Log, LogConfig, StorageError};
 use std::collections::HashMap;
@@ -455,26 +455,16 @@ impl GroupCoordinator {
     }
 
     /// SyncGroup: the answer arrives on the returned receiver (now or when the leader syncs).
-    #[allow(clippy::too_many_arguments)]
-    pub fn sync(
-        &self,
-        group_id: &str,
-        member_id: &str,
-        instance_id: Option<&str>,
-        generation: i32,
-        protocol_type: Option<&str>,
-        protocol: Option<&str>,
-        assignments: Vec<(String, Vec<u8>)>,
-        now: i64,
-    ) -> (oneshot::Receiver<SyncResult>, Deliveries) {
+    pub fn sync(&self, group_id: &str, a: SyncArgs<'_>, now: i64) -> (oneshot::Receiver<SyncResult>, Deliveries) {
         let (tx, rx) = oneshot::channel();
         let mut shard = self.shard(group_id);
         let Some(g) = shard.groups.get_mut(group_id) else {
             let _ = tx.send(SyncResult::error(ResponseError::UnknownMemberId));
             return (rx, Deliveries::none());
         };
-        let effects = g.sync(member_id, instance_id, generation, protocol_type, protocol, assignments, now);
-        shard.sync_waiters.insert((group_id.to_string(), member_id.to_string()), tx);
+        let member_id = a.member_id.to_string();
+        let effects = g.sync(a, now);
+        shard.sync_waiters.insert((group_id.to_string(), member_id), tx);
         let d = shard.apply(group_id, effects, now);
         (rx, d)
     }
@@ -871,7 +861,18 @@ mod tests {
             assert!(d.finish_blocking());
             let r = rx.try_recv().unwrap();
             assert_eq!(r.generation, 1);
-            let (mut rx, d) = c.sync("members", "m-1", None, 1, None, None, vec![("m-1".into(), vec![5, 5])], 1);
+            let (mut rx, d) = c.sync(
+                "members",
+                SyncArgs {
+                    member_id: "m-1",
+                    instance_id: None,
+                    generation: 1,
+                    protocol_type: None,
+                    protocol: None,
+                    assignments: vec![("m-1".into(), vec![5, 5])],
+                },
+                1,
+            );
             assert!(d.finish_blocking());
             assert_eq!(rx.try_recv().unwrap().assignment, vec![5, 5]);
             // many commits to few keys: the log grows far beyond the live state

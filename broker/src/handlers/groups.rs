@@ -3,7 +3,7 @@
 //! Translation only: the rules live in `group/`.
 
 use super::{now_ms, sb, topic_name, LaterReply, Reply};
-use crate::group::machine::{GroupState, JoinArgs};
+use crate::group::machine::{GroupState, JoinArgs, SyncArgs};
 use crate::group::{self, OffsetToCommit};
 use crate::state::BrokerState;
 use kafka_protocol::error::ResponseError;
@@ -127,16 +127,15 @@ pub fn join(
 
 pub fn sync(state: &BrokerState, req: SyncGroupRequest) -> Reply {
     let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.to_vec())).collect();
-    let (rx, deliveries) = state.groups.sync(
-        &req.group_id,
-        &req.member_id,
-        opt(&req.group_instance_id),
-        req.generation_id,
-        opt(&req.protocol_type),
-        opt(&req.protocol_name),
+    let args = SyncArgs {
+        member_id: &req.member_id,
+        instance_id: opt(&req.group_instance_id),
+        generation: req.generation_id,
+        protocol_type: opt(&req.protocol_type),
+        protocol: opt(&req.protocol_name),
         assignments,
-        now_ms(),
-    );
+    };
+    let (rx, deliveries) = state.groups.sync(&req.group_id, args, now_ms());
     let fut: LaterReply = Box::pin(async move {
         deliveries.finish().await;
         let mut resp = SyncGroupResponse::default();

@@ -148,15 +148,7 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
                         pr.error_message = msg.map(|m| super::sb(&m));
                     }
                     Staged::Appended { partition, base_offset, end, log_start, sync, append_time } => {
-                        let result = if sync {
-                            let p = partition.clone();
-                            tokio::task::spawn_blocking(move || p.wait_durable(end))
-                                .await
-                                .unwrap_or_else(|e| Err(sluice_storage::StorageError::InvalidConfig(e.to_string())))
-                        } else {
-                            Ok(())
-                        };
-                        match result {
+                        match partition.wait_durable_async(end, sync).await {
                             Ok(()) => {
                                 pr.base_offset = base_offset;
                                 pr.log_start_offset = log_start;

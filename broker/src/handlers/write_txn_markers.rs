@@ -63,20 +63,11 @@ pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
                     pr.partition_index = index;
                     pr.error_code = match s {
                         Staged::Error(code) => code,
-                        Staged::Written { partition, end, sync } => {
-                            let done = if sync {
-                                let p = partition.clone();
-                                tokio::task::spawn_blocking(move || p.wait_durable(end))
-                                    .await
-                                    .unwrap_or_else(|e| Err(sluice_storage::StorageError::InvalidConfig(e.to_string())))
-                            } else {
-                                Ok(())
-                            };
-                            match done {
-                                Ok(()) => 0,
-                                Err(e) => error_map::storage_produce_code(&e),
-                            }
-                        }
+                        Staged::Written { partition, end, sync } => match partition.wait_durable_async(end, sync).await
+                        {
+                            Ok(()) => 0,
+                            Err(e) => error_map::storage_produce_code(&e),
+                        },
                     };
                     tr.partitions.push(pr);
                 }

@@ -272,6 +272,17 @@ impl Partition {
         Ok(())
     }
 
+    /// [`Partition::wait_durable`] from async code (on a blocking thread), if `sync`.
+    pub async fn wait_durable_async(self: &Arc<Self>, end: i64, sync: bool) -> Result<(), StorageError> {
+        if !sync {
+            return Ok(());
+        }
+        let p = self.clone();
+        tokio::task::spawn_blocking(move || p.wait_durable(end))
+            .await
+            .unwrap_or_else(|e| Err(StorageError::InvalidConfig(e.to_string())))
+    }
+
     /// Periodic flush for the Interval policy (and the recovery-point checkpoint).
     pub fn flush(&self) -> Result<(), StorageError> {
         let end = self.flusher.written_end();
