@@ -21,6 +21,7 @@ pub mod dispatch;
 pub mod error_map;
 pub mod group;
 pub mod handlers;
+pub mod kvlog;
 pub mod metrics;
 pub mod partition;
 pub mod producer_ids;

@@ -61,7 +61,7 @@ fn json<T: Serialize>(v: &T) -> Bytes {
     Bytes::from(serde_json::to_vec(v).unwrap_or_default())
 }
 
-pub fn encode(e: &Entry) -> (Bytes, Option<Bytes>) {
+pub fn encode(e: &Entry) -> crate::kvlog::KvRecord {
     match e {
         Entry::Group(g, v) => (json(&RecordKey::Group { group: g.clone() }), v.as_ref().map(json)),
         Entry::Offset { group, topic, partition, value } => (

@@ -17,24 +17,19 @@
 pub mod codec;
 pub mod machine;
 
+use crate::kvlog::{Durable, KvLog, KvRecord};
 use bytes::Bytes;
 use codec::{Entry, StoredGroup, StoredMember, StoredOffset};
 use kafka_protocol::error::ResponseError;
 use machine::{CommittedOffset, Effect, Group, GroupSettings, GroupState, JoinArgs, JoinResult, SyncArgs, SyncResult};
-use sluice_protocol::batch::{iter_batches, BatchBuilder, NewRecord};
-use sluice_storage::{Flusher, Log, LogConfig, StorageError};
+use sluice_storage::{Flusher, LogConfig, StorageError};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 const PARTITIONS_FILE: &str = "__consumer_offsets.json";
-/// Compact a shard when it has appended at least this many records since the last compaction
-/// and more than twice its live keys.
-const COMPACT_MIN_RECORDS: u64 = 1000;
-/// Records per batch in the offsets log.
-const RECORDS_PER_BATCH: usize = 500;
 
 /// Coordinator settings (Kafka's names in `config.rs`).
 #[derive(Debug, Clone, PartialEq)]
@@ -69,13 +64,10 @@ type Waiters<T> = HashMap<(String, String), oneshot::Sender<T>>;
 
 pub struct Shard {
     index: i32,
-    dir: PathBuf,
-    log_config: LogConfig,
-    log: Option<Log>,
+    log: KvLog,
     pub groups: HashMap<String, Group>,
     join_waiters: Waiters<JoinResult>,
     sync_waiters: Waiters<SyncResult>,
-    records_since_compaction: u64,
 }
 
 /// Answers to deliver once `durable` (if any) is reached.
@@ -128,41 +120,10 @@ impl Deliveries {
 }
 
 impl Shard {
-    fn log(&mut self) -> Result<&mut Log, StorageError> {
-        if self.log.is_none() {
-            self.log = Some(Log::open(&self.dir, self.log_config.clone())?);
-        }
-        match self.log.as_mut() {
-            Some(l) => Ok(l),
-            None => Err(StorageError::Offline(self.dir.clone())),
-        }
-    }
-
     /// Append entries (in order) and return what to wait on for their durability.
-    fn append(&mut self, entries: &[Entry], now: i64) -> Result<Option<(Arc<Flusher>, i64)>, StorageError> {
-        if entries.is_empty() {
-            return Ok(None);
-        }
-        let log = self.log()?;
-        let mut end = log.log_end_offset();
-        for chunk in entries.chunks(RECORDS_PER_BATCH) {
-            let records: Vec<NewRecord> = chunk
-                .iter()
-                .map(|e| {
-                    let (k, v) = codec::encode(e);
-                    NewRecord { timestamp: now, key: Some(k), value: v, headers: Vec::new() }
-                })
-                .collect();
-            let batch = BatchBuilder::default()
-                .build(&records)
-                .map_err(|e| StorageError::InvalidConfig(format!("offsets-log batch: {e}")))?;
-            let mut buf = batch.to_vec();
-            let info = log.append(&mut buf, now, Some(0))?;
-            end = info.last_offset + 1;
-        }
-        let flusher = log.flusher();
-        self.records_since_compaction += entries.len() as u64;
-        Ok(Some((flusher, end)))
+    fn append(&mut self, entries: &[Entry], now: i64) -> Result<Durable, StorageError> {
+        let records: Vec<KvRecord> = entries.iter().map(codec::encode).collect();
+        self.log.append(&records, now)
     }
 
     fn group_entry(&self, g: &Group) -> Entry {
@@ -261,63 +222,24 @@ impl Shard {
 
     /// Re-append the live state and drop everything before it (see the module docs).
     fn compact(&mut self, now: i64) -> Result<bool, StorageError> {
-        let live = self.live_keys() as u64;
-        if self.records_since_compaction < COMPACT_MIN_RECORDS || self.records_since_compaction <= 2 * live {
+        if !self.log.wants_compaction(self.live_keys()) {
             return Ok(false);
         }
-        let start = self.log()?.log_end_offset();
-        let entries = self.live_entries();
-        if let Some((flusher, end)) = self.append(&entries, now)? {
-            let durable = flusher.sync_to(end)?;
-            let log = self.log()?;
-            log.set_high_watermark(durable);
-            log.delete_records(start)?;
-        }
-        self.records_since_compaction = 0;
+        let live: Vec<KvRecord> = self.live_entries().iter().map(codec::encode).collect();
+        self.log.compact(&live, now)?;
         Ok(true)
     }
 
     /// Replay the log into groups.
     fn load(&mut self, now: i64) -> Result<usize, StorageError> {
-        let (index, dir) = (self.index, self.dir.clone());
-        let log = self.log()?;
-        let durable = log.flusher().durable_end();
-        log.set_high_watermark(durable);
-        let mut offset = log.log_start_offset();
-        let end = log.log_end_offset();
-        let mut entries = Vec::new();
-        while offset < end {
-            let chunk = log.read(offset, 1 << 20, None, true)?;
-            if chunk.is_empty() {
-                break;
-            }
-            for b in iter_batches(&chunk) {
-                let (_, b) = b.map_err(|e| StorageError::Corrupt {
-                    path: dir.clone(),
-                    position: 0,
-                    reason: format!("offsets log batch at {offset}: {e}"),
-                })?;
-                offset = b.last_offset() + 1;
-                let records = match b.records() {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tracing::warn!(shard = index, "skipping unreadable offsets-log batch: {e}");
-                        continue;
-                    }
-                };
-                for r in records {
-                    match codec::decode(r.key.as_deref(), r.value.as_deref()) {
-                        Ok(e) => entries.push(e),
-                        Err(e) => tracing::warn!(shard = index, offset = r.offset, "skipping record: {e}"),
-                    }
-                }
+        let records = self.log.read_all()?;
+        let n = records.len();
+        for (k, v) in records {
+            match codec::decode(Some(&k), v.as_deref()) {
+                Ok(e) => self.replay(e, now),
+                Err(e) => tracing::warn!(shard = self.index, "skipping record: {e}"),
             }
         }
-        let n = entries.len();
-        for e in entries {
-            self.replay(e, now);
-        }
-        self.records_since_compaction = n as u64;
         Ok(n)
     }
 
@@ -395,24 +317,16 @@ impl GroupCoordinator {
             }
             Err(e) => return Err(e.into()),
         }
-        let mut log_config = base.clone();
-        log_config.segment_bytes = settings.segment_bytes;
-        log_config.retention_ms = -1;
-        log_config.retention_bytes = -1;
-        log_config.flush = sluice_storage::FlushPolicy::Sync;
         let now = crate::handlers::now_ms();
         let mut shards = Vec::new();
         for i in 0..settings.partitions {
             let dir = data_dir.join(format!("{OFFSETS_TOPIC}-{i}"));
             let mut shard = Shard {
                 index: i,
-                dir: dir.clone(),
-                log_config: log_config.clone(),
-                log: None,
+                log: KvLog::new(dir.clone(), base, settings.segment_bytes),
                 groups: HashMap::new(),
                 join_waiters: HashMap::new(),
                 sync_waiters: HashMap::new(),
-                records_since_compaction: 0,
             };
             if dir.exists() {
                 let n = shard.load(now)?;
@@ -780,10 +694,8 @@ impl GroupCoordinator {
     /// Flush and close the logs (clean shutdown).
     pub fn close(&self) {
         for mut shard in self.shards() {
-            if let Some(log) = shard.log.take() {
-                if let Err(e) = log.close() {
-                    tracing::error!(shard = shard.index, "closing offsets log failed: {e}");
-                }
+            if let Err(e) = shard.log.close() {
+                tracing::error!(shard = shard.index, "closing offsets log failed: {e}");
             }
         }
     }
@@ -882,13 +794,11 @@ mod tests {
             commit(&c, "gone", 0, 1, 5000);
             assert!(c.delete_group("gone", 5001).unwrap().is_some());
             let shard = c.partition_for("simple") as usize;
-            let before = c.shards[shard].lock().unwrap().log.as_ref().unwrap().segment_count();
+            let (_, before) = c.shards[shard].lock().unwrap().log.log_start_and_segments().unwrap();
             c.maintain(6000);
-            let s = c.shards[shard].lock().unwrap();
-            let log = s.log.as_ref().unwrap();
-            assert!(log.log_start_offset() > 0, "compaction moved the log start");
-            assert!(log.segment_count() < before, "whole segments behind the log start were deleted");
-            drop(s);
+            let (start, after) = c.shards[shard].lock().unwrap().log.log_start_and_segments().unwrap();
+            assert!(start > 0, "compaction moved the log start");
+            assert!(after < before, "whole segments behind the log start were deleted");
             // more commits after compaction, then an unclean stop (no close)
             commit(&c, "simple", 1, 7777, 7000);
         }

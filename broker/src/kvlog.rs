@@ -1,0 +1,152 @@
+//! An internal key/value log: the storage crate's `Log` (same CRC, recovery and group-commit
+//! fsync) holding records whose latest value per key is the state, and a record without a value
+//! deletes its key. Used by the group coordinator (`__consumer_offsets-<n>`) and the transaction
+//! coordinator (`__transaction_state-<n>`).
+//!
+//! Reload time is bounded by compaction by re-append: when the log has taken many more records
+//! than there are live keys, the owner re-appends its live state and the log start offset moves
+//! to that point, so whole segments behind it are deleted and a replay reads only live state plus
+//! the tail written since (docs/decisions/0004-group-coordinator.md).
+
+use bytes::Bytes;
+use sluice_protocol::batch::{iter_batches, BatchBuilder, NewRecord};
+use sluice_storage::{FlushPolicy, Flusher, Log, LogConfig, StorageError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Compact when at least this many records were appended since the last compaction and more
+/// than twice the live keys.
+pub const COMPACT_MIN_RECORDS: u64 = 1000;
+/// Records per batch.
+const RECORDS_PER_BATCH: usize = 500;
+
+/// A key and its value (`None`: deleted).
+pub type KvRecord = (Bytes, Option<Bytes>);
+
+/// What to wait on for durability: the log's flusher and the end offset written.
+pub type Durable = Option<(Arc<Flusher>, i64)>;
+
+pub struct KvLog {
+    dir: PathBuf,
+    config: LogConfig,
+    log: Option<Log>,
+    records_since_compaction: u64,
+}
+
+impl KvLog {
+    /// A log in `dir`, opened on first use. Always fsynced before acknowledging (`sync`), never
+    /// trimmed by time or size: only compaction moves its start.
+    pub fn new(dir: PathBuf, base: &LogConfig, segment_bytes: u64) -> KvLog {
+        let mut config = base.clone();
+        config.segment_bytes = segment_bytes;
+        config.retention_ms = -1;
+        config.retention_bytes = -1;
+        config.flush = FlushPolicy::Sync;
+        KvLog { dir, config, log: None, records_since_compaction: 0 }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn log(&mut self) -> Result<&mut Log, StorageError> {
+        if self.log.is_none() {
+            self.log = Some(Log::open(&self.dir, self.config.clone())?);
+        }
+        match self.log.as_mut() {
+            Some(l) => Ok(l),
+            None => Err(StorageError::Offline(self.dir.clone())),
+        }
+    }
+
+    /// Append records in order; returns what to wait on for their durability.
+    pub fn append(&mut self, records: &[KvRecord], now: i64) -> Result<Durable, StorageError> {
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let log = self.log()?;
+        let mut end = log.log_end_offset();
+        for chunk in records.chunks(RECORDS_PER_BATCH) {
+            let recs: Vec<NewRecord> = chunk
+                .iter()
+                .map(|(k, v)| NewRecord { timestamp: now, key: Some(k.clone()), value: v.clone(), headers: Vec::new() })
+                .collect();
+            let batch = BatchBuilder::default()
+                .build(&recs)
+                .map_err(|e| StorageError::InvalidConfig(format!("internal log batch: {e}")))?;
+            let mut buf = batch.to_vec();
+            let info = log.append(&mut buf, now, Some(0))?;
+            end = info.last_offset + 1;
+        }
+        let flusher = log.flusher();
+        self.records_since_compaction += records.len() as u64;
+        Ok(Some((flusher, end)))
+    }
+
+    /// Every record from the log start, in order (reload). Unreadable batches are skipped with
+    /// a warning (their CRC was valid, so this is a format problem, not corruption).
+    pub fn read_all(&mut self) -> Result<Vec<KvRecord>, StorageError> {
+        if !self.dir.exists() {
+            return Ok(Vec::new());
+        }
+        let dir = self.dir.clone();
+        let log = self.log()?;
+        let durable = log.flusher().durable_end();
+        log.set_high_watermark(durable);
+        let mut offset = log.log_start_offset();
+        let end = log.log_end_offset();
+        let mut out = Vec::new();
+        while offset < end {
+            let chunk = log.read(offset, 1 << 20, None, true)?;
+            if chunk.is_empty() {
+                break;
+            }
+            for b in iter_batches(&chunk) {
+                let (_, b) = b.map_err(|e| StorageError::Corrupt {
+                    path: dir.clone(),
+                    position: 0,
+                    reason: format!("internal log batch at {offset}: {e}"),
+                })?;
+                offset = b.last_offset() + 1;
+                match b.records() {
+                    Ok(rs) => out.extend(rs.into_iter().filter_map(|r| r.key.map(|k| (k, r.value)))),
+                    Err(e) => tracing::warn!(dir = %dir.display(), "skipping unreadable internal-log batch: {e}"),
+                }
+            }
+        }
+        self.records_since_compaction = out.len() as u64;
+        Ok(out)
+    }
+
+    /// Whether the log has grown enough beyond `live_keys` to be worth compacting.
+    pub fn wants_compaction(&self, live_keys: usize) -> bool {
+        let n = self.records_since_compaction;
+        n >= COMPACT_MIN_RECORDS && n > 2 * live_keys as u64
+    }
+
+    /// Re-append the live state and drop everything before it (blocking: waits for the fsync).
+    pub fn compact(&mut self, live: &[KvRecord], now: i64) -> Result<(), StorageError> {
+        let start = self.log()?.log_end_offset();
+        if let Some((flusher, end)) = self.append(live, now)? {
+            let durable = flusher.sync_to(end)?;
+            let log = self.log()?;
+            log.set_high_watermark(durable);
+            log.delete_records(start)?;
+        }
+        self.records_since_compaction = 0;
+        Ok(())
+    }
+
+    /// Flush and close (clean shutdown).
+    pub fn close(&mut self) -> Result<(), StorageError> {
+        match self.log.take() {
+            Some(log) => log.close(),
+            None => Ok(()),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn log_start_and_segments(&self) -> Option<(i64, usize)> {
+        self.log.as_ref().map(|l| (l.log_start_offset(), l.segment_count()))
+    }
+}
