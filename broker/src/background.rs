@@ -18,6 +18,11 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
     let mut retention_tick = tokio::time::interval(Duration::from_millis(state.config.retention_check_interval_ms));
     let mut gauges_tick = tokio::time::interval(Duration::from_secs(1));
     let mut group_tick = tokio::time::interval(Duration::from_millis(100));
+    tokio::spawn({
+        let st = state.clone();
+        async move { crate::txn::TxnCoordinator::recover(&st).await }
+    });
+    let mut txn_tick = tokio::time::interval(Duration::from_millis(state.config.txns.abort_check_interval_ms));
     let mut offsets_tick =
         tokio::time::interval(Duration::from_millis(state.config.offsets_retention_check_interval_ms));
     loop {
@@ -57,6 +62,10 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
                 for d in state.groups.tick(crate::handlers::now_ms()) {
                     tokio::spawn(d.finish());
                 }
+            }
+            _ = txn_tick.tick() => {
+                let st = state.clone();
+                tokio::spawn(async move { crate::txn::TxnCoordinator::check_timeouts(&st).await });
             }
             _ = offsets_tick.tick() => {
                 let st = state.clone();

@@ -84,6 +84,26 @@ pub const SETTINGS: &[Setting] = &[
         help: "delete the offsets of a group that has been empty this long (-1: never)",
     },
     Setting {
+        name: "transaction.state.log.num.partitions",
+        default: "50",
+        help: "partitions of the internal transaction-state log (fixed at first use)",
+    },
+    Setting {
+        name: "transaction.max.timeout.ms",
+        default: "900000",
+        help: "longest transaction timeout a producer may ask for",
+    },
+    Setting {
+        name: "transactional.id.expiration.ms",
+        default: "604800000",
+        help: "forget a transactional id idle this long with no open transaction",
+    },
+    Setting {
+        name: "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        default: "10000",
+        help: "how often transactions open past their timeout are looked for (and aborted)",
+    },
+    Setting {
         name: "offsets.retention.check.interval.ms",
         default: "600000",
         help: "how often offset expiry and offsets-log compaction run",
@@ -110,6 +130,7 @@ pub struct Config {
     pub metrics_listener: Option<SocketAddr>,
     pub groups: crate::group::CoordinatorSettings,
     pub offsets_retention_check_interval_ms: u64,
+    pub txns: crate::txn::TxnSettings,
     /// Every setting's resolved value as text (for DescribeConfigs).
     pub values: BTreeMap<String, String>,
 }
@@ -415,6 +436,27 @@ pub fn resolve(
             get("offsets.retention.check.interval.ms"),
             positive,
         )? as u64,
+        txns: crate::txn::TxnSettings {
+            partitions: parse(
+                "transaction.state.log.num.partitions",
+                get("transaction.state.log.num.partitions"),
+                |x: &i32| {
+                    if (1..=1000).contains(x) {
+                        Ok(())
+                    } else {
+                        Err("must be between 1 and 1000".into())
+                    }
+                },
+            )?,
+            segment_bytes: 104_857_600,
+            max_timeout_ms: parse("transaction.max.timeout.ms", get("transaction.max.timeout.ms"), positive_i32)?,
+            id_expiration_ms: parse("transactional.id.expiration.ms", get("transactional.id.expiration.ms"), positive)?,
+            abort_check_interval_ms: parse::<i64>(
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+                positive,
+            )? as u64,
+        },
         values: SETTINGS.iter().map(|s| (s.name.to_string(), get(s.name).0)).collect(),
     })
 }

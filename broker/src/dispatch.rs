@@ -47,6 +47,9 @@ pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::n
         RequestKind::DescribeLogDirs(r) => {
             Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_cluster::describe_log_dirs(state, r)))
         }
+        RequestKind::InitProducerId(r) if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) => {
+            handlers::txn::init_producer_id(state, version, r)
+        }
         RequestKind::InitProducerId(r) => {
             Reply::now(ResponseKind::InitProducerId(handlers::init_producer_id::handle(state, version, r)))
         }
@@ -71,6 +74,14 @@ pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::n
         RequestKind::ListGroups(r) => Reply::now(ResponseKind::ListGroups(handlers::groups::list(state, r))),
         RequestKind::DeleteGroups(r) => handlers::groups::delete(state, r),
         RequestKind::WriteTxnMarkers(r) => handlers::write_txn_markers::handle(state, r),
+        RequestKind::AddPartitionsToTxn(r) => handlers::txn::add_partitions(state, version, r),
+        RequestKind::AddOffsetsToTxn(r) => handlers::txn::add_offsets(state, version, r),
+        RequestKind::EndTxn(r) => handlers::txn::end_txn(state, version, r),
+        RequestKind::TxnOffsetCommit(r) => handlers::txn::txn_offset_commit(state, version, r),
+        RequestKind::ListTransactions(r) => Reply::now(ResponseKind::ListTransactions(handlers::txn::list(state, r))),
+        RequestKind::DescribeTransactions(r) => {
+            Reply::now(ResponseKind::DescribeTransactions(handlers::txn::describe(state, r)))
+        }
         // `RequestKind` is non-exhaustive; keys outside the table never decode to here
         // (`decode_request` refuses them), so reaching this arm is a table/dispatch mismatch.
         other => {
@@ -246,6 +257,44 @@ mod tests {
                 let mut r = WriteTxnMarkersRequest::default();
                 r.markers = vec![m];
                 RequestKind::WriteTxnMarkers(r)
+            }
+            ApiKey::AddPartitionsToTxn => {
+                let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+                t.name = name;
+                t.partitions = vec![0];
+                let mut r = AddPartitionsToTxnRequest::default();
+                r.v3_and_below_transactional_id = TransactionalId(StrBytes::from_static_str("tx"));
+                r.v3_and_below_topics = vec![t];
+                RequestKind::AddPartitionsToTxn(r)
+            }
+            ApiKey::AddOffsetsToTxn => {
+                let mut r = AddOffsetsToTxnRequest::default();
+                r.transactional_id = TransactionalId(StrBytes::from_static_str("tx"));
+                r.group_id = GroupId(StrBytes::from_static_str("g"));
+                RequestKind::AddOffsetsToTxn(r)
+            }
+            ApiKey::EndTxn => {
+                let mut r = EndTxnRequest::default();
+                r.transactional_id = TransactionalId(StrBytes::from_static_str("tx"));
+                RequestKind::EndTxn(r)
+            }
+            ApiKey::TxnOffsetCommit => {
+                let mut p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
+                p.committed_offset = 1;
+                let mut t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+                t.name = name;
+                t.partitions = vec![p];
+                let mut r = TxnOffsetCommitRequest::default();
+                r.transactional_id = TransactionalId(StrBytes::from_static_str("tx"));
+                r.group_id = GroupId(StrBytes::from_static_str("g"));
+                r.topics = vec![t];
+                RequestKind::TxnOffsetCommit(r)
+            }
+            ApiKey::ListTransactions => RequestKind::ListTransactions(ListTransactionsRequest::default()),
+            ApiKey::DescribeTransactions => {
+                let mut r = DescribeTransactionsRequest::default();
+                r.transactional_ids = vec![TransactionalId(StrBytes::from_static_str("tx"))];
+                RequestKind::DescribeTransactions(r)
             }
             other => panic!("add {other:?} to default_request"),
         }

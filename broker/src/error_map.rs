@@ -30,6 +30,7 @@ pub fn refusal_code(r: &crate::partition::producer_state::Refusal) -> i16 {
         Refusal::InvalidTxnState => ResponseError::InvalidTxnState.code(),
         Refusal::UnknownProducerId { .. } => ResponseError::UnknownProducerId.code(),
         Refusal::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced.code(),
+        Refusal::TxnVerification(code) => *code,
     }
 }
 

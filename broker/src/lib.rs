@@ -12,7 +12,10 @@
 //! - `error_map`: the ONE place internal errors become Kafka error codes;
 //! - `metrics`: every metric name, and the Prometheus endpoint (`metrics.listener`).
 //!
-//! Coming with later issues: `txn/` (transaction coordinator), `cluster/` (openraft).
+//! - `txn`: the transaction coordinator (transaction-state log, markers, timeouts);
+//! - `kvlog`: the internal key/value log under both coordinators.
+//!
+//! Coming with later issues: `cluster/` (openraft).
 
 pub mod background;
 pub mod config;
@@ -27,3 +30,4 @@ pub mod partition;
 pub mod producer_ids;
 pub mod server;
 pub mod state;
+pub mod txn;

@@ -17,7 +17,7 @@ use uuid::Uuid;
 pub const METADATA_FILE: &str = "__sluice_metadata.json";
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Names of internal logs kept in the data directory; no user topic may take them.
-pub const RESERVED_TOPICS: &[&str] = &[crate::group::OFFSETS_TOPIC, "__transaction_state"];
+pub const RESERVED_TOPICS: &[&str] = &[crate::group::OFFSETS_TOPIC, crate::txn::TXN_TOPIC];
 
 /// Topic configs this broker understands, with their broker-level source.
 pub const TOPIC_CONFIGS: &[&str] = &[
@@ -86,6 +86,7 @@ pub struct BrokerState {
     pub hw_changed: Arc<tokio::sync::Notify>,
     pub producer_ids: crate::producer_ids::ProducerIds,
     pub groups: crate::group::GroupCoordinator,
+    pub txns: crate::txn::TxnCoordinator,
     _lock: DirLock,
 }
 
@@ -209,9 +210,11 @@ impl BrokerState {
         }
         let producer_ids = crate::producer_ids::ProducerIds::open(&data_dir)?;
         let groups = crate::group::GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?;
+        let txns = crate::txn::TxnCoordinator::open(&data_dir, &config.log, config.txns.clone())?;
         let state = BrokerState {
             producer_ids,
             groups,
+            txns,
             config,
             cluster_id: meta.cluster_id.clone(),
             data_dir,
@@ -401,6 +404,7 @@ impl BrokerState {
     /// in-flight requests are flushed but not marked clean.
     pub fn shutdown(self) {
         self.groups.close();
+        self.txns.close();
         let topics = std::mem::take(&mut *self.topics.write().unwrap_or_else(|e| e.into_inner()));
         for (_, topic) in topics {
             let Ok(topic) = Arc::try_unwrap(topic) else { continue };

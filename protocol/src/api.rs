@@ -59,6 +59,12 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::ListGroups, 0, 5),
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::WriteTxnMarkers, 1, 1),
+    api(ApiKey::AddPartitionsToTxn, 0, 3),
+    api(ApiKey::AddOffsetsToTxn, 0, 3),
+    api(ApiKey::EndTxn, 0, 4),
+    api(ApiKey::TxnOffsetCommit, 0, 3),
+    api(ApiKey::ListTransactions, 0, 1),
+    api(ApiKey::DescribeTransactions, 0, 0),
 ];
 
 /// The table row for `key`, if supported.

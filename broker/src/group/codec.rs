@@ -11,8 +11,26 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "k", rename_all = "snake_case")]
 pub enum RecordKey {
-    Group { group: String },
-    Offset { group: String, topic: String, partition: i32 },
+    Group {
+        group: String,
+    },
+    Offset {
+        group: String,
+        topic: String,
+        partition: i32,
+    },
+    /// An offset committed inside a transaction (TxnOffsetCommit), pending until its marker.
+    TxnOffset {
+        group: String,
+        producer_id: i64,
+        topic: String,
+        partition: i32,
+    },
+    /// The marker for a producer's transactional offsets in this group.
+    TxnEnd {
+        group: String,
+        producer_id: i64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,6 +68,13 @@ pub struct StoredOffset {
 pub enum Entry {
     Group(String, Option<StoredGroup>),
     Offset { group: String, topic: String, partition: i32, value: Option<StoredOffset> },
+    TxnOffset { group: String, producer_id: i64, topic: String, partition: i32, value: StoredOffset },
+    TxnEnd { group: String, producer_id: i64, commit: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct StoredTxnEnd {
+    commit: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +92,19 @@ pub fn encode(e: &Entry) -> crate::kvlog::KvRecord {
         Entry::Offset { group, topic, partition, value } => (
             json(&RecordKey::Offset { group: group.clone(), topic: topic.clone(), partition: *partition }),
             value.as_ref().map(json),
+        ),
+        Entry::TxnOffset { group, producer_id, topic, partition, value } => (
+            json(&RecordKey::TxnOffset {
+                group: group.clone(),
+                producer_id: *producer_id,
+                topic: topic.clone(),
+                partition: *partition,
+            }),
+            Some(json(value)),
+        ),
+        Entry::TxnEnd { group, producer_id, commit } => (
+            json(&RecordKey::TxnEnd { group: group.clone(), producer_id: *producer_id }),
+            Some(json(&StoredTxnEnd { commit: *commit })),
         ),
     }
 }
@@ -89,6 +127,20 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Entry, CodecEr
                 .map(|v| serde_json::from_slice(v).map_err(|e| CodecError(format!("offset value: {e}"))))
                 .transpose()?,
         },
+        RecordKey::TxnOffset { group, producer_id, topic, partition } => Entry::TxnOffset {
+            group,
+            producer_id,
+            topic,
+            partition,
+            value: serde_json::from_slice(value.ok_or_else(|| CodecError("txn offset without value".into()))?)
+                .map_err(|e| CodecError(format!("txn offset value: {e}")))?,
+        },
+        RecordKey::TxnEnd { group, producer_id } => {
+            let v: StoredTxnEnd =
+                serde_json::from_slice(value.ok_or_else(|| CodecError("txn end without value".into()))?)
+                    .map_err(|e| CodecError(format!("txn end value: {e}")))?;
+            Entry::TxnEnd { group, producer_id, commit: v.commit }
+        }
     })
 }
 

@@ -118,6 +118,8 @@ pub struct Group {
     /// Member ids handed out with MEMBER_ID_REQUIRED, not yet joined, and when they lapse (KIP-394).
     pub pending_members: HashMap<String, i64>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// TxnOffsetCommit offsets by producer id, pending until the transaction's marker.
+    pub pending_txn: HashMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
     /// PreparingRebalance: when the join phase ends even if not everyone rejoined.
     pub join_deadline_ms: Option<i64>,
     /// The first rebalance of an empty group waits `group.initial.rebalance.delay.ms` for more
@@ -231,6 +233,7 @@ impl Group {
             static_members: HashMap::new(),
             pending_members: HashMap::new(),
             offsets: BTreeMap::new(),
+            pending_txn: HashMap::new(),
             join_deadline_ms: None,
             initial_delay_limit_ms: None,
             sync_deadline_ms: None,
@@ -820,6 +823,44 @@ impl Group {
         }
         m.last_heartbeat_ms = now;
         Ok(())
+    }
+
+    /// TxnOffsetCommit v3 (KIP-447): a zombie consumer that lost its partitions is fenced by
+    /// the generation check; v0–2 requests carry no member and are not checked.
+    pub fn validate_txn_offset_commit(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), ResponseError> {
+        if self.state == GroupState::Dead {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        if self.is_fenced(member_id, instance_id) {
+            return Err(ResponseError::FencedInstanceId);
+        }
+        if !member_id.is_empty() && !self.members.contains_key(member_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if generation >= 0 && generation != self.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        Ok(())
+    }
+
+    /// Some transaction has an offset for this partition that is not yet committed or aborted
+    /// (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT).
+    pub fn has_pending(&self, topic: &str, partition: i32) -> bool {
+        self.pending_txn.values().any(|m| m.contains_key(&(topic.to_string(), partition)))
+    }
+
+    /// The transaction of `pid` ended: its pending offsets become committed, or vanish.
+    pub fn complete_txn(&mut self, pid: i64, commit: bool) {
+        if let Some(pending) = self.pending_txn.remove(&pid) {
+            if commit {
+                self.offsets.extend(pending);
+            }
+        }
     }
 
     /// Make a group empty with the given generation (reload of a stored empty group).

@@ -196,7 +196,7 @@ impl Shard {
     }
 
     fn live_keys(&self) -> usize {
-        self.groups.values().map(|g| 1 + g.offsets.len()).sum()
+        self.groups.values().map(|g| 1 + g.offsets.len() + g.pending_txn.values().map(|m| m.len()).sum::<usize>()).sum()
     }
 
     fn live_entries(&self) -> Vec<Entry> {
@@ -215,6 +215,22 @@ impl Shard {
                         commit_ms: o.commit_ms,
                     }),
                 });
+            }
+            for (pid, pending) in &g.pending_txn {
+                for ((topic, partition), o) in pending {
+                    out.push(Entry::TxnOffset {
+                        group: g.id.clone(),
+                        producer_id: *pid,
+                        topic: topic.clone(),
+                        partition: *partition,
+                        value: StoredOffset {
+                            offset: o.offset,
+                            leader_epoch: o.leader_epoch,
+                            metadata: o.metadata.clone(),
+                            commit_ms: o.commit_ms,
+                        },
+                    });
+                }
             }
         }
         out
@@ -271,6 +287,23 @@ impl Shard {
                     }
                 }
             },
+            Entry::TxnOffset { group, producer_id, topic, partition, value: v } => {
+                let g = self.groups.entry(group.clone()).or_insert_with(|| Group::new(&group, now));
+                g.pending_txn.entry(producer_id).or_default().insert(
+                    (topic, partition),
+                    CommittedOffset {
+                        offset: v.offset,
+                        leader_epoch: v.leader_epoch,
+                        metadata: v.metadata,
+                        commit_ms: v.commit_ms,
+                    },
+                );
+            }
+            Entry::TxnEnd { group, producer_id, commit } => {
+                if let Some(g) = self.groups.get_mut(&group) {
+                    g.complete_txn(producer_id, commit);
+                }
+            }
         }
     }
 }
@@ -478,6 +511,88 @@ impl GroupCoordinator {
             }
         }
         Ok(wait)
+    }
+
+    /// TxnOffsetCommit: record offsets pending in `pid`'s transaction (durable before answering;
+    /// visible to OffsetFetch only once the transaction commits).
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_txn_offsets(
+        &self,
+        group_id: &str,
+        pid: i64,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        offsets: Vec<OffsetToCommit>,
+        now: i64,
+    ) -> Result<Durable, ResponseError> {
+        let mut shard = self.shard(group_id);
+        let existed = shard.groups.contains_key(group_id);
+        let g = shard.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+        if let Err(e) = g.validate_txn_offset_commit(member_id, instance_id, generation) {
+            if !existed {
+                shard.groups.remove(group_id);
+            }
+            return Err(e);
+        }
+        let entries: Vec<Entry> = offsets
+            .iter()
+            .map(|o| Entry::TxnOffset {
+                group: group_id.to_string(),
+                producer_id: pid,
+                topic: o.topic.clone(),
+                partition: o.partition,
+                value: StoredOffset {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata.clone(),
+                    commit_ms: now,
+                },
+            })
+            .collect();
+        let wait = shard.append(&entries, now).map_err(|e| {
+            tracing::error!(group = group_id, "txn offset commit failed: {e}");
+            ResponseError::CoordinatorNotAvailable
+        })?;
+        if let Some(g) = shard.groups.get_mut(group_id) {
+            let pending = g.pending_txn.entry(pid).or_default();
+            for o in offsets {
+                pending.insert(
+                    (o.topic, o.partition),
+                    CommittedOffset {
+                        offset: o.offset,
+                        leader_epoch: o.leader_epoch,
+                        metadata: o.metadata,
+                        commit_ms: now,
+                    },
+                );
+            }
+        }
+        Ok(wait)
+    }
+
+    /// The marker for `pid`'s transaction reached this group: commit or drop its offsets.
+    pub fn complete_txn(&self, group_id: &str, pid: i64, commit: bool, now: i64) -> Result<Durable, ResponseError> {
+        let mut shard = self.shard(group_id);
+        let entry = Entry::TxnEnd { group: group_id.to_string(), producer_id: pid, commit };
+        let wait = shard.append(&[entry], now).map_err(|e| {
+            tracing::error!(group = group_id, "txn offset completion failed: {e}");
+            ResponseError::CoordinatorNotAvailable
+        })?;
+        if let Some(g) = shard.groups.get_mut(group_id) {
+            g.complete_txn(pid, commit);
+        }
+        Ok(wait)
+    }
+
+    /// Partitions of `group_id` with transactional offsets still pending.
+    pub fn pending_partitions(&self, group_id: &str) -> std::collections::BTreeSet<(String, i32)> {
+        let shard = self.shard(group_id);
+        shard
+            .groups
+            .get(group_id)
+            .map(|g| g.pending_txn.values().flat_map(|m| m.keys().cloned()).collect())
+            .unwrap_or_default()
     }
 
     /// Committed offsets of a group: all of them, or those asked for (missing ones as `None`).

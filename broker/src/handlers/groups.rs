@@ -15,8 +15,8 @@ fn opt(s: &Option<StrBytes>) -> Option<&str> {
     s.as_ref().map(|s| s.as_str()).filter(|s| !s.is_empty())
 }
 
-/// FindCoordinator: this broker coordinates every group. Transaction coordinators (key type 1)
-/// arrive with the transactions issue; until then they are refused with a clear message.
+/// FindCoordinator: this broker coordinates every group (key type 0) and every transactional
+/// id (key type 1).
 pub fn find_coordinator(state: &BrokerState, version: i16, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
     let keys: Vec<StrBytes> = if version >= 4 { req.coordinator_keys.clone() } else { vec![req.key.clone()] };
     let mut resp = FindCoordinatorResponse::default();
@@ -24,16 +24,10 @@ pub fn find_coordinator(state: &BrokerState, version: i16, req: FindCoordinatorR
         let mut c = find_coordinator_response::Coordinator::default();
         c.key = key;
         match req.key_type {
-            0 => {
+            0 | 1 => {
                 c.node_id = BrokerId(state.config.node_id);
                 c.host = sb(&state.config.advertised_host);
                 c.port = state.config.advertised_port;
-            }
-            1 => {
-                c.node_id = BrokerId(-1);
-                c.port = -1;
-                c.error_code = ResponseError::CoordinatorNotAvailable.code();
-                c.error_message = Some(sb("transactions are not supported by this broker yet"));
             }
             _ => {
                 c.node_id = BrokerId(-1);
@@ -194,33 +188,14 @@ pub fn leave(state: &BrokerState, version: i16, req: LeaveGroupRequest) -> Reply
 
 pub fn offset_commit(state: &BrokerState, req: OffsetCommitRequest) -> Reply {
     let group_id = req.group_id.to_string();
-    let max_meta = state.groups.settings.metadata_max_bytes;
-    // Per partition: a refusal code, or `None` = committed with the group's outcome.
-    let mut to_commit = Vec::new();
-    let mut layout: TopicCodes = Vec::new();
-    for t in &req.topics {
-        let topic = state.topic(&t.name);
-        let mut rows = Vec::new();
-        for p in &t.partitions {
-            let meta = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
-            let refusal = if topic.as_ref().and_then(|tp| tp.partition(p.partition_index)).is_none() {
-                Some(ResponseError::UnknownTopicOrPartition.code())
-            } else if meta.len() > max_meta {
-                Some(ResponseError::OffsetMetadataTooLarge.code())
-            } else {
-                to_commit.push(OffsetToCommit {
-                    topic: t.name.to_string(),
-                    partition: p.partition_index,
-                    offset: p.committed_offset,
-                    leader_epoch: p.committed_leader_epoch,
-                    metadata: meta,
-                });
-                None
-            };
-            rows.push((p.partition_index, refusal));
-        }
-        layout.push((t.name.clone(), rows));
-    }
+    let rows = req.topics.iter().map(|t| {
+        let ps = t
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata.clone()));
+        (t.name.clone(), ps.collect())
+    });
+    let (to_commit, layout) = plan_offsets(state, rows.collect());
     let outcome = if group_id.is_empty() {
         Err(ResponseError::InvalidGroupId)
     } else if to_commit.is_empty() {
@@ -265,13 +240,58 @@ pub fn offset_commit(state: &BrokerState, req: OffsetCommitRequest) -> Reply {
 
 type Wanted = Option<Vec<(String, Vec<i32>)>>;
 
-type TopicCodes = Vec<(TopicName, Vec<(i32, Option<i16>)>)>;
+/// Per topic, per partition: a refusal code, or `None` = committed with the group's outcome.
+pub type TopicCodes = Vec<(TopicName, Vec<(i32, Option<i16>)>)>;
+
+/// One partition of an OffsetCommit/TxnOffsetCommit: (partition, offset, leader epoch, metadata).
+pub type OffsetRow = (i32, i64, i32, Option<StrBytes>);
+
+/// Split a commit into the offsets to store and the per-partition refusals (unknown partition,
+/// metadata over `offset.metadata.max.bytes`).
+pub fn plan_offsets(
+    state: &BrokerState,
+    topics: Vec<(TopicName, Vec<OffsetRow>)>,
+) -> (Vec<OffsetToCommit>, TopicCodes) {
+    let max_meta = state.groups.settings.metadata_max_bytes;
+    let mut to_commit = Vec::new();
+    let mut layout: TopicCodes = Vec::new();
+    for (name, parts) in topics {
+        let topic = state.topic(&name);
+        let mut rows = Vec::new();
+        for (partition, offset, leader_epoch, metadata) in parts {
+            let meta = metadata.map(|m| m.to_string()).unwrap_or_default();
+            let refusal = if topic.as_ref().and_then(|tp| tp.partition(partition)).is_none() {
+                Some(ResponseError::UnknownTopicOrPartition.code())
+            } else if meta.len() > max_meta {
+                Some(ResponseError::OffsetMetadataTooLarge.code())
+            } else {
+                to_commit.push(OffsetToCommit {
+                    topic: name.to_string(),
+                    partition,
+                    offset,
+                    leader_epoch,
+                    metadata: meta,
+                });
+                None
+            };
+            rows.push((partition, refusal));
+        }
+        layout.push((name, rows));
+    }
+    (to_commit, layout)
+}
 
 fn fetch_group(state: &BrokerState, group_id: &str, wanted: Wanted) -> group::OffsetRows {
     state.groups.fetch_offsets(group_id, wanted)
 }
 
+/// OffsetFetch. With require_stable (v7+), a partition whose offset is pending in an open
+/// transaction answers UNSTABLE_OFFSET_COMMIT (the client retries until the marker lands).
 pub fn offset_fetch(state: &BrokerState, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
+    let require_stable = version >= 7 && req.require_stable;
+    let unstable = |group: &str, topic: &str, p: i32| {
+        require_stable && state.groups.pending_partitions(group).contains(&(topic.to_string(), p))
+    };
     let mut resp = OffsetFetchResponse::default();
     if version >= 8 {
         for g in req.groups {
@@ -287,7 +307,12 @@ pub fn offset_fetch(state: &BrokerState, version: i16, req: OffsetFetchRequest) 
                 for (p, o) in rows {
                     let mut pr = offset_fetch_response::OffsetFetchResponsePartitions::default();
                     pr.partition_index = p;
-                    fill(&mut pr.committed_offset, &mut pr.committed_leader_epoch, &mut pr.metadata, o);
+                    if unstable(&g.group_id, &topic, p) {
+                        fill(&mut pr.committed_offset, &mut pr.committed_leader_epoch, &mut pr.metadata, None);
+                        pr.error_code = ResponseError::UnstableOffsetCommit.code();
+                    } else {
+                        fill(&mut pr.committed_offset, &mut pr.committed_leader_epoch, &mut pr.metadata, o);
+                    }
                     tr.partitions.push(pr);
                 }
                 gr.topics.push(tr);
@@ -305,7 +330,12 @@ pub fn offset_fetch(state: &BrokerState, version: i16, req: OffsetFetchRequest) 
             for (p, o) in rows {
                 let mut pr = offset_fetch_response::OffsetFetchResponsePartition::default();
                 pr.partition_index = p;
-                fill(&mut pr.committed_offset, &mut pr.committed_leader_epoch, &mut pr.metadata, o);
+                if unstable(&req.group_id, &topic, p) {
+                    fill(&mut pr.committed_offset, &mut pr.committed_leader_epoch, &mut pr.metadata, None);
+                    pr.error_code = ResponseError::UnstableOffsetCommit.code();
+                } else {
+                    fill(&mut pr.committed_offset, &mut pr.committed_leader_epoch, &mut pr.metadata, o);
+                }
                 tr.partitions.push(pr);
             }
             resp.topics.push(tr);

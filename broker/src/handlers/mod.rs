@@ -14,6 +14,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod topics;
+pub mod txn;
 pub mod write_txn_markers;
 
 use kafka_protocol::messages::{ResponseKind, TopicName};

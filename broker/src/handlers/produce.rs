@@ -44,10 +44,6 @@ fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
     if v.size() != bytes.len() {
         return Err((ResponseError::InvalidRecord.code(), "a partition's records must be exactly one batch".into()));
     }
-    if v.is_transactional() {
-        // Transactions need the transaction coordinator, which this broker does not run yet.
-        return Err((ResponseError::InvalidTxnState.code(), "transactional produce is not supported yet".into()));
-    }
     if v.is_control() {
         return Err((ResponseError::InvalidRecord.code(), "clients may not produce control batches".into()));
     }
@@ -78,6 +74,7 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
         return Reply::now(ResponseKind::Produce(resp));
     }
     let now = now_ms();
+    let txn_id = req.transactional_id.as_ref().map(|t| t.to_string()).filter(|t| !t.is_empty());
     let mut staged: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Staged)>)> = Vec::new();
     for t in req.topic_data {
         let name = t.name.0.to_string();
@@ -98,7 +95,15 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
                             if log_append_time {
                                 restamp(&mut buf, now);
                             }
-                            match partition.append_batch(&mut buf, now) {
+                            // a transactional batch must belong to its producer's ongoing
+                            // transaction, as the coordinator sees it (KIP-890 part 1)
+                            let verify = |pid: i64, epoch: i16| match &txn_id {
+                                Some(id) => {
+                                    state.txns.verify_partition(id, pid, epoch, &name, p.index).map_err(|e| e.code())
+                                }
+                                None => Err(ResponseError::InvalidTxnState.code()),
+                            };
+                            match partition.append_batch_in_txn(&mut buf, now, Some(&verify)) {
                                 Ok(Appended::New { info, log_start, sync }) => Staged::Appended {
                                     partition: partition.clone(),
                                     base_offset: info.first_offset,

@@ -170,7 +170,21 @@ impl Partition {
 
     /// Stage 1 of produce for one batch (header already validated): the idempotence check,
     /// the append, then the state update — in that order, under the producer-state lock.
+    /// Transactional batches are refused here; see [`Partition::append_batch_in_txn`].
     pub fn append_batch(&self, batch: &mut [u8], now_ms: i64) -> Result<Appended, AppendError> {
+        self.append_batch_in_txn(batch, now_ms, None)
+    }
+
+    /// [`Partition::append_batch`] where a transactional batch is first verified by `verify`
+    /// (the transaction coordinator: is this partition in the producer's ongoing transaction?).
+    /// The verification runs under the producer-state lock, which a marker also takes: a batch
+    /// verified before its transaction ended is in the log before that transaction's marker.
+    pub fn append_batch_in_txn(
+        &self,
+        batch: &mut [u8],
+        now_ms: i64,
+        verify: Option<&dyn Fn(i64, i16) -> Result<(), i16>>,
+    ) -> Result<Appended, AppendError> {
         let header = BatchView::parse_unchecked_crc(batch).map(|v| {
             (
                 v.producer_id(),
@@ -198,14 +212,7 @@ impl Partition {
         let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
         match producer_state::check(producers.get(&pid), &hdr) {
             Plan::Reject(r) => {
-                let reason = match r {
-                    Refusal::InvalidProducerEpoch { .. } => "invalid_producer_epoch",
-                    Refusal::OutOfOrderSequence { .. } => "out_of_order_sequence",
-                    Refusal::InvalidTxnState => "invalid_txn_state",
-                    Refusal::UnknownProducerId { .. } => "unknown_producer_id",
-                    Refusal::CoordinatorFenced { .. } => "coordinator_fenced",
-                };
-                ::metrics::counter!(crate::metrics::PRODUCE_REFUSED_TOTAL, "reason" => reason).increment(1);
+                Self::count_refusal(&r);
                 Err(AppendError::Refused(r))
             }
             Plan::Duplicate { first_offset, last_offset } => {
@@ -215,6 +222,16 @@ impl Partition {
                 Ok(Appended::Duplicate { first_offset, last_offset, log_start: log.log_start_offset(), sync })
             }
             Plan::Append => {
+                if hdr.transactional {
+                    let Some(verify) = verify else {
+                        return Err(AppendError::Refused(Refusal::InvalidTxnState));
+                    };
+                    if let Err(code) = verify(pid, hdr.epoch) {
+                        let r = Refusal::TxnVerification(code);
+                        Self::count_refusal(&r);
+                        return Err(AppendError::Refused(r));
+                    }
+                }
                 let (info, log_start, sync) = self.append(batch, now_ms).map_err(AppendError::Storage)?;
                 if info.rolled {
                     // the state before this batch = the state for every offset below the new segment
@@ -233,6 +250,18 @@ impl Partition {
                 Ok(Appended::New { info, log_start, sync })
             }
         }
+    }
+
+    fn count_refusal(r: &Refusal) {
+        let reason = match r {
+            Refusal::InvalidProducerEpoch { .. } => "invalid_producer_epoch",
+            Refusal::OutOfOrderSequence { .. } => "out_of_order_sequence",
+            Refusal::InvalidTxnState => "invalid_txn_state",
+            Refusal::UnknownProducerId { .. } => "unknown_producer_id",
+            Refusal::CoordinatorFenced { .. } => "coordinator_fenced",
+            Refusal::TxnVerification(_) => "not_in_transaction",
+        };
+        ::metrics::counter!(crate::metrics::PRODUCE_REFUSED_TOTAL, "reason" => reason).increment(1);
     }
 
     pub fn log(&self) -> MutexGuard<'_, Log> {
@@ -471,6 +500,7 @@ fn replay_marker(log: &mut Log, producers: &mut HashMap<i64, ProducerEntry>, v: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kafka_protocol::error::ResponseError;
     use sluice_protocol::batch::{BatchBuilder, NewRecord};
 
     fn batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
@@ -568,7 +598,7 @@ mod tests {
         .build(&[NewRecord { timestamp: 1000, ..Default::default() }])
         .unwrap()
         .to_vec();
-        p.append_batch(&mut t, 1000).unwrap();
+        p.append_batch_in_txn(&mut t, 1000, Some(&|_, _| Ok(()))).unwrap();
         assert_eq!(p.expire_producers(1500, 1000), 0, "not idle long enough");
         assert_eq!(p.expire_producers(1_000_000, 1000), 1);
         let left: Vec<i64> = p.producer_entries().into_iter().map(|(pid, _)| pid).collect();
@@ -612,7 +642,7 @@ mod tests {
     }
 
     fn append_durably(p: &Partition, mut b: Vec<u8>) -> i64 {
-        match p.append_batch(&mut b, 0).unwrap() {
+        match p.append_batch_in_txn(&mut b, 0, Some(&|_, _| Ok(()))).unwrap() {
             Appended::New { info, .. } => {
                 p.wait_durable(info.last_offset + 1).unwrap();
                 info.first_offset
@@ -649,6 +679,16 @@ mod tests {
         assert_eq!(out.last_stable_offset, 1);
         let (ru, _) = offsets_read(&p, 0, false);
         assert_eq!(ru, vec![0, 1, 3], "read_uncommitted sees everything below the HW");
+        // a transactional batch the coordinator does not vouch for is refused, and nothing is written
+        let mut stray = txn_batch(9, 0, 0, 1);
+        let refuse = |_: i64, _: i16| Err(ResponseError::InvalidTxnState.code());
+        assert!(matches!(
+            p.append_batch_in_txn(&mut stray, 0, Some(&refuse)),
+            Err(AppendError::Refused(Refusal::TxnVerification(_)))
+        ));
+        let mut stray = txn_batch(9, 0, 0, 1);
+        assert!(matches!(p.append_batch(&mut stray, 0), Err(AppendError::Refused(Refusal::InvalidTxnState))));
+        assert_eq!(p.log().log_end_offset(), 4);
         // a plain batch from the producer with the open transaction is refused
         let mut plain = batch(7, 0, 2, 1);
         assert!(matches!(p.append_batch(&mut plain, 0), Err(AppendError::Refused(Refusal::InvalidTxnState))));

@@ -62,6 +62,9 @@ pub enum Refusal {
     /// A transaction marker from an older transaction coordinator epoch
     /// (TRANSACTION_COORDINATOR_FENCED).
     CoordinatorFenced { current: i32, got: i32 },
+    /// A transactional batch the transaction coordinator does not expect on this partition
+    /// (not added to an ongoing transaction, wrong producer, fenced): the Kafka code it gave.
+    TxnVerification(i16),
 }
 
 /// A transaction marker (COMMIT/ABORT control batch) for one producer.

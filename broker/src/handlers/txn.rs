@@ -1,0 +1,271 @@
+//! Transaction APIs: InitProducerId (with a transactional id), AddPartitionsToTxn (v0–3),
+//! AddOffsetsToTxn, EndTxn, TxnOffsetCommit, ListTransactions, DescribeTransactions.
+//! Translation only: decisions in `txn/machine.rs`, their execution in `txn/mod.rs`.
+
+use super::{now_ms, sb, LaterReply, Reply};
+use crate::group;
+use crate::state::BrokerState;
+use crate::txn::machine;
+use crate::txn::{Outcome, TxnCoordinator};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::*;
+use std::sync::Arc;
+
+/// PRODUCER_FENCED is newer than some clients: older request versions get INVALID_PRODUCER_EPOCH.
+fn code(e: ResponseError, version: i16, fenced_since: i16) -> i16 {
+    if e == ResponseError::ProducerFenced && version < fenced_since {
+        ResponseError::InvalidProducerEpoch.code()
+    } else {
+        e.code()
+    }
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+}
+
+pub fn init_producer_id(state: &Arc<BrokerState>, version: i16, req: InitProducerIdRequest) -> Reply {
+    let id = req.transactional_id.as_ref().map(|t| t.to_string()).unwrap_or_default();
+    let expected = (version >= 3 && req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
+    let timeout = req.transaction_timeout_ms;
+    let fresh = state.producer_ids.next();
+    let st = state.clone();
+    let fut: LaterReply = Box::pin(async move {
+        let mut r = InitProducerIdResponse::default();
+        r.producer_id = ProducerId(-1);
+        r.producer_epoch = -1;
+        let fresh = match fresh {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("cannot allocate a producer id: {e}");
+                r.error_code = ResponseError::KafkaStorageError.code();
+                return ResponseKind::InitProducerId(r);
+            }
+        };
+        if !valid_id(&id) {
+            r.error_code = ResponseError::InvalidRequest.code();
+            return ResponseKind::InitProducerId(r);
+        }
+        let limits = st.txns.limits();
+        let now = now_ms();
+        match TxnCoordinator::run(&st, &id, |m| machine::init_producer_id(m, timeout, expected, fresh, limits, now))
+            .await
+        {
+            Outcome::Done(m) => {
+                r.producer_id = ProducerId(m.producer_id);
+                r.producer_epoch = m.producer_epoch;
+            }
+            Outcome::Refused(e) => r.error_code = code(e, version, 4),
+        }
+        ResponseKind::InitProducerId(r)
+    });
+    Reply::Later(fut)
+}
+
+pub fn add_partitions(state: &Arc<BrokerState>, version: i16, req: AddPartitionsToTxnRequest) -> Reply {
+    let id = req.v3_and_below_transactional_id.to_string();
+    let (pid, epoch) = (req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch);
+    let topics: Vec<(TopicName, Vec<i32>)> =
+        req.v3_and_below_topics.iter().map(|t| (t.name.clone(), t.partitions.clone())).collect();
+    // Unknown partitions fail the whole request (Kafka: the others get OPERATION_NOT_ATTEMPTED).
+    let unknown: Vec<(String, i32)> = topics
+        .iter()
+        .flat_map(|(t, ps)| ps.iter().map(move |p| (t.to_string(), *p)))
+        .filter(|(t, p)| state.partition(t, *p).is_none())
+        .collect();
+    let st = state.clone();
+    let fut: LaterReply = Box::pin(async move {
+        let outcome = if !unknown.is_empty() {
+            None
+        } else {
+            let parts: Vec<(String, i32)> =
+                topics.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.to_string(), *p))).collect();
+            let now = now_ms();
+            Some(TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now)).await)
+        };
+        let mut resp = AddPartitionsToTxnResponse::default();
+        for (name, ps) in topics {
+            let mut tr = add_partitions_to_txn_response::AddPartitionsToTxnTopicResult::default();
+            tr.name = name.clone();
+            for p in ps {
+                let mut pr = add_partitions_to_txn_response::AddPartitionsToTxnPartitionResult::default();
+                pr.partition_index = p;
+                pr.partition_error_code = match &outcome {
+                    None if unknown.contains(&(name.to_string(), p)) => ResponseError::UnknownTopicOrPartition.code(),
+                    None => ResponseError::OperationNotAttempted.code(),
+                    Some(Outcome::Done(_)) => 0,
+                    Some(Outcome::Refused(e)) => code(*e, version, 2),
+                };
+                tr.results_by_partition.push(pr);
+            }
+            resp.results_by_topic_v3_and_below.push(tr);
+        }
+        ResponseKind::AddPartitionsToTxn(resp)
+    });
+    Reply::Later(fut)
+}
+
+pub fn add_offsets(state: &Arc<BrokerState>, version: i16, req: AddOffsetsToTxnRequest) -> Reply {
+    let id = req.transactional_id.to_string();
+    let group = req.group_id.to_string();
+    let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
+    let st = state.clone();
+    let fut: LaterReply = Box::pin(async move {
+        let mut resp = AddOffsetsToTxnResponse::default();
+        if group.is_empty() {
+            resp.error_code = ResponseError::InvalidGroupId.code();
+            return ResponseKind::AddOffsetsToTxn(resp);
+        }
+        let now = now_ms();
+        if let Outcome::Refused(e) =
+            TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group), now)).await
+        {
+            resp.error_code = code(e, version, 2);
+        }
+        ResponseKind::AddOffsetsToTxn(resp)
+    });
+    Reply::Later(fut)
+}
+
+pub fn end_txn(state: &Arc<BrokerState>, version: i16, req: EndTxnRequest) -> Reply {
+    let id = req.transactional_id.to_string();
+    let (pid, epoch, commit) = (req.producer_id.0, req.producer_epoch, req.committed);
+    let st = state.clone();
+    let fut: LaterReply = Box::pin(async move {
+        let mut resp = EndTxnResponse::default();
+        resp.producer_id = ProducerId(-1);
+        resp.producer_epoch = -1;
+        let now = now_ms();
+        if let Outcome::Refused(e) =
+            TxnCoordinator::run(&st, &id, |m| machine::end_txn(m, pid, epoch, commit, now)).await
+        {
+            resp.error_code = code(e, version, 2);
+        }
+        ResponseKind::EndTxn(resp)
+    });
+    Reply::Later(fut)
+}
+
+pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetCommitRequest) -> Reply {
+    let id = req.transactional_id.to_string();
+    let group_id = req.group_id.to_string();
+    let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
+    let rows = req.topics.iter().map(|t| {
+        let ps = t
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata.clone()));
+        (t.name.clone(), ps.collect())
+    });
+    let (to_commit, layout) = super::groups::plan_offsets(state, rows.collect());
+    // The producer must own the transactional id and have added this group (AddOffsetsToTxn).
+    let check = match state.txns.get(&id) {
+        None => Err(ResponseError::InvalidProducerIdMapping),
+        Some(m) if m.producer_id != pid => Err(ResponseError::InvalidProducerIdMapping),
+        Some(m) if m.producer_epoch != epoch => Err(ResponseError::ProducerFenced),
+        Some(m) if m.state != machine::TxnState::Ongoing || !m.groups.contains(&group_id) => {
+            Err(ResponseError::InvalidTxnState)
+        }
+        Some(_) => Ok(()),
+    };
+    let outcome = check.and_then(|()| {
+        if to_commit.is_empty() {
+            Ok(None)
+        } else {
+            state.groups.commit_txn_offsets(
+                &group_id,
+                pid,
+                &req.member_id,
+                req.group_instance_id.as_ref().map(|s| s.as_str()).filter(|s| !s.is_empty()),
+                req.generation_id,
+                to_commit,
+                now_ms(),
+            )
+        }
+    });
+    let fut: LaterReply = Box::pin(async move {
+        let group_code = match outcome {
+            Err(e) => code(e, version, 2),
+            Ok(wait) => match group::wait_durable(wait).await {
+                Ok(()) => 0,
+                Err(_) => ResponseError::CoordinatorNotAvailable.code(),
+            },
+        };
+        let mut resp = TxnOffsetCommitResponse::default();
+        for (name, rows) in layout {
+            let mut tr = txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
+            tr.name = name;
+            for (p, refusal) in rows {
+                let mut pr = txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
+                pr.partition_index = p;
+                pr.error_code = refusal.unwrap_or(group_code);
+                tr.partitions.push(pr);
+            }
+            resp.topics.push(tr);
+        }
+        ResponseKind::TxnOffsetCommit(resp)
+    });
+    Reply::Later(fut)
+}
+
+pub fn list(state: &BrokerState, req: ListTransactionsRequest) -> ListTransactionsResponse {
+    let states: Vec<String> = req.state_filters.iter().map(|s| s.to_string()).collect();
+    let pids: Vec<i64> = req.producer_id_filters.iter().map(|p| p.0).collect();
+    let now = now_ms();
+    let mut resp = ListTransactionsResponse::default();
+    let known = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead"];
+    resp.unknown_state_filters = states.iter().filter(|s| !known.contains(&s.as_str())).map(|s| sb(s)).collect();
+    for (id, m) in state.txns.all() {
+        if !states.is_empty() && !states.iter().any(|s| s == m.state.name()) {
+            continue;
+        }
+        if !pids.is_empty() && !pids.contains(&m.producer_id) {
+            continue;
+        }
+        if req.duration_filter >= 0 && (m.txn_start_ms < 0 || now - m.txn_start_ms < req.duration_filter) {
+            continue;
+        }
+        let mut t = list_transactions_response::TransactionState::default();
+        t.transactional_id = TransactionalId(sb(&id));
+        t.producer_id = ProducerId(m.producer_id);
+        t.transaction_state = sb(m.state.name());
+        resp.transaction_states.push(t);
+    }
+    resp
+}
+
+pub fn describe(state: &BrokerState, req: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
+    let mut resp = DescribeTransactionsResponse::default();
+    for id in req.transactional_ids {
+        let mut t = describe_transactions_response::TransactionState::default();
+        t.transactional_id = id.clone();
+        t.producer_id = ProducerId(-1);
+        t.producer_epoch = -1;
+        t.transaction_start_time_ms = -1;
+        match state.txns.get(&id) {
+            None => t.error_code = ResponseError::TransactionalIdNotFound.code(),
+            Some(m) => {
+                t.transaction_state = sb(m.state.name());
+                t.transaction_timeout_ms = m.timeout_ms;
+                t.transaction_start_time_ms = m.txn_start_ms;
+                t.producer_id = ProducerId(m.producer_id);
+                t.producer_epoch = m.producer_epoch;
+                let mut by_topic: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+                for (topic, p) in &m.partitions {
+                    by_topic.entry(topic.clone()).or_default().push(*p);
+                }
+                t.topics = by_topic
+                    .into_iter()
+                    .map(|(topic, partitions)| {
+                        let mut d = describe_transactions_response::TopicData::default();
+                        d.topic = super::topic_name(&topic);
+                        d.partitions = partitions;
+                        d
+                    })
+                    .collect();
+            }
+        }
+        resp.transaction_states.push(t);
+    }
+    resp
+}

@@ -1,0 +1,391 @@
+//! The transaction coordinator. A transactional id belongs to one partition of the internal
+//! transaction-state log (`__transaction_state-<n>`, Java hash of the id mod
+//! `transaction.state.log.num.partitions`, as Kafka); each partition is a shard: its key/value
+//! log and the metadata of its ids, behind one mutex.
+//!
+//! Every transition the pure machine (`machine.rs`) decides is appended to the shard's log and
+//! fsynced before it is acted on; a transition that ends a transaction (PrepareCommit /
+//! PrepareAbort) is followed by the markers — a COMMIT/ABORT control batch on every partition of
+//! the transaction and the group coordinator's completion of its pending offsets, each retried
+//! until durable — and only then by the logged completion. After a restart, transactions found
+//! in PrepareCommit/PrepareAbort are completed the same way (`recover`).
+
+pub mod machine;
+
+use crate::group::codec::partition_for;
+use crate::kvlog::{Durable, KvLog};
+use crate::partition::producer_state::MarkerHeader;
+use crate::partition::AppendError;
+use crate::state::BrokerState;
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use machine::{Decision, Markers, TxnLimits, TxnMetadata, TxnState};
+use sluice_storage::{LogConfig, StorageError};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+pub const TXN_TOPIC: &str = "__transaction_state";
+const META_FILE: &str = "__transaction_state.json";
+
+/// Coordinator settings (Kafka's names in `config.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxnSettings {
+    /// `transaction.state.log.num.partitions`
+    pub partitions: i32,
+    /// `transaction.state.log.segment.bytes`
+    pub segment_bytes: u64,
+    /// `transaction.max.timeout.ms`
+    pub max_timeout_ms: i32,
+    /// `transactional.id.expiration.ms`
+    pub id_expiration_ms: i64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
+    pub abort_check_interval_ms: u64,
+}
+
+impl Default for TxnSettings {
+    fn default() -> Self {
+        TxnSettings {
+            partitions: 50,
+            segment_bytes: 104_857_600,
+            max_timeout_ms: 900_000,
+            id_expiration_ms: 7 * 24 * 3600 * 1000,
+            abort_check_interval_ms: 10_000,
+        }
+    }
+}
+
+struct Shard {
+    log: KvLog,
+    txns: HashMap<String, TxnMetadata>,
+}
+
+fn key(id: &str) -> Bytes {
+    Bytes::from(serde_json::json!({ "txn": id }).to_string())
+}
+
+fn encode(id: &str, m: Option<&TxnMetadata>) -> (Bytes, Option<Bytes>) {
+    (key(id), m.map(|m| Bytes::from(serde_json::to_vec(m).unwrap_or_default())))
+}
+
+fn decode(k: &[u8], v: Option<&[u8]>) -> Option<(String, Option<TxnMetadata>)> {
+    let k: serde_json::Value = serde_json::from_slice(k).ok()?;
+    let id = k.get("txn")?.as_str()?.to_string();
+    match v {
+        None => Some((id, None)),
+        Some(v) => Some((id, Some(serde_json::from_slice(v).ok()?))),
+    }
+}
+
+pub struct TxnCoordinator {
+    pub settings: TxnSettings,
+    /// Written into every marker; one more at every start of this broker (a single node is the
+    /// coordinator of every id; with a cluster it becomes the partition leader's epoch).
+    pub coordinator_epoch: i32,
+    shards: Vec<Mutex<Shard>>,
+}
+
+/// What a request's decision led to.
+pub enum Outcome {
+    /// Success with this (current) metadata.
+    Done(TxnMetadata),
+    Refused(ResponseError),
+}
+
+impl TxnCoordinator {
+    pub fn open(data_dir: &Path, base: &LogConfig, mut settings: TxnSettings) -> anyhow::Result<Self> {
+        let meta_path = data_dir.join(META_FILE);
+        let mut coordinator_epoch = 0;
+        match std::fs::read(&meta_path) {
+            Ok(b) => {
+                let v: serde_json::Value = serde_json::from_slice(&b)
+                    .map_err(|e| anyhow::anyhow!("{} is unreadable ({e}); refusing to start", meta_path.display()))?;
+                let stored = v.get("partitions").and_then(|p| p.as_i64()).unwrap_or(0) as i32;
+                if stored < 1 {
+                    anyhow::bail!("{} holds no valid partition count; refusing to start", meta_path.display());
+                }
+                if stored != settings.partitions {
+                    tracing::warn!(stored, "transaction.state.log.num.partitions cannot change after first use");
+                    settings.partitions = stored;
+                }
+                coordinator_epoch = v.get("coordinator_epoch").and_then(|p| p.as_i64()).unwrap_or(0) as i32 + 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        let body = serde_json::json!({ "partitions": settings.partitions, "coordinator_epoch": coordinator_epoch });
+        sluice_storage::sidefile::write_atomic(&meta_path, body.to_string().as_bytes())?;
+        let mut shards = Vec::new();
+        for i in 0..settings.partitions {
+            let mut shard = Shard {
+                log: KvLog::new(data_dir.join(format!("{TXN_TOPIC}-{i}")), base, settings.segment_bytes),
+                txns: HashMap::new(),
+            };
+            for (k, v) in shard.log.read_all()? {
+                match decode(&k, v.as_deref()) {
+                    Some((id, Some(m))) => {
+                        shard.txns.insert(id, m);
+                    }
+                    Some((id, None)) => {
+                        shard.txns.remove(&id);
+                    }
+                    None => tracing::warn!(shard = i, "skipping unreadable transaction-log record"),
+                }
+            }
+            shards.push(Mutex::new(shard));
+        }
+        Ok(TxnCoordinator { settings, coordinator_epoch, shards })
+    }
+
+    fn shard(&self, id: &str) -> MutexGuard<'_, Shard> {
+        let i = partition_for(id, self.settings.partitions) as usize;
+        self.shards[i.min(self.shards.len() - 1)].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn limits(&self) -> TxnLimits {
+        TxnLimits { max_timeout_ms: self.settings.max_timeout_ms }
+    }
+
+    pub fn get(&self, id: &str) -> Option<TxnMetadata> {
+        self.shard(id).txns.get(id).cloned()
+    }
+
+    /// Every id with its metadata (ListTransactions).
+    pub fn all(&self) -> Vec<(String, TxnMetadata)> {
+        let mut out: Vec<(String, TxnMetadata)> = self
+            .shards
+            .iter()
+            .flat_map(|s| {
+                let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                s.txns.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>()
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// KIP-890 part 1, single node: may `pid`/`epoch` write a transactional batch to this
+    /// partition? Only while its transaction is Ongoing and holds the partition. Called under
+    /// the partition's producer-state lock, so a marker cannot slip in between.
+    pub fn verify_partition(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), ResponseError> {
+        let shard = self.shard(id);
+        let Some(m) = shard.txns.get(id) else { return Err(ResponseError::InvalidProducerIdMapping) };
+        if m.producer_id != pid {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        if epoch < m.producer_epoch {
+            return Err(ResponseError::InvalidProducerEpoch);
+        }
+        if m.state != TxnState::Ongoing || !m.partitions.contains(&(topic.to_string(), partition)) {
+            return Err(ResponseError::InvalidTxnState);
+        }
+        Ok(())
+    }
+
+    /// Decide under the shard lock; log the transition (the caller awaits its durability).
+    fn decide(
+        &self,
+        id: &str,
+        f: impl FnOnce(Option<&TxnMetadata>) -> Decision,
+        now: i64,
+    ) -> Result<(Decision, Durable), ResponseError> {
+        let mut shard = self.shard(id);
+        let d = f(shard.txns.get(id));
+        let durable = match &d {
+            Decision::Apply(t) => {
+                let wait = shard.log.append(&[encode(id, Some(&t.next))], now).map_err(|e| {
+                    tracing::error!(txn = id, "transaction log append failed: {e}");
+                    ResponseError::CoordinatorNotAvailable
+                })?;
+                shard.txns.insert(id.to_string(), t.next.clone());
+                wait
+            }
+            _ => None,
+        };
+        Ok((d, durable))
+    }
+
+    /// Run a request end to end: decide, log, write markers, log completion.
+    pub async fn run(state: &Arc<BrokerState>, id: &str, f: impl FnOnce(Option<&TxnMetadata>) -> Decision) -> Outcome {
+        let now = crate::handlers::now_ms();
+        let (d, durable) = match state.txns.decide(id, f, now) {
+            Ok(x) => x,
+            Err(e) => return Outcome::Refused(e),
+        };
+        if crate::group::wait_durable(durable).await.is_err() {
+            return Outcome::Refused(ResponseError::CoordinatorNotAvailable);
+        }
+        match d {
+            Decision::Refuse(e) => Outcome::Refused(e),
+            Decision::Unchanged => match state.txns.get(id) {
+                Some(m) => Outcome::Done(m),
+                None => Outcome::Refused(ResponseError::InvalidProducerIdMapping),
+            },
+            Decision::Apply(t) => {
+                let mut last = t.next.clone();
+                if let Some(markers) = t.markers {
+                    // the completion must happen even if the client goes away
+                    let st = state.clone();
+                    let owned = id.to_string();
+                    match tokio::spawn(async move { complete(&st, &owned, markers).await }).await {
+                        Ok(Ok(m)) => last = m,
+                        _ => return Outcome::Refused(ResponseError::CoordinatorNotAvailable),
+                    }
+                }
+                match t.reply_error {
+                    Some(e) => Outcome::Refused(e),
+                    None => Outcome::Done(last),
+                }
+            }
+        }
+    }
+
+    /// Timers: abort transactions open past their timeout; forget expired ids.
+    pub async fn check_timeouts(state: &Arc<BrokerState>) {
+        let now = crate::handlers::now_ms();
+        let mut due = Vec::new();
+        for s in &state.txns.shards {
+            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            let expired: Vec<String> = s
+                .txns
+                .iter()
+                .filter(|(_, m)| machine::expired(m, now, state.txns.settings.id_expiration_ms))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for id in expired {
+                if s.log.append(&[encode(&id, None)], now).is_ok() {
+                    s.txns.remove(&id);
+                    tracing::info!(txn = %id, "transactional id expired");
+                }
+            }
+            for (id, m) in &s.txns {
+                if machine::timeout(m, now).is_some() {
+                    due.push(id.clone());
+                }
+            }
+        }
+        for id in due {
+            tracing::info!(txn = %id, "aborting a transaction open past its timeout");
+            let now = crate::handlers::now_ms();
+            let outcome = TxnCoordinator::run(state, &id, |m| match m {
+                Some(m) => machine::timeout(m, now).unwrap_or(Decision::Unchanged),
+                None => Decision::Unchanged,
+            })
+            .await;
+            if let Outcome::Refused(e) = outcome {
+                tracing::warn!(txn = %id, "timeout abort failed: {e:?}");
+            }
+        }
+    }
+
+    /// After a restart: finish every transaction whose decision was logged but whose markers
+    /// may not all be written.
+    pub async fn recover(state: &Arc<BrokerState>) {
+        let pending: Vec<(String, TxnMetadata)> = state
+            .txns
+            .all()
+            .into_iter()
+            .filter(|(_, m)| matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort))
+            .collect();
+        for (id, m) in pending {
+            let commit = m.state == TxnState::PrepareCommit;
+            tracing::info!(txn = %id, commit, "completing a transaction decided before the restart");
+            let mut done = m.clone();
+            done.state = if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
+            done.partitions.clear();
+            done.groups.clear();
+            let markers = Markers {
+                commit,
+                producer_id: m.producer_id,
+                producer_epoch: m.producer_epoch,
+                partitions: m.partitions.clone(),
+                groups: m.groups.clone(),
+                complete: done,
+            };
+            if let Err(e) = complete(state, &id, markers).await {
+                tracing::error!(txn = %id, "recovery failed: {e}");
+            }
+        }
+    }
+
+    pub fn close(&self) {
+        for s in &self.shards {
+            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = s.log.close() {
+                tracing::error!("closing transaction log failed: {e}");
+            }
+        }
+    }
+}
+
+/// Write every marker (retrying until durable), then log the completion.
+async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnMetadata, StorageError> {
+    let coordinator_epoch = state.txns.coordinator_epoch;
+    for (topic, index) in &m.partitions {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let Some(p) = state.partition(topic, *index) else {
+                tracing::warn!(txn = id, topic = %topic, partition = index, "marker skipped: partition is gone");
+                break;
+            };
+            let now = crate::handlers::now_ms();
+            let header = MarkerHeader { epoch: m.producer_epoch, coordinator_epoch, commit: m.commit, timestamp: now };
+            let pid = m.producer_id;
+            let part = p.clone();
+            let written = tokio::task::spawn_blocking(move || part.write_marker(pid, &header, now))
+                .await
+                .unwrap_or_else(|e| Err(AppendError::Storage(StorageError::InvalidConfig(e.to_string()))));
+            match written {
+                Ok(w) => match p.wait_durable_async(w.offset + 1, w.sync).await {
+                    Ok(()) => break,
+                    Err(e) => tracing::error!(txn = id, topic = %topic, partition = index, "marker fsync failed: {e}"),
+                },
+                Err(AppendError::Refused(r)) => {
+                    // the partition has seen a newer epoch or coordinator: nothing of ours is open
+                    tracing::warn!(txn = id, topic = %topic, partition = index, "marker refused: {r:?}");
+                    break;
+                }
+                Err(AppendError::Storage(e)) => {
+                    tracing::error!(txn = id, topic = %topic, partition = index, "marker write failed: {e}")
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+    for g in &m.groups {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let wait = state.groups.complete_txn(g, m.producer_id, m.commit, crate::handlers::now_ms());
+            match wait {
+                Ok(w) => {
+                    if crate::group::wait_durable(w).await.is_ok() {
+                        break;
+                    }
+                }
+                Err(e) => tracing::error!(txn = id, group = %g, "completing transactional offsets failed: {e}"),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+    let now = crate::handlers::now_ms();
+    let wait = {
+        let mut shard = state.txns.shard(id);
+        let prev = shard.txns.get(id).map(|x| x.state);
+        assert!(m.complete.state.may_follow(prev), "completion of {id} from {prev:?}");
+        let w = shard.log.append(&[encode(id, Some(&m.complete))], now)?;
+        shard.txns.insert(id.to_string(), m.complete.clone());
+        w
+    };
+    crate::group::wait_durable(wait).await?;
+    Ok(m.complete)
+}
