@@ -104,6 +104,11 @@ pub const SETTINGS: &[Setting] = &[
         help: "how often transactions open past their timeout are looked for (and aborted)",
     },
     Setting {
+        name: "testing.failpoints",
+        default: "",
+        help: "crash tests only: comma-separated crash points (txn.before_prepare, txn.after_prepare)",
+    },
+    Setting {
         name: "offsets.retention.check.interval.ms",
         default: "600000",
         help: "how often offset expiry and offsets-log compaction run",
@@ -456,6 +461,20 @@ pub fn resolve(
                 get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
                 positive,
             )? as u64,
+            failpoints: {
+                let (v, src) = get("testing.failpoints");
+                let known = ["txn.before_prepare", "txn.after_prepare"];
+                let list: Vec<String> = v.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect();
+                if let Some(bad) = list.iter().find(|f| !known.contains(&f.as_str())) {
+                    return Err(ConfigError::Invalid {
+                        name: "testing.failpoints".into(),
+                        value: v.clone(),
+                        origin: src,
+                        reason: format!("unknown failpoint '{bad}' (known: {})", known.join(", ")),
+                    });
+                }
+                list
+            },
         },
         values: SETTINGS.iter().map(|s| (s.name.to_string(), get(s.name).0)).collect(),
     })

@@ -42,6 +42,10 @@ pub struct TxnSettings {
     pub id_expiration_ms: i64,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
     pub abort_check_interval_ms: u64,
+    /// `testing.failpoints`: crash points for crash tests (`txn.before_prepare`: die before
+    /// logging PrepareCommit/PrepareAbort; `txn.after_prepare`: die after logging it, before
+    /// any marker). Empty in production.
+    pub failpoints: Vec<String>,
 }
 
 impl Default for TxnSettings {
@@ -52,6 +56,7 @@ impl Default for TxnSettings {
             max_timeout_ms: 900_000,
             id_expiration_ms: 7 * 24 * 3600 * 1000,
             abort_check_interval_ms: 10_000,
+            failpoints: Vec::new(),
         }
     }
 }
@@ -147,6 +152,14 @@ impl TxnCoordinator {
         TxnLimits { max_timeout_ms: self.settings.max_timeout_ms }
     }
 
+    /// Crash here if the failpoint is armed (crash tests only).
+    fn failpoint(&self, name: &str) {
+        if self.settings.failpoints.iter().any(|f| f == name) {
+            tracing::error!("failpoint {name}: crashing");
+            std::process::abort();
+        }
+    }
+
     pub fn get(&self, id: &str) -> Option<TxnMetadata> {
         self.shard(id).txns.get(id).cloned()
     }
@@ -201,6 +214,9 @@ impl TxnCoordinator {
         let d = f(shard.txns.get(id));
         let durable = match &d {
             Decision::Apply(t) => {
+                if t.markers.is_some() {
+                    self.failpoint("txn.before_prepare");
+                }
                 let wait = shard.log.append(&[encode(id, Some(&t.next))], now).map_err(|e| {
                     tracing::error!(txn = id, "transaction log append failed: {e}");
                     ResponseError::CoordinatorNotAvailable
@@ -232,6 +248,7 @@ impl TxnCoordinator {
             Decision::Apply(t) => {
                 let mut last = t.next.clone();
                 if let Some(markers) = t.markers {
+                    state.txns.failpoint("txn.after_prepare");
                     // the completion must happen even if the client goes away
                     let st = state.clone();
                     let owned = id.to_string();
