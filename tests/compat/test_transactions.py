@@ -278,3 +278,40 @@ def test_crash_around_the_commit_decision(failpoint, committed):
             assert got == expected
         finally:
             b.kill9()
+
+
+def test_pending_transactional_offsets_are_unstable_until_the_commit(tbroker):
+    """librdkafka's read_committed consumers fetch offsets with require_stable: while a
+    transaction holds offsets for the group they get UNSTABLE_OFFSET_COMMIT (and keep retrying);
+    after the commit they see the new offsets; an aborted transaction's offsets never appear."""
+    topics(tbroker, "stable-in")
+    group = "stable"
+    p = txn_producer(tbroker, "stable-1")
+    meta_consumer = Consumer({"bootstrap.servers": tbroker.bootstrap, "group.id": group,
+                              "enable.auto.commit": False})
+    meta_consumer.subscribe(["stable-in"])
+    deadline = time.time() + 20
+    while not meta_consumer.assignment() and time.time() < deadline:
+        meta_consumer.poll(0.2)
+    group_meta = meta_consumer.consumer_group_metadata()
+    parts = [TopicPartition("stable-in", i) for i in range(3)]
+
+    def committed(isolation, timeout):
+        c = Consumer({"bootstrap.servers": tbroker.bootstrap, "group.id": group, "isolation.level": isolation})
+        try:
+            return [tp.offset for tp in c.committed(parts, timeout=timeout)]
+        finally:
+            c.close()
+
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("stable-in", i, 7) for i in range(3)], group_meta, 10)
+    with pytest.raises(KafkaException):
+        committed("read_committed", 2)  # retried UNSTABLE_OFFSET_COMMIT until the timeout
+    assert committed("read_uncommitted", 5) == [-1001, -1001, -1001], "pending offsets are not committed offsets"
+    p.abort_transaction(20)
+    assert committed("read_committed", 5) == [-1001, -1001, -1001], "aborted offsets never appear"
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("stable-in", i, 9) for i in range(3)], group_meta, 10)
+    p.commit_transaction(20)
+    assert committed("read_committed", 5) == [9, 9, 9]
+    meta_consumer.close()
