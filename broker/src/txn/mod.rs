@@ -343,57 +343,67 @@ impl TxnCoordinator {
     }
 }
 
-/// Write every marker (retrying until durable), then log the completion.
+async fn write_marker_until_durable(state: &Arc<BrokerState>, id: &str, topic: &str, index: i32, h: (i64, i16, bool)) {
+    let (pid, epoch, commit) = h;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let Some(p) = state.partition(topic, index) else {
+            tracing::warn!(txn = id, topic, partition = index, "marker skipped: partition is gone");
+            return;
+        };
+        let now = crate::handlers::now_ms();
+        let header = MarkerHeader { epoch, coordinator_epoch: state.txns.coordinator_epoch, commit, timestamp: now };
+        let part = p.clone();
+        let written = tokio::task::spawn_blocking(move || part.write_marker(pid, &header, now))
+            .await
+            .unwrap_or_else(|e| Err(AppendError::Storage(StorageError::InvalidConfig(e.to_string()))));
+        match written {
+            Ok(w) => match p.wait_durable_async(w.offset + 1, w.sync).await {
+                Ok(()) => return,
+                Err(e) => tracing::error!(txn = id, topic, partition = index, "marker fsync failed: {e}"),
+            },
+            Err(AppendError::Refused(r)) => {
+                // the partition has seen a newer epoch or coordinator: nothing of ours is open
+                tracing::warn!(txn = id, topic, partition = index, "marker refused: {r:?}");
+                return;
+            }
+            Err(AppendError::Storage(e)) => {
+                tracing::error!(txn = id, topic, partition = index, "marker write failed: {e}")
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn complete_group_until_durable(state: &Arc<BrokerState>, id: &str, group: &str, pid: i64, commit: bool) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match state.groups.complete_txn(group, pid, commit, crate::handlers::now_ms()) {
+            Ok(w) => {
+                if crate::group::wait_durable(w).await.is_ok() {
+                    return;
+                }
+            }
+            Err(e) => tracing::error!(txn = id, group, "completing transactional offsets failed: {e:?}"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Write every marker (in parallel, each retried until durable), then log the completion.
 async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnMetadata, StorageError> {
-    let coordinator_epoch = state.txns.coordinator_epoch;
-    for (topic, index) in &m.partitions {
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let Some(p) = state.partition(topic, *index) else {
-                tracing::warn!(txn = id, topic = %topic, partition = index, "marker skipped: partition is gone");
-                break;
-            };
-            let now = crate::handlers::now_ms();
-            let header = MarkerHeader { epoch: m.producer_epoch, coordinator_epoch, commit: m.commit, timestamp: now };
-            let pid = m.producer_id;
-            let part = p.clone();
-            let written = tokio::task::spawn_blocking(move || part.write_marker(pid, &header, now))
-                .await
-                .unwrap_or_else(|e| Err(AppendError::Storage(StorageError::InvalidConfig(e.to_string()))));
-            match written {
-                Ok(w) => match p.wait_durable_async(w.offset + 1, w.sync).await {
-                    Ok(()) => break,
-                    Err(e) => tracing::error!(txn = id, topic = %topic, partition = index, "marker fsync failed: {e}"),
-                },
-                Err(AppendError::Refused(r)) => {
-                    // the partition has seen a newer epoch or coordinator: nothing of ours is open
-                    tracing::warn!(txn = id, topic = %topic, partition = index, "marker refused: {r:?}");
-                    break;
-                }
-                Err(AppendError::Storage(e)) => {
-                    tracing::error!(txn = id, topic = %topic, partition = index, "marker write failed: {e}")
-                }
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (topic, index) in m.partitions.clone() {
+        let (st, id, header) = (state.clone(), id.to_string(), (m.producer_id, m.producer_epoch, m.commit));
+        tasks.spawn(async move { write_marker_until_durable(&st, &id, &topic, index, header).await });
     }
-    for g in &m.groups {
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let wait = state.groups.complete_txn(g, m.producer_id, m.commit, crate::handlers::now_ms());
-            match wait {
-                Ok(w) => {
-                    if crate::group::wait_durable(w).await.is_ok() {
-                        break;
-                    }
-                }
-                Err(e) => tracing::error!(txn = id, group = %g, "completing transactional offsets failed: {e}"),
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
+    for g in m.groups.clone() {
+        let (st, id, pid, commit) = (state.clone(), id.to_string(), m.producer_id, m.commit);
+        tasks.spawn(async move { complete_group_until_durable(&st, &id, &g, pid, commit).await });
     }
+    while tasks.join_next().await.is_some() {}
     let now = crate::handlers::now_ms();
     let wait = {
         let mut shard = state.txns.shard(id);
