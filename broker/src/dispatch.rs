@@ -21,7 +21,7 @@ pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::n
     let reply = match req.body {
         RequestKind::ApiVersions(_) => Reply::now(ResponseKind::ApiVersions(handlers::api_versions::response(0))),
         RequestKind::Metadata(r) => Reply::now(ResponseKind::Metadata(handlers::metadata::handle(state, version, r))),
-        RequestKind::Produce(r) => handlers::produce::handle(state, r),
+        RequestKind::Produce(r) => handlers::produce::handle(state, version, r),
         RequestKind::Fetch(r) => handlers::fetch::handle(state, version, r),
         RequestKind::ListOffsets(r) => {
             Reply::now(ResponseKind::ListOffsets(handlers::list_offsets::handle(state, version, r)))
@@ -263,8 +263,16 @@ mod tests {
                 t.name = name;
                 t.partitions = vec![0];
                 let mut r = AddPartitionsToTxnRequest::default();
-                r.v3_and_below_transactional_id = TransactionalId(StrBytes::from_static_str("tx"));
-                r.v3_and_below_topics = vec![t];
+                if v >= 4 {
+                    let mut x = add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default();
+                    x.transactional_id = TransactionalId(StrBytes::from_static_str("tx"));
+                    x.verify_only = v == 5;
+                    x.topics = vec![t];
+                    r.transactions = vec![x];
+                } else {
+                    r.v3_and_below_transactional_id = TransactionalId(StrBytes::from_static_str("tx"));
+                    r.v3_and_below_topics = vec![t];
+                }
                 RequestKind::AddPartitionsToTxn(r)
             }
             ApiKey::AddOffsetsToTxn => {

@@ -31,7 +31,7 @@ const fn api(key: ApiKey, min: i16, max: i16) -> ApiSpec {
 /// Every API the broker answers. Adding a row here without a handler is a compile error in
 /// the broker's dispatch (its match has no catch-all arm).
 pub const SUPPORTED_APIS: &[ApiSpec] = &[
-    ApiSpec { key: ApiKey::Produce, min: 0, max: 11, served_min: 3 },
+    ApiSpec { key: ApiKey::Produce, min: 0, max: 12, served_min: 3 },
     api(ApiKey::Fetch, 4, 16),
     api(ApiKey::ListOffsets, 1, 8),
     api(ApiKey::Metadata, 0, 12),
@@ -59,10 +59,10 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::ListGroups, 0, 5),
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::WriteTxnMarkers, 1, 1),
-    api(ApiKey::AddPartitionsToTxn, 0, 3),
-    api(ApiKey::AddOffsetsToTxn, 0, 3),
-    api(ApiKey::EndTxn, 0, 4),
-    api(ApiKey::TxnOffsetCommit, 0, 3),
+    api(ApiKey::AddPartitionsToTxn, 0, 5),
+    api(ApiKey::AddOffsetsToTxn, 0, 4),
+    api(ApiKey::EndTxn, 0, 5),
+    api(ApiKey::TxnOffsetCommit, 0, 5),
     api(ApiKey::ListTransactions, 0, 1),
     api(ApiKey::DescribeTransactions, 0, 0),
 ];

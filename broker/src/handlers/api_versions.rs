@@ -1,7 +1,9 @@
-//! ApiVersions: the table in `sluice_protocol::api` is the answer. No features are advertised
-//! (no `transaction.version`), so clients keep to transaction version 1 semantics.
+//! ApiVersions: the table in `sluice_protocol::api` is the answer, plus (v3+) the
+//! `transaction.version` feature: supported 0–2 and finalized at 2, so clients that implement
+//! transaction version 2 (KIP-890: an epoch per transaction, EndTxn v5, Produce v12's implicit
+//! partition add) use it; clients that do not (librdkafka, kafka-python) keep to version 1.
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::ApiVersionsResponse;
 use sluice_protocol::api::SUPPORTED_APIS;
 
@@ -18,6 +20,16 @@ pub fn response(error_code: i16) -> ApiVersionsResponse {
             v
         })
         .collect();
-    r.finalized_features_epoch = -1;
+    let mut supported = SupportedFeatureKey::default();
+    supported.name = crate::handlers::sb("transaction.version");
+    supported.min_version = 0;
+    supported.max_version = 2;
+    r.supported_features = vec![supported];
+    let mut finalized = FinalizedFeatureKey::default();
+    finalized.name = crate::handlers::sb("transaction.version");
+    finalized.min_version_level = 2;
+    finalized.max_version_level = 2;
+    r.finalized_features = vec![finalized];
+    r.finalized_features_epoch = 1;
     r
 }

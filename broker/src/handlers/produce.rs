@@ -53,7 +53,17 @@ fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
     Ok(())
 }
 
-pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
+/// Produce v12+ (transaction version 2): a transactional batch's producer id and epoch, for
+/// the implicit add of its partition to the transaction.
+fn implicit_add(version: i16, batch: &[u8]) -> Option<(i64, i16)> {
+    if version < 12 {
+        return None;
+    }
+    let v = BatchView::parse_unchecked_crc(batch).ok()?;
+    v.is_transactional().then(|| (v.producer_id(), v.producer_epoch()))
+}
+
+pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Reply {
     if ![-1i16, 0, 1].contains(&req.acks) {
         let mut resp = ProduceResponse::default();
         for t in &req.topic_data {
@@ -97,11 +107,20 @@ pub fn handle(state: &Arc<BrokerState>, req: ProduceRequest) -> Reply {
                             }
                             // a transactional batch must belong to its producer's ongoing
                             // transaction, as the coordinator sees it (KIP-890 part 1)
-                            let verify = |pid: i64, epoch: i16| match &txn_id {
-                                Some(id) => {
+                            // (transaction version 2, Produce v12+: the batch itself adds the
+                            // partition to the transaction first)
+                            let implicit = match (&txn_id, implicit_add(version, &buf)) {
+                                (Some(id), Some((pid, epoch))) => {
+                                    state.txns.add_blocking(id, pid, epoch, &[(name.clone(), p.index)], None)
+                                }
+                                _ => Ok(()),
+                            };
+                            let verify = |pid: i64, epoch: i16| match (&txn_id, implicit) {
+                                (_, Err(e)) => Err(e.code()),
+                                (Some(id), Ok(())) => {
                                     state.txns.verify_partition(id, pid, epoch, &name, p.index).map_err(|e| e.code())
                                 }
-                                None => Err(ResponseError::InvalidTxnState.code()),
+                                (None, Ok(())) => Err(ResponseError::InvalidTxnState.code()),
                             };
                             match partition.append_batch_in_txn(&mut buf, now, Some(&verify)) {
                                 Ok(Appended::New { info, log_start, sync }) => Staged::Appended {

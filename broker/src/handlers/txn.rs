@@ -63,6 +63,9 @@ pub fn init_producer_id(state: &Arc<BrokerState>, version: i16, req: InitProduce
 }
 
 pub fn add_partitions(state: &Arc<BrokerState>, version: i16, req: AddPartitionsToTxnRequest) -> Reply {
+    if version >= 4 {
+        return add_partitions_batched(state, req);
+    }
     let id = req.v3_and_below_transactional_id.to_string();
     let (pid, epoch) = (req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch);
     let topics: Vec<(TopicName, Vec<i32>)> =
@@ -105,6 +108,60 @@ pub fn add_partitions(state: &Arc<BrokerState>, version: i16, req: AddPartitions
     Reply::Later(fut)
 }
 
+/// AddPartitionsToTxn v4+ (the broker-to-coordinator form, KIP-890): several transactions per
+/// request; `verify_only` checks that the partitions are already in the ongoing transaction.
+fn add_partitions_batched(state: &Arc<BrokerState>, req: AddPartitionsToTxnRequest) -> Reply {
+    let st = state.clone();
+    let fut: LaterReply = Box::pin(async move {
+        let mut resp = AddPartitionsToTxnResponse::default();
+        for t in req.transactions {
+            let id = t.transactional_id.to_string();
+            let (pid, epoch) = (t.producer_id.0, t.producer_epoch);
+            let parts: Vec<(String, i32)> =
+                t.topics.iter().flat_map(|tp| tp.partitions.iter().map(move |p| (tp.name.to_string(), *p))).collect();
+            let result: Vec<((String, i32), i16)> = if t.verify_only {
+                parts
+                    .iter()
+                    .map(|(topic, p)| {
+                        let c =
+                            st.txns.verify_partition(&id, pid, epoch, topic, *p).err().map(|e| e.code()).unwrap_or(0);
+                        ((topic.clone(), *p), c)
+                    })
+                    .collect()
+            } else {
+                let now = now_ms();
+                let c = match TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now))
+                    .await
+                {
+                    Outcome::Done(_) => 0,
+                    Outcome::Refused(e) => e.code(),
+                };
+                parts.iter().map(|tp| (tp.clone(), c)).collect()
+            };
+            let mut r = add_partitions_to_txn_response::AddPartitionsToTxnResult::default();
+            r.transactional_id = t.transactional_id.clone();
+            let mut by_topic: std::collections::BTreeMap<String, Vec<(i32, i16)>> = Default::default();
+            for ((topic, p), c) in result {
+                by_topic.entry(topic).or_default().push((p, c));
+            }
+            for (topic, rows) in by_topic {
+                let mut tr = add_partitions_to_txn_response::AddPartitionsToTxnTopicResult::default();
+                tr.name = super::topic_name(&topic);
+                for (p, c) in rows {
+                    let mut pr = add_partitions_to_txn_response::AddPartitionsToTxnPartitionResult::default();
+                    pr.partition_index = p;
+                    pr.partition_error_code = c;
+                    tr.results_by_partition.push(pr);
+                }
+                r.topic_results.push(tr);
+            }
+            resp.results_by_transaction.push(r);
+        }
+        ResponseKind::AddPartitionsToTxn(resp)
+    });
+    Reply::Later(fut)
+}
+
 pub fn add_offsets(state: &Arc<BrokerState>, version: i16, req: AddOffsetsToTxnRequest) -> Reply {
     let id = req.transactional_id.to_string();
     let group = req.group_id.to_string();
@@ -130,16 +187,23 @@ pub fn add_offsets(state: &Arc<BrokerState>, version: i16, req: AddOffsetsToTxnR
 pub fn end_txn(state: &Arc<BrokerState>, version: i16, req: EndTxnRequest) -> Reply {
     let id = req.transactional_id.to_string();
     let (pid, epoch, commit) = (req.producer_id.0, req.producer_epoch, req.committed);
+    let tv2 = version >= 5;
+    let fresh = if tv2 { state.producer_ids.next().ok() } else { None };
     let st = state.clone();
     let fut: LaterReply = Box::pin(async move {
         let mut resp = EndTxnResponse::default();
         resp.producer_id = ProducerId(-1);
         resp.producer_epoch = -1;
         let now = now_ms();
-        if let Outcome::Refused(e) =
-            TxnCoordinator::run(&st, &id, |m| machine::end_txn(m, pid, epoch, commit, now)).await
-        {
-            resp.error_code = code(e, version, 2);
+        let fresh = fresh.unwrap_or(-1);
+        match TxnCoordinator::run(&st, &id, |m| machine::end_txn(m, pid, epoch, commit, tv2, fresh, now)).await {
+            Outcome::Refused(e) => resp.error_code = code(e, version, 2),
+            Outcome::Done(m) if tv2 => {
+                // the producer's id and epoch for its next transaction
+                resp.producer_id = ProducerId(m.producer_id);
+                resp.producer_epoch = m.producer_epoch;
+            }
+            Outcome::Done(_) => {}
         }
         ResponseKind::EndTxn(resp)
     });
@@ -158,32 +222,41 @@ pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetC
         (t.name.clone(), ps.collect())
     });
     let (to_commit, layout) = super::groups::plan_offsets(state, rows.collect());
-    // The producer must own the transactional id and have added this group (AddOffsetsToTxn).
-    let check = match state.txns.get(&id) {
-        None => Err(ResponseError::InvalidProducerIdMapping),
-        Some(m) if m.producer_id != pid => Err(ResponseError::InvalidProducerIdMapping),
-        Some(m) if m.producer_epoch != epoch => Err(ResponseError::ProducerFenced),
-        Some(m) if m.state != machine::TxnState::Ongoing || !m.groups.contains(&group_id) => {
-            Err(ResponseError::InvalidTxnState)
-        }
-        Some(_) => Ok(()),
-    };
-    let outcome = check.and_then(|()| {
-        if to_commit.is_empty() {
-            Ok(None)
-        } else {
-            state.groups.commit_txn_offsets(
-                &group_id,
-                pid,
-                &req.member_id,
-                req.group_instance_id.as_ref().map(|s| s.as_str()).filter(|s| !s.is_empty()),
-                req.generation_id,
-                to_commit,
-                now_ms(),
-            )
-        }
-    });
+    let member_id = req.member_id.to_string();
+    let instance_id = req.group_instance_id.as_ref().map(|s| s.to_string()).filter(|s| !s.is_empty());
+    let generation = req.generation_id;
+    let st = state.clone();
     let fut: LaterReply = Box::pin(async move {
+        if version >= 5 {
+            // transaction version 2: the commit itself adds the group to the transaction
+            let now = now_ms();
+            TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group_id), now)).await;
+        }
+        // The producer must own the transactional id and have added this group.
+        let check = match st.txns.get(&id) {
+            None => Err(ResponseError::InvalidProducerIdMapping),
+            Some(m) if m.producer_id != pid => Err(ResponseError::InvalidProducerIdMapping),
+            Some(m) if m.producer_epoch != epoch => Err(ResponseError::ProducerFenced),
+            Some(m) if m.state != machine::TxnState::Ongoing || !m.groups.contains(&group_id) => {
+                Err(ResponseError::InvalidTxnState)
+            }
+            Some(_) => Ok(()),
+        };
+        let outcome = check.and_then(|()| {
+            if to_commit.is_empty() {
+                Ok(None)
+            } else {
+                st.groups.commit_txn_offsets(
+                    &group_id,
+                    pid,
+                    &member_id,
+                    instance_id.as_deref(),
+                    generation,
+                    to_commit,
+                    now_ms(),
+                )
+            }
+        });
         let group_code = match outcome {
             Err(e) => code(e, version, 2),
             Ok(wait) => match group::wait_durable(wait).await {

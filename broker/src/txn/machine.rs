@@ -263,7 +263,34 @@ pub fn add_to_txn(
 }
 
 /// EndTxn. A retry of a decided outcome is answered with it; it never flips a decision.
-pub fn end_txn(cur: Option<&TxnMetadata>, pid: i64, epoch: i16, commit: bool, now: i64) -> Decision {
+///
+/// Transaction version 2 (`tv2`: EndTxn v5+, KIP-890 part 2): the epoch is bumped with every
+/// transaction — the markers carry the new epoch and the answer hands it to the producer — so a
+/// delayed request or batch of a finished transaction is fenced instead of landing on the next
+/// one. A retry with the previous epoch of a completed transaction gets the outcome again.
+/// `fresh_pid` replaces the producer id when the epoch is exhausted.
+pub fn end_txn(
+    cur: Option<&TxnMetadata>,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+    tv2: bool,
+    fresh_pid: i64,
+    now: i64,
+) -> Decision {
+    if tv2 {
+        if let Some(m) = cur {
+            let done = if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
+            let preparing = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
+            let retry = m.producer_id == pid && epoch == m.last_producer_epoch && epoch != m.producer_epoch;
+            if retry && m.state == done {
+                return Decision::Unchanged;
+            }
+            if retry && m.state == preparing {
+                return Decision::Refuse(ResponseError::ConcurrentTransactions);
+            }
+        }
+    }
     let m = match check_producer(cur, pid, epoch) {
         Ok(m) => m,
         Err(e) => return Decision::Refuse(e),
@@ -273,14 +300,24 @@ pub fn end_txn(cur: Option<&TxnMetadata>, pid: i64, epoch: i16, commit: bool, no
             let mut next = m.clone();
             next.state = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
             next.last_update_ms = now;
+            if tv2 {
+                next.last_producer_epoch = m.producer_epoch;
+                next.producer_epoch = m.producer_epoch.saturating_add(1);
+            }
             let mut complete = next.clone();
             complete.state = if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
             complete.partitions.clear();
             complete.groups.clear();
+            if tv2 && next.producer_epoch >= i16::MAX - 1 {
+                // epoch exhausted: the next transaction gets a new producer id
+                complete.producer_id = fresh_pid;
+                complete.producer_epoch = 0;
+                complete.last_producer_epoch = -1;
+            }
             let markers = Markers {
                 commit,
                 producer_id: m.producer_id,
-                producer_epoch: m.producer_epoch,
+                producer_epoch: next.producer_epoch,
                 partitions: m.partitions.clone(),
                 groups: m.groups.clone(),
                 complete,
@@ -338,7 +375,7 @@ mod tests {
         assert_eq!(add_to_txn(Some(&m), 77, 0, &[("t".into(), 1)], None, 11), Decision::Unchanged);
         let m = applied(add_to_txn(Some(&m), 77, 0, &[], Some("g"), 12)).next;
         assert_eq!(m.txn_start_ms, 10, "adding to an ongoing transaction keeps its start");
-        let t = applied(end_txn(Some(&m), 77, 0, true, 20));
+        let t = applied(end_txn(Some(&m), 77, 0, true, false, 0, 20));
         assert_eq!(t.next.state, TxnState::PrepareCommit);
         let mk = t.markers.unwrap();
         assert!(mk.commit);
@@ -346,15 +383,25 @@ mod tests {
         assert_eq!(mk.groups.len(), 1);
         assert_eq!(mk.complete.state, TxnState::CompleteCommit);
         let prepared = t.next;
-        assert_eq!(end_txn(Some(&prepared), 77, 0, true, 21), Decision::Refuse(ResponseError::ConcurrentTransactions));
-        assert_eq!(end_txn(Some(&prepared), 77, 0, false, 21), Decision::Refuse(ResponseError::InvalidTxnState));
+        assert_eq!(
+            end_txn(Some(&prepared), 77, 0, true, false, 0, 21),
+            Decision::Refuse(ResponseError::ConcurrentTransactions)
+        );
+        assert_eq!(
+            end_txn(Some(&prepared), 77, 0, false, false, 0, 21),
+            Decision::Refuse(ResponseError::InvalidTxnState)
+        );
         assert_eq!(
             add_to_txn(Some(&prepared), 77, 0, &[("t".into(), 0)], None, 21),
             Decision::Refuse(ResponseError::ConcurrentTransactions)
         );
         let done = mk.complete;
-        assert_eq!(end_txn(Some(&done), 77, 0, true, 22), Decision::Unchanged, "a retried commit gets the outcome");
-        assert_eq!(end_txn(Some(&done), 77, 0, false, 22), Decision::Refuse(ResponseError::InvalidTxnState));
+        assert_eq!(
+            end_txn(Some(&done), 77, 0, true, false, 0, 22),
+            Decision::Unchanged,
+            "a retried commit gets the outcome"
+        );
+        assert_eq!(end_txn(Some(&done), 77, 0, false, false, 0, 22), Decision::Refuse(ResponseError::InvalidTxnState));
         // the next transaction starts fresh
         let t = applied(add_to_txn(Some(&done), 77, 0, &[("u".into(), 0)], None, 30));
         assert_eq!(t.next.partitions.len(), 1);
@@ -372,7 +419,7 @@ mod tests {
         let mk = t.markers.unwrap();
         assert_eq!((mk.commit, mk.producer_epoch), (false, 1));
         // the old instance's requests are fenced from now on
-        assert_eq!(end_txn(Some(&t.next), 77, 0, true, 21), Decision::Refuse(ResponseError::ProducerFenced));
+        assert_eq!(end_txn(Some(&t.next), 77, 0, true, false, 0, 21), Decision::Refuse(ResponseError::ProducerFenced));
         // once aborted, the new instance's retry gets the next epoch
         let t = applied(init_producer_id(Some(&mk.complete), 60_000, None, 99, LIMITS, 30));
         assert_eq!((t.next.producer_id, t.next.producer_epoch, t.next.state), (77, 2, TxnState::Empty));
@@ -394,9 +441,41 @@ mod tests {
             Decision::Refuse(ResponseError::InvalidTransactionTimeout)
         );
         assert_eq!(add_to_txn(None, 1, 0, &[], None, 0), Decision::Refuse(ResponseError::InvalidProducerIdMapping));
-        assert_eq!(end_txn(Some(&m), 78, 0, true, 0), Decision::Refuse(ResponseError::InvalidProducerIdMapping));
+        assert_eq!(
+            end_txn(Some(&m), 78, 0, true, false, 0, 0),
+            Decision::Refuse(ResponseError::InvalidProducerIdMapping)
+        );
         let empty = new_txn();
-        assert_eq!(end_txn(Some(&empty), 77, 0, true, 0), Decision::Refuse(ResponseError::InvalidTxnState));
+        assert_eq!(end_txn(Some(&empty), 77, 0, true, false, 0, 0), Decision::Refuse(ResponseError::InvalidTxnState));
+    }
+
+    #[test]
+    fn transaction_version_2_bumps_the_epoch_per_transaction() {
+        let m = new_txn();
+        let m = applied(add_to_txn(Some(&m), 77, 0, &[("t".into(), 0)], None, 1)).next;
+        let t = applied(end_txn(Some(&m), 77, 0, true, true, 99, 2));
+        assert_eq!((t.next.producer_epoch, t.next.last_producer_epoch), (1, 0));
+        let mk = t.markers.unwrap();
+        assert_eq!(mk.producer_epoch, 1, "markers carry the new epoch");
+        let done = mk.complete;
+        assert_eq!((done.producer_id, done.producer_epoch, done.state), (77, 1, TxnState::CompleteCommit));
+        // a retried EndTxn with the old epoch gets the outcome; the opposite outcome is fenced
+        assert_eq!(end_txn(Some(&done), 77, 0, true, true, 99, 3), Decision::Unchanged);
+        assert_eq!(end_txn(Some(&done), 77, 0, false, true, 99, 3), Decision::Refuse(ResponseError::ProducerFenced));
+        // the next transaction runs on epoch 1; a delayed EndTxn of the previous one cannot end it
+        let next = applied(add_to_txn(Some(&done), 77, 1, &[("t".into(), 0)], None, 4)).next;
+        assert_eq!(end_txn(Some(&next), 77, 0, true, true, 99, 5), Decision::Refuse(ResponseError::ProducerFenced));
+        assert_eq!(
+            add_to_txn(Some(&next), 77, 0, &[("t".into(), 1)], None, 5),
+            Decision::Refuse(ResponseError::ProducerFenced)
+        );
+        // exhausting the epoch rotates the producer id
+        let mut old = next.clone();
+        old.producer_epoch = i16::MAX - 2;
+        let t = applied(end_txn(Some(&old), 77, i16::MAX - 2, false, true, 99, 6));
+        let mk = t.markers.unwrap();
+        assert_eq!((mk.producer_id, mk.producer_epoch), (77, i16::MAX - 1));
+        assert_eq!((mk.complete.producer_id, mk.complete.producer_epoch), (99, 0));
     }
 
     #[test]

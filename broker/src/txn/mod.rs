@@ -203,6 +203,27 @@ impl TxnCoordinator {
         Ok(())
     }
 
+    /// Add partitions (and/or a group) to `id`'s transaction and wait until that is durable,
+    /// blocking: the implicit add of transaction version 2 (Produce v12, TxnOffsetCommit v5).
+    pub fn add_blocking(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        parts: &[(String, i32)],
+        group: Option<&str>,
+    ) -> Result<(), ResponseError> {
+        let now = crate::handlers::now_ms();
+        let (d, durable) = self.decide(id, |m| machine::add_to_txn(m, pid, epoch, parts, group, now), now)?;
+        if let Some((f, end)) = durable {
+            tokio::task::block_in_place(|| f.sync_to(end)).map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+        }
+        match d {
+            Decision::Refuse(e) => Err(e),
+            Decision::Unchanged | Decision::Apply(_) => Ok(()),
+        }
+    }
+
     /// Decide under the shard lock; log the transition (the caller awaits its durability).
     fn decide(
         &self,
