@@ -73,6 +73,7 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
             }
             _ = gauges_tick.tick() => {
                 state.groups.record_gauges();
+                state.txns.record_gauges(crate::handlers::now_ms());
                 for t in state.topics() {
                     for p in &t.partitions {
                         p.record_gauges();

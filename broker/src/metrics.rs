@@ -31,6 +31,15 @@ pub const PRODUCERS: &str = "sluice_producers";
 pub const PRODUCE_REFUSED_TOTAL: &str = "sluice_produce_refused_total";
 /// Retries answered as duplicates (nothing written).
 pub const PRODUCE_DUPLICATES_TOTAL: &str = "sluice_produce_duplicates_total";
+/// Transactions open now (Ongoing, PrepareCommit, PrepareAbort) on this coordinator.
+pub const OPEN_TRANSACTIONS: &str = "sluice_open_transactions";
+/// Age in seconds of the oldest open transaction (0 when none): a hanging transaction shows here.
+pub const OLDEST_TRANSACTION_SECONDS: &str = "sluice_oldest_transaction_seconds";
+/// Requests refused because a newer instance (or the coordinator's timeout abort) fenced the
+/// producer, label `api`.
+pub const PRODUCERS_FENCED_TOTAL: &str = "sluice_producers_fenced_total";
+/// Transactions ended, label `outcome` (commit, abort).
+pub const TRANSACTIONS_TOTAL: &str = "sluice_transactions_total";
 /// Consumer groups by state, label `state` (Empty, PreparingRebalance, CompletingRebalance, Stable).
 pub const GROUPS: &str = "sluice_groups";
 /// Completed rebalances (join phases that started a new generation with members).

@@ -140,24 +140,48 @@ fn metrics_endpoint_reports_plausible_values() {
         p.send(BaseRecord::<(), _>::to("met").partition(0).payload(&v)).unwrap();
     }
     p.flush(std::time::Duration::from_secs(10)).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500)); // partition gauges update every second
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", mport)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
-    let value = |series: &str| -> f64 {
+    // a transaction left open holds the LSO one record back
+    let tp: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .set("transactional.id", "met-txn")
+        .create()
+        .unwrap();
+    tp.init_transactions(std::time::Duration::from_secs(10)).unwrap();
+    tp.begin_transaction().unwrap();
+    tp.send(BaseRecord::<(), _>::to("met").partition(0).payload("open")).unwrap();
+    tp.flush(std::time::Duration::from_secs(10)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500)); // gauges update every second
+    let scrape = || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", mport)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+        body
+    };
+    let value = |body: &str, series: &str| -> f64 {
         body.lines()
             .find(|l| l.starts_with(series))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no series {series} in:\n{body}"))
     };
-    assert_eq!(value("sluice_log_end_offset{topic=\"met\",partition=\"0\"}"), 100.0);
-    assert_eq!(value("sluice_high_watermark{topic=\"met\",partition=\"0\"}"), 100.0);
-    assert_eq!(value("sluice_lso_lag{topic=\"met\",partition=\"0\"}"), 0.0);
-    assert!(value("sluice_requests_total{api=\"Produce\"}") >= 1.0);
-    assert!(value("sluice_fsync_seconds_count") >= 1.0);
-    assert!(value("sluice_bytes_in_total") > 1000.0);
-    assert!(value("sluice_connections") >= 1.0, "the producer is still connected");
+    let body = scrape();
+    assert_eq!(value(&body, "sluice_log_end_offset{topic=\"met\",partition=\"0\"}"), 101.0);
+    assert_eq!(value(&body, "sluice_high_watermark{topic=\"met\",partition=\"0\"}"), 101.0);
+    assert_eq!(value(&body, "sluice_last_stable_offset{topic=\"met\",partition=\"0\"}"), 100.0);
+    assert_eq!(value(&body, "sluice_lso_lag{topic=\"met\",partition=\"0\"}"), 1.0);
+    assert_eq!(value(&body, "sluice_open_transactions"), 1.0);
+    // open ~1.5 s, gauges refreshed every second
+    assert!(value(&body, "sluice_oldest_transaction_seconds") > 0.2);
+    assert!(value(&body, "sluice_requests_total{api=\"Produce\"}") >= 1.0);
+    assert!(value(&body, "sluice_fsync_seconds_count") >= 1.0);
+    assert!(value(&body, "sluice_bytes_in_total") > 1000.0);
+    assert!(value(&body, "sluice_connections") >= 1.0, "the producer is still connected");
+    tp.commit_transaction(std::time::Duration::from_secs(10)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let body = scrape();
+    assert_eq!(value(&body, "sluice_open_transactions"), 0.0);
+    assert_eq!(value(&body, "sluice_lso_lag{topic=\"met\",partition=\"0\"}"), 0.0);
+    assert_eq!(value(&body, "sluice_transactions_total{outcome=\"commit\"}"), 1.0);
 }

@@ -1164,6 +1164,31 @@ mod tests {
     }
 
     #[test]
+    fn txn_offset_commits_fence_zombie_consumers() {
+        let mut g = Group::new("g", 0);
+        let (a, _) = join_new(&mut g, "a", 0);
+        sync(&mut g, &a, None, 1, None, None, vec![], 0);
+        assert_eq!(g.validate_txn_offset_commit(&a, None, 1), Ok(()));
+        assert_eq!(g.validate_txn_offset_commit("", None, -1), Ok(()), "v0-2: no member to check");
+        assert_eq!(g.validate_txn_offset_commit(&a, None, 0), Err(ResponseError::IllegalGeneration));
+        assert_eq!(g.validate_txn_offset_commit("gone", None, 1), Err(ResponseError::UnknownMemberId));
+        // pending offsets become visible only with a commit marker
+        g.pending_txn.entry(9).or_default().insert(
+            ("t".into(), 0),
+            CommittedOffset { offset: 5, leader_epoch: -1, metadata: String::new(), commit_ms: 0 },
+        );
+        assert!(g.has_pending("t", 0));
+        g.complete_txn(9, false);
+        assert!(!g.has_pending("t", 0) && g.offsets.is_empty(), "aborted offsets vanish");
+        g.pending_txn.entry(9).or_default().insert(
+            ("t".into(), 0),
+            CommittedOffset { offset: 6, leader_epoch: -1, metadata: String::new(), commit_ms: 0 },
+        );
+        g.complete_txn(9, true);
+        assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 6);
+    }
+
+    #[test]
     fn initial_delay_waits_for_more_members() {
         let s = GroupSettings { initial_rebalance_delay_ms: 3000, ..Default::default() };
         let mut g = Group::new("g", 0);

@@ -13,6 +13,9 @@ use std::sync::Arc;
 
 /// PRODUCER_FENCED is newer than some clients: older request versions get INVALID_PRODUCER_EPOCH.
 fn code(e: ResponseError, version: i16, fenced_since: i16) -> i16 {
+    if e == ResponseError::ProducerFenced {
+        ::metrics::counter!(crate::metrics::PRODUCERS_FENCED_TOTAL, "api" => "coordinator").increment(1);
+    }
     if e == ResponseError::ProducerFenced && version < fenced_since {
         ResponseError::InvalidProducerEpoch.code()
     } else {

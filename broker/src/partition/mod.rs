@@ -262,6 +262,9 @@ impl Partition {
             Refusal::TxnVerification(_) => "not_in_transaction",
         };
         ::metrics::counter!(crate::metrics::PRODUCE_REFUSED_TOTAL, "reason" => reason).increment(1);
+        if matches!(r, Refusal::InvalidProducerEpoch { .. }) {
+            ::metrics::counter!(crate::metrics::PRODUCERS_FENCED_TOTAL, "api" => "produce").increment(1);
+        }
     }
 
     pub fn log(&self) -> MutexGuard<'_, Log> {

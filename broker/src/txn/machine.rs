@@ -479,6 +479,15 @@ mod tests {
     }
 
     #[test]
+    fn idle_ids_expire_but_never_with_an_open_transaction() {
+        let m = new_txn();
+        assert!(!expired(&m, 1000, 1000));
+        assert!(expired(&m, 1001, 1000));
+        let open = applied(add_to_txn(Some(&m), 77, 0, &[("t".into(), 0)], None, 0)).next;
+        assert!(!expired(&open, 1_000_000, 1000), "an open transaction is aborted by its timeout, not expired");
+    }
+
+    #[test]
     fn kip360_retries_and_epoch_exhaustion() {
         let m = new_txn();
         let bumped = applied(init_producer_id(Some(&m), 60_000, Some((77, 0)), 99, LIMITS, 5)).next;

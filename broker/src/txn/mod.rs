@@ -354,6 +354,19 @@ impl TxnCoordinator {
         }
     }
 
+    /// Publish open-transaction gauges.
+    pub fn record_gauges(&self, now: i64) {
+        let open: Vec<i64> = self
+            .all()
+            .into_iter()
+            .filter(|(_, m)| matches!(m.state, TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort))
+            .map(|(_, m)| m.txn_start_ms)
+            .collect();
+        ::metrics::gauge!(crate::metrics::OPEN_TRANSACTIONS).set(open.len() as f64);
+        let oldest = open.iter().filter(|t| **t > 0).map(|t| (now - t).max(0)).max().unwrap_or(0);
+        ::metrics::gauge!(crate::metrics::OLDEST_TRANSACTION_SECONDS).set(oldest as f64 / 1000.0);
+    }
+
     pub fn close(&self) {
         for s in &self.shards {
             let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
@@ -435,5 +448,7 @@ async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnM
         w
     };
     crate::group::wait_durable(wait).await?;
+    let outcome = if m.commit { "commit" } else { "abort" };
+    ::metrics::counter!(crate::metrics::TRANSACTIONS_TOTAL, "outcome" => outcome).increment(1);
     Ok(m.complete)
 }
