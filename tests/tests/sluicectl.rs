@@ -268,3 +268,74 @@ fn groups_commands() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
 }
+
+/// `sluicectl transactions …`: a transaction left open (its producer gone quiet) is listed,
+/// described, found as hanging, and aborted by an operator, which releases read_committed.
+#[test]
+fn transactions_commands_find_and_abort_a_hanging_transaction() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::time::Duration;
+
+    let b = Broker::start();
+    ctl(&b, &["topics", "create", "hang", "--partitions", "2"]);
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .set("transactional.id", "stuck-app")
+        .create()
+        .unwrap();
+    p.init_transactions(Duration::from_secs(10)).unwrap();
+    p.begin_transaction().unwrap();
+    for i in 0..3 {
+        p.send(BaseRecord::<(), str>::to("hang").partition(1).payload(&format!("v{i}"))).unwrap();
+    }
+    p.flush(Duration::from_secs(10)).unwrap();
+
+    let list = ctl(&b, &["transactions", "list"]);
+    assert_eq!(list[0]["transactional_id"], "stuck-app", "{list}");
+    assert_eq!(list[0]["state"], "Ongoing", "{list}");
+    assert_eq!(ctl(&b, &["transactions", "list", "--state", "CompleteCommit"]), serde_json::json!([]));
+    let d = ctl(&b, &["transactions", "describe", "stuck-app"]);
+    assert_eq!(d["partitions"], serde_json::json!(["hang-1"]), "{d}");
+    let dp = ctl(&b, &["transactions", "describe-producers", "--topic", "hang", "--partition", "1"]);
+    assert_eq!(dp[0]["open_txn_start_offset"], 0, "{dp}");
+    // not old enough by the default rule; found with --min-age-ms 0
+    assert_eq!(ctl(&b, &["transactions", "find-hanging"]), serde_json::json!([]));
+    let hanging = ctl(&b, &["transactions", "find-hanging", "--min-age-ms", "0"]);
+    assert_eq!(hanging[0]["partition"], 1, "{hanging}");
+    assert_eq!(hanging[0]["start_offset"], 0, "{hanging}");
+
+    // read_committed "latest" (the LSO) is held at the transaction's first offset
+    let lso = |b: &Broker| -> i64 {
+        use kafka_protocol::messages::*;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let conn = sluice_client::Connection::connect(&b.bootstrap(), "t", 1).await.unwrap();
+            let mut lp = list_offsets_request::ListOffsetsPartition::default();
+            lp.partition_index = 1;
+            lp.timestamp = -1;
+            let mut lt = list_offsets_request::ListOffsetsTopic::default();
+            lt.name = TopicName(kafka_protocol::protocol::StrBytes::from_static_str("hang"));
+            lt.partitions = vec![lp];
+            let mut r = ListOffsetsRequest::default();
+            r.isolation_level = 1;
+            r.topics = vec![lt];
+            match conn.call(ApiKey::ListOffsets, 5, RequestKind::ListOffsets(r)).await.unwrap() {
+                ResponseKind::ListOffsets(l) => l.topics[0].partitions[0].offset,
+                other => panic!("{other:?}"),
+            }
+        })
+    };
+    assert_eq!(lso(&b), 0);
+    // the operator aborts it: read_committed (LSO) moves past it
+    let out = ctl_raw(&b, &["transactions", "abort", "--topic", "hang", "--partition", "1", "--start-offset", "7"]);
+    assert_eq!(out.status.code(), Some(1), "no transaction starts at 7");
+    ctl(&b, &["transactions", "abort", "--topic", "hang", "--partition", "1", "--start-offset", "0"]);
+    assert_eq!(lso(&b), 4, "three records and the ABORT marker are below the LSO now");
+    let dp = ctl(&b, &["transactions", "describe-producers", "--topic", "hang", "--partition", "1"]);
+    assert_eq!(dp[0]["open_txn_start_offset"], serde_json::Value::Null, "{dp}");
+    assert_eq!(ctl(&b, &["transactions", "find-hanging", "--min-age-ms", "0"]), serde_json::json!([]));
+    let out = ctl_raw(&b, &["transactions", "describe", "nobody"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TransactionalIdNotFound"), "{out:?}");
+}

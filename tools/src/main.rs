@@ -1,7 +1,7 @@
 //! # sluicectl
 //!
 //! Sluice's admin CLI. What belongs here: admin commands over the wire (`topics`, `groups`,
-//! `cluster`; transactions with issue 8), offline tools over data files (`log dump` now, the
+//! `transactions`, `cluster`), offline tools over data files (`log dump` now, the
 //! exactly-once `verify` later), and the load generator (`perf`).
 //!
 //! Exit codes: 0 success, 1 the operation failed, 2 bad usage.
@@ -10,6 +10,7 @@ mod admin;
 mod console;
 mod groups;
 mod perf;
+mod transactions;
 mod verify;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
@@ -47,6 +48,11 @@ enum Cmd {
     Groups {
         #[command(subcommand)]
         cmd: groups::GroupsCmd,
+    },
+    /// Transactions: list, describe, describe-producers, find-hanging, abort.
+    Transactions {
+        #[command(subcommand)]
+        cmd: transactions::TransactionsCmd,
     },
     /// Console producer: one record per stdin line.
     Produce(console::ProduceArgs),
@@ -325,6 +331,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Topics { cmd } => run_admin(cli.output, admin::topics(&cli.bootstrap_server, cmd)),
+        Cmd::Transactions { cmd } => run_admin(cli.output, transactions::run(&cli.bootstrap_server, cmd)),
         Cmd::Groups { cmd } => run_admin(cli.output, groups::run(&cli.bootstrap_server, cmd)),
         Cmd::Cluster { cmd: ClusterCmd::Describe } => run_admin(cli.output, admin::cluster(&cli.bootstrap_server)),
         Cmd::LogDirs { cmd: LogDirsCmd::Describe } => run_admin(cli.output, admin::log_dirs(&cli.bootstrap_server)),
