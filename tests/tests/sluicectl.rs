@@ -27,6 +27,23 @@ fn perf_produce_then_consume_then_dump() {
     assert!(p["latency_ms_p50"].as_f64().unwrap() > 0.0);
     let c = ctl(&b, &["perf", "consume", "--topic", "perf", "--num-records", &produced.to_string()]);
     assert_eq!(c["records"].as_u64().unwrap(), produced, "{c}");
+    let t = ctl(
+        &b,
+        &[
+            "perf",
+            "txn",
+            "--topic",
+            "perf-txn",
+            "--partitions",
+            "2",
+            "--num-records",
+            "20000",
+            "--commit-interval-ms",
+            "20",
+        ],
+    );
+    assert!(t["records"].as_u64().unwrap() >= 20000, "{t}");
+    assert!(t["commits"].as_u64().unwrap() >= 1 && t["commit_ms_p50"].as_f64().unwrap() > 0.0, "{t}");
 
     assert_eq!(b.stop(), Some(0));
     let seg = b.data_dir.join("perf-0").join("00000000000000000000.log");
@@ -64,6 +81,17 @@ fn perf_produce_then_consume_then_dump() {
     let out = Command::new(sluicectl_bin()).arg("verify").arg(b.data_dir.join("perf-0")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("no findings"));
+    // and on every partition of the transactional topic, with its committed transactions
+    let out = Command::new(sluicectl_bin())
+        .args(["--output", "json", "verify", "--topic", "perf-txn", "--log-dirs"])
+        .arg(&b.data_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let reports: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(reports.len(), 2);
+    assert!(reports.iter().all(|r| r["transactions_committed"].as_u64().unwrap() >= 1), "{reports:?}");
     // bad usage is exit 2
     let out = Command::new(sluicectl_bin()).args(["log", "frobnicate"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -327,15 +355,68 @@ fn transactions_commands_find_and_abort_a_hanging_transaction() {
         })
     };
     assert_eq!(lso(&b), 0);
+    let rc_values = |b: &Broker| -> Vec<String> {
+        let out = ctl_raw(
+            b,
+            &["--output", "json", "consume", "--topic", "hang", "--partition", "1", "--from-beginning"]
+                .into_iter()
+                .chain(["--isolation-level", "read_committed", "--timeout-ms", "700"])
+                .collect::<Vec<_>>(),
+        );
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["value"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(rc_values(&b).is_empty(), "a read_committed consumer is stuck behind the open transaction");
     // the operator aborts it: read_committed (LSO) moves past it
     let out = ctl_raw(&b, &["transactions", "abort", "--topic", "hang", "--partition", "1", "--start-offset", "7"]);
     assert_eq!(out.status.code(), Some(1), "no transaction starts at 7");
     ctl(&b, &["transactions", "abort", "--topic", "hang", "--partition", "1", "--start-offset", "0"]);
     assert_eq!(lso(&b), 4, "three records and the ABORT marker are below the LSO now");
+    // the producer commits (a marker with nothing open on hang-1), then a real transaction
+    p.commit_transaction(Duration::from_secs(10)).unwrap();
+    p.begin_transaction().unwrap();
+    p.send(BaseRecord::<(), str>::to("hang").partition(1).payload("after")).unwrap();
+    p.commit_transaction(Duration::from_secs(10)).unwrap();
+    assert_eq!(rc_values(&b), vec!["after"], "the consumer proceeds; the aborted records never appear");
     let dp = ctl(&b, &["transactions", "describe-producers", "--topic", "hang", "--partition", "1"]);
     assert_eq!(dp[0]["open_txn_start_offset"], serde_json::Value::Null, "{dp}");
     assert_eq!(ctl(&b, &["transactions", "find-hanging", "--min-age-ms", "0"]), serde_json::json!([]));
     let out = ctl_raw(&b, &["transactions", "describe", "nobody"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("TransactionalIdNotFound"), "{out:?}");
+
+    // offline: the audit passes on this log of aborted and committed transactions …
+    drop(p);
+    let mut b = b;
+    assert_eq!(b.stop(), Some(0));
+    let dir = b.data_dir.join("hang-1");
+    let out = Command::new(sluicectl_bin()).args(["--output", "json", "verify"]).arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((r["transactions_aborted"].as_u64(), r["transactions_committed"].as_u64()), (Some(1), Some(1)), "{r}");
+    let seg = dir.join("00000000000000000000.log");
+    let out = Command::new(sluicectl_bin()).args(["log", "dump"]).arg(&seg).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("marker Abort") && text.contains("marker Commit"), "{text}");
+    let out = Command::new(sluicectl_bin())
+        .args(["log", "dump"])
+        .arg(dir.join("00000000000000000000.txnindex"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("first_offset 0 last_offset 3"), "{out:?}");
+    // … and finds a deliberately corrupted copy
+    let copy = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+    }
+    let mut bytes = std::fs::read(copy.path().join("00000000000000000000.log")).unwrap();
+    bytes[70] ^= 0xff; // inside the first batch's records (covered by its CRC)
+    std::fs::write(copy.path().join("00000000000000000000.log"), bytes).unwrap();
+    let out = Command::new(sluicectl_bin()).arg("verify").arg(copy.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FINDING"), "{out:?}");
 }

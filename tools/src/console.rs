@@ -154,6 +154,7 @@ pub async fn consume(bootstrap: &str, a: &ConsumeArgs, json: bool) -> Result<u64
     let mut out = std::io::stdout().lock();
     let mut printed = 0u64;
     let mut last_data = Instant::now();
+    let mut txn_state: Vec<AbortedTxns> = parts.iter().map(|_| AbortedTxns::default()).collect();
     loop {
         if a.max_messages.is_some_and(|m| printed >= m) || last_data.elapsed() > Duration::from_millis(a.timeout_ms) {
             break;
@@ -187,8 +188,12 @@ pub async fn consume(bootstrap: &str, a: &ConsumeArgs, json: bool) -> Result<u64
                     bail!("fetch failed with error code {} on partition {}", pd.error_code, pd.partition_index);
                 }
                 let Some(i) = parts.iter().position(|p| *p == pd.partition_index) else { continue };
-                let aborted: Vec<(i64, i64)> =
-                    pd.aborted_transactions.iter().flatten().map(|x| (x.producer_id.0, x.first_offset)).collect();
+                let txns = &mut txn_state[i];
+                for x in pd.aborted_transactions.iter().flatten() {
+                    if !txns.done.contains(&(x.first_offset, x.producer_id.0)) {
+                        txns.pending.insert((x.first_offset, x.producer_id.0));
+                    }
+                }
                 let Some(records) = &pd.records else { continue };
                 let from = offsets[i];
                 let mut pos = 0;
@@ -197,9 +202,7 @@ pub async fn consume(bootstrap: &str, a: &ConsumeArgs, json: bool) -> Result<u64
                     pos += size;
                     offsets[i] = offsets[i].max(b.last_offset() + 1);
                     // control batches and (read_committed) aborted batches never reach the user
-                    if b.is_control()
-                        || aborted.iter().any(|(pid, first)| *pid == b.producer_id() && *first <= b.base_offset())
-                    {
+                    if txns.skip(&b) {
                         continue;
                     }
                     for rec in b.records()? {
@@ -219,6 +222,43 @@ pub async fn consume(bootstrap: &str, a: &ConsumeArgs, json: bool) -> Result<u64
     }
     out.flush()?;
     Ok(printed)
+}
+
+/// read_committed filtering, as Kafka's consumer does it: an aborted transaction (from the
+/// fetch's aborted list) starts skipping its producer's transactional batches at its first
+/// offset, and the producer's ABORT marker ends it.
+#[derive(Default)]
+struct AbortedTxns {
+    /// (first offset, producer id) not reached yet.
+    pending: std::collections::BTreeSet<(i64, i64)>,
+    /// producer id → first offset of the aborted transaction being skipped.
+    active: std::collections::HashMap<i64, i64>,
+    /// Aborted transactions already passed (a later fetch may list them again).
+    done: std::collections::HashSet<(i64, i64)>,
+}
+
+impl AbortedTxns {
+    fn skip(&mut self, b: &BatchView<'_>) -> bool {
+        while let Some(&(first, pid)) = self.pending.first() {
+            if first > b.last_offset() {
+                break;
+            }
+            self.pending.remove(&(first, pid));
+            self.active.insert(pid, first);
+        }
+        let pid = b.producer_id();
+        if b.is_control() {
+            let abort =
+                matches!(b.control_marker(), Ok(Some(m)) if m.kind == sluice_protocol::batch::ControlType::Abort);
+            if abort {
+                if let Some(first) = self.active.remove(&pid) {
+                    self.done.insert((first, pid));
+                }
+            }
+            return true;
+        }
+        b.is_transactional() && self.active.contains_key(&pid)
+    }
 }
 
 fn text(b: &Option<Bytes>) -> String {

@@ -66,7 +66,17 @@ enum Cmd {
     /// Offline exactly-once audit of a partition directory (read-only): contiguous offsets,
     /// valid CRCs, no duplicate or gap in any producer's sequences, every transaction closed by
     /// a marker, the aborted-transaction index matching the ABORT markers. Exit 1 on a finding.
-    Verify { partition_dir: PathBuf },
+    /// Give a partition directory, or `--topic` to audit every partition of a topic under
+    /// `--log-dirs` (stop the broker first, or audit a copy).
+    Verify {
+        #[arg(required_unless_present = "topic", conflicts_with = "topic")]
+        partition_dir: Option<PathBuf>,
+        #[arg(long)]
+        topic: Option<String>,
+        /// The broker's data directory (with --topic).
+        #[arg(long, default_value = "./sluice-data")]
+        log_dirs: PathBuf,
+    },
     /// Print a shell completion script: `sluicectl completions bash > /etc/bash_completion.d/sluicectl`.
     Completions { shell: clap_complete::Shell },
     /// The cluster: brokers and controller.
@@ -104,6 +114,8 @@ enum PerfCmd {
     Produce(perf::ProduceArgs),
     /// Read a topic from the beginning as fast as possible.
     Consume(perf::ConsumeArgs),
+    /// Produce inside transactions committed every `--commit-interval-ms`; reports commit latency.
+    Txn(perf::TxnArgs),
 }
 
 #[derive(Subcommand)]
@@ -266,6 +278,9 @@ fn print_summary(what: &str, s: &perf::Summary, output: Output) {
             s.latency_ms_max
         ),
     }
+    if let (Output::Table, Some(n), Some(p50), Some(p99)) = (output, s.commits, s.commit_ms_p50, s.commit_ms_p99) {
+        println!("{what}: {n} transactions committed; commit latency ms p50 {p50:.2} p99 {p99:.2}");
+    }
 }
 
 fn run_perf(bootstrap: &str, cmd: PerfCmd, output: Output) -> Result<(), String> {
@@ -274,6 +289,7 @@ fn run_perf(bootstrap: &str, cmd: PerfCmd, output: Output) -> Result<(), String>
         match cmd {
             PerfCmd::Produce(a) => perf::produce(bootstrap, &a).await.map(|s| print_summary("produce", &s, output)),
             PerfCmd::Consume(a) => perf::consume(bootstrap, &a).await.map(|s| print_summary("consume", &s, output)),
+            PerfCmd::Txn(a) => perf::produce_txn(bootstrap, &a).await.map(|s| print_summary("txn", &s, output)),
         }
     })
     .map_err(|e| format!("{e:#}"))
@@ -292,7 +308,37 @@ fn run_admin(
     Ok(())
 }
 
-fn run_verify(dir: &Path, output: Output) -> Result<(), String> {
+/// `<log_dirs>/<topic>-<n>` for every partition n, in partition order.
+fn topic_dirs(log_dirs: &Path, topic: &str) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(log_dirs).map_err(|e| format!("cannot read {}: {e}", log_dirs.display()))?;
+    let mut dirs: Vec<(i32, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let n: i32 = name.strip_prefix(topic)?.strip_prefix('-')?.parse().ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    if dirs.is_empty() {
+        return Err(format!("no partition of topic '{topic}' under {}", log_dirs.display()));
+    }
+    dirs.sort();
+    Ok(dirs.into_iter().map(|(_, p)| p).collect())
+}
+
+fn run_verify(dirs: &[PathBuf], output: Output) -> Result<(), String> {
+    let mut findings = 0;
+    for dir in dirs {
+        findings += verify_one(dir, output)?;
+    }
+    if findings == 0 {
+        Ok(())
+    } else {
+        Err(format!("{findings} finding(s)"))
+    }
+}
+
+fn verify_one(dir: &Path, output: Output) -> Result<usize, String> {
     let r = verify::verify(dir).map_err(|e| format!("{e:#}"))?;
     match output {
         Output::Json => println!("{}", serde_json::to_string(&r).unwrap_or_default()),
@@ -315,11 +361,7 @@ fn run_verify(dir: &Path, output: Output) -> Result<(), String> {
             }
         }
     }
-    if r.findings.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{} finding(s)", r.findings.len()))
-    }
+    Ok(r.findings.len())
 }
 
 fn run_console(f: impl std::future::Future<Output = anyhow::Result<()>>) -> Result<(), String> {
@@ -335,7 +377,11 @@ fn main() -> ExitCode {
         Cmd::Groups { cmd } => run_admin(cli.output, groups::run(&cli.bootstrap_server, cmd)),
         Cmd::Cluster { cmd: ClusterCmd::Describe } => run_admin(cli.output, admin::cluster(&cli.bootstrap_server)),
         Cmd::LogDirs { cmd: LogDirsCmd::Describe } => run_admin(cli.output, admin::log_dirs(&cli.bootstrap_server)),
-        Cmd::Verify { partition_dir } => run_verify(&partition_dir, cli.output),
+        Cmd::Verify { partition_dir, topic, log_dirs } => match (partition_dir, topic) {
+            (Some(dir), _) => run_verify(&[dir], cli.output),
+            (None, Some(t)) => topic_dirs(&log_dirs, &t).and_then(|dirs| run_verify(&dirs, cli.output)),
+            (None, None) => Err("give a partition directory or --topic".into()),
+        },
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "sluicectl", &mut std::io::stdout());
             Ok(())

@@ -39,6 +39,18 @@ pub struct ProduceArgs {
     pub idempotent: bool,
 }
 
+/// `perf txn`: the produce load inside transactions.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TxnArgs {
+    #[command(flatten)]
+    pub produce: ProduceArgs,
+    #[arg(long, default_value = "sluicectl-perf-txn")]
+    pub transactional_id: String,
+    /// Commit every this many milliseconds (waiting for the transaction's records first).
+    #[arg(long, default_value_t = 100)]
+    pub commit_interval_ms: u64,
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConsumeArgs {
     #[arg(long)]
@@ -60,6 +72,13 @@ pub struct Summary {
     pub latency_ms_p99: f64,
     pub latency_ms_p999: f64,
     pub latency_ms_max: f64,
+    /// `perf txn`: transactions committed and EndTxn latency percentiles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commits: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_ms_p50: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_ms_p99: Option<f64>,
 }
 
 impl Summary {
@@ -75,6 +94,9 @@ impl Summary {
             latency_ms_p99: percentile(&latencies_us, 0.99),
             latency_ms_p999: percentile(&latencies_us, 0.999),
             latency_ms_max: latencies_us.last().map(|l| *l as f64 / 1000.0).unwrap_or(0.0),
+            commits: None,
+            commit_ms_p50: None,
+            commit_ms_p99: None,
         }
     }
 }
@@ -97,6 +119,7 @@ pub async fn ensure_topic(conn: &Connection, topic: &str, create_partitions: i32
     t.name = Some(name(topic));
     let mut r = MetadataRequest::default();
     r.topics = Some(vec![t]);
+    r.allow_auto_topic_creation = false; // create it below with the partitions asked for
     let ResponseKind::Metadata(m) = conn.call(ApiKey::Metadata, 9, RequestKind::Metadata(r)).await? else {
         bail!("unexpected response to Metadata");
     };
@@ -144,7 +167,81 @@ fn progress(done: Arc<AtomicU64>, bytes: Arc<AtomicU64>, stop: Arc<AtomicBool>, 
     });
 }
 
+async fn call_ok(conn: &Connection, key: ApiKey, version: i16, body: RequestKind) -> Result<ResponseKind> {
+    let resp = conn.call(key, version, body).await?;
+    let code = match &resp {
+        ResponseKind::InitProducerId(r) => r.error_code,
+        ResponseKind::EndTxn(r) => r.error_code,
+        ResponseKind::AddPartitionsToTxn(r) => r
+            .results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| t.results_by_partition.iter().map(|p| p.partition_error_code))
+            .find(|c| *c != 0)
+            .unwrap_or(0),
+        ResponseKind::FindCoordinator(r) => r.error_code,
+        _ => 0,
+    };
+    if code != 0 {
+        bail!("{key:?} failed with error code {code}");
+    }
+    Ok(resp)
+}
+
+/// Transactional producer state for `perf txn`.
+struct Txn {
+    id: String,
+    interval: Duration,
+    commits: Vec<u64>,
+}
+
+impl Txn {
+    async fn add_partitions(
+        &self,
+        conn: &Connection,
+        topic: &str,
+        partitions: i32,
+        pid: i64,
+        epoch: i16,
+    ) -> Result<()> {
+        let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+        t.name = name(topic);
+        t.partitions = (0..partitions).collect();
+        let mut r = AddPartitionsToTxnRequest::default();
+        r.v3_and_below_transactional_id = TransactionalId(StrBytes::from_string(self.id.clone()));
+        r.v3_and_below_producer_id = ProducerId(pid);
+        r.v3_and_below_producer_epoch = epoch;
+        r.v3_and_below_topics = vec![t];
+        call_ok(conn, ApiKey::AddPartitionsToTxn, 3, RequestKind::AddPartitionsToTxn(r)).await.map(|_| ())
+    }
+
+    async fn commit(&mut self, conn: &Connection, pid: i64, epoch: i16) -> Result<()> {
+        let mut r = EndTxnRequest::default();
+        r.transactional_id = TransactionalId(StrBytes::from_string(self.id.clone()));
+        r.producer_id = ProducerId(pid);
+        r.producer_epoch = epoch;
+        r.committed = true;
+        let t = Instant::now();
+        call_ok(conn, ApiKey::EndTxn, 3, RequestKind::EndTxn(r)).await?;
+        self.commits.push(t.elapsed().as_micros() as u64);
+        Ok(())
+    }
+}
+
+/// `perf txn`: the produce load, committed every `--commit-interval-ms`.
+pub async fn produce_txn(bootstrap: &str, a: &TxnArgs) -> Result<Summary> {
+    let txn = Txn {
+        id: a.transactional_id.clone(),
+        interval: Duration::from_millis(a.commit_interval_ms),
+        commits: Vec::new(),
+    };
+    produce_inner(bootstrap, &a.produce, Some(txn)).await
+}
+
 pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<Summary> {
+    produce_inner(bootstrap, a, None).await
+}
+
+async fn produce_inner(bootstrap: &str, a: &ProduceArgs, mut txn: Option<Txn>) -> Result<Summary> {
     if a.batch_records == 0 || a.record_size == 0 {
         bail!("--batch-records and --record-size must be positive");
     }
@@ -161,12 +258,12 @@ pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<Summary> {
                     NewRecord { timestamp: now_ms(), value: Some(Bytes::from(v)), ..Default::default() }
                 })
                 .collect();
-            BatchBuilder::default().build(&recs)
+            BatchBuilder { transactional: txn.is_some(), ..Default::default() }.build(&recs)
         })
         .collect::<Result<_, _>>()?;
-    let (producer_id, producer_epoch) = if a.idempotent {
+    let (producer_id, producer_epoch) = if a.idempotent || txn.is_some() {
         let mut r = InitProducerIdRequest::default();
-        r.transactional_id = None;
+        r.transactional_id = txn.as_ref().map(|t| TransactionalId(StrBytes::from_string(t.id.clone())));
         r.transaction_timeout_ms = 60_000;
         r.producer_id = ProducerId(-1);
         r.producer_epoch = -1;
@@ -182,6 +279,10 @@ pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<Summary> {
     } else {
         (-1, -1)
     };
+    if let Some(t) = &txn {
+        t.add_partitions(&conn, &a.topic, partitions, producer_id, producer_epoch).await?;
+    }
+    let mut txn_started = Instant::now();
     let mut sequences = vec![0i32; partitions as usize];
     let per_request = a.batch_records as u64 * partitions as u64;
     let requests = a.num_records.div_ceil(per_request);
@@ -212,6 +313,7 @@ pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<Summary> {
             })
             .collect();
         let mut r = ProduceRequest::default();
+        r.transactional_id = txn.as_ref().map(|t| TransactionalId(StrBytes::from_string(t.id.clone())));
         r.acks = a.acks;
         r.timeout_ms = 30_000;
         r.topic_data = vec![td];
@@ -241,19 +343,35 @@ pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<Summary> {
             b.fetch_add(req_bytes, Ordering::Relaxed);
             Ok::<_, anyhow::Error>(lat.as_micros() as u64)
         }));
-        if waits.len() >= 4096 {
+        let commit_due = txn.as_ref().is_some_and(|t| txn_started.elapsed() >= t.interval);
+        if waits.len() >= 4096 || commit_due {
             for w in waits.drain(..) {
                 latencies.push(w.await??);
             }
+        }
+        if let (true, Some(t)) = (commit_due, txn.as_mut()) {
+            t.commit(&conn, producer_id, producer_epoch).await?;
+            t.add_partitions(&conn, &a.topic, partitions, producer_id, producer_epoch).await?;
+            txn_started = Instant::now();
         }
     }
     for w in waits.drain(..) {
         latencies.push(w.await??);
     }
+    if let Some(t) = txn.as_mut() {
+        t.commit(&conn, producer_id, producer_epoch).await?;
+    }
     let secs = start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let records = done.load(Ordering::Relaxed);
-    Ok(Summary::new(records, records * a.record_size as u64, secs, latencies))
+    let mut summary = Summary::new(records, records * a.record_size as u64, secs, latencies);
+    if let Some(mut t) = txn {
+        t.commits.sort_unstable();
+        summary.commits = Some(t.commits.len() as u64);
+        summary.commit_ms_p50 = Some(percentile(&t.commits, 0.5));
+        summary.commit_ms_p99 = Some(percentile(&t.commits, 0.99));
+    }
+    Ok(summary)
 }
 
 pub async fn consume(bootstrap: &str, a: &ConsumeArgs) -> Result<Summary> {
