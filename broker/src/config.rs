@@ -45,6 +45,12 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting { name: "log.flush.interval.ms", default: "1000", help: "fsync interval for log.flush.policy=interval" },
     Setting { name: "max.connections", default: "10000", help: "open connections allowed" },
+    Setting { name: "log.format", default: "text", help: "broker log lines as text or json (filter with SLUICE_LOG)" },
+    Setting {
+        name: "log.slow.request.ms",
+        default: "1000",
+        help: "log requests slower than this with their request id (0: every request; never Fetch/JoinGroup/SyncGroup, which wait by design)",
+    },
     Setting { name: "metrics.listener", default: "", help: "host:port for the Prometheus endpoint (off when empty)" },
     Setting {
         name: "producer.id.expiration.ms",
@@ -133,6 +139,8 @@ pub struct Config {
     pub max_connections: usize,
     pub producer_id_expiration_ms: i64,
     pub metrics_listener: Option<SocketAddr>,
+    pub log_json: bool,
+    pub slow_request_ms: u64,
     pub groups: crate::group::CoordinatorSettings,
     pub offsets_retention_check_interval_ms: u64,
     pub txns: crate::txn::TxnSettings,
@@ -380,6 +388,25 @@ pub fn resolve(
                 Some(parse_listener("metrics.listener", &v, src)?)
             }
         },
+        log_json: match get("log.format").0.as_str() {
+            "text" => false,
+            "json" => true,
+            other => {
+                return Err(ConfigError::Invalid {
+                    name: "log.format".into(),
+                    value: other.into(),
+                    origin: get("log.format").1,
+                    reason: "expected text or json".into(),
+                })
+            }
+        },
+        slow_request_ms: parse::<i64>("log.slow.request.ms", get("log.slow.request.ms"), |x: &i64| {
+            if *x >= 0 {
+                Ok(())
+            } else {
+                Err("must be ≥ 0 (0 logs every request)".into())
+            }
+        })? as u64,
         groups: crate::group::CoordinatorSettings {
             group: crate::group::machine::GroupSettings {
                 min_session_timeout_ms: parse(

@@ -29,9 +29,26 @@ use tokio::sync::mpsc;
 /// Requests whose answers may be pending at once on one connection.
 pub const INFLIGHT_REQUESTS_MAX: usize = 64;
 
+/// Connections accepted so far: the first half of every request id (`<connection>-<correlation>`).
+static CONNECTIONS_SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// What the writer needs to know of a request to meter and log it.
+struct Meta {
+    key: ApiKey,
+    version: i16,
+    request_id: String,
+    client_id: String,
+    started: std::time::Instant,
+}
+
 enum Out {
-    Ready(Vec<Bytes>, ApiKey, std::time::Instant),
-    Pending(tokio::task::JoinHandle<Option<Vec<Bytes>>>, ApiKey, std::time::Instant),
+    Ready(Vec<Bytes>, Meta),
+    Pending(tokio::task::JoinHandle<Option<Vec<Bytes>>>, Meta),
+}
+
+/// APIs that wait by design (long polls, rebalances) and so are never "slow".
+fn waits_by_design(key: ApiKey) -> bool {
+    matches!(key, ApiKey::Fetch | ApiKey::JoinGroup | ApiKey::SyncGroup)
 }
 
 /// Record data in a response, which the encoder must not copy (zero-copy fetch).
@@ -113,6 +130,8 @@ fn blocking_api(key: ApiKey) -> bool {
 
 pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let peer = socket.peer_addr().ok();
+    let conn_id = CONNECTIONS_SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let slow = std::time::Duration::from_millis(state.config.slow_request_ms);
     ::metrics::gauge!(metrics::CONNECTIONS).increment(1.0);
     let _gauge = ConnectionGauge;
     let _ = socket.set_nodelay(true);
@@ -120,21 +139,30 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
     let (tx, mut rx) = mpsc::channel::<Out>(INFLIGHT_REQUESTS_MAX);
     let writer = tokio::spawn(async move {
         while let Some(out) = rx.recv().await {
-            let (chunks, key, started) = match out {
-                Out::Ready(b, key, started) => (b, key, started),
-                Out::Pending(h, key, started) => match h.await {
-                    Ok(Some(b)) => (b, key, started),
+            let (chunks, meta) = match out {
+                Out::Ready(b, meta) => (b, meta),
+                Out::Pending(h, meta) => match h.await {
+                    Ok(Some(b)) => (b, meta),
                     // An answer that cannot be produced (encode error, a panicked task): skipping
                     // it would shift every later answer onto the wrong request, so close instead.
-                    Ok(None) | Err(_) => break,
+                    Ok(None) | Err(_) => {
+                        tracing::error!(request_id = %meta.request_id, api = ?meta.key, version = meta.version,
+                            client_id = %meta.client_id, ?peer, "request failed: no answer could be produced; closing");
+                        break;
+                    }
                 },
             };
             if write_chunks(&mut wr, &chunks).await.is_err() {
                 break;
             }
-            let api = format!("{key:?}");
+            let elapsed = meta.started.elapsed();
+            if elapsed >= slow && !waits_by_design(meta.key) {
+                tracing::warn!(request_id = %meta.request_id, api = ?meta.key, version = meta.version,
+                    client_id = %meta.client_id, ?peer, elapsed_ms = elapsed.as_millis() as u64, "slow request");
+            }
+            let api = format!("{:?}", meta.key);
             ::metrics::counter!(metrics::REQUESTS_TOTAL, "api" => api.clone()).increment(1);
-            ::metrics::histogram!(metrics::REQUEST_SECONDS, "api" => api).record(started.elapsed().as_secs_f64());
+            ::metrics::histogram!(metrics::REQUEST_SECONDS, "api" => api).record(elapsed.as_secs_f64());
             ::metrics::counter!(metrics::BYTES_OUT_TOTAL).increment(chunks.iter().map(|c| c.len() as u64).sum());
         }
         let _ = wr.shutdown().await;
@@ -159,36 +187,58 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
                         ResponseError::UnsupportedVersion.code(),
                     ));
                     if let Some(b) = encode(ApiKey::ApiVersions, 0, correlation_id, &body) {
-                        if tx.send(Out::Ready(b, ApiKey::ApiVersions, std::time::Instant::now())).await.is_err() {
+                        let meta = Meta {
+                            key: ApiKey::ApiVersions,
+                            version: 0,
+                            request_id: format!("{conn_id}-{correlation_id}"),
+                            client_id: String::new(),
+                            started: std::time::Instant::now(),
+                        };
+                        if tx.send(Out::Ready(b, meta)).await.is_err() {
                             break 'conn;
                         }
                     }
                     continue;
                 }
                 Err(e) => {
-                    tracing::debug!(?peer, "closing: {e}");
+                    let request_id = match &e {
+                        DecodeError::UnsupportedVersion { correlation_id, .. }
+                        | DecodeError::Malformed { correlation_id, .. } => format!("{conn_id}-{correlation_id}"),
+                        _ => format!("{conn_id}-?"),
+                    };
+                    tracing::warn!(%request_id, ?peer, "request failed: {e}; closing the connection");
                     break 'conn;
                 }
             };
             let (key, version, correlation_id) = (req.api_key, req.version(), req.correlation_id());
-            let started = std::time::Instant::now();
+            let meta = Meta {
+                key,
+                version,
+                request_id: format!("{conn_id}-{correlation_id}"),
+                client_id: req.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
+                started: std::time::Instant::now(),
+            };
             let reply = if blocking_api(key) {
                 tokio::task::block_in_place(|| dispatch_from(&state, req, peer))
             } else {
                 dispatch_from(&state, req, peer)
             };
             let out = match reply {
-                None => break 'conn,
+                None => {
+                    tracing::error!(request_id = %meta.request_id, api = ?key, version, "request failed: no handler; closing");
+                    break 'conn;
+                }
                 Some(Reply::None) => continue,
                 Some(Reply::Now(body)) => match encode(key, version, correlation_id, &body) {
-                    Some(b) => Out::Ready(b, key, started),
-                    None => break 'conn,
+                    Some(b) => Out::Ready(b, meta),
+                    None => {
+                        tracing::error!(request_id = %meta.request_id, api = ?key, version, "request failed: answer not encodable; closing");
+                        break 'conn;
+                    }
                 },
-                Some(Reply::Later(fut)) => Out::Pending(
-                    tokio::spawn(async move { encode(key, version, correlation_id, &fut.await) }),
-                    key,
-                    started,
-                ),
+                Some(Reply::Later(fut)) => {
+                    Out::Pending(tokio::spawn(async move { encode(key, version, correlation_id, &fut.await) }), meta)
+                }
             };
             if tx.send(out).await.is_err() {
                 break 'conn;

@@ -185,3 +185,29 @@ fn metrics_endpoint_reports_plausible_values() {
     assert_eq!(value(&body, "sluice_lso_lag{topic=\"met\",partition=\"0\"}"), 0.0);
     assert_eq!(value(&body, "sluice_transactions_total{outcome=\"commit\"}"), 1.0);
 }
+
+#[test]
+fn json_logs_name_slow_requests_by_request_id() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    // 0 ms: every request is logged as slow
+    let b = Broker::start_with(&["--log-format", "json", "--log-slow-request-ms", "0"]);
+    let p: BaseProducer = ClientConfig::new().set("bootstrap.servers", b.bootstrap()).create().unwrap();
+    for i in 0..50 {
+        p.send(BaseRecord::<(), _>::to("slowlog").partition(0).payload(&format!("{i}"))).unwrap();
+        p.flush(std::time::Duration::from_secs(10)).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let logs = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
+    let lines: Vec<serde_json::Value> = logs.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(!lines.is_empty() && lines.len() == logs.lines().count(), "every log line is JSON:\n{logs}");
+    let slow: Vec<&serde_json::Value> = lines.iter().filter(|l| l["fields"]["message"] == "slow request").collect();
+    assert!(slow.iter().any(|l| l["fields"]["api"] == "Produce"), "every produce is logged:\n{logs}");
+    let id = slow[0]["fields"]["request_id"].as_str().unwrap();
+    assert!(id.split_once('-').is_some_and(|(c, r)| c.parse::<u64>().is_ok() && r.parse::<i32>().is_ok()), "{id}");
+    assert!(slow[0]["fields"]["api"].is_string() && slow[0]["fields"]["elapsed_ms"].is_u64(), "{:?}", slow[0]);
+    // a bad setting is refused with its name
+    let out = std::process::Command::new(sluice_tests::sluice_bin()).args(["--log-format", "xml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("log.format"));
+}
