@@ -25,6 +25,8 @@ fn perf_produce_then_consume_then_dump() {
     let produced = p["records"].as_u64().unwrap();
     assert!(produced >= 30000, "{p}");
     assert!(p["latency_ms_p50"].as_f64().unwrap() > 0.0);
+    let hist: u64 = p["latency_histogram"].as_array().unwrap().iter().map(|b| b[1].as_u64().unwrap()).sum();
+    assert!(hist > 0, "every acknowledged request is in the histogram: {p}");
     let c = ctl(&b, &["perf", "consume", "--topic", "perf", "--num-records", &produced.to_string()]);
     assert_eq!(c["records"].as_u64().unwrap(), produced, "{c}");
     let t = ctl(

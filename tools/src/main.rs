@@ -278,6 +278,14 @@ fn print_summary(what: &str, s: &perf::Summary, output: Output) {
             s.latency_ms_max
         ),
     }
+    if let (Output::Table, false) = (output, s.latency_histogram.iter().all(|(_, n)| *n == 0)) {
+        let total: u64 = s.latency_histogram.iter().map(|(_, n)| n).sum();
+        println!("{what}: request latency histogram (ms):");
+        for (bound, n) in s.latency_histogram.iter().filter(|(_, n)| *n > 0) {
+            let bar = "#".repeat(((*n * 50) / total.max(1)) as usize);
+            println!("  {bound:>6} {n:>9}  {bar}");
+        }
+    }
     if let (Output::Table, Some(n), Some(p50), Some(p99)) = (output, s.commits, s.commit_ms_p50, s.commit_ms_p99) {
         println!("{what}: {n} transactions committed; commit latency ms p50 {p50:.2} p99 {p99:.2}");
     }

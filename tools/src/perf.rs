@@ -72,6 +72,8 @@ pub struct Summary {
     pub latency_ms_p99: f64,
     pub latency_ms_p999: f64,
     pub latency_ms_max: f64,
+    /// Request latency histogram: (upper bound in ms, requests); the last bucket is unbounded.
+    pub latency_histogram: Vec<(String, u64)>,
     /// `perf txn`: transactions committed and EndTxn latency percentiles.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commits: Option<u64>,
@@ -94,6 +96,7 @@ impl Summary {
             latency_ms_p99: percentile(&latencies_us, 0.99),
             latency_ms_p999: percentile(&latencies_us, 0.999),
             latency_ms_max: latencies_us.last().map(|l| *l as f64 / 1000.0).unwrap_or(0.0),
+            latency_histogram: histogram(&latencies_us),
             commits: None,
             commit_ms_p50: None,
             commit_ms_p99: None,
@@ -103,6 +106,20 @@ impl Summary {
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// Latency buckets (ms upper bounds) of sorted microsecond samples.
+fn histogram(sorted_us: &[u64]) -> Vec<(String, u64)> {
+    const BOUNDS_MS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+    let mut out = Vec::new();
+    let mut below = 0usize;
+    for b in BOUNDS_MS {
+        let upto = sorted_us.partition_point(|us| *us <= b * 1000);
+        out.push((format!("<={b}"), (upto - below) as u64));
+        below = upto;
+    }
+    out.push((">1000".to_string(), (sorted_us.len() - below) as u64));
+    out
 }
 
 fn percentile(sorted_us: &[u64], p: f64) -> f64 {
