@@ -317,6 +317,27 @@ pub struct OffsetToCommit {
     pub metadata: String,
 }
 
+impl OffsetToCommit {
+    fn stored(&self, now: i64) -> StoredOffset {
+        StoredOffset {
+            offset: self.offset,
+            leader_epoch: self.leader_epoch,
+            metadata: self.metadata.clone(),
+            commit_ms: now,
+        }
+    }
+
+    fn into_committed(self, now: i64) -> ((String, i32), CommittedOffset) {
+        let c = CommittedOffset {
+            offset: self.offset,
+            leader_epoch: self.leader_epoch,
+            metadata: self.metadata,
+            commit_ms: now,
+        };
+        ((self.topic, self.partition), c)
+    }
+}
+
 pub struct GroupCoordinator {
     pub settings: CoordinatorSettings,
     shards: Vec<Mutex<Shard>>,
@@ -479,12 +500,7 @@ impl GroupCoordinator {
                 group: group_id.to_string(),
                 topic: o.topic.clone(),
                 partition: o.partition,
-                value: Some(StoredOffset {
-                    offset: o.offset,
-                    leader_epoch: o.leader_epoch,
-                    metadata: o.metadata.clone(),
-                    commit_ms: now,
-                }),
+                value: Some(o.stored(now)),
             })
             .collect();
         let wait = match shard.append(&entries, now) {
@@ -498,17 +514,7 @@ impl GroupCoordinator {
             }
         };
         if let Some(g) = shard.groups.get_mut(group_id) {
-            for o in offsets {
-                g.offsets.insert(
-                    (o.topic, o.partition),
-                    CommittedOffset {
-                        offset: o.offset,
-                        leader_epoch: o.leader_epoch,
-                        metadata: o.metadata,
-                        commit_ms: now,
-                    },
-                );
-            }
+            g.offsets.extend(offsets.into_iter().map(|o| o.into_committed(now)));
         }
         Ok(wait)
     }
@@ -542,12 +548,7 @@ impl GroupCoordinator {
                 producer_id: pid,
                 topic: o.topic.clone(),
                 partition: o.partition,
-                value: StoredOffset {
-                    offset: o.offset,
-                    leader_epoch: o.leader_epoch,
-                    metadata: o.metadata.clone(),
-                    commit_ms: now,
-                },
+                value: o.stored(now),
             })
             .collect();
         let wait = shard.append(&entries, now).map_err(|e| {
@@ -555,18 +556,7 @@ impl GroupCoordinator {
             ResponseError::CoordinatorNotAvailable
         })?;
         if let Some(g) = shard.groups.get_mut(group_id) {
-            let pending = g.pending_txn.entry(pid).or_default();
-            for o in offsets {
-                pending.insert(
-                    (o.topic, o.partition),
-                    CommittedOffset {
-                        offset: o.offset,
-                        leader_epoch: o.leader_epoch,
-                        metadata: o.metadata,
-                        commit_ms: now,
-                    },
-                );
-            }
+            g.pending_txn.entry(pid).or_default().extend(offsets.into_iter().map(|o| o.into_committed(now)));
         }
         Ok(wait)
     }
