@@ -72,6 +72,16 @@ pub const SETTINGS: &[Setting] = &[
         default: "3000",
         help: "how long the first rebalance of an empty group waits for more members",
     },
+    Setting {
+        name: "group.consumer.session.timeout.ms",
+        default: "45000",
+        help: "session timeout of consumer-protocol (KIP-848) members",
+    },
+    Setting {
+        name: "group.consumer.heartbeat.interval.ms",
+        default: "5000",
+        help: "heartbeat interval given to consumer-protocol (KIP-848) members",
+    },
     Setting { name: "group.max.size", default: "2147483647", help: "most members a consumer group may have" },
     Setting {
         name: "offsets.topic.num.partitions",
@@ -462,6 +472,16 @@ pub fn resolve(
                 },
             )? as usize,
             retention_ms: parse("offsets.retention.ms", get("offsets.retention.ms"), ms_or_never)?,
+            consumer_session_timeout_ms: parse(
+                "group.consumer.session.timeout.ms",
+                get("group.consumer.session.timeout.ms"),
+                positive_i32,
+            )?,
+            consumer_heartbeat_interval_ms: parse(
+                "group.consumer.heartbeat.interval.ms",
+                get("group.consumer.heartbeat.interval.ms"),
+                positive_i32,
+            )?,
         },
         offsets_retention_check_interval_ms: parse::<i64>(
             "offsets.retention.check.interval.ms",

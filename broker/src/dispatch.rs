@@ -62,6 +62,9 @@ pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::n
         RequestKind::JoinGroup(r) => handlers::groups::join(state, version, &client_id, peer, r),
         RequestKind::SyncGroup(r) => handlers::groups::sync(state, r),
         RequestKind::Heartbeat(r) => Reply::now(ResponseKind::Heartbeat(handlers::groups::heartbeat(state, r))),
+        RequestKind::ConsumerGroupHeartbeat(r) => Reply::now(ResponseKind::ConsumerGroupHeartbeat(
+            handlers::groups::consumer_heartbeat(state, version, &client_id, peer, r),
+        )),
         RequestKind::LeaveGroup(r) => handlers::groups::leave(state, version, r),
         RequestKind::OffsetCommit(r) => handlers::groups::offset_commit(state, r),
         RequestKind::OffsetFetch(r) => {
@@ -303,6 +306,14 @@ mod tests {
                 let mut r = DescribeTransactionsRequest::default();
                 r.transactional_ids = vec![TransactionalId(StrBytes::from_static_str("tx"))];
                 RequestKind::DescribeTransactions(r)
+            }
+            ApiKey::ConsumerGroupHeartbeat => {
+                let mut r = ConsumerGroupHeartbeatRequest::default();
+                r.group_id = GroupId(StrBytes::from_string(format!("cg-v{v}")));
+                r.member_id = StrBytes::from_static_str("m1");
+                r.rebalance_timeout_ms = 10_000;
+                r.subscribed_topic_names = Some(vec![name]);
+                RequestKind::ConsumerGroupHeartbeat(r)
             }
             other => panic!("add {other:?} to default_request"),
         }

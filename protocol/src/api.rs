@@ -65,6 +65,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::TxnOffsetCommit, 0, 5),
     api(ApiKey::ListTransactions, 0, 1),
     api(ApiKey::DescribeTransactions, 0, 0),
+    api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
 ];
 
 /// The table row for `key`, if supported.

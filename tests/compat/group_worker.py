@@ -5,7 +5,7 @@ does as JSON lines on stdout: {"ev": "assigned"|"revoked"|"lost", "parts": [...]
 {"ev": "msg", "p": partition, "o": offset, "v": value}, {"ev": "commit", "offsets": {p: next}},
 {"ev": "commit_failed", "error": "..."}, {"ev": "done"}.
 
-Usage: group_worker.py CLIENT BOOTSTRAP GROUP TOPIC [--assignor A] [--instance-id I]
+Usage: group_worker.py CLIENT BOOTSTRAP GROUP TOPIC [--assignor A] [--protocol classic|consumer] [--instance-id I]
        [--session-ms N] [--delay-ms N] [--max-messages N] [--name NAME]
 CLIENT is "confluent" (librdkafka) or "kafka-python".
 """
@@ -31,11 +31,14 @@ def run_confluent(a):
         "client.id": a.name,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": a.session_ms,
-        "heartbeat.interval.ms": 500,
-        "partition.assignment.strategy": a.assignor,
         "topic.metadata.refresh.interval.ms": 2000,
     }
+    if a.protocol == "consumer":
+        # KIP-848: the broker assigns; timeouts are the broker's settings
+        conf["group.protocol"] = "consumer"
+    else:
+        conf.update({"session.timeout.ms": a.session_ms, "heartbeat.interval.ms": 500,
+                     "partition.assignment.strategy": a.assignor})
     if a.instance_id:
         conf["group.instance.id"] = a.instance_id
     c = Consumer(conf)
@@ -111,6 +114,7 @@ def main():
     p.add_argument("group")
     p.add_argument("topic")
     p.add_argument("--assignor", default="range")
+    p.add_argument("--protocol", choices=["classic", "consumer"], default="classic")
     p.add_argument("--instance-id", default="")
     p.add_argument("--session-ms", type=int, default=6000)
     p.add_argument("--delay-ms", type=int, default=0)

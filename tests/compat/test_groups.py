@@ -26,7 +26,9 @@ def gbroker():
     """A broker with a short initial rebalance delay (the default 3 s only slows tests)."""
     with tempfile.TemporaryDirectory() as d:
         b = Broker(os.path.join(d, "data"), free_port(),
-                   extra=["--group-initial-rebalance-delay-ms", "300"]).start()
+                   extra=["--group-initial-rebalance-delay-ms", "300",
+                          "--group-consumer-session-timeout-ms", "6000",
+                          "--group-consumer-heartbeat-interval-ms", "500"]).start()
         try:
             yield b
         finally:
@@ -115,14 +117,17 @@ def disjoint_cover(workers):
     return sum(len(s) for s in sets) == PARTITIONS and union == set(range(PARTITIONS))
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "confluent-kip848"])
 def test_three_members_share_then_failover_after_kill9(gbroker, client):
     """Three members split 12 partitions without overlap; one is killed -9 mid-stream; its
     partitions move within the session timeout; every record is processed, and only records
-    at or after the dead member's last commit are processed twice."""
+    at or after the dead member's last commit are processed twice. `confluent-kip848`: the same
+    with librdkafka on the consumer group protocol (`group.protocol=consumer`, the broker
+    assigns)."""
     topic, group = f"share-{client}", f"g-share-{client}"
     expected = make_topic(gbroker, topic, 3600)
-    ws = [Worker(client, gbroker, group, topic, f"{client}-{i}", "--delay-ms", "2", "--session-ms", "6000")
+    lib, extra = ("confluent", ["--protocol", "consumer"]) if client == "confluent-kip848" else (client, [])
+    ws = [Worker(lib, gbroker, group, topic, f"{client}-{i}", "--delay-ms", "2", "--session-ms", "6000", *extra)
           for i in range(3)]
     try:
         wait_for(lambda: disjoint_cover(ws) and all(w.assignment() for w in ws), 60,
@@ -186,11 +191,13 @@ def test_cooperative_sticky_moves_only_what_it_must(gbroker):
                 w.stop()
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "confluent-kip848"])
 def test_committed_offsets_survive_a_broker_crash(gbroker, client):
     topic, group = f"restart-{client}", f"g-restart-{client}"
     expected = make_topic(gbroker, topic, 1200)
-    first = Worker(client, gbroker, group, topic, "first", "--max-messages", "500")
+    lib, extra = ("confluent", ["--protocol", "consumer"]) if client == "confluent-kip848" else (client, [])
+    client = lib
+    first = Worker(client, gbroker, group, topic, "first", "--max-messages", "500", *extra)
     first.wait(60)
     assert first.of("done"), "the first consumer did not finish"
     committed = first.last_committed()
@@ -198,7 +205,7 @@ def test_committed_offsets_survive_a_broker_crash(gbroker, client):
     assert len(first_reads) == 500
     gbroker.kill9()
     gbroker.start()
-    second = Worker(client, gbroker, group, topic, "second", "--max-messages", str(1200 - 500))
+    second = Worker(client, gbroker, group, topic, "second", "--max-messages", str(1200 - 500), *extra)
     try:
         second.wait(90)
         reads = second.consumed()
@@ -242,6 +249,20 @@ def test_static_member_restart_causes_no_rebalance(gbroker):
         for w in (a, b, a2):
             if w:
                 w.stop()
+
+
+def test_kip848_group_is_listed_as_a_consumer_group(gbroker):
+    topic, group = "kip848-admin", "g-kip848-admin"
+    make_topic(gbroker, topic, 120)
+    w = Worker("confluent", gbroker, group, topic, "k-w", "--protocol", "consumer")
+    try:
+        wait_for(lambda: len(w.assignment()) == PARTITIONS, 30, "the member to get every partition")
+        a = AdminClient({"bootstrap.servers": gbroker.bootstrap})
+        listed = {g.group_id: g for g in a.list_consumer_groups().result(10).valid}
+        assert group in listed
+        assert str(listed[group].state).endswith("STABLE"), listed[group].state
+    finally:
+        w.stop()
 
 
 def test_group_admin_with_confluent(gbroker):

@@ -120,6 +120,8 @@ pub struct Group {
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     /// TxnOffsetCommit offsets by producer id, pending until the transaction's marker.
     pub pending_txn: HashMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
+    /// Set when the group uses the KIP-848 consumer protocol (ConsumerGroupHeartbeat).
+    pub consumer: Option<super::consumer::ConsumerGroup>,
     /// PreparingRebalance: when the join phase ends even if not everyone rejoined.
     pub join_deadline_ms: Option<i64>,
     /// The first rebalance of an empty group waits `group.initial.rebalance.delay.ms` for more
@@ -234,6 +236,7 @@ impl Group {
             pending_members: HashMap::new(),
             offsets: BTreeMap::new(),
             pending_txn: HashMap::new(),
+            consumer: None,
             join_deadline_ms: None,
             initial_delay_limit_ms: None,
             sync_deadline_ms: None,
@@ -333,6 +336,10 @@ impl Group {
         };
         if self.state == GroupState::Dead {
             return err(ResponseError::CoordinatorNotAvailable, &a.member_id);
+        }
+        if self.has_consumer_members() {
+            // the group is in use with the consumer protocol (KIP-848)
+            return err(ResponseError::InconsistentGroupProtocol, &a.member_id);
         }
         if a.session_timeout_ms < s.min_session_timeout_ms || a.session_timeout_ms > s.max_session_timeout_ms {
             return err(ResponseError::InvalidSessionTimeout, &a.member_id);
@@ -794,6 +801,19 @@ impl Group {
         effects
     }
 
+    /// Members of the KIP-848 consumer protocol are in the group.
+    pub fn has_consumer_members(&self) -> bool {
+        self.consumer.as_ref().is_some_and(|c| !c.members.is_empty())
+    }
+
+    /// State name and group type for ListGroups/DescribeGroups.
+    pub fn state_and_type(&self) -> (&'static str, &'static str) {
+        match &self.consumer {
+            Some(c) if self.members.is_empty() => (c.state_name(), "consumer"),
+            _ => (self.state.name(), "classic"),
+        }
+    }
+
     /// Who may commit offsets (Kafka's order of checks). `Ok(())` to proceed.
     pub fn validate_offset_commit(
         &mut self,
@@ -804,6 +824,11 @@ impl Group {
     ) -> Result<(), ResponseError> {
         if self.state == GroupState::Dead {
             return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        if let Some(c) = &self.consumer {
+            if self.members.is_empty() {
+                return c.validate_commit(member_id, generation); // the member epoch (v9+)
+            }
         }
         if self.is_fenced(member_id, instance_id) {
             return Err(ResponseError::FencedInstanceId);
@@ -870,7 +895,7 @@ impl Group {
 
     /// DeleteGroups / expiry: only an empty group can die.
     pub fn mark_dead(&mut self, now: i64) -> Result<(), ResponseError> {
-        if self.state != GroupState::Empty {
+        if self.state != GroupState::Empty || self.has_consumer_members() {
             return Err(ResponseError::NonEmptyGroup);
         }
         self.transition(GroupState::Dead, now);
@@ -880,6 +905,11 @@ impl Group {
     /// Topics the members subscribe to, when the group uses the consumer protocol (OffsetDelete
     /// refuses to delete their offsets). `None` if any subscription is unreadable.
     pub fn subscribed_topics(&self) -> Option<std::collections::BTreeSet<String>> {
+        if let Some(c) = &self.consumer {
+            if self.members.is_empty() {
+                return Some(c.members.values().flat_map(|m| m.subscribed.iter().cloned()).collect());
+            }
+        }
         if self.protocol_type.as_deref() != Some("consumer") {
             return None;
         }

@@ -15,6 +15,7 @@
 //! whole segments behind it are deleted and a restart replays only live state plus a tail.
 
 pub mod codec;
+pub mod consumer;
 pub mod machine;
 
 use crate::kvlog::{Durable, KvLog, KvRecord};
@@ -43,6 +44,10 @@ pub struct CoordinatorSettings {
     pub metadata_max_bytes: usize,
     /// `offsets.retention.ms`: offsets of a group empty for this long are deleted.
     pub retention_ms: i64,
+    /// `group.consumer.session.timeout.ms` (KIP-848 members)
+    pub consumer_session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms`
+    pub consumer_heartbeat_interval_ms: i32,
 }
 
 impl Default for CoordinatorSettings {
@@ -53,6 +58,8 @@ impl Default for CoordinatorSettings {
             segment_bytes: 104_857_600,
             metadata_max_bytes: 4096,
             retention_ms: 7 * 24 * 3600 * 1000,
+            consumer_session_timeout_ms: 45_000,
+            consumer_heartbeat_interval_ms: 5_000,
         }
     }
 }
@@ -437,6 +444,25 @@ impl GroupCoordinator {
         (rx, d)
     }
 
+    /// ConsumerGroupHeartbeat (KIP-848).
+    pub fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        h: consumer::Heartbeat,
+        partitions: &dyn Fn(&str) -> Option<i32>,
+        now: i64,
+    ) -> Result<consumer::HeartbeatAnswer, ResponseError> {
+        let mut shard = self.shard(group_id);
+        let g = shard.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
+        if !g.members.is_empty() || !g.pending_members.is_empty() {
+            return Err(ResponseError::GroupIdNotFound); // a classic group is using this id
+        }
+        if g.protocol_type.is_none() {
+            g.protocol_type = Some("consumer".into());
+        }
+        g.consumer.get_or_insert_with(Default::default).heartbeat(h, partitions, now)
+    }
+
     pub fn heartbeat(
         &self,
         group_id: &str,
@@ -626,7 +652,7 @@ impl GroupCoordinator {
         let Some(g) = shard.groups.get(group_id) else {
             return Err(ResponseError::GroupIdNotFound);
         };
-        let subscribed = if g.state == GroupState::Empty {
+        let subscribed = if g.state == GroupState::Empty && !g.has_consumer_members() {
             Default::default()
         } else {
             match g.subscribed_topics() {
@@ -697,12 +723,13 @@ impl GroupCoordinator {
         self.shard(group_id).groups.get(group_id).cloned()
     }
 
-    /// (group id, protocol type, state) of every group.
-    pub fn list(&self) -> Vec<(String, String, GroupState)> {
+    /// (group id, protocol type, state name, group type) of every group.
+    pub fn list(&self) -> Vec<(String, String, &'static str, &'static str)> {
         let mut out = Vec::new();
         for shard in self.shards() {
             for g in shard.groups.values() {
-                out.push((g.id.clone(), g.protocol_type.clone().unwrap_or_default(), g.state));
+                let (state, kind) = g.state_and_type();
+                out.push((g.id.clone(), g.protocol_type.clone().unwrap_or_default(), state, kind));
             }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -716,6 +743,12 @@ impl GroupCoordinator {
             let ids: Vec<String> = shard.groups.keys().cloned().collect();
             for id in ids {
                 let Some(g) = shard.groups.get_mut(&id) else { continue };
+                if let Some(c) = g.consumer.as_mut() {
+                    let gone = c.tick(now, i64::from(self.settings.consumer_session_timeout_ms));
+                    if gone > 0 {
+                        tracing::info!(group = %id, gone, "consumer-protocol members expired");
+                    }
+                }
                 let before = g.rebalances;
                 let effects = g.tick(now, &self.settings.group);
                 count_rebalances(before, g.rebalances);
@@ -735,7 +768,7 @@ impl GroupCoordinator {
             let mut entries = Vec::new();
             let mut dead = Vec::new();
             for g in shard.groups.values_mut() {
-                if g.state != GroupState::Empty || !g.pending_members.is_empty() {
+                if g.state != GroupState::Empty || !g.pending_members.is_empty() || g.has_consumer_members() {
                     continue;
                 }
                 if retention >= 0 {

@@ -147,6 +147,72 @@ pub fn sync(state: &BrokerState, req: SyncGroupRequest) -> Reply {
     Reply::Later(fut)
 }
 
+/// ConsumerGroupHeartbeat (KIP-848): topics by name in, by id out.
+pub fn consumer_heartbeat(
+    state: &BrokerState,
+    version: i16,
+    client_id: &str,
+    peer: Option<SocketAddr>,
+    req: ConsumerGroupHeartbeatRequest,
+) -> ConsumerGroupHeartbeatResponse {
+    let mut resp = ConsumerGroupHeartbeatResponse::default();
+    resp.heartbeat_interval_ms = state.groups.settings.consumer_heartbeat_interval_ms;
+    if req.group_id.is_empty() || (version >= 1 && req.member_id.is_empty()) {
+        resp.error_code = ResponseError::InvalidRequest.code();
+        resp.error_message = Some(sb("group id and (v1+) member id are required"));
+        return resp;
+    }
+    if req.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty()) {
+        resp.error_code = ResponseError::InvalidRequest.code();
+        resp.error_message = Some(sb("subscription by regular expression is not supported yet"));
+        return resp;
+    }
+    let owned = req.topic_partitions.as_ref().map(|tps| {
+        tps.iter()
+            .filter_map(|t| state.topic_by_id(t.topic_id).map(|topic| (topic.name.clone(), t.partitions.clone())))
+            .flat_map(|(name, ps)| ps.into_iter().map(move |p| (name.clone(), p)))
+            .collect()
+    });
+    let h = crate::group::consumer::Heartbeat {
+        member_id: req.member_id.to_string(),
+        member_epoch: req.member_epoch,
+        instance_id: opt(&req.instance_id).map(str::to_string),
+        rebalance_timeout_ms: req.rebalance_timeout_ms,
+        subscribed: req.subscribed_topic_names.as_ref().map(|ts| ts.iter().map(|t| t.to_string()).collect()),
+        owned,
+        client_id: client_id.to_string(),
+        client_host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
+        new_member_id: uuid::Uuid::new_v4().to_string(),
+    };
+    let partitions = |t: &str| state.topic(t).map(|t| t.partitions.len() as i32);
+    match state.groups.consumer_heartbeat(&req.group_id, h, &partitions, now_ms()) {
+        Err(e) => resp.error_code = e.code(),
+        Ok(a) => {
+            resp.member_id = Some(sb(&a.member_id));
+            resp.member_epoch = a.member_epoch;
+            resp.assignment = a.assignment.map(|set| {
+                let mut by_topic: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+                for (t, p) in set {
+                    by_topic.entry(t).or_default().push(p);
+                }
+                let mut asg = consumer_group_heartbeat_response::Assignment::default();
+                asg.topic_partitions = by_topic
+                    .into_iter()
+                    .filter_map(|(t, ps)| {
+                        let topic = state.topic(&t)?;
+                        let mut tp = consumer_group_heartbeat_response::TopicPartitions::default();
+                        tp.topic_id = topic.id;
+                        tp.partitions = ps;
+                        Some(tp)
+                    })
+                    .collect();
+                asg
+            });
+        }
+    }
+    resp
+}
+
 pub fn heartbeat(state: &BrokerState, req: HeartbeatRequest) -> HeartbeatResponse {
     let mut resp = HeartbeatResponse::default();
     resp.error_code =
@@ -402,7 +468,7 @@ pub fn describe(state: &BrokerState, req: DescribeGroupsRequest) -> DescribeGrou
         match state.groups.describe(&id) {
             None => d.group_state = sb(GroupState::Dead.name()),
             Some(g) => {
-                d.group_state = sb(g.state.name());
+                d.group_state = sb(g.state_and_type().0);
                 d.protocol_type = sb(g.protocol_type.as_deref().unwrap_or_default());
                 let protocol = g.protocol.clone().unwrap_or_default();
                 if g.state == GroupState::Stable {
@@ -435,18 +501,18 @@ pub fn list(state: &BrokerState, req: ListGroupsRequest) -> ListGroupsResponse {
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let types: Vec<String> = req.types_filter.iter().map(|s| s.to_lowercase()).collect();
     let mut resp = ListGroupsResponse::default();
-    for (id, protocol_type, st) in state.groups.list() {
-        if !states.is_empty() && !states.contains(&st.name().to_lowercase()) {
+    for (id, protocol_type, st, kind) in state.groups.list() {
+        if !states.is_empty() && !states.contains(&st.to_lowercase()) {
             continue;
         }
-        if !types.is_empty() && !types.contains(&"classic".to_string()) {
+        if !types.is_empty() && !types.contains(&kind.to_string()) {
             continue;
         }
         let mut g = list_groups_response::ListedGroup::default();
         g.group_id = GroupId(sb(&id));
         g.protocol_type = sb(&protocol_type);
-        g.group_state = sb(st.name());
-        g.group_type = sb("classic");
+        g.group_state = sb(st);
+        g.group_type = sb(kind);
         resp.groups.push(g);
     }
     resp
