@@ -261,6 +261,10 @@ def test_kip848_group_is_listed_as_a_consumer_group(gbroker):
         listed = {g.group_id: g for g in a.list_consumer_groups().result(10).valid}
         assert group in listed
         assert str(listed[group].state).endswith("STABLE"), listed[group].state
+        desc = a.describe_consumer_groups([group])[group].result(10)
+        assert len(desc.members) == 1
+        parts = sorted(tp.partition for tp in desc.members[0].assignment.topic_partitions)
+        assert parts == list(range(PARTITIONS)), parts
     finally:
         w.stop()
 

@@ -155,6 +155,41 @@ pub fn subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
     Some(sub.topics.iter().map(|t| t.to_string()).collect())
 }
 
+/// A consumer-protocol subscription (version 0) naming `topics`: how a KIP-848 member is shown
+/// to the classic DescribeGroups API.
+pub fn encode_subscription<'a>(topics: impl Iterator<Item = &'a String>) -> Bytes {
+    let mut sub = ConsumerProtocolSubscription::default();
+    sub.topics = topics.map(|t| kafka_protocol::protocol::StrBytes::from_string(t.clone())).collect();
+    encode_versioned(&sub)
+}
+
+/// A consumer-protocol assignment (version 0) of these partitions.
+pub fn encode_assignment<'a>(parts: impl Iterator<Item = &'a (String, i32)>) -> Bytes {
+    let mut by_topic: std::collections::BTreeMap<&String, Vec<i32>> = Default::default();
+    for (t, p) in parts {
+        by_topic.entry(t).or_default().push(*p);
+    }
+    let mut a = kafka_protocol::messages::ConsumerProtocolAssignment::default();
+    a.assigned_partitions = by_topic
+        .into_iter()
+        .map(|(t, ps)| {
+            let mut tp = kafka_protocol::messages::consumer_protocol_assignment::TopicPartition::default();
+            tp.topic = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(t.clone()));
+            tp.partitions = ps;
+            tp
+        })
+        .collect();
+    encode_versioned(&a)
+}
+
+fn encode_versioned<T: kafka_protocol::protocol::Encodable>(x: &T) -> Bytes {
+    let mut buf = bytes::BytesMut::new();
+    bytes::BufMut::put_i16(&mut buf, 0);
+    // version 0 of these plain structs always encodes
+    let _ = x.encode(&mut buf, 0);
+    buf.freeze()
+}
+
 /// Java's `String.hashCode`, so a group maps to the same offsets-log partition as in Kafka.
 pub fn java_hash(s: &str) -> i32 {
     s.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
@@ -171,6 +206,17 @@ pub fn partition_for(group: &str, partitions: i32) -> i32 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn consumer_protocol_encodings_read_back() {
+        let topics = ["a".to_string(), "b".to_string()];
+        assert_eq!(subscription_topics(&encode_subscription(topics.iter())), Some(vec!["a".into(), "b".into()]));
+        let parts = [("a".to_string(), 1), ("a".to_string(), 3)];
+        let bytes = encode_assignment(parts.iter());
+        let mut buf = bytes.slice(2..);
+        let back = kafka_protocol::messages::ConsumerProtocolAssignment::decode(&mut buf, 0).unwrap();
+        assert_eq!(back.assigned_partitions[0].partitions, vec![1, 3]);
+    }
 
     #[test]
     fn java_hash_matches_java() {

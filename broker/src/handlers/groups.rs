@@ -467,6 +467,27 @@ pub fn describe(state: &BrokerState, req: DescribeGroupsRequest) -> DescribeGrou
         d.authorized_operations = i32::MIN;
         match state.groups.describe(&id) {
             None => d.group_state = sb(GroupState::Dead.name()),
+            Some(g) if g.members.is_empty() && g.consumer.is_some() => {
+                // a KIP-848 group, shown in the classic format (what admin tools decode)
+                let c = g.consumer.clone().unwrap_or_default();
+                d.group_state = sb(c.state_name());
+                d.protocol_type = sb("consumer");
+                d.protocol_data = sb("uniform");
+                d.members = c
+                    .members
+                    .values()
+                    .map(|m| {
+                        let mut dm = describe_groups_response::DescribedGroupMember::default();
+                        dm.member_id = sb(&m.id);
+                        dm.group_instance_id = m.instance_id.as_deref().map(sb);
+                        dm.client_id = sb(&m.client_id);
+                        dm.client_host = sb(&m.client_host);
+                        dm.member_metadata = group::codec::encode_subscription(m.subscribed.iter());
+                        dm.member_assignment = group::codec::encode_assignment(m.assigned.iter());
+                        dm
+                    })
+                    .collect();
+            }
             Some(g) => {
                 d.group_state = sb(g.state_and_type().0);
                 d.protocol_type = sb(g.protocol_type.as_deref().unwrap_or_default());
