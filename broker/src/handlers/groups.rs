@@ -459,6 +459,20 @@ pub fn offset_delete(state: &BrokerState, req: OffsetDeleteRequest) -> Reply {
     Reply::Later(fut)
 }
 
+fn described_member(
+    id: &str,
+    instance: Option<&str>,
+    client_id: &str,
+    host: &str,
+) -> describe_groups_response::DescribedGroupMember {
+    let mut dm = describe_groups_response::DescribedGroupMember::default();
+    dm.member_id = sb(id);
+    dm.group_instance_id = instance.map(sb);
+    dm.client_id = sb(client_id);
+    dm.client_host = sb(host);
+    dm
+}
+
 pub fn describe(state: &BrokerState, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
     let mut resp = DescribeGroupsResponse::default();
     for id in req.groups {
@@ -477,11 +491,7 @@ pub fn describe(state: &BrokerState, req: DescribeGroupsRequest) -> DescribeGrou
                     .members
                     .values()
                     .map(|m| {
-                        let mut dm = describe_groups_response::DescribedGroupMember::default();
-                        dm.member_id = sb(&m.id);
-                        dm.group_instance_id = m.instance_id.as_deref().map(sb);
-                        dm.client_id = sb(&m.client_id);
-                        dm.client_host = sb(&m.client_host);
+                        let mut dm = described_member(&m.id, m.instance_id.as_deref(), &m.client_id, &m.client_host);
                         dm.member_metadata = group::codec::encode_subscription(m.subscribed.iter());
                         dm.member_assignment = group::codec::encode_assignment(m.assigned.iter());
                         dm
@@ -499,11 +509,7 @@ pub fn describe(state: &BrokerState, req: DescribeGroupsRequest) -> DescribeGrou
                     .members
                     .values()
                     .map(|m| {
-                        let mut dm = describe_groups_response::DescribedGroupMember::default();
-                        dm.member_id = sb(&m.id);
-                        dm.group_instance_id = m.instance_id.as_deref().map(sb);
-                        dm.client_id = sb(&m.client_id);
-                        dm.client_host = sb(&m.client_host);
+                        let mut dm = described_member(&m.id, m.instance_id.as_deref(), &m.client_id, &m.client_host);
                         if g.state == GroupState::Stable {
                             dm.member_metadata = group::bytes(&m.metadata_for(&protocol));
                             dm.member_assignment = group::bytes(&m.assignment);
