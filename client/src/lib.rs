@@ -6,8 +6,10 @@
 //! on `sluice-protocol` only — never on `storage` or `broker` — so it works against any Kafka
 //! broker.
 //!
-//! Present so far: `connection`, one pipelined broker connection (used by `sluicectl perf`).
+//! Present so far: `connection`, one pipelined broker connection (used by `sluicectl`), and
+//! `partitioner` (Java-compatible murmur2 for keys, sticky for null keys).
 
 pub mod connection;
+pub mod partitioner;
 
 pub use connection::{ConnError, Connection};
