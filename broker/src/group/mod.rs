@@ -127,6 +127,25 @@ impl Deliveries {
 }
 
 impl Shard {
+    /// Run `check` on the group, created empty if absent (and dropped again if refused).
+    /// Returns whether the group existed before.
+    fn check_group(
+        &mut self,
+        id: &str,
+        now: i64,
+        check: impl FnOnce(&mut Group) -> Result<(), ResponseError>,
+    ) -> Result<bool, ResponseError> {
+        let existed = self.groups.contains_key(id);
+        let g = self.groups.entry(id.to_string()).or_insert_with(|| Group::new(id, now));
+        if let Err(e) = check(g) {
+            if !existed {
+                self.groups.remove(id);
+            }
+            return Err(e);
+        }
+        Ok(existed)
+    }
+
     /// Append entries (in order) and return what to wait on for their durability.
     fn append(&mut self, entries: &[Entry], now: i64) -> Result<Durable, StorageError> {
         let records: Vec<KvRecord> = entries.iter().map(codec::encode).collect();
@@ -509,17 +528,11 @@ impl GroupCoordinator {
         now: i64,
     ) -> Result<Option<(Arc<Flusher>, i64)>, ResponseError> {
         let mut shard = self.shard(group_id);
-        let existed = shard.groups.contains_key(group_id);
-        if !existed && generation >= 0 {
+        if !shard.groups.contains_key(group_id) && generation >= 0 {
             return Err(ResponseError::IllegalGeneration);
         }
-        let g = shard.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
-        if let Err(e) = g.validate_offset_commit(member_id, instance_id, generation, now) {
-            if !existed {
-                shard.groups.remove(group_id);
-            }
-            return Err(e);
-        }
+        let existed =
+            shard.check_group(group_id, now, |g| g.validate_offset_commit(member_id, instance_id, generation, now))?;
         let entries: Vec<Entry> = offsets
             .iter()
             .map(|o| Entry::Offset {
@@ -559,14 +572,7 @@ impl GroupCoordinator {
         now: i64,
     ) -> Result<Durable, ResponseError> {
         let mut shard = self.shard(group_id);
-        let existed = shard.groups.contains_key(group_id);
-        let g = shard.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
-        if let Err(e) = g.validate_txn_offset_commit(member_id, instance_id, generation) {
-            if !existed {
-                shard.groups.remove(group_id);
-            }
-            return Err(e);
-        }
+        shard.check_group(group_id, now, |g| g.validate_txn_offset_commit(member_id, instance_id, generation))?;
         let entries: Vec<Entry> = offsets
             .iter()
             .map(|o| Entry::TxnOffset {
