@@ -7,7 +7,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind}
 use kafka_protocol::protocol::StrBytes;
 use sluice_protocol::api;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -29,12 +29,23 @@ pub enum ConnError {
 
 type Pending = (ApiKey, i16, i32, oneshot::Sender<Result<ResponseKind, ConnError>>);
 
+fn futures_shutdown(w: &mut OwnedWriteHalf) -> std::io::Result<()> {
+    // Half-close: the broker sees EOF, closes its side, and the reader task ends.
+    let std_ref: &tokio::net::TcpStream = w.as_ref();
+    socket_shutdown(std_ref)
+}
+
+fn socket_shutdown(s: &tokio::net::TcpStream) -> std::io::Result<()> {
+    socket2::SockRef::from(s).shutdown(std::net::Shutdown::Both)
+}
+
 pub struct Connection {
     writer: tokio::sync::Mutex<OwnedWriteHalf>,
     pending: Arc<Mutex<VecDeque<Pending>>>,
     next_id: AtomicI32,
     window: Arc<Semaphore>,
     client_id: String,
+    closed: Arc<AtomicBool>,
 }
 
 impl Connection {
@@ -44,9 +55,12 @@ impl Connection {
         let (mut rd, wr) = stream.into_split();
         let pending: Arc<Mutex<VecDeque<Pending>>> = Arc::new(Mutex::new(VecDeque::new()));
         let p = pending.clone();
+        let closed = Arc::new(AtomicBool::new(false));
+        let closed2 = closed.clone();
         tokio::spawn(async move {
             let mut buf = BytesMut::with_capacity(1 << 20);
             let fail = |p: &Arc<Mutex<VecDeque<Pending>>>| {
+                closed2.store(true, Ordering::Release);
                 let mut q = p.lock().unwrap_or_else(|e| e.into_inner());
                 for (_, _, _, tx) in q.drain(..) {
                     let _ = tx.send(Err(ConnError::Closed));
@@ -94,7 +108,21 @@ impl Connection {
             next_id: AtomicI32::new(1),
             window: Arc::new(Semaphore::new(inflight_max.max(1))),
             client_id: client_id.to_string(),
+            closed,
         })
+    }
+
+    /// Mark the connection failed and shut its socket; outstanding requests fail.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        if let Ok(mut w) = self.writer.try_lock() {
+            let _ = futures_shutdown(&mut w);
+        }
+    }
+
+    /// True once the connection has failed or the broker closed it; make a new one.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Send a request and wait for its response (waits for a window slot first).
@@ -136,8 +164,20 @@ impl Connection {
         let (tx2, rx2) = oneshot::channel();
         {
             let mut w = self.writer.lock().await;
+            if self.is_closed() {
+                return Err(ConnError::Closed);
+            }
             self.pending.lock().unwrap_or_else(|e| e.into_inner()).push_back((key, version, cid, tx));
-            w.write_all(&frame).await?;
+            if self.is_closed() {
+                // The reader may have drained the queue before our push: answer it ourselves.
+                for (_, _, _, tx) in self.pending.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                    let _ = tx.send(Err(ConnError::Closed));
+                }
+            }
+            if let Err(e) = w.write_all(&frame).await {
+                self.closed.store(true, Ordering::Release);
+                return Err(e.into());
+            }
         }
         tokio::spawn(async move {
             let r = rx.await.unwrap_or(Err(ConnError::Closed));

@@ -1,15 +1,31 @@
 //! # sluice-client
 //!
-//! Sluice's Rust Kafka client (issue 7). What belongs here: the producer (batching,
-//! partitioner, idempotence, transactions), the consumer (groups, read_committed with
-//! marker-based buffering), the admin client, and the exactly-once processing loop. It depends
-//! on `sluice-protocol` only — never on `storage` or `broker` — so it works against any Kafka
-//! broker.
+//! Sluice's Rust Kafka client. It depends on `sluice-protocol` only — never on the broker — and
+//! speaks the Kafka protocol with version negotiation, so it works against Sluice and Apache
+//! Kafka alike.
 //!
-//! Present so far: `connection`, one pipelined broker connection (used by `sluicectl`), and
-//! `partitioner` (Java-compatible murmur2 for keys, sticky for null keys).
+//! - [`Producer`]: batching (`linger.ms`, `batch.size`, `buffer.memory`), the Java client's
+//!   partitioner, compression, retries within `delivery.timeout.ms`, idempotence on by default,
+//!   and transactions (`init_transactions` … `commit_transaction`).
+//! - [`Consumer`]: group membership (classic protocol; range, round-robin and cooperative-sticky
+//!   assignors) or manual assignment, seek, pause/resume, commits, and read_committed that
+//!   also buffers a transaction's records until its marker.
+//! - [`Admin`]: topics, configs, groups, offsets, transactions, cluster.
+//! - [`ExactlyOnce`]: a consume-transform-produce loop that commits output and input offsets
+//!   in one transaction.
+//!
+//! Configuration uses Kafka's property names through [`ClientConfig`].
 
+pub mod cluster;
+pub mod config;
 pub mod connection;
+pub mod consumer;
+pub mod error;
 pub mod partitioner;
+pub mod producer;
 
+pub use config::ClientConfig;
 pub use connection::{ConnError, Connection};
+pub use consumer::{Consumer, ConsumerRecord, IsolationLevel, OffsetReset, TopicPartition};
+pub use error::{Error, ErrorKind, Result};
+pub use producer::{ConsumerGroupMetadata, DeliveryFuture, Producer, ProducerRecord, RecordMetadata};

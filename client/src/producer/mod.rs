@@ -1,0 +1,559 @@
+//! The producer: `send` puts a record into its partition's open batch and returns a future for
+//! its offset; a background sender drains batches that are full or have waited `linger.ms`,
+//! one Produce request per broker, up to `max.in.flight.requests.per.connection` requests per
+//! partition in flight.
+//!
+//! **Idempotence** (on by default, as in Kafka 3+): the producer gets a producer id from
+//! InitProducerId, numbers each partition's batches with sequences fixed on first send, and
+//! retries a failed batch with the same sequence, so the broker writes it once. Batches behind
+//! a retried one come back OUT_OF_ORDER_SEQUENCE and are resent in order. A sequence gap the
+//! broker cannot bridge (UNKNOWN_PRODUCER_ID, a batch failed for good) bumps the producer to a
+//! new id/epoch once nothing is in flight, and numbering starts again at 0.
+//!
+//! **Transactions** (`transactional.id`): see [`Producer::init_transactions`] and the
+//! `txn` module; partitions are added to the transaction (AddPartitionsToTxn) by the sender
+//! before their first batch is sent.
+
+mod sender;
+mod txn;
+
+use crate::cluster::Cluster;
+use crate::config::{ClientConfig, COMMON};
+use crate::error::{Error, ErrorKind, Result};
+use crate::partitioner::Sticky;
+use bytes::Bytes;
+use sluice_protocol::batch::{Compression, Header, NewRecord};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, watch, Notify, Semaphore};
+
+pub use txn::ConsumerGroupMetadata;
+
+/// A record to send.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerRecord {
+    /// Topic to write to.
+    pub topic: String,
+    /// Partition; `None` lets the partitioner choose (murmur2 of the key, sticky without one).
+    pub partition: Option<i32>,
+    /// Key (may be null).
+    pub key: Option<Bytes>,
+    /// Value (may be null: a tombstone).
+    pub value: Option<Bytes>,
+    /// Headers in order.
+    pub headers: Vec<(String, Option<Bytes>)>,
+    /// Create time in ms since the epoch; `None` means now.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    /// A record for `topic` with a value.
+    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> ProducerRecord {
+        ProducerRecord { topic: topic.into(), value: Some(value.into()), ..Default::default() }
+    }
+
+    /// Set the key.
+    pub fn key(mut self, key: impl Into<Bytes>) -> ProducerRecord {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Set the partition.
+    pub fn partition(mut self, partition: i32) -> ProducerRecord {
+        self.partition = Some(partition);
+        self
+    }
+
+    /// Add a header.
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> ProducerRecord {
+        self.headers.push((key.into(), Some(value.into())));
+        self
+    }
+
+    /// Set the timestamp (ms since the epoch).
+    pub fn timestamp(mut self, ms: i64) -> ProducerRecord {
+        self.timestamp = Some(ms);
+        self
+    }
+
+    fn size_estimate(&self) -> usize {
+        24 + self.key.as_ref().map_or(0, |k| k.len())
+            + self.value.as_ref().map_or(0, |v| v.len())
+            + self.headers.iter().map(|(k, v)| 8 + k.len() + v.as_ref().map_or(0, |v| v.len())).sum::<usize>()
+    }
+}
+
+/// Where a record was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordMetadata {
+    /// Partition written.
+    pub partition: i32,
+    /// Offset of the record; -1 when unknown (acks=0, or a duplicate the broker no longer
+    /// remembers the offset of).
+    pub offset: i64,
+    /// Timestamp the broker stored (create time, or the append time for LogAppendTime topics).
+    pub timestamp: i64,
+}
+
+/// Resolves when the broker has acknowledged (or finally refused) a record.
+pub struct DeliveryFuture {
+    rx: oneshot::Receiver<Result<RecordMetadata>>,
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or_else(|_| Err(Error::new(ErrorKind::Fatal, "producer dropped the record"))))
+    }
+}
+
+/// Producer settings (Kafka names and defaults).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub acks: i16,
+    pub linger: Duration,
+    pub batch_size: usize,
+    pub buffer_memory: usize,
+    pub compression: Compression,
+    pub retry_backoff: Duration,
+    pub delivery_timeout: Duration,
+    pub request_timeout: Duration,
+    pub max_in_flight: usize,
+    pub idempotent: bool,
+    pub transactional_id: Option<String>,
+    pub transaction_timeout: Duration,
+    pub max_request_size: usize,
+    pub max_block: Duration,
+}
+
+const PRODUCER_KEYS: &[&str] = &[
+    "acks",
+    "linger.ms",
+    "batch.size",
+    "buffer.memory",
+    "compression.type",
+    "retries",
+    "delivery.timeout.ms",
+    "max.in.flight.requests.per.connection",
+    "enable.idempotence",
+    "transactional.id",
+    "transaction.timeout.ms",
+    "max.request.size",
+    "max.block.ms",
+];
+
+impl Settings {
+    fn from_config(c: &ClientConfig) -> Result<Settings> {
+        let known: Vec<&str> = COMMON.iter().chain(PRODUCER_KEYS).copied().collect();
+        c.check_known(&known)?;
+        let acks = match c.get("acks").map(|a| a.trim()) {
+            None | Some("all") | Some("-1") => -1,
+            Some("0") => 0,
+            Some("1") => 1,
+            Some(o) => return Err(Error::invalid(format!("acks must be all, -1, 0 or 1, not '{o}'"))),
+        };
+        let compression = match c.string("compression.type", "none").as_str() {
+            "none" => Compression::None,
+            "gzip" => Compression::Gzip,
+            "snappy" => Compression::Snappy,
+            "lz4" => Compression::Lz4,
+            "zstd" => Compression::Zstd,
+            o => return Err(Error::invalid(format!("compression.type '{o}' is not none, gzip, snappy, lz4 or zstd"))),
+        };
+        let max_in_flight: usize = c.parse("max.in.flight.requests.per.connection", 5)?;
+        let retries: i64 = c.parse("retries", i32::MAX as i64)?;
+        let transactional_id = c.get("transactional.id").map(|s| s.to_string()).filter(|s| !s.is_empty());
+        // As the Java client: idempotence is on unless the settings conflict with it; if it
+        // was asked for explicitly, a conflict is an error.
+        let explicit = c.get("enable.idempotence").is_some();
+        let mut idempotent = c.boolean("enable.idempotence", true)?;
+        let conflict = if acks != -1 {
+            Some("acks=all")
+        } else if max_in_flight > 5 {
+            Some("max.in.flight.requests.per.connection <= 5")
+        } else if retries <= 0 {
+            Some("retries > 0")
+        } else {
+            None
+        };
+        if let (true, Some(need)) = (idempotent, conflict) {
+            if explicit || transactional_id.is_some() {
+                return Err(Error::invalid(format!("idempotence (and transactions) need {need}")));
+            }
+            idempotent = false;
+        }
+        if transactional_id.is_some() && !idempotent {
+            return Err(Error::invalid("transactional.id needs enable.idempotence=true"));
+        }
+        let s = Settings {
+            acks,
+            linger: c.ms("linger.ms", 5)?,
+            batch_size: c.parse("batch.size", 16384usize)?.max(1),
+            buffer_memory: c.parse("buffer.memory", 32 * 1024 * 1024usize)?,
+            compression,
+            retry_backoff: c.ms("retry.backoff.ms", 100)?,
+            delivery_timeout: c.ms("delivery.timeout.ms", 120_000)?,
+            request_timeout: c.ms("request.timeout.ms", 30_000)?,
+            max_in_flight: max_in_flight.max(1),
+            idempotent,
+            transactional_id,
+            transaction_timeout: c.ms("transaction.timeout.ms", 60_000)?,
+            max_request_size: c.parse("max.request.size", 1024 * 1024usize)?,
+            max_block: c.ms("max.block.ms", 60_000)?,
+        };
+        if s.buffer_memory < s.max_request_size {
+            return Err(Error::invalid("buffer.memory must be at least max.request.size"));
+        }
+        Ok(s)
+    }
+}
+
+/// A batch of records for one partition.
+pub(crate) struct Batch {
+    pub records: Vec<NewRecord>,
+    pub deliveries: Vec<oneshot::Sender<Result<RecordMetadata>>>,
+    pub bytes: usize,
+    pub created: Instant,
+    pub deadline: Instant,
+    /// Base sequence, fixed when the batch is first sent (idempotent producers).
+    pub seq: Option<i32>,
+    pub attempts: u32,
+}
+
+impl Batch {
+    pub fn fail(self, e: &Error) -> usize {
+        for d in self.deliveries {
+            let _ = d.send(Err(e.clone()));
+        }
+        self.bytes
+    }
+}
+
+/// Per-partition producer state.
+#[derive(Default)]
+pub(crate) struct Part {
+    /// Batches not in flight, in sequence order (retries first); the last may still grow.
+    pub queue: VecDeque<Batch>,
+    pub in_flight: usize,
+    pub next_seq: i32,
+    /// A batch failed and is being retried: later batches' OUT_OF_ORDER answers are expected,
+    /// and nothing new is sent until the in-flight ones are back.
+    pub recovering: bool,
+    pub backoff_until: Option<Instant>,
+    /// Added to the current transaction.
+    pub added: bool,
+}
+
+/// Transaction state (see `txn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxnPhase {
+    Uninitialized,
+    Ready,
+    InTransaction,
+    /// EndTxn(commit) was sent but not acknowledged: only `commit_transaction` may follow.
+    Committing,
+    /// EndTxn(abort) was sent but not acknowledged: only `abort_transaction` may follow.
+    Aborting,
+}
+
+pub(crate) struct State {
+    pub parts: HashMap<(String, i32), Part>,
+    pub sticky: Sticky,
+    pub partition_counts: HashMap<String, i32>,
+    pub pid: i64,
+    pub epoch: i16,
+    /// A sequence gap: get a new epoch once nothing is in flight (idempotent, not transactional).
+    pub needs_bump: bool,
+    pub bumping: bool,
+    pub closing: bool,
+    pub flushing: usize,
+    /// Batches queued or in flight.
+    pub outstanding: usize,
+    pub fatal: Option<Error>,
+    pub refreshing: HashSet<String>,
+    // Transactions
+    pub phase: TxnPhase,
+    /// Why the current transaction can only be aborted.
+    pub abortable: Option<Error>,
+    pub adding: bool,
+    pub offsets_added: bool,
+    /// A batch of this transaction failed after being sent: bump the epoch after the abort.
+    pub txn_seq_gap: bool,
+}
+
+pub(crate) struct Shared {
+    pub cluster: Arc<Cluster>,
+    pub s: Settings,
+    pub st: Mutex<State>,
+    pub wake: Notify,
+    pub memory: Arc<Semaphore>,
+    pub progress: watch::Sender<u64>,
+}
+
+impl Shared {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Give back buffer memory and count a batch as finished.
+    pub fn finished(&self, st: &mut State, bytes: usize) {
+        self.memory.add_permits(bytes);
+        st.outstanding = st.outstanding.saturating_sub(1);
+        self.progress.send_modify(|v| *v += 1);
+    }
+}
+
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.lock().closing = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+/// An asynchronous Kafka producer. Cheap to clone; clones share batches and connections.
+/// Dropping the last clone delivers what is queued, then stops the sender.
+#[derive(Clone)]
+pub struct Producer {
+    h: Arc<Handle>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Producer {
+    /// A producer from Kafka-style properties; `bootstrap.servers` is required. Must be
+    /// called inside a tokio runtime. Idempotent producers get their producer id here.
+    pub async fn new(config: &ClientConfig) -> Result<Producer> {
+        let s = Settings::from_config(config)?;
+        let mut cluster = Cluster::new(
+            &config.bootstrap()?,
+            &config.string("client.id", "sluice-producer"),
+            s.max_in_flight.max(1) * 4,
+        )?;
+        cluster.retry_backoff = s.retry_backoff;
+        cluster.request_timeout = s.request_timeout;
+        let shared = Arc::new(Shared {
+            cluster: Arc::new(cluster),
+            memory: Arc::new(Semaphore::new(s.buffer_memory)),
+            st: Mutex::new(State {
+                parts: HashMap::new(),
+                sticky: Sticky::default(),
+                partition_counts: HashMap::new(),
+                pid: -1,
+                epoch: -1,
+                needs_bump: false,
+                bumping: false,
+                closing: false,
+                flushing: 0,
+                outstanding: 0,
+                fatal: None,
+                refreshing: HashSet::new(),
+                phase: TxnPhase::Uninitialized,
+                abortable: None,
+                adding: false,
+                offsets_added: false,
+                txn_seq_gap: false,
+            }),
+            wake: Notify::new(),
+            progress: watch::channel(0).0,
+            s,
+        });
+        if shared.s.idempotent && shared.s.transactional_id.is_none() {
+            let (pid, epoch) = txn::init_producer_id(&shared, None).await?;
+            let mut st = shared.lock();
+            st.pid = pid;
+            st.epoch = epoch;
+        }
+        tokio::spawn(sender::run(shared.clone()));
+        Ok(Producer { h: Arc::new(Handle { shared }) })
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.h.shared
+    }
+
+    /// The producer id and epoch in use (-1, -1 when not idempotent).
+    pub fn producer_id(&self) -> (i64, i16) {
+        let st = self.shared().lock();
+        (st.pid, st.epoch)
+    }
+
+    /// Queue a record. Waits (up to `max.block.ms`) for metadata and buffer space; the
+    /// returned future resolves once the broker acknowledged the record. A transactional
+    /// producer must be inside a transaction.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let sh = self.shared();
+        {
+            let st = sh.lock();
+            if let Some(e) = &st.fatal {
+                return Err(e.clone());
+            }
+            if st.closing {
+                return Err(Error::invalid("the producer is closed"));
+            }
+            if sh.s.transactional_id.is_some() {
+                if st.phase != TxnPhase::InTransaction {
+                    return Err(Error::invalid("send outside a transaction: call begin_transaction first"));
+                }
+                if let Some(e) = &st.abortable {
+                    return Err(e.clone());
+                }
+            }
+        }
+        let size = record.size_estimate();
+        if size > sh.s.max_request_size {
+            return Err(Error::kafka(
+                kafka_protocol::error::ResponseError::MessageTooLarge,
+                format!("record of {size} bytes exceeds max.request.size {}", sh.s.max_request_size),
+            )
+            .with_kind(ErrorKind::Invalid));
+        }
+        let cached = sh.lock().partition_counts.get(&record.topic).copied();
+        let count = match cached {
+            Some(n) => n,
+            None => {
+                let parts = tokio::time::timeout(sh.s.max_block, sh.cluster.partitions(&record.topic))
+                    .await
+                    .map_err(|_| Error::timeout(format!("no metadata for {} within max.block.ms", record.topic)))??;
+                let n = parts.len() as i32;
+                sh.lock().partition_counts.insert(record.topic.clone(), n);
+                n
+            }
+        };
+        if count == 0 {
+            return Err(Error::invalid(format!("topic {} has no partitions", record.topic)));
+        }
+        if let Some(p) = record.partition {
+            if p < 0 || p >= count {
+                return Err(Error::invalid(format!("partition {p} of {} does not exist (has {count})", record.topic)));
+            }
+        }
+        let permit = tokio::time::timeout(sh.s.max_block, sh.memory.clone().acquire_many_owned(size as u32))
+            .await
+            .map_err(|_| Error::timeout("buffer.memory is full: no room within max.block.ms"))?
+            .map_err(|_| Error::invalid("the producer is closed"))?;
+        permit.forget();
+        let (tx, rx) = oneshot::channel();
+        let wake;
+        {
+            let mut st = sh.lock();
+            let st = &mut *st;
+            let partition =
+                record.partition.unwrap_or_else(|| st.sticky.partition(&record.topic, record.key.as_deref(), count));
+            let rec = NewRecord {
+                timestamp: record.timestamp.unwrap_or_else(now_ms),
+                key: record.key,
+                value: record.value,
+                headers: record.headers.into_iter().map(|(key, value)| Header { key, value }).collect(),
+            };
+            let part = st.parts.entry((record.topic.clone(), partition)).or_default();
+            let open = part.queue.back_mut().filter(|b| {
+                b.seq.is_none()
+                    && b.attempts == 0
+                    && b.bytes + size <= sh.s.batch_size.max(size)
+                    && b.bytes + size <= sh.s.max_request_size
+            });
+            match open {
+                Some(b) => {
+                    b.records.push(rec);
+                    b.deliveries.push(tx);
+                    b.bytes += size;
+                    wake = b.bytes >= sh.s.batch_size;
+                }
+                None => {
+                    let now = Instant::now();
+                    part.queue.push_back(Batch {
+                        records: vec![rec],
+                        deliveries: vec![tx],
+                        bytes: size,
+                        created: now,
+                        deadline: now + sh.s.delivery_timeout,
+                        seq: None,
+                        attempts: 0,
+                    });
+                    st.outstanding += 1;
+                    wake = part.queue.len() > 1 || size >= sh.s.batch_size || sh.s.linger.is_zero();
+                }
+            }
+            if wake && record.partition.is_none() {
+                st.sticky.batch_sent(&record.topic, partition, count);
+            }
+        }
+        if wake {
+            sh.wake.notify_one();
+        }
+        Ok(DeliveryFuture { rx })
+    }
+
+    /// Send every queued record now and wait until all have been acknowledged or failed.
+    pub async fn flush(&self) -> Result<()> {
+        flush(self.shared()).await
+    }
+
+    /// Flush, then stop this producer (other clones stop too).
+    pub async fn close(&self) -> Result<()> {
+        let r = flush(self.shared()).await;
+        self.shared().lock().closing = true;
+        self.shared().wake.notify_one();
+        r
+    }
+}
+
+pub(crate) async fn flush(sh: &Arc<Shared>) -> Result<()> {
+    let mut rx = sh.progress.subscribe();
+    sh.lock().flushing += 1;
+    sh.wake.notify_one();
+    loop {
+        let (outstanding, fatal) = {
+            let st = sh.lock();
+            (st.outstanding, st.fatal.clone())
+        };
+        if outstanding == 0 {
+            break;
+        }
+        if fatal.is_some() && outstanding == 0 {
+            break;
+        }
+        if rx.changed().await.is_err() {
+            break;
+        }
+    }
+    let mut st = sh.lock();
+    st.flushing -= 1;
+    match &st.fatal {
+        Some(e) => Err(e.clone()),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotence_defaults_and_conflicts() {
+        let base = ClientConfig::new().set("bootstrap.servers", "127.0.0.1:1");
+        let s = Settings::from_config(&base).expect("defaults");
+        assert!(s.idempotent && s.acks == -1 && s.max_in_flight == 5);
+        let s = Settings::from_config(&base.clone().set("acks", "1")).expect("implicit");
+        assert!(!s.idempotent, "acks=1 quietly turns implicit idempotence off, as in Java");
+        assert!(Settings::from_config(&base.clone().set("acks", "1").set("enable.idempotence", "true")).is_err());
+        assert!(Settings::from_config(&base.clone().set("transactional.id", "t").set("acks", "0")).is_err());
+        assert!(Settings::from_config(&base.clone().set("compression.type", "brotli")).is_err());
+        assert!(Settings::from_config(&base.clone().set("lingr.ms", "5")).is_err());
+        let s = Settings::from_config(&base.set("compression.type", "zstd").set("linger.ms", 0)).expect("zstd");
+        assert_eq!(s.compression, Compression::Zstd);
+        assert!(s.linger.is_zero());
+    }
+}

@@ -1,0 +1,497 @@
+//! The producer's background sender: decides which batches go now, sends them (one Produce
+//! request per broker per round), and applies each partition's answer — acknowledge, retry
+//! with the same sequence, bump the epoch, or fail.
+
+use super::{txn, Batch, Part, RecordMetadata, Shared, State};
+use crate::cluster::Lane;
+use crate::error::{Error, ErrorKind};
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::*;
+use sluice_protocol::batch::BatchBuilder;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A batch on its way, with what it needs to be put back.
+pub(crate) struct Flight {
+    pub topic: String,
+    pub partition: i32,
+    pub batch: Batch,
+    pub encoded: Bytes,
+}
+
+pub(crate) async fn run(sh: Arc<Shared>) {
+    loop {
+        let (rounds, next, done) = plan(&sh);
+        for (node, flights) in rounds {
+            tokio::spawn(send(sh.clone(), node, flights));
+        }
+        if done {
+            return;
+        }
+        let sleep = next.map(|t| t.saturating_duration_since(Instant::now())).unwrap_or(Duration::from_secs(1));
+        tokio::select! {
+            _ = sh.wake.notified() => {}
+            _ = tokio::time::sleep(sleep) => {}
+        }
+    }
+}
+
+fn is_retriable_code(code: ResponseError) -> bool {
+    code.is_retriable()
+}
+
+/// Fail every queued (unsent) batch; returns how many bytes were released.
+pub(crate) fn fail_queued(sh: &Shared, st: &mut State, e: &Error) {
+    let mut freed = Vec::new();
+    for part in st.parts.values_mut() {
+        for b in part.queue.drain(..) {
+            freed.push(b.fail(e));
+        }
+    }
+    for bytes in freed {
+        sh.finished(st, bytes);
+    }
+}
+
+/// What to send now; the earliest time something else becomes ready; whether the sender is done.
+fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) {
+    let mut st = sh.lock();
+    let st = &mut *st;
+    let now = Instant::now();
+    let mut rounds: HashMap<i32, Vec<Flight>> = HashMap::new();
+    let mut next: Option<Instant> = None;
+    let soon = |t: Instant, next: &mut Option<Instant>| *next = Some(next.map_or(t, |n| n.min(t)));
+    if let Some(e) = st.fatal.clone() {
+        fail_queued(sh, st, &e);
+        return (rounds, None, st.closing);
+    }
+    let in_flight: usize = st.parts.values().map(|p| p.in_flight).sum();
+    if st.closing && st.outstanding == 0 {
+        return (rounds, None, true);
+    }
+    if st.needs_bump {
+        if in_flight == 0 && !st.bumping {
+            st.bumping = true;
+            tokio::spawn(bump(sh.clone()));
+        }
+        return (rounds, None, false);
+    }
+    let transactional = sh.s.transactional_id.is_some();
+    // Partitions whose data waits for AddPartitionsToTxn.
+    if transactional {
+        let want: Vec<(String, i32)> =
+            st.parts.iter().filter(|(_, p)| !p.added && !p.queue.is_empty()).map(|(k, _)| k.clone()).collect();
+        if !want.is_empty() && !st.adding && st.abortable.is_none() {
+            st.adding = true;
+            tokio::spawn(txn::add_partitions(sh.clone(), want));
+        }
+    }
+    let (pid, epoch) = (st.pid, st.epoch);
+    let linger = sh.s.linger;
+    let flushing = st.flushing > 0 || st.closing;
+    let mut expired: Vec<(Batch, Option<Error>)> = Vec::new();
+    let mut need_meta: Vec<String> = Vec::new();
+    for ((topic, partition), part) in st.parts.iter_mut() {
+        if part.queue.is_empty() || (transactional && !part.added) {
+            continue;
+        }
+        if let Some(t) = part.backoff_until {
+            if t > now {
+                soon(t, &mut next);
+                continue;
+            }
+            part.backoff_until = None;
+        }
+        // Batches never sent may expire safely; a sent one keeps its place (the broker may
+        // have it) and is handled by the response path.
+        while part.queue.front().is_some_and(|b| b.deadline <= now && b.seq.is_none()) {
+            if let Some(b) = part.queue.pop_front() {
+                expired.push((b, None));
+            }
+        }
+        if part.queue.is_empty() {
+            continue;
+        }
+        if part.recovering && part.in_flight > 0 {
+            continue;
+        }
+        let Some(leader) = sh.cluster.cached_leader(topic, *partition) else {
+            need_meta.push(topic.clone());
+            continue;
+        };
+        while part.in_flight < sh.s.max_in_flight {
+            let Some(front) = part.queue.front() else { break };
+            let ready = part.queue.len() > 1
+                || front.bytes >= sh.s.batch_size
+                || front.attempts > 0
+                || flushing
+                || front.created + linger <= now;
+            if !ready {
+                soon(front.created + linger, &mut next);
+                break;
+            }
+            let Some(mut batch) = part.queue.pop_front() else { break };
+            let seq = if pid >= 0 {
+                let s = *batch.seq.get_or_insert(part.next_seq);
+                if s == part.next_seq {
+                    part.next_seq = part.next_seq.wrapping_add(batch.records.len() as i32) & i32::MAX;
+                }
+                s
+            } else {
+                -1
+            };
+            let builder = BatchBuilder {
+                compression: sh.s.compression,
+                producer_id: pid,
+                producer_epoch: epoch,
+                base_sequence: seq,
+                transactional,
+                ..Default::default()
+            };
+            let encoded = match builder.build(&batch.records) {
+                Ok(b) => b,
+                Err(e) => {
+                    expired.push((batch, Some(Error::invalid(format!("encoding a batch: {e}")))));
+                    continue;
+                }
+            };
+            batch.attempts += 1;
+            part.in_flight += 1;
+            rounds.entry(leader).or_default().push(Flight {
+                topic: topic.clone(),
+                partition: *partition,
+                batch,
+                encoded,
+            });
+        }
+    }
+    for (b, e) in expired {
+        let e = e.unwrap_or_else(|| {
+            Error::timeout(format!(
+                "delivery.timeout.ms ({:?}) expired before the record was sent",
+                sh.s.delivery_timeout
+            ))
+        });
+        let bytes = b.fail(&e);
+        sh.finished(st, bytes);
+    }
+    need_meta.sort();
+    need_meta.dedup();
+    for topic in need_meta {
+        if st.refreshing.insert(topic.clone()) {
+            let sh2 = sh.clone();
+            tokio::spawn(async move {
+                let r = sh2.cluster.partitions(&topic).await;
+                tokio::time::sleep(if r.is_ok() { Duration::ZERO } else { sh2.s.retry_backoff }).await;
+                sh2.lock().refreshing.remove(&topic);
+                sh2.wake.notify_one();
+            });
+        }
+        soon(now + sh.s.retry_backoff, &mut next);
+    }
+    (rounds, next, false)
+}
+
+/// Split one node's flights into requests holding at most one batch per partition.
+fn requests(flights: Vec<Flight>) -> Vec<Vec<Flight>> {
+    let mut out: Vec<Vec<Flight>> = Vec::new();
+    for f in flights {
+        match out.iter_mut().find(|r| !r.iter().any(|g| g.topic == f.topic && g.partition == f.partition)) {
+            Some(r) => r.push(f),
+            None => out.push(vec![f]),
+        }
+    }
+    out
+}
+
+async fn send(sh: Arc<Shared>, node: i32, flights: Vec<Flight>) {
+    let broker = sh.cluster.broker(node, Lane::Data).await;
+    let mut waits = Vec::new();
+    for req in requests(flights) {
+        let broker = match &broker {
+            Ok(b) => b.clone(),
+            Err(e) => {
+                for f in req {
+                    complete(&sh, f, Err(e.clone()));
+                }
+                continue;
+            }
+        };
+        let mut by_topic: Vec<produce_request::TopicProduceData> = Vec::new();
+        for f in &req {
+            let mut pd = produce_request::PartitionProduceData::default();
+            pd.index = f.partition;
+            pd.records = Some(f.encoded.clone());
+            match by_topic.iter_mut().find(|t| *t.name.0 == *f.topic) {
+                Some(t) => t.partition_data.push(pd),
+                None => {
+                    let mut t = produce_request::TopicProduceData::default();
+                    t.name = TopicName(crate::cluster::sb(&f.topic));
+                    t.partition_data.push(pd);
+                    by_topic.push(t);
+                }
+            }
+        }
+        let mut r = ProduceRequest::default();
+        r.transactional_id = sh.s.transactional_id.as_deref().map(|t| TransactionalId(crate::cluster::sb(t)));
+        r.acks = sh.s.acks;
+        r.timeout_ms = sh.s.request_timeout.as_millis().min(i32::MAX as u128) as i32;
+        r.topic_data = by_topic;
+        if sh.s.acks == 0 {
+            let res = broker.send_oneway(ApiKey::Produce, RequestKind::Produce(r)).await;
+            for f in req {
+                complete(&sh, f, res.clone().map(|()| ProduceAnswer { code: 0, base_offset: -1, append_time: -1 }));
+            }
+            continue;
+        }
+        let rx = broker.send(ApiKey::Produce, RequestKind::Produce(r)).await;
+        let timeout = sh.s.request_timeout;
+        let sh2 = sh.clone();
+        waits.push(tokio::spawn(async move {
+            let resp: Result<ResponseKind, Error> = match rx {
+                Err(e) => Err(e),
+                Ok(rx) => match tokio::time::timeout(timeout, rx).await {
+                    Err(_) => {
+                        broker.close();
+                        Err(Error::timeout("produce request timed out"))
+                    }
+                    Ok(Err(_)) => Err(Error::new(ErrorKind::Retriable, "connection closed")),
+                    Ok(Ok(r)) => r.map_err(Error::from),
+                },
+            };
+            let mut answers: HashMap<(String, i32), ProduceAnswer> = HashMap::new();
+            let resp = match resp {
+                Ok(ResponseKind::Produce(p)) => Ok(p),
+                Ok(_) => Err(Error::new(ErrorKind::Fatal, "unexpected response to Produce")),
+                Err(e) => Err(e),
+            };
+            if let Ok(p) = &resp {
+                for t in &p.responses {
+                    for pr in &t.partition_responses {
+                        answers.insert(
+                            (t.name.0.to_string(), pr.index),
+                            ProduceAnswer {
+                                code: pr.error_code,
+                                base_offset: pr.base_offset,
+                                append_time: pr.log_append_time_ms,
+                            },
+                        );
+                    }
+                }
+            }
+            for f in req {
+                let a = match &resp {
+                    Err(e) => Err(e.clone()),
+                    Ok(_) => answers.remove(&(f.topic.clone(), f.partition)).ok_or_else(|| {
+                        Error::new(ErrorKind::Retriable, format!("no answer for {}-{}", f.topic, f.partition))
+                    }),
+                };
+                complete(&sh2, f, a);
+            }
+        }));
+    }
+    for w in waits {
+        let _ = w.await;
+    }
+    sh.wake.notify_one();
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ProduceAnswer {
+    code: i16,
+    base_offset: i64,
+    append_time: i64,
+}
+
+/// Apply the answer for one batch.
+fn complete(sh: &Arc<Shared>, f: Flight, answer: Result<ProduceAnswer, Error>) {
+    let Flight { topic, partition, batch, .. } = f;
+    apply(sh, &mut sh.lock(), topic, partition, batch, answer);
+    sh.wake.notify_one();
+}
+
+fn apply(
+    sh: &Arc<Shared>,
+    st: &mut State,
+    topic: String,
+    partition: i32,
+    batch: Batch,
+    answer: Result<ProduceAnswer, Error>,
+) {
+    let transactional = sh.s.transactional_id.is_some();
+    let idempotent = sh.s.idempotent;
+    let key = (topic.clone(), partition);
+    let code = match &answer {
+        Ok(a) => ResponseError::try_from_code(a.code),
+        Err(e) => Some(e.code().unwrap_or(ResponseError::NetworkException)),
+    };
+    let Some(part) = st.parts.get_mut(&key) else { return };
+    part.in_flight = part.in_flight.saturating_sub(1);
+    let what = format!("produce to {topic}-{partition}");
+    let outcome = match (code, &answer) {
+        (None, Ok(a)) | (Some(ResponseError::DuplicateSequenceNumber), Ok(a)) => {
+            part.recovering = false;
+            let base = if code.is_some() { -1 } else { a.base_offset };
+            Outcome::Done(base, a.append_time)
+        }
+        (None, Err(_)) => Outcome::Retry,
+        (Some(c), _) if matches!(c, ResponseError::OutOfOrderSequenceNumber) && part.recovering => Outcome::Retry,
+        (Some(c), _) if is_retriable_code(c) || answer.as_ref().err().is_some_and(|e| e.is_retriable()) => {
+            if matches!(
+                c,
+                ResponseError::NotLeaderOrFollower
+                    | ResponseError::UnknownTopicOrPartition
+                    | ResponseError::LeaderNotAvailable
+                    | ResponseError::NetworkException
+                    | ResponseError::NotEnoughReplicas
+                    | ResponseError::RequestTimedOut
+            ) {
+                sh.cluster.invalidate(&topic);
+            }
+            Outcome::Retry
+        }
+        (Some(c @ (ResponseError::OutOfOrderSequenceNumber | ResponseError::UnknownProducerId)), _) => {
+            if transactional {
+                Outcome::Abortable(Error::kafka(c, &what).with_kind(ErrorKind::Abortable))
+            } else {
+                // A gap the broker cannot bridge: new epoch, then this batch again.
+                Outcome::BumpAndRetry
+            }
+        }
+        (Some(c), _) if matches!(c, ResponseError::ProducerFenced | ResponseError::InvalidProducerEpoch) => {
+            Outcome::Fatal(Error::kafka(c, &what).with_kind(ErrorKind::Fatal))
+        }
+        (Some(c), _) => {
+            let e = Error::kafka(c, &what);
+            if e.is_fatal() {
+                Outcome::Fatal(e)
+            } else if transactional {
+                Outcome::Abortable(e.with_kind(ErrorKind::Abortable))
+            } else {
+                Outcome::Fail(e, idempotent)
+            }
+        }
+    };
+    let now = Instant::now();
+    match outcome {
+        Outcome::Done(base, append_time) => {
+            for (i, (d, r)) in batch.deliveries.into_iter().zip(batch.records.iter()).enumerate() {
+                let _ = d.send(Ok(RecordMetadata {
+                    partition,
+                    offset: if base >= 0 { base + i as i64 } else { -1 },
+                    timestamp: if append_time >= 0 { append_time } else { r.timestamp },
+                }));
+            }
+            sh.finished(st, batch.bytes);
+        }
+        Outcome::Retry | Outcome::BumpAndRetry => {
+            if batch.deadline <= now {
+                let e = Error::timeout(format!("{what}: delivery.timeout.ms expired while retrying"));
+                let bytes = batch.fail(&e);
+                gap(st, transactional, &key, e);
+                sh.finished(st, bytes);
+            } else {
+                let Some(part) = st.parts.get_mut(&key) else { return };
+                part.recovering = true;
+                part.backoff_until = Some(now + sh.s.retry_backoff);
+                requeue(part, batch);
+                if matches!(outcome, Outcome::BumpAndRetry) {
+                    st.needs_bump = true;
+                }
+            }
+        }
+        Outcome::Abortable(e) => {
+            let bytes = batch.fail(&e);
+            gap(st, transactional, &key, e);
+            sh.finished(st, bytes);
+        }
+        Outcome::Fail(e, idem) => {
+            let bytes = batch.fail(&e);
+            if idem {
+                gap(st, false, &key, e);
+            }
+            sh.finished(st, bytes);
+        }
+        Outcome::Fatal(e) => {
+            let bytes = batch.fail(&e);
+            st.fatal = Some(e.clone());
+            sh.finished(st, bytes);
+            fail_queued(sh, st, &e);
+        }
+    }
+}
+
+/// A sent batch failed for good: its sequence left a gap. Later batches of the partition
+/// will come back OUT_OF_ORDER; an idempotent producer re-numbers after a new epoch, a
+/// transactional one can only abort.
+fn gap(st: &mut State, transactional: bool, key: &(String, i32), e: Error) {
+    if let Some(p) = st.parts.get_mut(key) {
+        p.recovering = true;
+    }
+    if transactional {
+        st.txn_seq_gap = true;
+        if st.abortable.is_none() {
+            st.abortable = Some(e.with_kind(ErrorKind::Abortable));
+        }
+    } else {
+        st.needs_bump = true;
+    }
+}
+
+enum Outcome {
+    Done(i64, i64),
+    Retry,
+    BumpAndRetry,
+    Abortable(Error),
+    Fail(Error, bool),
+    Fatal(Error),
+}
+
+/// Put a batch back in sequence order (ahead of newer batches and unsent ones).
+fn requeue(part: &mut Part, batch: Batch) {
+    let pos = part.queue.iter().position(|b| match (b.seq, batch.seq) {
+        (None, _) => true,
+        (Some(s), Some(mine)) => s > mine,
+        (Some(_), None) => false,
+    });
+    match pos {
+        Some(i) => part.queue.insert(i, batch),
+        None => part.queue.push_back(batch),
+    }
+}
+
+/// New producer epoch after a sequence gap (idempotent producer, nothing in flight): every
+/// partition starts again at sequence 0 and queued batches are re-numbered.
+async fn bump(sh: Arc<Shared>) {
+    let current = {
+        let st = sh.lock();
+        (st.pid, st.epoch)
+    };
+    let r = txn::init_producer_id(&sh, Some(current)).await;
+    {
+        let mut st = sh.lock();
+        st.bumping = false;
+        match r {
+            Ok((pid, epoch)) => {
+                st.pid = pid;
+                st.epoch = epoch;
+                st.needs_bump = false;
+                for p in st.parts.values_mut() {
+                    p.next_seq = 0;
+                    p.recovering = false;
+                    for b in p.queue.iter_mut() {
+                        b.seq = None;
+                    }
+                }
+            }
+            Err(e) if e.is_fatal() => st.fatal = Some(e),
+            Err(_) => {}
+        }
+    }
+    if sh.lock().needs_bump {
+        tokio::time::sleep(sh.s.retry_backoff).await;
+    }
+    sh.wake.notify_one();
+}
