@@ -272,3 +272,234 @@ async fn reads_what_librdkafka_wrote_and_librdkafka_reads_what_we_wrote() {
     assert!(rc.iter().all(|v| !v.starts_with("1-")), "librdkafka read_committed skips our aborted transaction");
     assert_eq!(ru.len(), 600, "and read_uncommitted sees all of it, without control records");
 }
+
+/// Two members of one group, each polling in its own task until told to stop; returns what
+/// each consumed.
+async fn run_group(b: &Broker, topic: &str, group: &str, strategy: &str, total: usize) -> Vec<Vec<(i32, i64)>> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for member in 0..2 {
+        let cfg = consumer_config(b)
+            .set("group.id", group)
+            .set("partition.assignment.strategy", strategy)
+            .set("heartbeat.interval.ms", 200)
+            .set("session.timeout.ms", 6000)
+            .set("auto.commit.interval.ms", 200);
+        let (stop, seen, topic) = (stop.clone(), seen.clone(), topic.to_string());
+        tasks.push(tokio::spawn(async move {
+            // The second member arrives once the first is consuming.
+            if member == 1 {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+            }
+            let mut c = Consumer::new(&cfg).unwrap();
+            c.subscribe(&[&topic]).unwrap();
+            let mut got = Vec::new();
+            let mut assignments = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let recs = c.poll(Duration::from_millis(100)).await.unwrap();
+                seen.fetch_add(recs.len(), Ordering::Relaxed);
+                got.extend(recs.iter().map(|r| (r.partition, r.offset)));
+                assignments.push(c.assignment());
+                if member == 0 && got.len() < 40 {
+                    // Slow start so the second member joins while partitions are in use.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            let last = c.assignment();
+            c.close().await.unwrap();
+            (got, last)
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(40);
+    // Wait for every record, then for a settled split, then stop.
+    while seen.load(std::sync::atomic::Ordering::Relaxed) < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut out = Vec::new();
+    let mut finals = Vec::new();
+    for t in tasks {
+        let (got, last) = t.await.unwrap();
+        out.push(got);
+        finals.push(last);
+    }
+    let mut union: Vec<(String, i32)> = finals.iter().flatten().cloned().collect();
+    union.sort();
+    assert_eq!(union, tps(topic, 4), "{strategy}: the members split the partitions without overlap: {finals:?}");
+    assert!(finals.iter().all(|f| !f.is_empty()), "{strategy}: both members got partitions: {finals:?}");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_share_partitions_with_each_assignor_and_commit_exactly_what_was_consumed() {
+    let b = broker();
+    for strategy in ["range", "roundrobin", "cooperative-sticky"] {
+        let topic = format!("grp-{strategy}");
+        let p = Producer::new(&producer_config(&b)).await.unwrap();
+        for i in 0..400 {
+            p.send(ProducerRecord::new(topic.clone(), format!("{i}")).partition(i % 4)).await.unwrap();
+        }
+        p.flush().await.unwrap();
+        let group = format!("g-{strategy}");
+        let per_member = run_group(&b, &topic, &group, strategy, 400).await;
+        let mut all: Vec<(i32, i64)> = per_member.iter().flatten().cloned().collect();
+        all.sort();
+        let want: Vec<(i32, i64)> = (0..4).flat_map(|p| (0..100).map(move |o| (p, o))).collect();
+        assert_eq!(all, want, "{strategy}: every record consumed exactly once across the rebalance");
+        // Everything was committed: a new member starts at the end.
+        for i in 0..4 {
+            p.send(ProducerRecord::new(topic.clone(), format!("late-{i}")).partition(i)).await.unwrap();
+        }
+        p.flush().await.unwrap();
+        let mut c = Consumer::new(&consumer_config(&b).set("group.id", &group)).unwrap();
+        c.subscribe(&[&topic]).unwrap();
+        let mut late = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while late.len() < 4 && Instant::now() < deadline {
+            late.extend(c.poll(Duration::from_millis(200)).await.unwrap().into_iter().map(|r| text(&r.value)));
+        }
+        late.sort();
+        assert_eq!(late, ["late-0", "late-1", "late-2", "late-3"], "{strategy}: resumes from the committed offsets");
+        c.close().await.unwrap();
+    }
+}
+
+fn words(line: &str) -> impl Iterator<Item = &str> {
+    line.split_whitespace()
+}
+
+/// Per-batch word counts: the sum of every committed output is the exact word count.
+fn count_batch(batch: &[ConsumerRecord]) -> Vec<ProducerRecord> {
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for r in batch {
+        for w in words(&text(&r.value)) {
+            *counts.entry(w.to_string()).or_default() += 1;
+        }
+    }
+    counts.into_iter().map(|(w, n)| ProducerRecord::new("counts", n.to_string()).key(w)).collect()
+}
+
+async fn sum_counts(b: &Broker, read_committed: bool) -> BTreeMap<String, u64> {
+    let level = if read_committed { "read_committed" } else { "read_uncommitted" };
+    let mut c = Consumer::new(&consumer_config(b).set("isolation.level", level)).unwrap();
+    c.assign(&tps("counts", 4)).unwrap();
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    let mut idle = 0;
+    while idle < 5 {
+        let recs = c.poll(Duration::from_millis(200)).await.unwrap();
+        idle = if recs.is_empty() { idle + 1 } else { 0 };
+        for r in recs {
+            *out.entry(text(&r.key)).or_default() += text(&r.value).parse::<u64>().unwrap();
+        }
+    }
+    out
+}
+
+fn lines(n: usize) -> Vec<String> {
+    let vocab = ["sluice", "gate", "log", "offset", "commit", "abort", "marker", "fence"];
+    (0..n).map(|i| (0..1 + i % 5).map(|j| vocab[(i * 7 + j * 3) % vocab.len()]).collect::<Vec<_>>().join(" ")).collect()
+}
+
+async fn write_lines(b: &Broker, lines: &[String]) {
+    let p = Producer::new(&producer_config(b)).await.unwrap();
+    for (i, l) in lines.iter().enumerate() {
+        p.send(ProducerRecord::new("lines", l.clone()).partition(i as i32 % 4)).await.unwrap();
+    }
+    p.close().await.unwrap();
+}
+
+fn eos_configs(b: &Broker, txn_id: &str) -> (ClientConfig, ClientConfig) {
+    (
+        consumer_config(b)
+            .set("group.id", "wordcount")
+            .set("max.poll.records", 40)
+            .set("heartbeat.interval.ms", 200)
+            .set("max.poll.interval.ms", 20_000),
+        txn_config(b, txn_id),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_word_count_survives_an_abort_in_the_middle() {
+    use sluice_client::{ExactlyOnce, Step};
+    let b = broker();
+    let input = lines(600);
+    write_lines(&b, &input).await;
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for l in &input {
+        for w in words(l) {
+            *want.entry(w.to_string()).or_default() += 1;
+        }
+    }
+    let (cc, pc) = eos_configs(&b, "wc-1");
+    let mut eos = ExactlyOnce::new(&cc, &pc, &["lines"]).await.unwrap();
+    let mut calls = 0;
+    let mut aborted = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while eos.stats().inputs < input.len() as u64 && Instant::now() < deadline {
+        let step = eos
+            .step(|batch| {
+                calls += 1;
+                let mut out = count_batch(batch);
+                if calls == 3 || calls == 7 {
+                    // A poison output (a partition that does not exist) after real ones: the
+                    // send fails, the transaction aborts, the batch is processed again.
+                    out.push(ProducerRecord::new("counts", "1").partition(99));
+                }
+                Ok(out)
+            })
+            .await
+            .unwrap();
+        if let Step::Aborted(_) = step {
+            aborted += 1;
+        }
+    }
+    assert_eq!(aborted, 2, "both poisoned transactions aborted");
+    assert_eq!(eos.stats().inputs, input.len() as u64, "every line processed once in committed transactions");
+    let committed = eos.consumer().committed(&tps("lines", 4)).await.unwrap();
+    assert_eq!(committed.values().sum::<i64>(), input.len() as i64, "input offsets committed in the transactions");
+    eos.close().await.unwrap();
+    assert_eq!(sum_counts(&b, true).await, want, "read_committed output = exact word counts");
+    let dirty: u64 = sum_counts(&b, false).await.values().sum();
+    assert!(dirty > want.values().sum::<u64>(), "the aborted outputs were written (and hidden from read_committed)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_zombie_is_fenced_and_stops() {
+    use sluice_client::ExactlyOnce;
+    let b = broker();
+    let input = lines(200);
+    write_lines(&b, &input[..100]).await;
+    let (cc, pc) = eos_configs(&b, "wc-z");
+    let mut zombie = ExactlyOnce::new(&cc, &pc, &["lines"]).await.unwrap();
+    while zombie.stats().inputs < 100 {
+        zombie.step(|batch| Ok(count_batch(batch))).await.unwrap();
+    }
+    // A replacement with the same transactional id starts (not yet polling).
+    let mut fresh = ExactlyOnce::new(&cc, &pc, &["lines"]).await.unwrap();
+    write_lines(&b, &input[100..]).await;
+    let err = loop {
+        match zombie.step(|batch| Ok(count_batch(batch))).await {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert!(err.is_fatal(), "the zombie stops with a fatal error: {err}");
+    drop(zombie);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fresh.stats().inputs < 100 && Instant::now() < deadline {
+        fresh.step(|batch| Ok(count_batch(batch))).await.unwrap();
+    }
+    fresh.close().await.unwrap();
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for l in &input {
+        for w in words(l) {
+            *want.entry(w.to_string()).or_default() += 1;
+        }
+    }
+    assert_eq!(sum_counts(&b, true).await, want, "no loss and no duplicate across the takeover");
+}

@@ -55,6 +55,13 @@ impl GroupState {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Stop the heartbeat for good (the consumer is gone).
+    pub(crate) fn request_stop(&self) {
+        let mut g = self.lock();
+        g.incarnation += 1;
+        g.rejoin = false;
+    }
+
     pub(crate) fn request_rejoin(&self) {
         self.lock().rejoin = true;
     }
@@ -396,7 +403,7 @@ async fn heartbeat(cluster: Arc<Cluster>, s: Settings, group: GroupState, incarn
     }
 }
 
-async fn send_leave(cluster: &Cluster, s: &Settings, gid: &str, member_id: &str) {
+pub(crate) async fn send_leave(cluster: &Cluster, s: &Settings, gid: &str, member_id: &str) {
     if s.group_instance_id.is_some() || member_id.is_empty() {
         return; // static members keep their place until session.timeout.ms
     }

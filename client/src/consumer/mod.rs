@@ -568,6 +568,20 @@ impl Consumer {
     }
 }
 
+impl Drop for Consumer {
+    /// Stops the heartbeat and, inside a tokio runtime, leaves the group in the background
+    /// (call `close` to also commit and to wait for the leave).
+    fn drop(&mut self) {
+        let (member_id, _) = self.group.member();
+        self.group.reset_member();
+        self.group.request_stop();
+        if let (Ok(rt), Some(gid)) = (tokio::runtime::Handle::try_current(), self.s.group_id.clone()) {
+            let (cluster, s) = (self.cluster.clone(), self.s.clone());
+            rt.spawn(async move { group::send_leave(&cluster, &s, &gid, &member_id).await });
+        }
+    }
+}
+
 async fn fetch_from(
     cluster: &Cluster,
     s: &Settings,
