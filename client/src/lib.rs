@@ -16,6 +16,7 @@
 //!
 //! Configuration uses Kafka's property names through [`ClientConfig`].
 
+pub mod admin;
 pub mod cluster;
 pub mod config;
 pub mod connection;
@@ -25,6 +26,7 @@ pub mod error;
 pub mod partitioner;
 pub mod producer;
 
+pub use admin::Admin;
 pub use config::ClientConfig;
 pub use connection::{ConnError, Connection};
 pub use consumer::{Consumer, ConsumerRecord, IsolationLevel, OffsetReset, TopicPartition};

@@ -503,3 +503,72 @@ async fn exactly_once_zombie_is_fenced_and_stops() {
     }
     assert_eq!(sum_counts(&b, true).await, want, "no loss and no duplicate across the takeover");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_manages_topics_groups_and_transactions() {
+    use sluice_client::Admin;
+    let b = broker();
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", b.bootstrap())).unwrap();
+    // Topics and configs.
+    admin.create_topic("adm", 2, -1, &[("retention.ms", "3600000")]).await.unwrap();
+    let err = admin.create_topic("adm", 2, -1, &[]).await.expect_err("exists");
+    assert_eq!(err.code(), Some(kafka_protocol::error::ResponseError::TopicAlreadyExists));
+    assert!(admin.list_topics().await.unwrap().contains(&"adm".to_string()));
+    assert_eq!(admin.describe_topic("adm").await.unwrap().partitions.len(), 2);
+    assert_eq!(admin.describe_topic_configs("adm").await.unwrap()["retention.ms"], "3600000");
+    admin.alter_topic_configs("adm", &[("max.message.bytes", "2000000")], &["retention.ms"]).await.unwrap();
+    let cfg = admin.describe_topic_configs("adm").await.unwrap();
+    assert_eq!(cfg["max.message.bytes"], "2000000");
+    assert_ne!(cfg["retention.ms"], "3600000", "override removed");
+    admin.create_partitions("adm", 3).await.unwrap();
+    assert_eq!(admin.describe_topic("adm").await.unwrap().partitions.len(), 3);
+    assert!(admin.create_partitions("adm", 1).await.is_err(), "cannot shrink");
+    let cl = admin.describe_cluster().await.unwrap();
+    assert_eq!(cl.brokers.len(), 1);
+    // Groups: a live member, its assignment, offsets.
+    let p = Producer::new(&producer_config(&b)).await.unwrap();
+    for i in 0..30 {
+        p.send(ProducerRecord::new("adm", format!("{i}")).partition(i % 3)).await.unwrap();
+    }
+    p.flush().await.unwrap();
+    let mut c = Consumer::new(&consumer_config(&b).set("group.id", "adm-g")).unwrap();
+    c.subscribe(&["adm"]).unwrap();
+    let mut n = 0;
+    while n < 30 {
+        n += c.poll(Duration::from_millis(200)).await.unwrap().len();
+    }
+    c.commit_sync().await.unwrap();
+    let g = admin.describe_group("adm-g").await.unwrap();
+    assert_eq!(g.state, "Stable");
+    assert_eq!(g.members.len(), 1);
+    assert_eq!(g.members[0].assignment.len(), 3);
+    assert!(admin.list_groups().await.unwrap().iter().any(|l| l.group_id == "adm-g"));
+    assert_eq!(admin.list_group_offsets("adm-g").await.unwrap().values().sum::<i64>(), 30);
+    assert!(admin.delete_group("adm-g").await.is_err(), "a group with members cannot be deleted");
+    c.close().await.unwrap();
+    admin.alter_group_offsets("adm-g", &[("adm".into(), 0, 0)]).await.unwrap();
+    assert_eq!(admin.list_group_offsets("adm-g").await.unwrap()[&("adm".to_string(), 0)], 0);
+    admin.delete_group_offsets("adm-g", &[("adm".into(), 1)]).await.unwrap();
+    assert!(!admin.list_group_offsets("adm-g").await.unwrap().contains_key(&("adm".to_string(), 1)));
+    admin.delete_group("adm-g").await.unwrap();
+    // Transactions: a hanging one, found and aborted from the admin client.
+    let t = Producer::new(&txn_config(&b, "adm-tx").set("transaction.timeout.ms", 60_000)).await.unwrap();
+    t.init_transactions().await.unwrap();
+    t.begin_transaction().await.unwrap();
+    t.send(ProducerRecord::new("adm", "open").partition(0)).await.unwrap();
+    t.flush().await.unwrap();
+    let listed = admin.list_transactions().await.unwrap();
+    assert!(listed.iter().any(|l| l.transactional_id == "adm-tx" && l.state == "Ongoing"), "{listed:?}");
+    let d = admin.describe_transaction("adm-tx").await.unwrap();
+    assert_eq!(d.partitions, vec![("adm".to_string(), 0)]);
+    let prods = admin.describe_producers("adm", 0).await.unwrap();
+    let open = prods.iter().find(|s| s.current_txn_start_offset >= 0).expect("an open transaction");
+    assert_eq!(open.producer_id, d.producer_id);
+    admin
+        .abort_transaction("adm", 0, open.producer_id, open.producer_epoch as i16, open.coordinator_epoch)
+        .await
+        .unwrap();
+    assert!(admin.describe_producers("adm", 0).await.unwrap().iter().all(|s| s.current_txn_start_offset < 0));
+    admin.delete_topic("adm").await.unwrap();
+    assert!(!admin.list_topics().await.unwrap().contains(&"adm".to_string()));
+}
