@@ -42,6 +42,7 @@ fi
 log "cargo test"
 cargo build -p sluice-broker --bin sluice
 cargo build -p sluice-tests --bin faultproxy
+cargo build -p sluice-client --examples   # run as processes by tests/compat/test_rust_client.py
 cargo test --workspace --no-fail-fast
 
 # --- Python/kcat compatibility suite against a real broker process ---

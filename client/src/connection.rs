@@ -17,12 +17,16 @@ use tokio::sync::{oneshot, Semaphore};
 /// Largest response frame this client accepts.
 pub const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
 
+/// A connection-level failure.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnError {
+    /// The socket failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// The broker sent something that does not decode.
     #[error("protocol: {0}")]
     Protocol(String),
+    /// The connection closed before the response arrived.
     #[error("connection closed")]
     Closed,
 }
@@ -39,6 +43,7 @@ fn socket_shutdown(s: &tokio::net::TcpStream) -> std::io::Result<()> {
     socket2::SockRef::from(s).shutdown(std::net::Shutdown::Both)
 }
 
+/// A pipelined connection to one broker.
 pub struct Connection {
     writer: tokio::sync::Mutex<OwnedWriteHalf>,
     pending: Arc<Mutex<VecDeque<Pending>>>,
@@ -49,6 +54,7 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// Connect to `addr` (host:port); at most `inflight_max` requests are outstanding.
     pub async fn connect(addr: &str, client_id: &str, inflight_max: usize) -> Result<Connection, ConnError> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;

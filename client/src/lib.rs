@@ -16,6 +16,8 @@
 //!
 //! Configuration uses Kafka's property names through [`ClientConfig`].
 
+#![warn(missing_docs)]
+
 pub mod admin;
 pub mod cluster;
 pub mod config;
