@@ -3,16 +3,17 @@
 //! exactly once, in send order — also when the broker is killed -9 between a send and its retry.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use common::assert_exactly_once_in_order;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::ClientContext;
 use sluice_tests::proxy::Proxy;
 use sluice_tests::Broker;
+
+mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Clone, Default)]
 struct Counts {
@@ -72,48 +73,6 @@ fn send_all(p: &BaseProducer<Counts>, topic: &str, range: std::ops::Range<usize>
             }
         }
     }
-}
-
-/// Read every partition fully and check: partition `p` holds exactly the values `i` with
-/// `i % partitions == p`, each once, in increasing order.
-fn assert_exactly_once_in_order(bootstrap: &str, topic: &str, total: usize, partitions: usize) {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "verify")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p as i32, Offset::Beginning).unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let mut per: Vec<Vec<usize>> = vec![Vec::new(); partitions];
-    let mut n = 0;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut idle = Instant::now();
-    while Instant::now() < deadline && idle.elapsed() < Duration::from_secs(5) {
-        if let Some(m) = c.poll(Duration::from_millis(100)) {
-            let m = m.unwrap();
-            let v: usize = std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap();
-            per[m.partition() as usize].push(v);
-            n += 1;
-            idle = Instant::now();
-        }
-    }
-    for (p, got) in per.iter().enumerate() {
-        let want: Vec<usize> = (0..total).filter(|i| i % partitions == p).collect();
-        if got != &want {
-            let dups = got.len() as i64 - got.iter().collect::<std::collections::BTreeSet<_>>().len() as i64;
-            panic!(
-                "partition {p}: {} records (want {}), {dups} duplicates, first mismatch at {:?}",
-                got.len(),
-                want.len(),
-                got.iter().zip(&want).position(|(a, b)| a != b)
-            );
-        }
-    }
-    assert_eq!(n, total);
 }
 
 #[test]

@@ -224,6 +224,9 @@ pub(crate) struct Batch {
     /// Base sequence, fixed when the batch is first sent (idempotent producers).
     pub seq: Option<i32>,
     pub attempts: u32,
+    /// An attempt ended without an answer (connection lost, timeout): the broker may have
+    /// written it. Such a batch keeps its sequence; it is never re-numbered under a new epoch.
+    pub maybe_written: bool,
 }
 
 impl Batch {
@@ -481,6 +484,7 @@ impl Producer {
                         deadline: now + sh.s.delivery_timeout,
                         seq: None,
                         attempts: 0,
+                        maybe_written: false,
                     });
                     st.outstanding += 1;
                     wake = part.queue.len() > 1 || size >= sh.s.batch_size || sh.s.linger.is_zero();

@@ -25,7 +25,9 @@ pub(crate) async fn run(sh: Arc<Shared>) {
     loop {
         let (rounds, next, done) = plan(&sh);
         for (node, flights) in rounds {
-            tokio::spawn(send(sh.clone(), node, flights));
+            // Written here, in order, so a partition's batches reach the broker in sequence
+            // order (concurrent writers could swap them); only the waiting is spawned.
+            send(sh.clone(), node, flights).await;
         }
         if done {
             return;
@@ -208,7 +210,6 @@ fn requests(flights: Vec<Flight>) -> Vec<Vec<Flight>> {
 
 async fn send(sh: Arc<Shared>, node: i32, flights: Vec<Flight>) {
     let broker = sh.cluster.broker(node, Lane::Data).await;
-    let mut waits = Vec::new();
     for req in requests(flights) {
         let broker = match &broker {
             Ok(b) => b.clone(),
@@ -249,7 +250,7 @@ async fn send(sh: Arc<Shared>, node: i32, flights: Vec<Flight>) {
         let rx = broker.send(ApiKey::Produce, RequestKind::Produce(r)).await;
         let timeout = sh.s.request_timeout;
         let sh2 = sh.clone();
-        waits.push(tokio::spawn(async move {
+        tokio::spawn(async move {
             let resp: Result<ResponseKind, Error> = match rx {
                 Err(e) => Err(e),
                 Ok(rx) => match tokio::time::timeout(timeout, rx).await {
@@ -290,12 +291,8 @@ async fn send(sh: Arc<Shared>, node: i32, flights: Vec<Flight>) {
                 };
                 complete(&sh2, f, a);
             }
-        }));
+        });
     }
-    for w in waits {
-        let _ = w.await;
-    }
-    sh.wake.notify_one();
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -327,6 +324,18 @@ fn apply(
         Ok(a) => ResponseError::try_from_code(a.code),
         Err(e) => Some(e.code().unwrap_or(ResponseError::NetworkException)),
     };
+    let mut batch = batch;
+    match (&answer, code) {
+        (Err(_), _) | (Ok(_), Some(ResponseError::RequestTimedOut | ResponseError::NetworkException)) => {
+            batch.maybe_written = true;
+        }
+        // Refused for its sequence: this attempt was not written, and no earlier one was
+        // (a written earlier attempt would make this one a duplicate).
+        (Ok(_), Some(ResponseError::OutOfOrderSequenceNumber | ResponseError::UnknownProducerId)) => {
+            batch.maybe_written = false;
+        }
+        _ => {}
+    }
     let Some(part) = st.parts.get_mut(&key) else { return };
     part.in_flight = part.in_flight.saturating_sub(1);
     let what = format!("produce to {topic}-{partition}");
@@ -478,12 +487,22 @@ async fn bump(sh: Arc<Shared>) {
                 st.pid = pid;
                 st.epoch = epoch;
                 st.needs_bump = false;
+                // Re-number what is known unwritten; a batch that may be in the log already
+                // would be written twice under the new epoch, so it fails instead.
+                let unknown = Error::new(
+                    ErrorKind::Retriable,
+                    "delivery outcome unknown: the batch may have been written before the producer epoch was bumped",
+                );
+                let mut freed = Vec::new();
                 for p in st.parts.values_mut() {
                     p.next_seq = 0;
                     p.recovering = false;
-                    for b in p.queue.iter_mut() {
-                        b.seq = None;
-                    }
+                    let (lost, keep): (Vec<Batch>, Vec<Batch>) = p.queue.drain(..).partition(|b| b.maybe_written);
+                    freed.extend(lost.into_iter().map(|b| b.fail(&unknown)));
+                    p.queue = keep.into_iter().map(|b| Batch { seq: None, ..b }).collect();
+                }
+                for bytes in freed {
+                    sh.finished(&mut st, bytes);
                 }
             }
             Err(e) if e.is_fatal() => st.fatal = Some(e),
