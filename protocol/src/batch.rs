@@ -309,6 +309,37 @@ impl<'a> BatchView<'a> {
         Ok(out)
     }
 
+    /// Decode the records without copying them: `owner` must be the buffer this batch was
+    /// parsed from (keys and values become slices of it); a compressed batch is decompressed
+    /// into one new buffer that its records share.
+    pub fn records_shared(&self, owner: &Bytes) -> Result<Vec<Record>, BatchError> {
+        let compression = self.compression()?;
+        let raw: Bytes = match crate::compression::decompress(compression, self.records_bytes())? {
+            std::borrow::Cow::Borrowed(b) => {
+                let range = owner.as_ptr() as usize..owner.as_ptr() as usize + owner.len();
+                if range.contains(&(b.as_ptr() as usize)) && b.as_ptr() as usize + b.len() <= range.end {
+                    owner.slice_ref(b)
+                } else {
+                    Bytes::copy_from_slice(b)
+                }
+            }
+            std::borrow::Cow::Owned(v) => Bytes::from(v),
+        };
+        let count = self.records_count();
+        if count as usize > raw.len() / 7 + 1 {
+            return Err(BatchError::InvalidRecordCount(count));
+        }
+        let slice = |s: &[u8]| raw.slice_ref(s);
+        let mut out = Vec::with_capacity(count as usize);
+        let mut cur = &raw[..];
+        for _ in 0..count {
+            let (rec, used) = Record::decode_with(cur, self.base_offset(), self.base_timestamp(), &slice)?;
+            out.push(rec);
+            cur = &cur[used..];
+        }
+        Ok(out)
+    }
+
     /// For a control batch: its marker, decoded from the first record's key and value.
     pub fn control_marker(&self) -> Result<Option<ControlMarker>, BatchError> {
         if !self.is_control() {
@@ -419,7 +450,7 @@ pub struct Record {
     pub headers: Vec<Header>,
 }
 
-fn take_bytes(cur: &mut &[u8], len: i64) -> Result<Option<Bytes>, BatchError> {
+fn take_bytes(cur: &mut &[u8], len: i64, slice: &dyn Fn(&[u8]) -> Bytes) -> Result<Option<Bytes>, BatchError> {
     if len < 0 {
         return Ok(None);
     }
@@ -427,7 +458,7 @@ fn take_bytes(cur: &mut &[u8], len: i64) -> Result<Option<Bytes>, BatchError> {
     if cur.len() < len {
         return Err(BatchError::MalformedRecord("field longer than record"));
     }
-    let b = Bytes::copy_from_slice(&cur[..len]);
+    let b = slice(&cur[..len]);
     *cur = &cur[len..];
     Ok(Some(b))
 }
@@ -441,6 +472,17 @@ fn read_varint(cur: &mut &[u8]) -> Result<i64, BatchError> {
 impl Record {
     /// Decode one record from `buf`; returns it and the bytes consumed.
     pub fn decode(buf: &[u8], base_offset: i64, base_timestamp: i64) -> Result<(Record, usize), BatchError> {
+        Record::decode_with(buf, base_offset, base_timestamp, &Bytes::copy_from_slice)
+    }
+
+    /// As [`Record::decode`], with keys, values and header values made by `slice` from the
+    /// sub-slices of `buf` (to share a buffer instead of copying).
+    pub fn decode_with(
+        buf: &[u8],
+        base_offset: i64,
+        base_timestamp: i64,
+        slice: &dyn Fn(&[u8]) -> Bytes,
+    ) -> Result<(Record, usize), BatchError> {
         let (len, n) = varint::decode_varint(buf).ok_or(BatchError::MalformedRecord("bad length"))?;
         if len < 0 || (buf.len() - n) < len as usize {
             return Err(BatchError::MalformedRecord("record length"));
@@ -454,9 +496,9 @@ impl Record {
         let ts_delta = read_varint(&mut cur)?;
         let off_delta = read_varint(&mut cur)?;
         let key_len = read_varint(&mut cur)?;
-        let key = take_bytes(&mut cur, key_len)?;
+        let key = take_bytes(&mut cur, key_len, slice)?;
         let val_len = read_varint(&mut cur)?;
-        let value = take_bytes(&mut cur, val_len)?;
+        let value = take_bytes(&mut cur, val_len, slice)?;
         let hcount = read_varint(&mut cur)?;
         if hcount < 0 || hcount as usize > cur.len() {
             return Err(BatchError::MalformedRecord("header count"));
@@ -464,10 +506,10 @@ impl Record {
         let mut headers = Vec::with_capacity(hcount as usize);
         for _ in 0..hcount {
             let klen = read_varint(&mut cur)?;
-            let k = take_bytes(&mut cur, klen)?.ok_or(BatchError::MalformedRecord("null header key"))?;
+            let k = take_bytes(&mut cur, klen, slice)?.ok_or(BatchError::MalformedRecord("null header key"))?;
             let key = String::from_utf8(k.to_vec()).map_err(|_| BatchError::MalformedRecord("header key utf8"))?;
             let vlen = read_varint(&mut cur)?;
-            let value = take_bytes(&mut cur, vlen)?;
+            let value = take_bytes(&mut cur, vlen, slice)?;
             headers.push(Header { key, value });
         }
         Ok((
@@ -723,6 +765,7 @@ mod tests {
         #[test]
         fn parse_never_panics(data in proptest::collection::vec(any::<u8>(), 0..300)) {
             if let Ok((v, _)) = BatchView::parse(&data) {
+                let _ = v.records_shared(&Bytes::copy_from_slice(&data));
                 let _ = v.records();
                 let _ = v.control_marker();
             }
@@ -745,6 +788,7 @@ mod tests {
             let b = BatchBuilder { compression: c, ..Default::default() }.build(&new).unwrap();
             let (v, _) = BatchView::parse(&b).unwrap();
             let out = v.records().unwrap();
+            prop_assert_eq!(&v.records_shared(&b).unwrap(), &out, "shared decoding = copying decoding");
             prop_assert_eq!(out.len(), new.len());
             for (i, (o, n)) in out.iter().zip(new.iter()).enumerate() {
                 prop_assert_eq!(o.offset, i as i64);

@@ -82,7 +82,7 @@ impl PartitionReader {
         &mut self,
         topic: &str,
         partition: i32,
-        data: &[u8],
+        data: &Bytes,
         aborted: &[(i64, i64)],
     ) -> Result<Decoded, BatchError> {
         let mut out = Decoded::default();
@@ -136,7 +136,7 @@ impl PartitionReader {
             if txn {
                 self.open.insert(pid);
             }
-            for r in batch.records()? {
+            for r in batch.records_shared(data)? {
                 if r.offset < self.fetch_offset {
                     continue;
                 }
@@ -184,14 +184,14 @@ mod tests {
     use super::*;
     use sluice_protocol::batch::{BatchBuilder, ControlMarker, NewRecord};
 
-    fn log(batches: &[(i64, Bytes)]) -> Vec<u8> {
+    fn log(batches: &[(i64, Bytes)]) -> Bytes {
         let mut out = Vec::new();
         for (base, b) in batches {
             let mut v = b.to_vec();
             sluice_protocol::batch::set_base_offset(&mut v, *base);
             out.extend_from_slice(&v);
         }
-        out
+        Bytes::from(out)
     }
 
     fn data(pid: i64, txn: bool, values: &[&str]) -> Bytes {
@@ -265,15 +265,15 @@ mod tests {
     fn starts_mid_batch_and_stops_at_a_partial_batch() {
         let l = log(&[(0, data(-1, false, &["a", "b", "c"])), (3, data(-1, false, &["d"]))]);
         let mut r = PartitionReader::new(1, true);
-        let d = r.decode("t", 0, &l[..l.len() - 5], &[]).expect("decode");
+        let d = r.decode("t", 0, &l.slice(..l.len() - 5), &[]).expect("decode");
         assert!(d.truncated);
         let mut out = Vec::new();
         r.take(10, &mut out);
         assert_eq!(values(&out), ["b", "c"]);
         assert_eq!(r.fetch_offset, 3);
-        let mut bad = l.clone();
+        let mut bad = l.to_vec();
         let n = bad.len();
         bad[n - 1] ^= 0xff;
-        assert!(PartitionReader::new(0, true).decode("t", 0, &bad, &[]).is_err(), "CRC errors are errors");
+        assert!(PartitionReader::new(0, true).decode("t", 0, &Bytes::from(bad), &[]).is_err(), "CRC errors are errors");
     }
 }

@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 pub use fetch::ConsumerRecord;
 pub use group::GroupState;
 
+/// Records a partition may hold undelivered before it is left out of prefetching.
+const PREFETCH_RECORDS_MAX: usize = 20_000;
+
 /// A topic and partition.
 pub type TopicPartition = (String, i32);
 
@@ -157,6 +160,7 @@ pub struct Consumer {
     pub(crate) group: GroupState,
     last_auto_commit: Instant,
     rotate: usize,
+    inflight: Option<tokio::task::JoinSet<(Vec<(TopicPartition, i64)>, Result<FetchResponse>)>>,
     marks: HashMap<TopicPartition, (i64, i64)>,
 }
 
@@ -178,6 +182,7 @@ impl Consumer {
             paused: HashSet::new(),
             last_auto_commit: Instant::now(),
             rotate: 0,
+            inflight: None,
             marks: HashMap::new(),
         })
     }
@@ -359,13 +364,20 @@ impl Consumer {
                 }
             }
             if !out.is_empty() {
+                // Prefetch while the application works on these.
+                if self.inflight.is_none() {
+                    self.start_fetch(self.s.fetch_max_wait).await?;
+                }
                 return Ok(out);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(out);
             }
-            self.fetch_once(left.min(self.s.fetch_max_wait)).await?;
+            if self.inflight.is_none() {
+                self.start_fetch(left.min(self.s.fetch_max_wait)).await?;
+            }
+            self.finish_fetch(deadline).await?;
         }
     }
 
@@ -481,12 +493,13 @@ impl Consumer {
         self.unsubscribe().await
     }
 
-    async fn fetch_once(&mut self, wait: Duration) -> Result<()> {
-        // One request per leader with every fetchable partition it leads.
+    /// Send Fetch requests (one per leader) for every fetchable partition, in the background.
+    /// Partitions already holding many records are skipped until the application catches up.
+    async fn start_fetch(&mut self, wait: Duration) -> Result<()> {
         let mut by_leader: HashMap<i32, Vec<(TopicPartition, i64)>> = HashMap::new();
         let mut unknown = Vec::new();
         for (tp, r) in &self.readers {
-            if self.paused.contains(tp) || r.held() > 100_000 {
+            if self.paused.contains(tp) || r.held() > PREFETCH_RECORDS_MAX {
                 continue;
             }
             match self.cluster.cached_leader(&tp.0, tp.1) {
@@ -502,10 +515,6 @@ impl Consumer {
                 }
             }
         }
-        if by_leader.is_empty() {
-            tokio::time::sleep(wait.min(self.s.retry_backoff)).await;
-            return Ok(());
-        }
         let mut tasks = tokio::task::JoinSet::new();
         for (leader, parts) in by_leader {
             let cluster = self.cluster.clone();
@@ -515,10 +524,32 @@ impl Consumer {
                 (parts, r)
             });
         }
-        while let Some(done) = tasks.join_next().await {
+        if !tasks.is_empty() {
+            self.inflight = Some(tasks);
+        }
+        Ok(())
+    }
+
+    /// Wait (until `deadline`) for the fetch in flight and apply what arrived. A fetch still
+    /// running at the deadline stays in flight for the next poll.
+    async fn finish_fetch(&mut self, deadline: Instant) -> Result<()> {
+        let Some(mut tasks) = self.inflight.take() else {
+            tokio::time::sleep(deadline.saturating_duration_since(Instant::now()).min(self.s.retry_backoff)).await;
+            return Ok(());
+        };
+        loop {
+            let next = tokio::time::timeout_at(deadline.into(), tasks.join_next()).await;
+            let done = match next {
+                Err(_) => {
+                    self.inflight = Some(tasks);
+                    return Ok(());
+                }
+                Ok(None) => return Ok(()),
+                Ok(Some(done)) => done,
+            };
             let Ok((parts, r)) = done else { continue };
             match r {
-                Ok(resp) => self.apply_fetch(resp)?,
+                Ok(resp) => self.apply_fetch(resp, &parts)?,
                 Err(e) if e.is_retriable() => {
                     for ((t, _), _) in parts {
                         self.cluster.invalidate(&t);
@@ -528,16 +559,20 @@ impl Consumer {
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
     }
 
-    fn apply_fetch(&mut self, resp: FetchResponse) -> Result<()> {
+    /// Apply a Fetch response; `asked` holds the offset each partition was fetched from (an
+    /// answer for a partition sought or reassigned since is dropped).
+    fn apply_fetch(&mut self, resp: FetchResponse, asked: &[(TopicPartition, i64)]) -> Result<()> {
         Error::check(resp.error_code, "Fetch")?;
         for t in resp.responses {
             let topic = t.topic.0.to_string();
             for p in t.partitions {
                 let tp = (topic.clone(), p.partition_index);
                 let Some(reader) = self.readers.get_mut(&tp) else { continue };
+                if !asked.iter().any(|(a, o)| *a == tp && *o == reader.fetch_offset) {
+                    continue;
+                }
                 match ResponseError::try_from_code(p.error_code) {
                     None => {}
                     Some(ResponseError::OffsetOutOfRange) => {
