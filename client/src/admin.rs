@@ -2,7 +2,7 @@
 //! cluster, over the Kafka admin APIs. Errors carry the Kafka error code and the broker's
 //! message.
 
-use crate::cluster::{sb, Broker, Cluster, Lane, PartitionInfo};
+use crate::cluster::{by_topic, sb, Broker, Cluster, Lane, PartitionInfo};
 use crate::config::{ClientConfig, COMMON};
 use crate::consumer::TopicPartition;
 use crate::error::{Error, Result};
@@ -412,27 +412,11 @@ impl Admin {
     /// Set a group's offsets (the group must have no active members).
     pub async fn alter_group_offsets(&self, group: &str, offsets: &[(String, i32, i64)]) -> Result<()> {
         let b = self.cluster.find_coordinator(0, group).await?;
-        let mut topics: Vec<offset_commit_request::OffsetCommitRequestTopic> = Vec::new();
-        for (t, p, o) in offsets {
-            let mut op = offset_commit_request::OffsetCommitRequestPartition::default();
-            op.partition_index = *p;
-            op.committed_offset = *o;
-            op.committed_leader_epoch = -1;
-            match topics.iter_mut().find(|x| *x.name.0 == **t) {
-                Some(x) => x.partitions.push(op),
-                None => {
-                    let mut x = offset_commit_request::OffsetCommitRequestTopic::default();
-                    x.name = TopicName(sb(t));
-                    x.partitions.push(op);
-                    topics.push(x);
-                }
-            }
-        }
         let mut r = OffsetCommitRequest::default();
         r.group_id = GroupId(sb(group));
         r.generation_id_or_member_epoch = -1;
         r.retention_time_ms = -1;
-        r.topics = topics;
+        r.topics = crate::consumer::group::offset_commit_topics(offsets);
         let ResponseKind::OffsetCommit(c) = self.call(&b, ApiKey::OffsetCommit, RequestKind::OffsetCommit(r)).await?
         else {
             return Err(unexpected("OffsetCommit"));
@@ -448,23 +432,24 @@ impl Admin {
     /// Delete a group's offsets for partitions of topics it no longer consumes.
     pub async fn delete_group_offsets(&self, group: &str, tps: &[TopicPartition]) -> Result<()> {
         let b = self.cluster.find_coordinator(0, group).await?;
-        let mut topics: Vec<offset_delete_request::OffsetDeleteRequestTopic> = Vec::new();
-        for (t, p) in tps {
-            let mut op = offset_delete_request::OffsetDeleteRequestPartition::default();
-            op.partition_index = *p;
-            match topics.iter_mut().find(|x| *x.name.0 == **t) {
-                Some(x) => x.partitions.push(op),
-                None => {
-                    let mut x = offset_delete_request::OffsetDeleteRequestTopic::default();
-                    x.name = TopicName(sb(t));
-                    x.partitions.push(op);
-                    topics.push(x);
-                }
-            }
-        }
         let mut r = OffsetDeleteRequest::default();
         r.group_id = GroupId(sb(group));
-        r.topics = topics;
+        r.topics = by_topic(tps.iter().cloned())
+            .into_iter()
+            .map(|(t, parts)| {
+                let mut x = offset_delete_request::OffsetDeleteRequestTopic::default();
+                x.name = TopicName(sb(&t));
+                x.partitions = parts
+                    .into_iter()
+                    .map(|p| {
+                        let mut op = offset_delete_request::OffsetDeleteRequestPartition::default();
+                        op.partition_index = p;
+                        op
+                    })
+                    .collect();
+                x
+            })
+            .collect();
         let ResponseKind::OffsetDelete(d) = self.call(&b, ApiKey::OffsetDelete, RequestKind::OffsetDelete(r)).await?
         else {
             return Err(unexpected("OffsetDelete"));

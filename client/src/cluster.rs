@@ -163,6 +163,19 @@ pub struct Cluster {
     state: Mutex<State>,
 }
 
+/// Group `(topic, item)` pairs by topic, topics in first-seen order (the shape of every
+/// request that lists partitions per topic).
+pub(crate) fn by_topic<T>(items: impl IntoIterator<Item = (String, T)>) -> Vec<(String, Vec<T>)> {
+    let mut out: Vec<(String, Vec<T>)> = Vec::new();
+    for (topic, item) in items {
+        match out.iter_mut().find(|(t, _)| *t == topic) {
+            Some((_, v)) => v.push(item),
+            None => out.push((topic, vec![item])),
+        }
+    }
+    out
+}
+
 /// A short string-bytes value.
 pub(crate) fn sb(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())

@@ -6,24 +6,12 @@
 
 mod common;
 
-use common::assert_exactly_once_in_order;
+use common::{assert_exactly_once_in_order, behind_proxy};
 use sluice_client::{ClientConfig, Consumer, ErrorKind, Producer, ProducerRecord};
 use sluice_tests::proxy::Proxy;
 use sluice_tests::Broker;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-fn behind_proxy(seed: u64) -> (Proxy, Broker) {
-    let proxy = Proxy::start(0, seed).unwrap();
-    let b = Broker::start_with(&[
-        "--advertised-listeners",
-        &format!("PLAINTEXT://127.0.0.1:{}", proxy.port),
-        "--num-partitions",
-        "4",
-    ]);
-    proxy.set_target(b.port);
-    (proxy, b)
-}
 
 async fn producer(proxy: &Proxy) -> Producer {
     Producer::new(

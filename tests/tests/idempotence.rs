@@ -3,17 +3,16 @@
 //! exactly once, in send order — also when the broker is killed -9 between a send and its retry.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use common::assert_exactly_once_in_order;
+use common::{assert_exactly_once_in_order, behind_proxy, send_retrying};
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 use sluice_tests::proxy::Proxy;
-use sluice_tests::Broker;
-
-mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod common;
 
 #[derive(Clone, Default)]
 struct Counts {
@@ -29,18 +28,6 @@ impl ProducerContext for Counts {
             Err(_) => self.failed.fetch_add(1, Ordering::Relaxed),
         };
     }
-}
-
-fn behind_proxy(seed: u64) -> (Proxy, Broker) {
-    let proxy = Proxy::start(0, seed).unwrap();
-    let b = Broker::start_with(&[
-        "--advertised-listeners",
-        &format!("PLAINTEXT://127.0.0.1:{}", proxy.port),
-        "--num-partitions",
-        "4",
-    ]);
-    proxy.set_target(b.port);
-    (proxy, b)
 }
 
 fn idempotent_producer(proxy: &Proxy, counts: &Counts) -> BaseProducer<Counts> {
@@ -62,16 +49,7 @@ fn idempotent_producer(proxy: &Proxy, counts: &Counts) -> BaseProducer<Counts> {
 fn send_all(p: &BaseProducer<Counts>, topic: &str, range: std::ops::Range<usize>, partitions: usize) {
     for i in range {
         let v = format!("{:07}", i);
-        let mut rec = BaseRecord::<(), _>::to(topic).partition((i % partitions) as i32).payload(&v);
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    p.poll(Duration::from_millis(5));
-                }
-            }
-        }
+        send_retrying(p, BaseRecord::<(), _>::to(topic).partition((i % partitions) as i32).payload(&v));
     }
 }
 

@@ -4,6 +4,7 @@
 //! writes the same keys to the same partitions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use common::send_retrying;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -11,6 +12,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_client::partitioner::partition_for_key;
 use sluice_tests::Broker;
+
+mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -30,16 +33,7 @@ async fn keys_land_where_librdkafka_murmur2_puts_them() {
             .unwrap();
         for i in 0..KEYS {
             let key = format!("key-{i}");
-            let mut rec = BaseRecord::to("keys").key(&key).payload("v");
-            loop {
-                match p.send(rec) {
-                    Ok(()) => break,
-                    Err((_, r)) => {
-                        rec = r;
-                        p.poll(Duration::from_millis(5));
-                    }
-                }
-            }
+            send_retrying(&p, BaseRecord::to("keys").key(&key).payload("v"));
         }
         p.flush(Duration::from_secs(30)).unwrap();
         let c: BaseConsumer =

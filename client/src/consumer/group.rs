@@ -5,7 +5,7 @@
 
 use super::assignor::{self, MemberSubscription};
 use super::{Consumer, Settings, TopicPartition};
-use crate::cluster::{sb, Cluster};
+use crate::cluster::{by_topic, sb, Cluster};
 use crate::error::{Error, ErrorKind, Result};
 use crate::producer::ConsumerGroupMetadata;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -111,19 +111,15 @@ impl GroupState {
 fn encode_subscription(topics: &[String], owned: &[TopicPartition]) -> Result<Bytes> {
     let mut sub = ConsumerProtocolSubscription::default();
     sub.topics = topics.iter().map(|t| sb(t)).collect();
-    let mut by_topic: Vec<consumer_protocol_subscription::TopicPartition> = Vec::new();
-    for (t, p) in owned {
-        match by_topic.iter_mut().find(|x| *x.topic.0 == **t) {
-            Some(x) => x.partitions.push(*p),
-            None => {
-                let mut x = consumer_protocol_subscription::TopicPartition::default();
-                x.topic = TopicName(sb(t));
-                x.partitions.push(*p);
-                by_topic.push(x);
-            }
-        }
-    }
-    sub.owned_partitions = by_topic;
+    sub.owned_partitions = by_topic(owned.iter().cloned())
+        .into_iter()
+        .map(|(t, partitions)| {
+            let mut x = consumer_protocol_subscription::TopicPartition::default();
+            x.topic = TopicName(sb(&t));
+            x.partitions = partitions;
+            x
+        })
+        .collect();
     let mut buf = BytesMut::new();
     buf.put_i16(1);
     sub.encode(&mut buf, 1).map_err(|e| Error::invalid(format!("encoding subscription: {e}")))?;
@@ -150,17 +146,15 @@ fn decode_subscription(member_id: &str, mut data: Bytes) -> Option<MemberSubscri
 
 fn encode_assignment(parts: &[TopicPartition]) -> Result<Bytes> {
     let mut a = ConsumerProtocolAssignment::default();
-    for (t, p) in parts {
-        match a.assigned_partitions.iter_mut().find(|x| *x.topic.0 == **t) {
-            Some(x) => x.partitions.push(*p),
-            None => {
-                let mut x = consumer_protocol_assignment::TopicPartition::default();
-                x.topic = TopicName(sb(t));
-                x.partitions.push(*p);
-                a.assigned_partitions.push(x);
-            }
-        }
-    }
+    a.assigned_partitions = by_topic(parts.iter().cloned())
+        .into_iter()
+        .map(|(t, partitions)| {
+            let mut x = consumer_protocol_assignment::TopicPartition::default();
+            x.topic = TopicName(sb(&t));
+            x.partitions = partitions;
+            x
+        })
+        .collect();
     let mut buf = BytesMut::new();
     buf.put_i16(1);
     a.encode(&mut buf, 1).map_err(|e| Error::invalid(format!("encoding assignment: {e}")))?;
@@ -428,6 +422,28 @@ pub(crate) async fn leave(c: &mut Consumer) {
     c.group.lock().rejoin = false;
 }
 
+/// The topics of an OffsetCommit request for (topic, partition, offset) triples.
+pub(crate) fn offset_commit_topics(
+    offsets: &[(String, i32, i64)],
+) -> Vec<offset_commit_request::OffsetCommitRequestTopic> {
+    by_topic(offsets.iter().map(|(t, p, o)| {
+        let mut op = offset_commit_request::OffsetCommitRequestPartition::default();
+        op.partition_index = *p;
+        op.committed_offset = *o;
+        op.committed_leader_epoch = -1;
+        op.committed_metadata = Some(sb(""));
+        (t.clone(), op)
+    }))
+    .into_iter()
+    .map(|(t, partitions)| {
+        let mut x = offset_commit_request::OffsetCommitRequestTopic::default();
+        x.name = TopicName(sb(&t));
+        x.partitions = partitions;
+        x
+    })
+    .collect()
+}
+
 /// OffsetCommit with the member's generation (or as a simple consumer without one).
 pub(crate) async fn commit(
     cluster: &Cluster,
@@ -444,30 +460,13 @@ pub(crate) async fn commit(
         let (member_id, generation) = group.member();
         let attempt = async {
             let coord = cluster.find_coordinator(0, &gid).await?;
-            let mut topics: Vec<offset_commit_request::OffsetCommitRequestTopic> = Vec::new();
-            for (t, p, o) in offsets {
-                let mut op = offset_commit_request::OffsetCommitRequestPartition::default();
-                op.partition_index = *p;
-                op.committed_offset = *o;
-                op.committed_leader_epoch = -1;
-                op.committed_metadata = Some(sb(""));
-                match topics.iter_mut().find(|x| *x.name.0 == **t) {
-                    Some(x) => x.partitions.push(op),
-                    None => {
-                        let mut x = offset_commit_request::OffsetCommitRequestTopic::default();
-                        x.name = TopicName(sb(t));
-                        x.partitions.push(op);
-                        topics.push(x);
-                    }
-                }
-            }
             let mut r = OffsetCommitRequest::default();
             r.group_id = GroupId(sb(&gid));
             r.generation_id_or_member_epoch = generation;
             r.member_id = sb(&member_id);
             r.group_instance_id = s.group_instance_id.as_deref().map(sb);
             r.retention_time_ms = -1;
-            r.topics = topics;
+            r.topics = offset_commit_topics(offsets);
             let ResponseKind::OffsetCommit(c) =
                 cluster.timed(coord.call(ApiKey::OffsetCommit, RequestKind::OffsetCommit(r))).await?
             else {

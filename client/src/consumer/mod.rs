@@ -8,9 +8,9 @@
 
 pub mod assignor;
 pub mod fetch;
-mod group;
+pub(crate) mod group;
 
-use crate::cluster::{sb, Cluster, Lane};
+use crate::cluster::{by_topic, sb, Cluster, Lane};
 use crate::config::{ClientConfig, COMMON};
 use crate::error::{Error, ErrorKind, Result};
 use crate::producer::ConsumerGroupMetadata;
@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 
 pub use fetch::ConsumerRecord;
 pub use group::GroupState;
+
+/// A finished background fetch: the (partition, offset) pairs asked for, and the answer.
+type FetchDone = (Vec<(TopicPartition, i64)>, Result<FetchResponse>);
 
 /// Records a partition may hold undelivered before it is left out of prefetching.
 const PREFETCH_RECORDS_MAX: usize = 20_000;
@@ -160,7 +163,7 @@ pub struct Consumer {
     pub(crate) group: GroupState,
     last_auto_commit: Instant,
     rotate: usize,
-    inflight: Option<tokio::task::JoinSet<(Vec<(TopicPartition, i64)>, Result<FetchResponse>)>>,
+    inflight: Option<tokio::task::JoinSet<FetchDone>>,
     marks: HashMap<TopicPartition, (i64, i64)>,
 }
 
@@ -423,18 +426,15 @@ impl Consumer {
         let deadline = Instant::now() + self.cluster.request_timeout;
         loop {
             let coord = self.cluster.find_coordinator(0, &gid).await?;
-            let mut topics: Vec<offset_fetch_request::OffsetFetchRequestTopic> = Vec::new();
-            for (t, p) in tps {
-                match topics.iter_mut().find(|x| *x.name.0 == **t) {
-                    Some(x) => x.partition_indexes.push(*p),
-                    None => {
-                        let mut x = offset_fetch_request::OffsetFetchRequestTopic::default();
-                        x.name = TopicName(sb(t));
-                        x.partition_indexes.push(*p);
-                        topics.push(x);
-                    }
-                }
-            }
+            let topics = by_topic(tps.iter().cloned())
+                .into_iter()
+                .map(|(t, partition_indexes)| {
+                    let mut x = offset_fetch_request::OffsetFetchRequestTopic::default();
+                    x.name = TopicName(sb(&t));
+                    x.partition_indexes = partition_indexes;
+                    x
+                })
+                .collect();
             let mut r = OffsetFetchRequest::default();
             r.group_id = GroupId(sb(&gid));
             r.topics = Some(topics);
@@ -625,8 +625,7 @@ async fn fetch_from(
     wait: Duration,
 ) -> Result<FetchResponse> {
     let b = cluster.broker(leader, Lane::Fetch).await?;
-    let mut topics: Vec<fetch_request::FetchTopic> = Vec::new();
-    for ((t, p), offset) in parts {
+    let topics = by_topic(parts.iter().map(|((t, p), offset)| {
         let mut fp = fetch_request::FetchPartition::default();
         fp.partition = *p;
         fp.fetch_offset = *offset;
@@ -634,16 +633,16 @@ async fn fetch_from(
         fp.last_fetched_epoch = -1;
         fp.log_start_offset = -1;
         fp.partition_max_bytes = s.partition_max_bytes;
-        match topics.iter_mut().find(|x| *x.topic.0 == **t) {
-            Some(x) => x.partitions.push(fp),
-            None => {
-                let mut x = fetch_request::FetchTopic::default();
-                x.topic = TopicName(sb(t));
-                x.partitions.push(fp);
-                topics.push(x);
-            }
-        }
-    }
+        (t.clone(), fp)
+    }))
+    .into_iter()
+    .map(|(t, partitions)| {
+        let mut x = fetch_request::FetchTopic::default();
+        x.topic = TopicName(sb(&t));
+        x.partitions = partitions;
+        x
+    })
+    .collect();
     let mut r = FetchRequest::default();
     r.replica_id = BrokerId(-1);
     r.max_wait_ms = wait.as_millis().min(i32::MAX as u128) as i32;

@@ -3,7 +3,7 @@
 //! with the same sequence, bump the epoch, or fail.
 
 use super::{txn, Batch, Part, RecordMetadata, Shared, State};
-use crate::cluster::Lane;
+use crate::cluster::{by_topic, sb, Lane};
 use crate::error::{Error, ErrorKind};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
@@ -220,26 +220,25 @@ async fn send(sh: Arc<Shared>, node: i32, flights: Vec<Flight>) {
                 continue;
             }
         };
-        let mut by_topic: Vec<produce_request::TopicProduceData> = Vec::new();
-        for f in &req {
+        let topic_data = by_topic(req.iter().map(|f| {
             let mut pd = produce_request::PartitionProduceData::default();
             pd.index = f.partition;
             pd.records = Some(f.encoded.clone());
-            match by_topic.iter_mut().find(|t| *t.name.0 == *f.topic) {
-                Some(t) => t.partition_data.push(pd),
-                None => {
-                    let mut t = produce_request::TopicProduceData::default();
-                    t.name = TopicName(crate::cluster::sb(&f.topic));
-                    t.partition_data.push(pd);
-                    by_topic.push(t);
-                }
-            }
-        }
+            (f.topic.clone(), pd)
+        }))
+        .into_iter()
+        .map(|(t, partition_data)| {
+            let mut x = produce_request::TopicProduceData::default();
+            x.name = TopicName(sb(&t));
+            x.partition_data = partition_data;
+            x
+        })
+        .collect();
         let mut r = ProduceRequest::default();
-        r.transactional_id = sh.s.transactional_id.as_deref().map(|t| TransactionalId(crate::cluster::sb(t)));
+        r.transactional_id = sh.s.transactional_id.as_deref().map(|t| TransactionalId(sb(t)));
         r.acks = sh.s.acks;
         r.timeout_ms = sh.s.request_timeout.as_millis().min(i32::MAX as u128) as i32;
-        r.topic_data = by_topic;
+        r.topic_data = topic_data;
         if sh.s.acks == 0 {
             let res = broker.send_oneway(ApiKey::Produce, RequestKind::Produce(r)).await;
             for f in req {

@@ -8,7 +8,7 @@
 //! instance) means drop the producer.
 
 use super::{flush, sender::fail_queued, Producer, Shared, TxnPhase};
-use crate::cluster::{sb, Broker};
+use crate::cluster::{by_topic, sb, Broker};
 use crate::error::{Error, ErrorKind, Result};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
@@ -134,18 +134,15 @@ pub(crate) async fn add_partitions(sh: Arc<Shared>, want: Vec<(String, i32)>) {
     let r = with_coordinator(&sh, deadline, |b| {
         let (id, want) = (id.clone(), want2.clone());
         async move {
-            let mut topics: Vec<add_partitions_to_txn_request::AddPartitionsToTxnTopic> = Vec::new();
-            for (t, p) in &want {
-                match topics.iter_mut().find(|x| *x.name.0 == **t) {
-                    Some(x) => x.partitions.push(*p),
-                    None => {
-                        let mut x = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
-                        x.name = TopicName(sb(t));
-                        x.partitions.push(*p);
-                        topics.push(x);
-                    }
-                }
-            }
+            let topics = by_topic(want)
+                .into_iter()
+                .map(|(t, partitions)| {
+                    let mut x = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+                    x.name = TopicName(sb(&t));
+                    x.partitions = partitions;
+                    x
+                })
+                .collect();
             let mut r = AddPartitionsToTxnRequest::default();
             r.v3_and_below_transactional_id = TransactionalId(sb(&id));
             r.v3_and_below_producer_id = ProducerId(pid);
@@ -290,22 +287,21 @@ impl Producer {
         loop {
             let attempt = async {
                 let coord = sh.cluster.find_coordinator(0, &group.group_id).await?;
-                let mut topics: Vec<txn_offset_commit_request::TxnOffsetCommitRequestTopic> = Vec::new();
-                for (t, p, o) in offsets {
+                let topics = by_topic(offsets.iter().map(|(t, p, o)| {
                     let mut tp = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
                     tp.partition_index = *p;
                     tp.committed_offset = *o;
                     tp.committed_leader_epoch = -1;
-                    match topics.iter_mut().find(|x| *x.name.0 == **t) {
-                        Some(x) => x.partitions.push(tp),
-                        None => {
-                            let mut x = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
-                            x.name = TopicName(sb(t));
-                            x.partitions.push(tp);
-                            topics.push(x);
-                        }
-                    }
-                }
+                    (t.clone(), tp)
+                }))
+                .into_iter()
+                .map(|(t, partitions)| {
+                    let mut x = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+                    x.name = TopicName(sb(&t));
+                    x.partitions = partitions;
+                    x
+                })
+                .collect();
                 let mut r = TxnOffsetCommitRequest::default();
                 r.transactional_id = TransactionalId(sb(&id));
                 r.group_id = GroupId(sb(&group.group_id));

@@ -3,9 +3,44 @@
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Message, ToBytes};
+use rdkafka::producer::{BaseProducer, BaseRecord, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
+use sluice_tests::proxy::Proxy;
+use sluice_tests::Broker;
 use std::time::{Duration, Instant};
+
+/// A broker whose advertised address is a fault-injecting proxy in front of it (4 partitions
+/// per auto-created topic).
+pub fn behind_proxy(seed: u64) -> (Proxy, Broker) {
+    let proxy = Proxy::start(0, seed).unwrap();
+    let b = Broker::start_with(&[
+        "--advertised-listeners",
+        &format!("PLAINTEXT://127.0.0.1:{}", proxy.port),
+        "--num-partitions",
+        "4",
+    ]);
+    proxy.set_target(b.port);
+    (proxy, b)
+}
+
+/// librdkafka `send`, waiting (polling) while its queue is full.
+pub fn send_retrying<C, K, P>(p: &BaseProducer<C>, mut rec: BaseRecord<'_, K, P, ()>)
+where
+    C: ProducerContext<DeliveryOpaque = ()>,
+    K: ToBytes + ?Sized,
+    P: ToBytes + ?Sized,
+{
+    loop {
+        match p.send(rec) {
+            Ok(()) => return,
+            Err((_, r)) => {
+                rec = r;
+                p.poll(Duration::from_millis(5));
+            }
+        }
+    }
+}
 
 /// Read every partition fully and check: partition `p` holds exactly the values `i` with
 /// `i % partitions == p`, each once, in increasing order.
