@@ -122,7 +122,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "testing.failpoints",
         default: "",
-        help: "crash tests only: comma-separated crash points (txn.before_prepare, txn.after_prepare)",
+        help: "tests only: comma-separated failpoints (crash points txn.before_prepare, txn.after_prepare; fetch.ignore_lso makes read_committed ignore the LSO)",
     },
     Setting {
         name: "offsets.retention.check.interval.ms",
@@ -510,7 +510,7 @@ pub fn resolve(
             )? as u64,
             failpoints: {
                 let (v, src) = get("testing.failpoints");
-                let known = ["txn.before_prepare", "txn.after_prepare"];
+                let known = ["txn.before_prepare", "txn.after_prepare", "fetch.ignore_lso"];
                 let list: Vec<String> = v.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect();
                 if let Some(bad) = list.iter().find(|f| !known.contains(&f.as_str())) {
                     return Err(ConfigError::Invalid {

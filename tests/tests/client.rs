@@ -572,3 +572,73 @@ async fn admin_manages_topics_groups_and_transactions() {
     admin.delete_topic("adm").await.unwrap();
     assert!(!admin.list_topics().await.unwrap().contains(&"adm".to_string()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_committed_stays_correct_against_a_broker_that_ignores_the_lso() {
+    // A deliberately broken broker: read_committed fetches go up to the high watermark.
+    let b = Broker::start_with(&["--num-partitions", "1", "--testing-failpoints", "fetch.ignore_lso"]);
+    let plain = Producer::new(&producer_config(&b)).await.unwrap();
+    plain.send(ProducerRecord::new("nolso", "before")).await.unwrap().await.unwrap();
+    let open = Producer::new(&txn_config(&b, "nolso-open")).await.unwrap();
+    open.init_transactions().await.unwrap();
+    open.begin_transaction().await.unwrap();
+    open.send(ProducerRecord::new("nolso", "open-1")).await.unwrap();
+    open.flush().await.unwrap();
+    plain.send(ProducerRecord::new("nolso", "after")).await.unwrap().await.unwrap();
+    // librdkafka trusts the broker's bound: it hands out the open transaction's record.
+    let bootstrap = b.bootstrap();
+    let rd = tokio::task::spawn_blocking(move || rdkafka_read(&bootstrap, "nolso", 1, true, 3)).await.unwrap();
+    assert!(rd.contains(&"open-1".to_string()), "the broker really is broken: {rd:?}");
+    // Ours holds it until the marker, and everything after it too.
+    let mut c = Consumer::new(&consumer_config(&b).set("isolation.level", "read_committed")).unwrap();
+    c.assign(&tps("nolso", 1)).unwrap();
+    let mut got: Vec<String> = Vec::new();
+    for _ in 0..10 {
+        got.extend(c.poll(Duration::from_millis(100)).await.unwrap().iter().map(|r| text(&r.value)));
+    }
+    assert_eq!(got, ["before"], "nothing at or after an undecided transaction is released");
+    open.abort_transaction().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < 2 && Instant::now() < deadline {
+        got.extend(c.poll(Duration::from_millis(100)).await.unwrap().iter().map(|r| text(&r.value)));
+    }
+    got.extend(c.poll(Duration::from_millis(300)).await.unwrap().iter().map(|r| text(&r.value)));
+    assert_eq!(got, ["before", "after"], "the aborted record never appears");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seek_pause_resume_and_async_commit() {
+    let b = broker();
+    let p = Producer::new(&producer_config(&b)).await.unwrap();
+    for i in 0..20 {
+        p.send(ProducerRecord::new("ctl", format!("{i}")).partition(i % 2)).await.unwrap();
+    }
+    p.flush().await.unwrap();
+    let mut c =
+        Consumer::new(&consumer_config(&b).set("group.id", "ctl-g").set("enable.auto.commit", "false")).unwrap();
+    c.assign(&tps("ctl", 2)).unwrap();
+    let p0 = ("ctl".to_string(), 0);
+    let p1 = ("ctl".to_string(), 1);
+    c.pause(&[p1.clone()]);
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.extend(c.poll(Duration::from_millis(100)).await.unwrap());
+    }
+    assert!(got.iter().all(|r| r.partition == 0) && got.len() == 10, "paused partition is not fetched");
+    c.resume(&[p1.clone()]);
+    c.seek(&p0, 7).unwrap();
+    let mut more = Vec::new();
+    for _ in 0..5 {
+        more.extend(c.poll(Duration::from_millis(100)).await.unwrap());
+    }
+    let p0_offsets: Vec<i64> = more.iter().filter(|r| r.partition == 0).map(|r| r.offset).collect();
+    assert_eq!(p0_offsets, [7, 8, 9], "seek rewinds");
+    assert_eq!(more.iter().filter(|r| r.partition == 1).count(), 10, "resumed partition is read");
+    assert_eq!(c.position(&p1), Some(10));
+    c.commit_async().await.unwrap().unwrap();
+    let committed = c.committed(&tps("ctl", 2)).await.unwrap();
+    assert_eq!((committed[&p0], committed[&p1]), (10, 10));
+    c.seek_to(&[p0.clone()], true).await.unwrap();
+    assert_eq!(c.position(&p0), Some(0));
+    assert!(c.seek(&("other".into(), 0), 1).is_err(), "seek on an unassigned partition is refused");
+}
