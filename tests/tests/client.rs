@@ -619,13 +619,13 @@ async fn seek_pause_resume_and_async_commit() {
     c.assign(&tps("ctl", 2)).unwrap();
     let p0 = ("ctl".to_string(), 0);
     let p1 = ("ctl".to_string(), 1);
-    c.pause(&[p1.clone()]);
+    c.pause(std::slice::from_ref(&p1));
     let mut got = Vec::new();
     for _ in 0..5 {
         got.extend(c.poll(Duration::from_millis(100)).await.unwrap());
     }
     assert!(got.iter().all(|r| r.partition == 0) && got.len() == 10, "paused partition is not fetched");
-    c.resume(&[p1.clone()]);
+    c.resume(std::slice::from_ref(&p1));
     c.seek(&p0, 7).unwrap();
     let mut more = Vec::new();
     for _ in 0..5 {
@@ -638,7 +638,7 @@ async fn seek_pause_resume_and_async_commit() {
     c.commit_async().await.unwrap().unwrap();
     let committed = c.committed(&tps("ctl", 2)).await.unwrap();
     assert_eq!((committed[&p0], committed[&p1]), (10, 10));
-    c.seek_to(&[p0.clone()], true).await.unwrap();
+    c.seek_to(std::slice::from_ref(&p0), true).await.unwrap();
     assert_eq!(c.position(&p0), Some(0));
     assert!(c.seek(&("other".into(), 0), 1).is_err(), "seek on an unassigned partition is refused");
 }
