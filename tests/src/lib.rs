@@ -10,6 +10,7 @@
 //!
 //! No mocks of the broker: every test here runs the real binary.
 
+pub mod jepsen;
 pub mod proxy;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
