@@ -49,6 +49,12 @@ pub fn sluicectl_bin() -> PathBuf {
     BIN.get_or_init(|| build_bin("sluice-tools", "sluicectl")).clone()
 }
 
+/// Path of the `jepsen` fault-test harness binary, built once per test process.
+pub fn jepsen_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| build_bin("sluice-tests", "jepsen")).clone()
+}
+
 /// A free TCP port on 127.0.0.1 (the listener is closed before returning; races are unlikely
 /// on a test machine and show up as a clear bind error).
 pub fn free_port() -> u16 {

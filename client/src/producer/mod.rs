@@ -448,7 +448,7 @@ impl Producer {
             .map_err(|_| Error::invalid("the producer is closed"))?;
         permit.forget();
         let (tx, rx) = oneshot::channel();
-        let wake;
+        let (wake, full);
         {
             let mut st = sh.lock();
             let st = &mut *st;
@@ -472,7 +472,8 @@ impl Producer {
                     b.records.push(rec);
                     b.deliveries.push(tx);
                     b.bytes += size;
-                    wake = b.bytes >= sh.s.batch_size;
+                    full = b.bytes >= sh.s.batch_size;
+                    wake = full;
                 }
                 None => {
                     let now = Instant::now();
@@ -487,10 +488,13 @@ impl Producer {
                         maybe_written: false,
                     });
                     st.outstanding += 1;
-                    wake = part.queue.len() > 1 || size >= sh.s.batch_size || sh.s.linger.is_zero();
+                    full = part.queue.len() > 1 || size >= sh.s.batch_size;
+                    // A new batch: the sender must learn its linger deadline.
+                    wake = true;
                 }
             }
-            if wake && record.partition.is_none() {
+            // Unkeyed records move to another partition once this one's batch is full.
+            if full && record.partition.is_none() {
                 st.sticky.batch_sent(&record.topic, partition, count);
             }
         }
