@@ -36,6 +36,9 @@ struct Cli {
 enum Cmd {
     /// Run a workload under faults, write the history, check it.
     Run(RunArgs),
+    /// (internal) One client worker process: runs operations, prints its history events as
+    /// JSON lines on stdout.
+    Worker(WorkerArgs),
     /// Check a history file (JSON lines).
     Check {
         /// The history.
@@ -68,6 +71,39 @@ enum Fault {
     Blackhole,
     /// Delay every forwarded chunk.
     Delay,
+    /// kill -9 a client worker process (it is replaced by a new process, same transactional id).
+    ClientKill,
+    /// SIGSTOP a client worker process, SIGCONT it.
+    ClientPause,
+    /// A zombie: SIGSTOP a worker mid-run, start a new instance with its transactional id,
+    /// then SIGCONT the old one (it must be fenced and stop).
+    Zombie,
+}
+
+#[derive(clap::Args, Clone)]
+struct WorkerArgs {
+    #[arg(long, value_enum)]
+    workload: Workload,
+    #[arg(long)]
+    seed: u64,
+    #[arg(long)]
+    keys: i32,
+    /// History process id (unique per worker process).
+    #[arg(long)]
+    process: i64,
+    /// Transactional id slot (a replacement keeps its predecessor's).
+    #[arg(long)]
+    slot: i64,
+    #[arg(long)]
+    bootstrap: String,
+    /// The run's time origin (ns since the Unix epoch): history times are relative to it.
+    #[arg(long)]
+    start_unix_ns: u64,
+    /// Stop invoking at this time (ns since the run's origin).
+    #[arg(long)]
+    stop_ns: u64,
+    #[arg(long)]
+    ops: usize,
 }
 
 #[derive(clap::Args, Clone)]
@@ -91,7 +127,12 @@ struct RunArgs {
     #[arg(long, default_value_t = 3)]
     workers: usize,
     /// Faults to inject (comma-separated), or `none`.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "kill,pause,cut,blackhole,delay")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "kill,pause,cut,blackhole,delay,client-kill,client-pause,zombie"
+    )]
     nemesis: Vec<Fault>,
     /// Seconds between faults (a fault lasts up to this long too).
     #[arg(long, default_value_t = 3)]
@@ -112,15 +153,24 @@ struct RunArgs {
 
 const TOPIC: &str = "jepsen";
 
-/// The shared history being recorded.
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// The history being recorded: in memory (the harness) or streamed to stdout (a worker).
 struct Recorder {
-    start: Instant,
+    start_unix_ns: u64,
     ops: Mutex<Vec<Op>>,
+    stdout: bool,
 }
 
 impl Recorder {
+    fn new(start_unix_ns: u64, stdout: bool) -> Recorder {
+        Recorder { start_unix_ns, ops: Mutex::new(Vec::new()), stdout }
+    }
+
     fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+        unix_ns().saturating_sub(self.start_unix_ns)
     }
 
     fn push(
@@ -132,9 +182,21 @@ impl Recorder {
         commit_ns: Option<u64>,
         note: Option<String>,
     ) {
+        self.push_op(Op { index: 0, time_ns: self.now(), process, kind, f, value, commit_ns, note });
+    }
+
+    fn push_op(&self, mut op: Op) {
         let mut ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
-        let index = ops.len();
-        ops.push(Op { index, time_ns: self.now(), process, kind, f, value, commit_ns, note });
+        if self.stdout {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = serde_json::to_writer(&mut out, &op);
+            let _ = out.write_all(b"\n");
+            let _ = out.flush();
+            return;
+        }
+        op.index = ops.len();
+        ops.push(op);
     }
 }
 
@@ -161,9 +223,9 @@ impl Cluster {
     }
 }
 
-fn producer_config(c: &Cluster, txn_id: Option<String>) -> ClientConfig {
+fn producer_config(bootstrap: &str, txn_id: Option<String>) -> ClientConfig {
     let mut cfg = ClientConfig::new()
-        .set("bootstrap.servers", c.bootstrap())
+        .set("bootstrap.servers", bootstrap)
         .set("linger.ms", 1)
         .set("request.timeout.ms", 2000)
         .set("delivery.timeout.ms", 10_000)
@@ -175,9 +237,9 @@ fn producer_config(c: &Cluster, txn_id: Option<String>) -> ClientConfig {
     cfg
 }
 
-fn consumer_config(c: &Cluster) -> ClientConfig {
+fn consumer_config(bootstrap: &str) -> ClientConfig {
     ClientConfig::new()
-        .set("bootstrap.servers", c.bootstrap())
+        .set("bootstrap.servers", bootstrap)
         .set("group.id", "jepsen")
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
@@ -196,17 +258,17 @@ struct Clients {
     consumer: Option<Consumer>,
 }
 
-async fn clients(c: &Cluster, w: Workload, process: i64) -> Result<Clients, sluice_client::Error> {
+async fn clients(bootstrap: &str, w: Workload, slot: i64) -> Result<Clients, sluice_client::Error> {
     match w {
         Workload::Txn => {
-            let producer = Producer::new(&producer_config(c, Some(format!("jepsen-{process}")))).await?;
+            let producer = Producer::new(&producer_config(bootstrap, Some(format!("jepsen-{slot}")))).await?;
             producer.init_transactions().await?;
-            let mut consumer = Consumer::new(&consumer_config(c))?;
+            let mut consumer = Consumer::new(&consumer_config(bootstrap))?;
             consumer.subscribe(&[TOPIC])?;
             Ok(Clients { producer, consumer: Some(consumer) })
         }
         Workload::Idempotent => {
-            Ok(Clients { producer: Producer::new(&producer_config(c, None)).await?, consumer: None })
+            Ok(Clients { producer: Producer::new(&producer_config(bootstrap, None)).await?, consumer: None })
         }
     }
 }
@@ -313,21 +375,18 @@ async fn txn_op(
     }
 }
 
-async fn worker(
-    process: i64,
-    args: RunArgs,
-    cluster: Arc<Cluster>,
-    rec: Arc<Recorder>,
-    stop: Arc<AtomicBool>,
-    budget: Arc<AtomicI64>,
-    latencies: Arc<Mutex<Vec<(u64, u64)>>>,
-) {
+/// A worker process: operations until `stop_ns`, each event printed as a history line.
+async fn worker(args: WorkerArgs) {
+    let process = args.process;
+    let rec = Recorder::new(args.start_unix_ns, true);
     let mut rng = StdRng::seed_from_u64(args.seed.wrapping_mul(1000).wrapping_add(process as u64));
     let mut next_value = process * 1_000_000_000;
     let mut cl: Option<Clients> = None;
-    while !stop.load(Ordering::Relaxed) && budget.fetch_sub(1, Ordering::Relaxed) > 0 {
+    let mut budget = args.ops;
+    while rec.now() < args.stop_ns && budget > 0 {
+        budget -= 1;
         if cl.is_none() {
-            match clients(&cluster, args.workload, process).await {
+            match clients(&args.bootstrap, args.workload, args.slot).await {
                 Ok(c) => {
                     rec.push(process, OpType::Ok, OpFn::Rewind, vec![], None, Some("new client instance".into()));
                     cl = Some(c);
@@ -349,7 +408,6 @@ async fn worker(
         let invoke: Vec<Micro> =
             sends.iter().map(|(key, value)| Micro::Send { key: *key, value: *value, offset: None }).collect();
         rec.push(process, OpType::Invoke, OpFn::Txn, invoke.clone(), None, None);
-        let started = rec.now();
         let (kind, micro, commit_ns, note, rebuild) = match args.workload {
             Workload::Txn => txn_op(c, &sends, &rec).await,
             Workload::Idempotent => {
@@ -374,14 +432,17 @@ async fn worker(
             (_, OpType::Info) | (_, OpType::Fail) if micro.is_empty() => (kind, invoke),
             _ => (kind, micro),
         };
-        if kind == OpType::Ok {
-            latencies.lock().unwrap_or_else(|e| e.into_inner()).push((rec.now(), rec.now() - started));
-        }
+        let fenced =
+            note.as_deref().is_some_and(|n| n.contains("ProducerFenced") || n.contains("InvalidProducerEpoch"));
         let rewound = kind == OpType::Fail && args.workload == Workload::Txn;
         let rebalanced = note.as_deref() == Some("rebalanced");
         rec.push(process, kind, OpFn::Txn, micro, commit_ns, note.filter(|n| n != "rebalanced"));
         if rewound || rebalanced {
             rec.push(process, OpType::Ok, OpFn::Rewind, vec![], None, None);
+        }
+        if fenced {
+            // A newer instance took over this transactional id: a zombie stops cleanly.
+            break;
         }
         if rebuild {
             cl = None;
@@ -390,6 +451,107 @@ async fn worker(
     if let Some(c) = cl {
         if let Some(consumer) = c.consumer {
             let _ = consumer.close().await;
+        }
+    }
+}
+
+/// The client worker processes: spawned, read, killed, paused, replaced.
+struct Workers {
+    args: RunArgs,
+    bootstrap: String,
+    rec: Arc<Recorder>,
+    stop_ns: u64,
+    /// process id → (pid, slot)
+    live: Mutex<BTreeMap<i64, (u32, i64)>>,
+    next_process: AtomicI64,
+    /// Processes the nemesis killed (their reader restarts them).
+    killed: Mutex<std::collections::BTreeSet<i64>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Workers {
+    /// Start a worker process for transactional-id `slot`; its events go into the history.
+    fn spawn(self: &Arc<Self>, slot: i64) {
+        let process = self.next_process.fetch_add(1, Ordering::Relaxed);
+        let exe = match std::env::current_exe() {
+            Ok(e) => e,
+            Err(_) => return,
+        };
+        let a = &self.args;
+        let child = std::process::Command::new(exe)
+            .arg("worker")
+            .args(["--workload", &format!("{:?}", a.workload).to_lowercase()])
+            .args(["--seed", &a.seed.to_string(), "--keys", &a.keys.to_string()])
+            .args(["--process", &process.to_string(), "--slot", &slot.to_string()])
+            .args(["--bootstrap", &self.bootstrap])
+            .args(["--start-unix-ns", &self.rec.start_unix_ns.to_string(), "--stop-ns", &self.stop_ns.to_string()])
+            .args(["--ops", &(a.ops / a.workers.max(1)).max(1).to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let Ok(mut child) = child else { return };
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(process, (child.id(), slot));
+        let Some(stdout) = child.stdout.take() else { return };
+        let me = self.clone();
+        let t = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut pending: Option<Op> = None;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let Ok(op) = serde_json::from_str::<Op>(&line) else { continue };
+                pending = (op.kind == OpType::Invoke && op.f == OpFn::Txn).then(|| op.clone());
+                me.rec.push_op(op);
+            }
+            let _ = child.wait();
+            // An operation cut short by a crash has an unknown outcome.
+            if let Some(inv) = pending {
+                me.rec.push(process, OpType::Info, OpFn::Txn, inv.value, None, Some("process died".into()));
+            }
+            me.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&process);
+            let was_killed = me.killed.lock().unwrap_or_else(|e| e.into_inner()).remove(&process);
+            if was_killed && me.rec.now() < me.stop_ns {
+                me.spawn(slot);
+            }
+        });
+        self.threads.lock().unwrap_or_else(|e| e.into_inner()).push(t);
+    }
+
+    /// A live worker chosen by `pick`, with its pid and slot.
+    fn choose(&self, pick: usize) -> Option<(i64, u32, i64)> {
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if live.is_empty() {
+            return None;
+        }
+        live.iter().nth(pick % live.len()).map(|(p, (pid, slot))| (*p, *pid, *slot))
+    }
+
+    fn signal(pid: u32, sig: &str) {
+        let _ = std::process::Command::new("kill").arg(sig).arg(pid.to_string()).status();
+    }
+
+    fn join(&self) {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let threads: Vec<_> = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+            if threads.is_empty() {
+                return;
+            }
+            for t in threads {
+                while !t.is_finished() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                if t.is_finished() {
+                    let _ = t.join();
+                }
+            }
+            if Instant::now() >= deadline {
+                // Stragglers (e.g. still paused): kill them.
+                for (_, (pid, _)) in self.live.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    Self::signal(*pid, "-CONT");
+                    Self::signal(*pid, "-KILL");
+                }
+                return;
+            }
         }
     }
 }
@@ -430,6 +592,7 @@ fn rdkafka_reader(cluster: Arc<Cluster>, keys: i32, rec: Arc<Recorder>, stop: Ar
 async fn nemesis(
     args: RunArgs,
     cluster: Arc<Cluster>,
+    workers: Arc<Workers>,
     rec: Arc<Recorder>,
     stop: Arc<AtomicBool>,
 ) -> Vec<(String, u64)> {
@@ -445,8 +608,25 @@ async fn nemesis(
         let fault = faults[rng.gen_range(0..faults.len())];
         let hold = Duration::from_millis(rng.gen_range(300..=interval.as_millis() as u64));
         let name = format!("{fault:?}").to_lowercase();
-        rec.push(-1, OpType::Invoke, OpFn::Nemesis, vec![], None, Some(format!("{name} for {hold:?}")));
+        let client_fault = matches!(fault, Fault::ClientKill | Fault::ClientPause | Fault::Zombie);
+        let target = if client_fault { workers.choose(rng.gen_range(0..1000)) } else { None };
+        let on = target.map(|(p, _, _)| format!(" on process {p}")).unwrap_or_default();
+        rec.push(-1, OpType::Invoke, OpFn::Nemesis, vec![], None, Some(format!("{name}{on} for {hold:?}")));
         let c = cluster.clone();
+        match (fault, target) {
+            (Fault::ClientKill, Some((p, pid, _))) => {
+                workers.killed.lock().unwrap_or_else(|e| e.into_inner()).insert(p);
+                Workers::signal(pid, "-KILL");
+            }
+            (Fault::ClientPause, Some((_, pid, _))) => Workers::signal(pid, "-STOP"),
+            (Fault::Zombie, Some((_, pid, slot))) => {
+                // Freeze it, and start its replacement with the same transactional id.
+                Workers::signal(pid, "-STOP");
+                workers.spawn(slot);
+            }
+            (Fault::ClientKill | Fault::ClientPause | Fault::Zombie, None) => {}
+            _ => {}
+        }
         match fault {
             Fault::Kill => {
                 let _ = tokio::task::spawn_blocking(move || c.broker.lock().unwrap_or_else(|e| e.into_inner()).kill9())
@@ -456,9 +636,12 @@ async fn nemesis(
             Fault::Cut => cluster.proxy.cut_all(),
             Fault::Blackhole => cluster.proxy.faults.blackhole.store(true, Ordering::Relaxed),
             Fault::Delay => cluster.proxy.faults.delay_ms.store(rng.gen_range(50..300), Ordering::Relaxed),
-            Fault::None => {}
+            Fault::None | Fault::ClientKill | Fault::ClientPause | Fault::Zombie => {}
         }
         tokio::time::sleep(hold).await;
+        if let (Fault::ClientPause | Fault::Zombie, Some((_, pid, _))) = (fault, target) {
+            Workers::signal(pid, "-CONT");
+        }
         let c = cluster.clone();
         let _ = tokio::task::spawn_blocking(move || c.heal()).await;
         if fault == Fault::Blackhole {
@@ -548,38 +731,36 @@ fn run(args: RunArgs) -> Result<bool, String> {
     let broker = Broker::start_with(&refs);
     proxy.set_target(broker.port);
     let cluster = Arc::new(Cluster { broker: Mutex::new(broker), proxy });
-    let rec = Arc::new(Recorder { start: Instant::now(), ops: Mutex::new(Vec::new()) });
+    let rec = Arc::new(Recorder::new(unix_ns(), false));
     let stop = Arc::new(AtomicBool::new(false));
-    let budget = Arc::new(AtomicI64::new(args.ops as i64));
-    let latencies = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
+    let workers = Arc::new(Workers {
+        args: args.clone(),
+        bootstrap: cluster.bootstrap(),
+        rec: rec.clone(),
+        stop_ns: args.time_limit * 1_000_000_000,
+        live: Mutex::new(BTreeMap::new()),
+        next_process: AtomicI64::new(0),
+        killed: Mutex::new(Default::default()),
+        threads: Mutex::new(Vec::new()),
+    });
     let healed = rt.block_on(async {
-        let mut tasks = Vec::new();
-        for p in 0..args.workers as i64 {
-            tasks.push(tokio::spawn(worker(
-                p,
-                args.clone(),
-                cluster.clone(),
-                rec.clone(),
-                stop.clone(),
-                budget.clone(),
-                latencies.clone(),
-            )));
+        for slot in 0..args.workers as i64 {
+            workers.spawn(slot);
         }
         let reader_stop = Arc::new(AtomicBool::new(false));
         let reader = args.librdkafka_reader.then(|| {
             let (c, r, s, k) = (cluster.clone(), rec.clone(), reader_stop.clone(), args.keys);
             std::thread::spawn(move || rdkafka_reader(c, k, r, s))
         });
-        let nem = tokio::spawn(nemesis(args.clone(), cluster.clone(), rec.clone(), stop.clone()));
+        let nem = tokio::spawn(nemesis(args.clone(), cluster.clone(), workers.clone(), rec.clone(), stop.clone()));
         tokio::time::sleep(Duration::from_secs(args.time_limit)).await;
         stop.store(true, Ordering::Relaxed);
         let healed = nem.await.unwrap_or_default();
         let c = cluster.clone();
         let _ = tokio::task::spawn_blocking(move || c.heal()).await;
-        for t in tasks {
-            let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
-        }
+        let w = workers.clone();
+        let _ = tokio::task::spawn_blocking(move || w.join()).await;
         // Let the reader catch up with what the workers committed, then stop it.
         tokio::time::sleep(Duration::from_secs(2)).await;
         reader_stop.store(true, Ordering::Relaxed);
@@ -603,9 +784,27 @@ fn run(args: RunArgs) -> Result<bool, String> {
     let report = checker::check_with(&ops, mode);
     // Summary.
     let count = |k: OpType| ops.iter().filter(|o| o.f == OpFn::Txn && o.kind == k && o.process < 1000).count();
-    let mut lat: Vec<u64> = latencies.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, d)| *d).collect();
+    // Latency of each ok operation (invoke → completion, per process) and completion times.
+    let mut invoked: BTreeMap<i64, u64> = BTreeMap::new();
+    let mut lat: Vec<u64> = Vec::new();
+    let mut oks: Vec<u64> = Vec::new();
+    for o in ops.iter().filter(|o| o.f == OpFn::Txn && o.process < 1000) {
+        match o.kind {
+            OpType::Invoke => {
+                invoked.insert(o.process, o.time_ns);
+            }
+            OpType::Ok => {
+                if let Some(t) = invoked.remove(&o.process) {
+                    lat.push(o.time_ns.saturating_sub(t));
+                }
+                oks.push(o.time_ns);
+            }
+            _ => {
+                invoked.remove(&o.process);
+            }
+        }
+    }
     lat.sort_unstable();
-    let oks: Vec<u64> = latencies.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(t, _)| *t).collect();
     println!(
         "jepsen run: workload {:?}, seed {}, {} s, history {}",
         args.workload,
@@ -649,6 +848,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Run(args) => run(args),
+        Cmd::Worker(args) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            Ok(rt) => {
+                rt.block_on(worker(args));
+                Ok(true)
+            }
+            Err(e) => Err(e.to_string()),
+        },
         Cmd::Check { file, strict } => std::fs::File::open(&file)
             .map_err(|e| format!("{}: {e}", file.display()))
             .and_then(|f| history::read(std::io::BufReader::new(f)))
