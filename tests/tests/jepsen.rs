@@ -1,5 +1,7 @@
 //! The Jepsen-style harness in CI (issue 9): a quick profile of several seeds with every fault
-//! (kill -9, SIGSTOP, connection cuts, blackholes, delays), each run checked to zero anomalies;
+//! (broker kill -9 and SIGSTOP, connection cuts, blackholes, delays, client kill -9 and
+//! SIGSTOP, zombies), over the transactional, idempotent and consume-transform-produce
+//! workloads, each run checked to zero anomalies;
 //! and proof that the harness finds real bugs — against a deliberately broken broker that
 //! ignores the LSO for read_committed, the checker must flag precommitted / intermediate reads.
 //!
@@ -60,6 +62,27 @@ fn idempotent_producers_under_faults_show_no_anomaly() {
         let (code, out) =
             jepsen(&["--workload", "idempotent", "--seed", seed, "--time-limit", secs, "--fault-interval", "2"]);
         assert_eq!(code, 0, "seed {seed}: anomalies or no progress:\n{out}");
+    }
+}
+
+#[test]
+fn consume_transform_produce_chain_under_faults_is_exactly_once() {
+    let (seeds, secs) = if long() { (vec!["31", "32", "33"], "120") } else { (vec!["6"], "12") };
+    for seed in seeds {
+        let (code, out) = jepsen(&[
+            "--workload",
+            "chain",
+            "--workers",
+            "4",
+            "--seed",
+            seed,
+            "--time-limit",
+            secs,
+            "--fault-interval",
+            "2",
+        ]);
+        assert_eq!(code, 0, "seed {seed}: anomalies or no progress:\n{out}");
+        assert_eq!(count(&out, "double-consumption"), 0);
     }
 }
 

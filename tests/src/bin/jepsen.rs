@@ -55,6 +55,34 @@ enum Workload {
     Txn,
     /// Idempotent producers sending unique values.
     Idempotent,
+    /// Consume-transform-produce: half the workers write transactions to the input topic, the
+    /// other half (group `jepsen-chain`) copy each input value v to the output topic as
+    /// v + 10^15, committing the input offsets in the same transaction.
+    Chain,
+}
+
+/// Output values of the chain are input values plus this.
+const CHAIN_SHIFT: i64 = 1_000_000_000_000_000;
+/// History keys of the chain's output topic are its partitions plus this.
+const OUT_BASE: i32 = 1000;
+const OUT_TOPIC: &str = "jepsen-out";
+
+/// The topic and partition behind a history key.
+fn topic_of(key: i32) -> (&'static str, i32) {
+    if key >= OUT_BASE {
+        (OUT_TOPIC, key - OUT_BASE)
+    } else {
+        (TOPIC, key)
+    }
+}
+
+/// The history key of a record.
+fn key_of(topic: &str, partition: i32) -> i32 {
+    if topic == OUT_TOPIC {
+        OUT_BASE + partition
+    } else {
+        partition
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Debug)]
@@ -258,14 +286,29 @@ struct Clients {
     consumer: Option<Consumer>,
 }
 
+/// The consumer group of a worker (None: it does not consume).
+fn group_of(w: Workload, slot: i64) -> Option<&'static str> {
+    match w {
+        Workload::Txn => Some("jepsen"),
+        Workload::Chain if slot % 2 == 1 => Some("jepsen-chain"),
+        _ => None,
+    }
+}
+
 async fn clients(bootstrap: &str, w: Workload, slot: i64) -> Result<Clients, sluice_client::Error> {
     match w {
-        Workload::Txn => {
+        Workload::Txn | Workload::Chain => {
             let producer = Producer::new(&producer_config(bootstrap, Some(format!("jepsen-{slot}")))).await?;
             producer.init_transactions().await?;
-            let mut consumer = Consumer::new(&consumer_config(bootstrap))?;
-            consumer.subscribe(&[TOPIC])?;
-            Ok(Clients { producer, consumer: Some(consumer) })
+            let consumer = match group_of(w, slot) {
+                Some(g) => {
+                    let mut c = Consumer::new(&consumer_config(bootstrap).set("group.id", g))?;
+                    c.subscribe(&[TOPIC])?;
+                    Some(c)
+                }
+                None => None,
+            };
+            Ok(Clients { producer, consumer })
         }
         Workload::Idempotent => {
             Ok(Clients { producer: Producer::new(&producer_config(bootstrap, None)).await?, consumer: None })
@@ -278,38 +321,51 @@ fn value_of(r: &sluice_client::ConsumerRecord) -> i64 {
 }
 
 /// One transactional operation: sends and a poll, offsets in the transaction, commit.
+/// One transactional operation: a poll (if the worker consumes), sends (given, or for a chain
+/// processor one output per record read), the read offsets in the transaction, commit.
 async fn txn_op(
     cl: &mut Clients,
     sends: &[(i32, i64)],
+    chain: bool,
+    group: Option<&str>,
     rec: &Recorder,
 ) -> (OpType, Vec<Micro>, Option<u64>, Option<String>, bool) {
-    let Some(consumer) = cl.consumer.as_mut() else { return (OpType::Fail, vec![], None, None, false) };
     let p = &cl.producer;
-    let before = consumer.assignment();
     let mut micro = Vec::new();
     if let Err(e) = p.begin_transaction().await {
         return (OpType::Fail, micro, None, Some(e.to_string()), e.is_fatal());
     }
-    let polled = match consumer.poll(Duration::from_millis(50)).await {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = p.abort_transaction().await;
-            return (OpType::Fail, micro, None, Some(format!("poll: {e}")), true);
-        }
-    };
-    let rebalanced = consumer.assignment() != before;
+    let mut polled = Vec::new();
+    let mut rebalanced = false;
+    if let Some(consumer) = cl.consumer.as_mut() {
+        let before = consumer.assignment();
+        polled = match consumer.poll(Duration::from_millis(50)).await {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = p.abort_transaction().await;
+                return (OpType::Fail, micro, None, Some(format!("poll: {e}")), true);
+            }
+        };
+        rebalanced = consumer.assignment() != before;
+    }
     let mut reads: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
     let mut first: BTreeMap<(String, i32), i64> = BTreeMap::new();
     let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
     for r in &polled {
-        reads.entry(r.partition).or_default().push((r.offset, value_of(r)));
+        reads.entry(key_of(&r.topic, r.partition)).or_default().push((r.offset, value_of(r)));
         first.entry((r.topic.clone(), r.partition)).or_insert(r.offset);
         next.insert((r.topic.clone(), r.partition), r.offset + 1);
     }
+    let derived: Vec<(i32, i64)> = if chain {
+        polled.iter().map(|r| (OUT_BASE + r.partition, value_of(r) + CHAIN_SHIFT)).collect()
+    } else {
+        sends.to_vec()
+    };
     let mut deliveries = Vec::new();
     let mut failed: Option<sluice_client::Error> = None;
-    for (key, value) in sends {
-        match p.send(ProducerRecord::new(TOPIC, value.to_string()).partition(*key)).await {
+    for (key, value) in &derived {
+        let (topic, partition) = topic_of(*key);
+        match p.send(ProducerRecord::new(topic, value.to_string()).partition(partition)).await {
             Ok(d) => deliveries.push((*key, *value, d)),
             Err(e) => {
                 failed = Some(e);
@@ -318,25 +374,30 @@ async fn txn_op(
         }
     }
     let offsets: Vec<(String, i32, i64)> = next.into_iter().map(|((t, p), o)| (t, p, o)).collect();
-    if failed.is_none() && !offsets.is_empty() {
+    if let (None, false, Some(consumer)) = (&failed, offsets.is_empty(), cl.consumer.as_ref()) {
         if let Some(g) = consumer.group_metadata() {
             if let Err(e) = p.send_offsets_to_transaction(&offsets, &g).await {
                 failed = Some(e);
             }
         }
     }
-    let rewind = |consumer: &mut Consumer| {
-        for (tp, o) in &first {
-            let _ = consumer.seek(tp, *o);
+    let rewind = |consumer: Option<&mut Consumer>| {
+        if let Some(c) = consumer {
+            for (tp, o) in &first {
+                let _ = c.seek(tp, *o);
+            }
         }
     };
+    let poll_micro = Micro::Poll { reads, group: group.map(|g| g.to_string()) };
+    let attempted: Vec<Micro> =
+        derived.iter().map(|(key, value)| Micro::Send { key: *key, value: *value, offset: None }).collect();
     if let Some(e) = failed {
         if e.is_fatal() {
-            return (OpType::Info, micro, None, Some(e.to_string()), true);
+            return (OpType::Info, attempted, None, Some(e.to_string()), true);
         }
         let _ = p.abort_transaction().await;
-        rewind(consumer);
-        return (OpType::Fail, micro, None, Some(e.to_string()), false);
+        rewind(cl.consumer.as_mut());
+        return (OpType::Fail, attempted, None, Some(e.to_string()), false);
     }
     let commit_ns = Some(rec.now());
     let mut outcome = p.commit_transaction().await;
@@ -354,24 +415,16 @@ async fn txn_op(
                 let offset = d.await.ok().map(|m| m.offset);
                 micro.push(Micro::Send { key, value, offset });
             }
-            micro.push(Micro::Poll { reads });
+            micro.push(poll_micro);
             (OpType::Ok, micro, commit_ns, rebalanced.then(|| "rebalanced".to_string()), false)
         }
         Err(e) if e.is_abortable() => {
             let _ = p.abort_transaction().await;
-            rewind(consumer);
-            for (key, value, _) in deliveries {
-                micro.push(Micro::Send { key, value, offset: None });
-            }
-            (OpType::Fail, micro, commit_ns, Some(e.to_string()), false)
+            rewind(cl.consumer.as_mut());
+            (OpType::Fail, attempted, commit_ns, Some(e.to_string()), false)
         }
-        Err(e) => {
-            // Unknown outcome: the sends may or may not be committed.
-            for (key, value, _) in deliveries {
-                micro.push(Micro::Send { key, value, offset: None });
-            }
-            (OpType::Info, micro, commit_ns, Some(e.to_string()), true)
-        }
+        // Unknown outcome: the sends may or may not be committed.
+        Err(e) => (OpType::Info, attempted, commit_ns, Some(e.to_string()), true),
     }
 }
 
@@ -398,7 +451,8 @@ async fn worker(args: WorkerArgs) {
             }
         }
         let Some(c) = cl.as_mut() else { continue };
-        let n = rng.gen_range(1..=3);
+        // A chain processor's sends come from what it reads.
+        let n = if args.workload == Workload::Chain && args.slot % 2 == 1 { 0 } else { rng.gen_range(1..=3) };
         let sends: Vec<(i32, i64)> = (0..n)
             .map(|_| {
                 next_value += 1;
@@ -409,7 +463,10 @@ async fn worker(args: WorkerArgs) {
             sends.iter().map(|(key, value)| Micro::Send { key: *key, value: *value, offset: None }).collect();
         rec.push(process, OpType::Invoke, OpFn::Txn, invoke.clone(), None, None);
         let (kind, micro, commit_ns, note, rebuild) = match args.workload {
-            Workload::Txn => txn_op(c, &sends, &rec).await,
+            Workload::Txn | Workload::Chain => {
+                let chain = args.workload == Workload::Chain && args.slot % 2 == 1;
+                txn_op(c, &sends, chain, group_of(args.workload, args.slot), &rec).await
+            }
             Workload::Idempotent => {
                 let (key, value) = sends[0];
                 let r = match c.producer.send(ProducerRecord::new(TOPIC, value.to_string()).partition(key)).await {
@@ -434,7 +491,7 @@ async fn worker(args: WorkerArgs) {
         };
         let fenced =
             note.as_deref().is_some_and(|n| n.contains("ProducerFenced") || n.contains("InvalidProducerEpoch"));
-        let rewound = kind == OpType::Fail && args.workload == Workload::Txn;
+        let rewound = kind == OpType::Fail && group_of(args.workload, args.slot).is_some();
         let rebalanced = note.as_deref() == Some("rebalanced");
         rec.push(process, kind, OpFn::Txn, micro, commit_ns, note.filter(|n| n != "rebalanced"));
         if rewound || rebalanced {
@@ -583,7 +640,7 @@ fn rdkafka_reader(cluster: Arc<Cluster>, keys: i32, rec: Arc<Recorder>, stop: Ar
             let v = m.payload().and_then(|p| std::str::from_utf8(p).ok()).and_then(|s| s.parse().ok()).unwrap_or(-1);
             let reads = BTreeMap::from([(m.partition(), vec![(m.offset(), v)])]);
             rec.push(process, OpType::Invoke, OpFn::Txn, vec![], None, None);
-            rec.push(process, OpType::Ok, OpFn::Txn, vec![Micro::Poll { reads }], None, None);
+            rec.push(process, OpType::Ok, OpFn::Txn, vec![Micro::Poll { reads, group: None }], None, None);
         }
     }
 }
@@ -655,7 +712,7 @@ async fn nemesis(
 }
 
 /// Read every partition from the start, read_committed, up to its last stable offset.
-async fn drain(cluster: &Cluster, keys: i32, rec: &Recorder) -> Result<(), String> {
+async fn drain(cluster: &Cluster, keys: i32, topics: &[&str], rec: &Recorder) -> Result<(), String> {
     let cfg = ClientConfig::new()
         .set("bootstrap.servers", cluster.bootstrap())
         .set("isolation.level", "read_committed")
@@ -665,13 +722,13 @@ async fn drain(cluster: &Cluster, keys: i32, rec: &Recorder) -> Result<(), Strin
     // Open transactions of crashed instances are aborted by the coordinator's timeout; wait
     // until the LSO reaches the high watermark everywhere.
     let mut c = Consumer::new(&cfg).map_err(|e| e.to_string())?;
-    let tps: Vec<(String, i32)> = (0..keys).map(|p| (TOPIC.to_string(), p)).collect();
+    let tps: Vec<(String, i32)> = topics.iter().flat_map(|t| (0..keys).map(move |p| (t.to_string(), p))).collect();
     c.assign(&tps).map_err(|e| e.to_string())?;
     let mut reads: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
     rec.push(2000, OpType::Invoke, OpFn::Txn, vec![], None, Some("final drain".into()));
     loop {
         for r in c.poll(Duration::from_millis(200)).await.map_err(|e| e.to_string())? {
-            reads.entry(r.partition).or_default().push((r.offset, value_of(&r)));
+            reads.entry(key_of(&r.topic, r.partition)).or_default().push((r.offset, value_of(&r)));
         }
         let mut done = true;
         for tp in &tps {
@@ -689,7 +746,7 @@ async fn drain(cluster: &Cluster, keys: i32, rec: &Recorder) -> Result<(), Strin
             return Err("drain did not reach the end of every partition within 60 s".into());
         }
     }
-    rec.push(2000, OpType::Ok, OpFn::Txn, vec![Micro::Poll { reads }], None, Some("final drain".into()));
+    rec.push(2000, OpType::Ok, OpFn::Txn, vec![Micro::Poll { reads, group: None }], None, Some("final drain".into()));
     Ok(())
 }
 
@@ -769,7 +826,8 @@ fn run(args: RunArgs) -> Result<bool, String> {
         }
         healed
     });
-    let drained = rt.block_on(drain(&cluster, args.keys, &rec));
+    let topics: &[&str] = if args.workload == Workload::Chain { &[TOPIC, OUT_TOPIC] } else { &[TOPIC] };
+    let drained = rt.block_on(drain(&cluster, args.keys, topics, &rec));
     let ops = rec.ops.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let path = args.history.clone().unwrap_or_else(|| {
         PathBuf::from(format!("target/jepsen/{:?}-{}.jsonl", args.workload, args.seed).to_lowercase())

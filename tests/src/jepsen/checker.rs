@@ -13,6 +13,9 @@
 //! - **poll-skip**: a process's next poll of a key jumps over offsets holding committed values
 //!   (without a rewind in between). **nonmonotonic-poll**: it goes back (or repeats).
 //!   **nonmonotonic-send**: a process's acknowledged sends to a key get decreasing offsets.
+//! - **double-consumption**: one record (key, offset) consumed by two committed transactions
+//!   of the same consumer group (offsets committed in the transaction should make each
+//!   record's consumption happen exactly once — the consume-transform-produce guarantee).
 //! - **G1c**: circular information flow — a cycle of write-read edges among committed
 //!   transactions (T1 read T2's write and T2 read T1's, directly or around a longer loop).
 //!   Never legitimate under read_committed: each read sees only committed writes.
@@ -38,6 +41,7 @@ pub const ANOMALIES: &[&str] = &[
     "poll-skip",
     "nonmonotonic-poll",
     "nonmonotonic-send",
+    "double-consumption",
     "G0",
     "G1c",
     "G1c-ww",
@@ -148,7 +152,15 @@ pub fn check_with(ops: &[Op], mode: Mode) -> Report {
             match m {
                 Micro::Send { key, value, offset } => {
                     if let Some(prev) = writes.get(value) {
-                        r.flag("duplicate", format!("value {value} sent twice: ops {} and {}", prev.op, op.index));
+                        if prev.kind == OpType::Ok && op.kind == OpType::Ok {
+                            r.flag(
+                                "duplicate",
+                                format!("value {value} written by two committed ops: {} and {}", prev.op, op.index),
+                            );
+                        }
+                        if prev.kind == OpType::Ok {
+                            continue; // a retry of a committed write keeps the committed one
+                        }
                     }
                     writes.insert(
                         *value,
@@ -163,7 +175,7 @@ pub fn check_with(ops: &[Op], mode: Mode) -> Report {
                         },
                     );
                 }
-                Micro::Poll { reads: rs } if op.kind == OpType::Ok => {
+                Micro::Poll { reads: rs, .. } if op.kind == OpType::Ok => {
                     for (key, list) in rs {
                         for (offset, value) in list {
                             reads.push(Read {
@@ -292,7 +304,7 @@ pub fn check_with(ops: &[Op], mode: Mode) -> Report {
         }
         for m in &op.value {
             match m {
-                Micro::Poll { reads: rs } => {
+                Micro::Poll { reads: rs, .. } => {
                     for (key, list) in rs {
                         for (offset, _) in list {
                             if let Some((prev, prev_op)) = last_poll.get(&(op.process, *key)) {
@@ -324,6 +336,30 @@ pub fn check_with(ops: &[Op], mode: Mode) -> Report {
                     last_send.insert((op.process, *key), (*offset, op.index));
                 }
                 Micro::Send { .. } => {}
+            }
+        }
+    }
+
+    // Each record consumed once per group by committed transactions.
+    let mut consumed: HashMap<(String, i32, i64), usize> = HashMap::new();
+    for op in ops.iter().filter(|o| o.f == OpFn::Txn && o.kind == OpType::Ok) {
+        for m in &op.value {
+            if let Micro::Poll { reads: rs, group: Some(g) } = m {
+                for (key, list) in rs {
+                    for (offset, _) in list {
+                        if let Some(prev) = consumed.insert((g.clone(), *key, *offset), op.index) {
+                            if prev != op.index {
+                                r.flag(
+                                    "double-consumption",
+                                    format!(
+                                        "group {g}: key {key} offset {offset} consumed by committed ops {prev} and {}",
+                                        op.index
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                }
             }
         }
     }
@@ -459,7 +495,11 @@ mod tests {
     }
 
     fn poll(reads: &[(i32, &[(i64, i64)])]) -> Micro {
-        Micro::Poll { reads: reads.iter().map(|(k, v)| (*k, v.to_vec())).collect() }
+        Micro::Poll { reads: reads.iter().map(|(k, v)| (*k, v.to_vec())).collect(), group: None }
+    }
+
+    fn group_poll(reads: &[(i32, &[(i64, i64)])]) -> Micro {
+        Micro::Poll { reads: reads.iter().map(|(k, v)| (*k, v.to_vec())).collect(), group: Some("g".into()) }
     }
 
     impl H {
@@ -621,6 +661,25 @@ mod tests {
         h.op(4, OpType::Ok, vec![poll(&[(0, &[(0, 10), (1, 20)])])]);
         h.op(4, OpType::Ok, vec![poll(&[(0, &[(1, 20)])])]);
         h.only("nonmonotonic-poll");
+    }
+
+    #[test]
+    fn double_consumption() {
+        let mut h = clean();
+        h.op(4, OpType::Ok, vec![group_poll(&[(0, &[(0, 10)])])]);
+        h.op(5, OpType::Fail, vec![group_poll(&[(0, &[(0, 10)])])]);
+        assert!(check(&h.ops).valid(), "a failed transaction's reads do not count");
+        h.op(5, OpType::Ok, vec![group_poll(&[(0, &[(0, 10), (1, 20)])])]);
+        h.only("double-consumption");
+        // A retried write of an aborted attempt is not a duplicate; two committed ones are.
+        let mut h = clean();
+        h.op(1, OpType::Fail, vec![send(1, 50, None)]);
+        h.op(1, OpType::Ok, vec![send(1, 50, Some(1))]);
+        h.op(3, OpType::Ok, vec![poll(&[(1, &[(1, 50)])])]);
+        assert!(check(&h.ops).valid(), "{:?}", check(&h.ops).examples);
+        h.op(2, OpType::Ok, vec![send(1, 50, Some(2))]);
+        h.op(3, OpType::Ok, vec![poll(&[(1, &[(2, 50)])])]);
+        assert!(check(&h.ops).count("duplicate") > 0);
     }
 
     #[test]

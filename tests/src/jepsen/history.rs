@@ -50,6 +50,10 @@ pub enum Micro {
     Poll {
         /// Reads per key.
         reads: BTreeMap<i32, Vec<(i64, i64)>>,
+        /// The consumer group whose offsets this transaction commits, if any: within a
+        /// group, each record is consumed by at most one committed transaction.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<String>,
     },
 }
 
