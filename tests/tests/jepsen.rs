@@ -87,6 +87,14 @@ fn consume_transform_produce_chain_under_faults_is_exactly_once() {
 }
 
 #[test]
+fn zombies_are_fenced_and_write_nothing_visible() {
+    let secs = if long() { "120" } else { "10" };
+    let (code, out) = jepsen(&["--workload", "zombie", "--seed", "7", "--time-limit", secs, "--fault-interval", "2"]);
+    assert_eq!(code, 0, "anomalies or no progress:\n{out}");
+    assert!(out.contains("after zombie"), "zombies were staged:\n{out}");
+}
+
+#[test]
 fn the_checker_catches_a_broker_that_ignores_the_lso() {
     let (code, out) = jepsen(&[
         "--workload",

@@ -55,6 +55,9 @@ enum Workload {
     Txn,
     /// Idempotent producers sending unique values.
     Idempotent,
+    /// The transactional workload with zombies as the only fault: a worker frozen (SIGSTOP)
+    /// mid-transaction, a new instance started with its transactional id, the old one resumed.
+    Zombie,
     /// Consume-transform-produce: half the workers write transactions to the input topic, the
     /// other half (group `jepsen-chain`) copy each input value v to the output topic as
     /// v + 10^15, committing the input offsets in the same transaction.
@@ -289,7 +292,7 @@ struct Clients {
 /// The consumer group of a worker (None: it does not consume).
 fn group_of(w: Workload, slot: i64) -> Option<&'static str> {
     match w {
-        Workload::Txn => Some("jepsen"),
+        Workload::Txn | Workload::Zombie => Some("jepsen"),
         Workload::Chain if slot % 2 == 1 => Some("jepsen-chain"),
         _ => None,
     }
@@ -297,7 +300,7 @@ fn group_of(w: Workload, slot: i64) -> Option<&'static str> {
 
 async fn clients(bootstrap: &str, w: Workload, slot: i64) -> Result<Clients, sluice_client::Error> {
     match w {
-        Workload::Txn | Workload::Chain => {
+        Workload::Txn | Workload::Zombie | Workload::Chain => {
             let producer = Producer::new(&producer_config(bootstrap, Some(format!("jepsen-{slot}")))).await?;
             producer.init_transactions().await?;
             let consumer = match group_of(w, slot) {
@@ -463,7 +466,7 @@ async fn worker(args: WorkerArgs) {
             sends.iter().map(|(key, value)| Micro::Send { key: *key, value: *value, offset: None }).collect();
         rec.push(process, OpType::Invoke, OpFn::Txn, invoke.clone(), None, None);
         let (kind, micro, commit_ns, note, rebuild) = match args.workload {
-            Workload::Txn | Workload::Chain => {
+            Workload::Txn | Workload::Zombie | Workload::Chain => {
                 let chain = args.workload == Workload::Chain && args.slot % 2 == 1;
                 txn_op(c, &sends, chain, group_of(args.workload, args.slot), &rec).await
             }
@@ -770,7 +773,10 @@ fn print_report(r: &Report) {
     println!("  verdict: {}", if r.valid() { "valid (no anomaly)" } else { "INVALID" });
 }
 
-fn run(args: RunArgs) -> Result<bool, String> {
+fn run(mut args: RunArgs) -> Result<bool, String> {
+    if args.workload == Workload::Zombie {
+        args.nemesis = vec![Fault::Zombie];
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let proxy = Proxy::start(0, args.seed).map_err(|e| e.to_string())?;
     let mut broker_args: Vec<String> = vec![
