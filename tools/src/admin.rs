@@ -112,36 +112,6 @@ pub async fn list_offsets(
     }
 }
 
-async fn incremental(conn: &Connection, topic: &str, set: &[(String, String)], delete: &[String]) -> Result<()> {
-    let mut res = incremental_alter_configs_request::AlterConfigsResource::default();
-    res.resource_type = 2;
-    res.resource_name = s(topic);
-    for (k, v) in set {
-        let mut c = incremental_alter_configs_request::AlterableConfig::default();
-        c.name = s(k);
-        c.config_operation = 0;
-        c.value = Some(s(v));
-        res.configs.push(c);
-    }
-    for k in delete {
-        let mut c = incremental_alter_configs_request::AlterableConfig::default();
-        c.name = s(k);
-        c.config_operation = 1;
-        res.configs.push(c);
-    }
-    let mut r = IncrementalAlterConfigsRequest::default();
-    r.resources = vec![res];
-    match conn.call(ApiKey::IncrementalAlterConfigs, 1, RequestKind::IncrementalAlterConfigs(r)).await? {
-        ResponseKind::IncrementalAlterConfigs(a) => {
-            for x in &a.responses {
-                check(x.error_code, "alter configs", x.error_message.as_ref())?;
-            }
-            Ok(())
-        }
-        _ => bail!("unexpected response to IncrementalAlterConfigs"),
-    }
-}
-
 /// Run a topics command; returns the JSON value and the human table.
 pub async fn topics(bootstrap: &str, cmd: TopicsCmd) -> Result<(serde_json::Value, String)> {
     let conn =
@@ -286,7 +256,11 @@ pub async fn topics(bootstrap: &str, cmd: TopicsCmd) -> Result<(serde_json::Valu
             }
             let set: Vec<(String, String)> = configs.iter().map(|kv| split_config(kv)).collect::<Result<_>>()?;
             if !set.is_empty() || !delete_configs.is_empty() {
-                incremental(&conn, &name, &set, &delete_configs).await?;
+                let admin =
+                    sluice_client::Admin::new(&sluice_client::ClientConfig::new().set("bootstrap.servers", bootstrap))?;
+                let set: Vec<(&str, &str)> = set.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let delete: Vec<&str> = delete_configs.iter().map(|k| k.as_str()).collect();
+                admin.alter_topic_configs(&name, &set, &delete).await?;
             }
             Ok((json!({"altered": name}), format!("Altered topic {name}.")))
         }
