@@ -216,7 +216,13 @@ impl Cluster {
         let mut req = ApiVersionsRequest::default();
         req.client_software_name = sb("sluice-client");
         req.client_software_version = sb(env!("CARGO_PKG_VERSION"));
-        let versions = match conn.call(ApiKey::ApiVersions, 3, RequestKind::ApiVersions(req)).await? {
+        let answer = tokio::time::timeout(
+            self.request_timeout,
+            conn.call(ApiKey::ApiVersions, 3, RequestKind::ApiVersions(req)),
+        )
+        .await
+        .map_err(|_| Error::timeout(format!("ApiVersions from {addr} timed out")))?;
+        let versions = match answer? {
             ResponseKind::ApiVersions(r) if r.error_code == 0 => {
                 r.api_keys.iter().map(|k| (k.api_key, (k.min_version, k.max_version))).collect()
             }

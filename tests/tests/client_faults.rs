@@ -125,3 +125,58 @@ async fn a_commit_that_times_out_is_retried_never_aborted() {
     }
     assert_eq!(n, 50, "the retried commit committed the transaction");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_broker_bounds_waits_by_delivery_timeout_and_buffer_memory() {
+    let b = Broker::start_with(&["--num-partitions", "1"]);
+    let p = Producer::new(
+        &ClientConfig::new()
+            .set("bootstrap.servers", b.bootstrap())
+            .set("request.timeout.ms", 500)
+            .set("delivery.timeout.ms", 1500)
+            .set("buffer.memory", 1_048_576)
+            .set("max.request.size", 1_048_576)
+            .set("max.block.ms", 800),
+    )
+    .await
+    .unwrap();
+    p.send(ProducerRecord::new("frozen", "warm")).await.unwrap().await.unwrap();
+    b.pause();
+    // delivery.timeout.ms: a record the broker never acknowledges fails in time.
+    let started = Instant::now();
+    let d = p.send(ProducerRecord::new("frozen", "stuck")).await.unwrap();
+    let err = d.await.expect_err("no acknowledgement from a frozen broker");
+    assert!(err.is_retriable(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "bounded by delivery.timeout.ms: {:?}", started.elapsed());
+    // buffer.memory: once it is full, send waits max.block.ms and then refuses.
+    let value = vec![7u8; 100_000];
+    let mut refused = None;
+    for _ in 0..40 {
+        match p.send(ProducerRecord::new("frozen", value.clone())).await {
+            Ok(_) => {}
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("back-pressure once buffer.memory is used up");
+    assert!(refused.message().contains("buffer.memory"), "{refused}");
+    b.resume();
+    // The producer recovers: a new record is delivered.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match p.send(ProducerRecord::new("frozen", "after")).await {
+            Ok(d) => match d.await {
+                Ok(_) => break,
+                Err(e) if Instant::now() < deadline => eprintln!("retrying after: {e}"),
+                Err(e) => panic!("{e}"),
+            },
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("waiting for buffer space: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}

@@ -57,6 +57,10 @@ pub(crate) fn fail_queued(sh: &Shared, st: &mut State, e: &Error) {
     }
 }
 
+/// A batch failed by the planner: its error (None: delivery timeout) and, if it had been
+/// sent, its partition (a sequence gap).
+type Expired = (Batch, Option<Error>, Option<(String, i32)>);
+
 /// What to send now; the earliest time something else becomes ready; whether the sender is done.
 fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) {
     let mut st = sh.lock();
@@ -93,10 +97,21 @@ fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) 
     let (pid, epoch) = (st.pid, st.epoch);
     let linger = sh.s.linger;
     let flushing = st.flushing > 0 || st.closing;
-    let mut expired: Vec<(Batch, Option<Error>)> = Vec::new();
+    let mut expired: Vec<Expired> = Vec::new();
     let mut need_meta: Vec<String> = Vec::new();
     for ((topic, partition), part) in st.parts.iter_mut() {
         if part.queue.is_empty() || (transactional && !part.added) {
+            continue;
+        }
+        // Batches past delivery.timeout.ms fail here too when they wait (for a leader, a
+        // backoff): one that was sent before leaves a sequence gap (handled after the loop).
+        while part.queue.front().is_some_and(|b| b.deadline <= now) {
+            if let Some(b) = part.queue.pop_front() {
+                let gap_key = b.seq.is_some().then(|| (topic.clone(), *partition));
+                expired.push((b, None, gap_key));
+            }
+        }
+        if part.queue.is_empty() {
             continue;
         }
         if let Some(t) = part.backoff_until {
@@ -105,16 +120,6 @@ fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) 
                 continue;
             }
             part.backoff_until = None;
-        }
-        // Batches never sent may expire safely; a sent one keeps its place (the broker may
-        // have it) and is handled by the response path.
-        while part.queue.front().is_some_and(|b| b.deadline <= now && b.seq.is_none()) {
-            if let Some(b) = part.queue.pop_front() {
-                expired.push((b, None));
-            }
-        }
-        if part.queue.is_empty() {
-            continue;
         }
         if part.recovering && part.in_flight > 0 {
             continue;
@@ -155,7 +160,7 @@ fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) 
             let encoded = match builder.build(&batch.records) {
                 Ok(b) => b,
                 Err(e) => {
-                    expired.push((batch, Some(Error::invalid(format!("encoding a batch: {e}")))));
+                    expired.push((batch, Some(Error::invalid(format!("encoding a batch: {e}"))), None));
                     continue;
                 }
             };
@@ -169,14 +174,17 @@ fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) 
             });
         }
     }
-    for (b, e) in expired {
+    for (b, e, gap_key) in expired {
         let e = e.unwrap_or_else(|| {
             Error::timeout(format!(
-                "delivery.timeout.ms ({:?}) expired before the record was sent",
+                "delivery.timeout.ms ({:?}) expired before the record was acknowledged",
                 sh.s.delivery_timeout
             ))
         });
         let bytes = b.fail(&e);
+        if let Some(key) = gap_key {
+            gap(st, transactional, &key, e);
+        }
         sh.finished(st, bytes);
     }
     need_meta.sort();
