@@ -280,6 +280,9 @@ async fn run_group(b: &Broker, topic: &str, group: &str, strategy: &str, total: 
     use std::sync::Arc;
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(AtomicUsize::new(0));
+    // Both members record their final assignment before either leaves (a leave triggers a
+    // rebalance that would change the other's view).
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
     let mut tasks = Vec::new();
     for member in 0..2 {
         let cfg = consumer_config(b)
@@ -288,7 +291,7 @@ async fn run_group(b: &Broker, topic: &str, group: &str, strategy: &str, total: 
             .set("heartbeat.interval.ms", 200)
             .set("session.timeout.ms", 6000)
             .set("auto.commit.interval.ms", 200);
-        let (stop, seen, topic) = (stop.clone(), seen.clone(), topic.to_string());
+        let (stop, seen, topic, barrier) = (stop.clone(), seen.clone(), topic.to_string(), barrier.clone());
         tasks.push(tokio::spawn(async move {
             // The second member arrives once the first is consuming.
             if member == 1 {
@@ -309,6 +312,7 @@ async fn run_group(b: &Broker, topic: &str, group: &str, strategy: &str, total: 
                 }
             }
             let last = c.assignment();
+            barrier.wait().await;
             c.close().await.unwrap();
             (got, last)
         }));
