@@ -330,6 +330,7 @@ async fn txn_op(
     cl: &mut Clients,
     sends: &[(i32, i64)],
     chain: bool,
+    abort: bool,
     group: Option<&str>,
     rec: &Recorder,
 ) -> (OpType, Vec<Micro>, Option<u64>, Option<String>, bool) {
@@ -394,6 +395,20 @@ async fn txn_op(
     let poll_micro = Micro::Poll { reads, group: group.map(|g| g.to_string()) };
     let attempted: Vec<Micro> =
         derived.iter().map(|(key, value)| Micro::Send { key: *key, value: *value, offset: None }).collect();
+    if failed.is_none() && abort {
+        // Written, then aborted: flush so the records are in the log before the abort.
+        if let Err(e) = p.flush().await {
+            failed = Some(e);
+        } else {
+            return match p.abort_transaction().await {
+                Ok(()) => {
+                    rewind(cl.consumer.as_mut());
+                    (OpType::Fail, attempted, None, Some("aborted on purpose".into()), false)
+                }
+                Err(e) => (OpType::Info, attempted, None, Some(e.to_string()), true),
+            };
+        }
+    }
     if let Some(e) = failed {
         if e.is_fatal() {
             return (OpType::Info, attempted, None, Some(e.to_string()), true);
@@ -468,7 +483,10 @@ async fn worker(args: WorkerArgs) {
         let (kind, micro, commit_ns, note, rebuild) = match args.workload {
             Workload::Txn | Workload::Zombie | Workload::Chain => {
                 let chain = args.workload == Workload::Chain && args.slot % 2 == 1;
-                txn_op(c, &sends, chain, group_of(args.workload, args.slot), &rec).await
+                // One transaction in eight is aborted on purpose, after its records were
+                // written: nobody may ever read them (G1a).
+                let abort = rng.gen_range(0..8) == 0;
+                txn_op(c, &sends, chain, abort, group_of(args.workload, args.slot), &rec).await
             }
             Workload::Idempotent => {
                 let (key, value) = sends[0];
