@@ -33,16 +33,6 @@ pub enum ConnError {
 
 type Pending = (ApiKey, i16, i32, oneshot::Sender<Result<ResponseKind, ConnError>>);
 
-fn futures_shutdown(w: &mut OwnedWriteHalf) -> std::io::Result<()> {
-    // Half-close: the broker sees EOF, closes its side, and the reader task ends.
-    let std_ref: &tokio::net::TcpStream = w.as_ref();
-    socket_shutdown(std_ref)
-}
-
-fn socket_shutdown(s: &tokio::net::TcpStream) -> std::io::Result<()> {
-    socket2::SockRef::from(s).shutdown(std::net::Shutdown::Both)
-}
-
 /// A pipelined connection to one broker.
 pub struct Connection {
     writer: tokio::sync::Mutex<OwnedWriteHalf>,
@@ -121,8 +111,10 @@ impl Connection {
     /// Mark the connection failed and shut its socket; outstanding requests fail.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        if let Ok(mut w) = self.writer.try_lock() {
-            let _ = futures_shutdown(&mut w);
+        // Shut the socket (the broker sees EOF, the reader task ends and fails what is pending).
+        if let Ok(w) = self.writer.try_lock() {
+            let stream: &TcpStream = (*w).as_ref();
+            let _ = socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Both);
         }
     }
 

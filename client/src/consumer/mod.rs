@@ -255,7 +255,6 @@ impl Consumer {
             return Err(Error::invalid(format!("seek: {}-{} is not assigned", tp.0, tp.1)));
         }
         self.unpositioned.remove(tp);
-        self.readers.entry(tp.clone()).or_insert_with(|| PartitionReader::new(offset, false));
         let rc = self.s.isolation == IsolationLevel::ReadCommitted;
         self.readers.insert(tp.clone(), PartitionReader::new(offset, rc));
         Ok(())

@@ -18,6 +18,10 @@ pub(crate) struct Flight {
     pub topic: String,
     pub partition: i32,
     pub batch: Batch,
+    /// How to encode the batch (producer id, epoch, sequence fixed by the planner); encoding
+    /// and compression happen in `send`, outside the state lock.
+    pub builder: BatchBuilder,
+    /// The encoded batch (filled in by `send`).
     pub encoded: Bytes,
 }
 
@@ -40,10 +44,6 @@ pub(crate) async fn run(sh: Arc<Shared>) {
     }
 }
 
-fn is_retriable_code(code: ResponseError) -> bool {
-    code.is_retriable()
-}
-
 /// Fail every queued (unsent) batch; returns how many bytes were released.
 pub(crate) fn fail_queued(sh: &Shared, st: &mut State, e: &Error) {
     let mut freed = Vec::new();
@@ -57,9 +57,8 @@ pub(crate) fn fail_queued(sh: &Shared, st: &mut State, e: &Error) {
     }
 }
 
-/// A batch failed by the planner: its error (None: delivery timeout) and, if it had been
-/// sent, its partition (a sequence gap).
-type Expired = (Batch, Option<Error>, Option<(String, i32)>);
+/// A batch past delivery.timeout.ms and, if it had been sent, its partition (a sequence gap).
+type Expired = (Batch, Option<(String, i32)>);
 
 /// What to send now; the earliest time something else becomes ready; whether the sender is done.
 fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) {
@@ -108,7 +107,7 @@ fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) 
         while part.queue.front().is_some_and(|b| b.deadline <= now) {
             if let Some(b) = part.queue.pop_front() {
                 let gap_key = b.seq.is_some().then(|| (topic.clone(), *partition));
-                expired.push((b, None, gap_key));
+                expired.push((b, gap_key));
             }
         }
         if part.queue.is_empty() {
@@ -157,30 +156,22 @@ fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) 
                 transactional,
                 ..Default::default()
             };
-            let encoded = match builder.build(&batch.records) {
-                Ok(b) => b,
-                Err(e) => {
-                    expired.push((batch, Some(Error::invalid(format!("encoding a batch: {e}"))), None));
-                    continue;
-                }
-            };
             batch.attempts += 1;
             part.in_flight += 1;
             rounds.entry(leader).or_default().push(Flight {
                 topic: topic.clone(),
                 partition: *partition,
                 batch,
-                encoded,
+                builder,
+                encoded: Bytes::new(),
             });
         }
     }
-    for (b, e, gap_key) in expired {
-        let e = e.unwrap_or_else(|| {
-            Error::timeout(format!(
-                "delivery.timeout.ms ({:?}) expired before the record was acknowledged",
-                sh.s.delivery_timeout
-            ))
-        });
+    for (b, gap_key) in expired {
+        let e = Error::timeout(format!(
+            "delivery.timeout.ms ({:?}) expired before the record was acknowledged",
+            sh.s.delivery_timeout
+        ));
         let bytes = b.fail(&e);
         if let Some(key) = gap_key {
             gap(st, transactional, &key, e);
@@ -217,8 +208,22 @@ fn requests(flights: Vec<Flight>) -> Vec<Vec<Flight>> {
 }
 
 async fn send(sh: Arc<Shared>, node: i32, flights: Vec<Flight>) {
+    // Encode (and compress) here, outside the state lock that `send` callers need.
+    let mut ready = Vec::with_capacity(flights.len());
+    for mut f in flights {
+        match f.builder.build(&f.batch.records) {
+            Ok(bytes) => {
+                f.encoded = bytes;
+                ready.push(f);
+            }
+            Err(e) => {
+                let err = Error::kafka(ResponseError::InvalidRecord, format!("encoding a batch: {e}"));
+                complete(&sh, f, Err(err));
+            }
+        }
+    }
     let broker = sh.cluster.broker(node, Lane::Data).await;
-    for req in requests(flights) {
+    for req in requests(ready) {
         let broker = match &broker {
             Ok(b) => b.clone(),
             Err(e) => {
@@ -354,7 +359,7 @@ fn apply(
         }
         (None, Err(_)) => Outcome::Retry,
         (Some(c), _) if matches!(c, ResponseError::OutOfOrderSequenceNumber) && part.recovering => Outcome::Retry,
-        (Some(c), _) if is_retriable_code(c) || answer.as_ref().err().is_some_and(|e| e.is_retriable()) => {
+        (Some(c), _) if c.is_retriable() || answer.as_ref().err().is_some_and(|e| e.is_retriable()) => {
             if matches!(
                 c,
                 ResponseError::NotLeaderOrFollower
