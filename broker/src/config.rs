@@ -5,6 +5,7 @@
 //! environment over the file, the file over the defaults. Unknown or malformed settings stop
 //! startup with a message that names the setting.
 
+use crate::security::{ClientAuth, ListenerConfig, SecurityProtocol, SecuritySettings};
 use sluice_storage::{FlushPolicy, LogConfig};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,9 +22,71 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "listeners",
         default: "PLAINTEXT://127.0.0.1:9092",
-        help: "where to listen (PLAINTEXT://host:port)",
+        help: "where to listen: comma-separated NAME://host:port (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, or names mapped by listener.security.protocol.map)",
     },
-    Setting { name: "advertised.listeners", default: "", help: "address given to clients (default: listeners)" },
+    Setting {
+        name: "advertised.listeners",
+        default: "",
+        help: "addresses given to clients, NAME://host:port per listener (default: the listener's own)",
+    },
+    Setting {
+        name: "listener.security.protocol.map",
+        default: "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        help: "listener name to security protocol",
+    },
+    Setting {
+        name: "ssl.keystore.location",
+        default: "",
+        help: "PEM file with the broker's certificate chain and unencrypted private key (SSL, SASL_SSL listeners)",
+    },
+    Setting {
+        name: "ssl.truststore.location",
+        default: "",
+        help: "PEM file of CA certificates that client certificates must chain to",
+    },
+    Setting { name: "ssl.client.auth", default: "none", help: "client certificates: none, requested or required" },
+    Setting {
+        name: "sasl.enabled.mechanisms",
+        default: "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        help: "SASL mechanisms offered on SASL listeners (PLAIN checks against the SCRAM credentials)",
+    },
+    Setting {
+        name: "sasl.bootstrap.users",
+        default: "",
+        help: "name:password,... SCRAM users created at start when absent (stored salted; manage later with sluicectl users)",
+    },
+    Setting {
+        name: "sasl.server.max.receive.size",
+        default: "524288",
+        help: "largest request accepted before a SASL connection has authenticated",
+    },
+    Setting {
+        name: "authorizer.class.name",
+        default: "",
+        help: "set (e.g. org.apache.kafka.metadata.authorizer.StandardAuthorizer) to enforce ACLs; empty: no authorization",
+    },
+    Setting { name: "super.users", default: "", help: "principals allowed everything, e.g. User:admin;User:ops" },
+    Setting {
+        name: "allow.everyone.if.no.acl.found",
+        default: "false",
+        help: "with an authorizer: allow access to resources that have no ACL at all",
+    },
+    Setting { name: "max.connections.per.ip", default: "2147483647", help: "open connections allowed per client IP" },
+    Setting {
+        name: "max.connections.per.ip.overrides",
+        default: "",
+        help: "per-IP exceptions, ip:count,... (e.g. 127.0.0.1:200)",
+    },
+    Setting {
+        name: "quota.producer.default",
+        default: "9223372036854775807",
+        help: "produce bytes per second allowed per client id (throttle_time_ms beyond it)",
+    },
+    Setting {
+        name: "quota.consumer.default",
+        default: "9223372036854775807",
+        help: "fetch bytes per second allowed per client id (throttle_time_ms beyond it)",
+    },
     Setting { name: "log.dirs", default: "./sluice-data", help: "data directory" },
     Setting { name: "node.id", default: "1", help: "this broker's id" },
     Setting { name: "num.partitions", default: "1", help: "partitions of auto-created topics" },
@@ -134,6 +197,9 @@ pub const SETTINGS: &[Setting] = &[
 /// The resolved configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// Every listener; the first is the one in-process callers and single-address logs use.
+    pub listeners: Vec<crate::security::ListenerConfig>,
+    pub security: crate::security::SecuritySettings,
     pub listener: SocketAddr,
     pub advertised_host: String,
     pub advertised_port: i32,
@@ -282,15 +348,66 @@ pub fn resolve(
     let positive_i32 = |x: &i32| if *x > 0 { Ok(()) } else { Err("must be positive".to_string()) };
     let ms_or_never = |x: &i64| if *x >= -1 { Ok(()) } else { Err("must be -1 or ≥ 0".to_string()) };
 
-    let (listeners, lsrc) = get("listeners");
-    let listener = parse_listener("listeners", &listeners, lsrc)?;
+    let (map_text, map_src) = get("listener.security.protocol.map");
+    let mut protocol_map = BTreeMap::new();
+    for pair in map_text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let proto = pair.split_once(':').and_then(|(n, p)| Some((n.trim().to_string(), SecurityProtocol::parse(p)?)));
+        let Some((name, proto)) = proto else {
+            return Err(ConfigError::Invalid {
+                name: "listener.security.protocol.map".into(),
+                value: map_text.clone(),
+                origin: map_src,
+                reason: format!("'{pair}' is not NAME:PROTOCOL (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)"),
+            });
+        };
+        protocol_map.insert(name, proto);
+    }
+    let (listeners_text, lsrc) = get("listeners");
     let (adv, asrc) = get("advertised.listeners");
-    let (advertised_host, advertised_port) = if adv.trim().is_empty() {
-        (listener.ip().to_string(), i32::from(listener.port()))
-    } else {
-        let (h, p) = split_listener("advertised.listeners", &adv, asrc)?;
-        (h, i32::from(p))
+    let advertised =
+        if adv.trim().is_empty() { Vec::new() } else { split_listeners("advertised.listeners", &adv, asrc)? };
+    let mut listeners = Vec::new();
+    for (name, host, port) in split_listeners("listeners", &listeners_text, lsrc)? {
+        let invalid = |reason: String| ConfigError::Invalid {
+            name: "listeners".into(),
+            value: listeners_text.clone(),
+            origin: lsrc,
+            reason,
+        };
+        let protocol = *protocol_map
+            .get(&name)
+            .ok_or_else(|| invalid(format!("listener {name} has no entry in listener.security.protocol.map")))?;
+        if listeners.iter().any(|l: &ListenerConfig| l.name == name) {
+            return Err(invalid(format!("listener name {name} is used twice")));
+        }
+        let addr = socket_addr("listeners", &listeners_text, lsrc, &host, port)?;
+        if port != 0 && listeners.iter().any(|l: &ListenerConfig| l.addr.port() == port) {
+            return Err(invalid(format!("port {port} is used twice")));
+        }
+        let (advertised_host, advertised_port) = match advertised.iter().find(|(n, _, _)| *n == name) {
+            Some((_, h, p)) => (h.clone(), i32::from(*p)),
+            None => (addr.ip().to_string(), i32::from(port)),
+        };
+        listeners.push(ListenerConfig { name, protocol, addr, advertised_host, advertised_port });
+    }
+    if let Some((n, _, _)) = advertised.iter().find(|(n, _, _)| !listeners.iter().any(|l| l.name == *n)) {
+        return Err(ConfigError::Invalid {
+            name: "advertised.listeners".into(),
+            value: adv.clone(),
+            origin: asrc,
+            reason: format!("{n} is not one of the listeners"),
+        });
+    }
+    let Some(first) = listeners.first().cloned() else {
+        return Err(ConfigError::Invalid {
+            name: "listeners".into(),
+            value: listeners_text,
+            origin: lsrc,
+            reason: "at least one listener is needed".into(),
+        });
     };
+    let (listener, advertised_host, advertised_port) = (first.addr, first.advertised_host, first.advertised_port);
+    let security = security_settings(&get, &listeners)?;
     let (dir, _) = get("log.dirs");
     let dir = dir.split(',').next().unwrap_or("").trim().to_string();
     if dir.is_empty() {
@@ -372,6 +489,8 @@ pub fn resolve(
         }
     })?;
     Ok(Config {
+        listeners,
+        security,
         listener,
         advertised_host,
         advertised_port,
@@ -527,30 +646,27 @@ pub fn resolve(
     })
 }
 
-fn split_listener(name: &str, value: &str, source: Source) -> Result<(String, u16), ConfigError> {
-    let invalid = |reason: &str| ConfigError::Invalid {
-        name: name.into(),
-        value: value.into(),
-        origin: source,
-        reason: reason.into(),
-    };
-    let first = value.split(',').next().unwrap_or("").trim();
-    let rest = match first.split_once("://") {
-        Some(("PLAINTEXT", rest)) => rest,
-        Some((proto, _)) => {
-            return Err(invalid(&format!("security protocol {proto} is not supported yet (use PLAINTEXT)")));
-        }
-        None => first,
-    };
-    let (host, port) = rest.rsplit_once(':').ok_or_else(|| invalid("expected PLAINTEXT://host:port"))?;
-    let port: u16 = port.parse().map_err(|_| invalid("port must be a number 0-65535"))?;
-    Ok((host.trim_matches(|c| c == '[' || c == ']').to_string(), port))
+/// Parse `NAME://host:port,...` (a bare `host:port` is PLAINTEXT).
+fn split_listeners(name: &str, value: &str, source: Source) -> Result<Vec<(String, String, u16)>, ConfigError> {
+    let invalid =
+        |reason: String| ConfigError::Invalid { name: name.into(), value: value.into(), origin: source, reason };
+    let mut out = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (lname, rest) = match item.split_once("://") {
+            Some((n, rest)) => (n.trim().to_ascii_uppercase(), rest),
+            None => ("PLAINTEXT".to_string(), item),
+        };
+        let (host, port) =
+            rest.rsplit_once(':').ok_or_else(|| invalid(format!("'{item}': expected NAME://host:port")))?;
+        let port: u16 = port.parse().map_err(|_| invalid(format!("'{item}': port must be a number 0-65535")))?;
+        out.push((lname, host.trim_matches(|c| c == '[' || c == ']').to_string(), port));
+    }
+    Ok(out)
 }
 
-fn parse_listener(name: &str, value: &str, source: Source) -> Result<SocketAddr, ConfigError> {
-    let (host, port) = split_listener(name, value, source)?;
-    let host = if host.is_empty() { "0.0.0.0".to_string() } else { host };
-    let host = if host == "localhost" { "127.0.0.1".to_string() } else { host };
+fn socket_addr(name: &str, value: &str, source: Source, host: &str, port: u16) -> Result<SocketAddr, ConfigError> {
+    let host = if host.is_empty() { "0.0.0.0" } else { host };
+    let host = if host == "localhost" { "127.0.0.1" } else { host };
     let ip: std::net::IpAddr = host.parse().map_err(|_| ConfigError::Invalid {
         name: name.into(),
         value: value.into(),
@@ -558,6 +674,106 @@ fn parse_listener(name: &str, value: &str, source: Source) -> Result<SocketAddr,
         reason: "host must be an IP address (or localhost)".into(),
     })?;
     Ok(SocketAddr::new(ip, port))
+}
+
+fn parse_listener(name: &str, value: &str, source: Source) -> Result<SocketAddr, ConfigError> {
+    let list = split_listeners(name, value, source)?;
+    let (_, host, port) = list.first().ok_or_else(|| ConfigError::Invalid {
+        name: name.into(),
+        value: value.into(),
+        origin: source,
+        reason: "expected host:port".into(),
+    })?;
+    socket_addr(name, value, source, host, *port)
+}
+
+/// TLS, SASL, authorizer, limits and quotas.
+fn security_settings(
+    get: &dyn Fn(&str) -> (String, Source),
+    listeners: &[ListenerConfig],
+) -> Result<SecuritySettings, ConfigError> {
+    let invalid = |name: &str, reason: String| {
+        let (value, origin) = get(name);
+        ConfigError::Invalid { name: name.into(), value, origin, reason }
+    };
+    let path = |name: &str| {
+        let v = get(name).0;
+        (!v.trim().is_empty()).then(|| PathBuf::from(v.trim()))
+    };
+    let number = |name: &str| -> Result<i64, ConfigError> {
+        let v = get(name).0;
+        v.trim().parse::<i64>().map_err(|e| invalid(name, e.to_string())).and_then(|x| {
+            if x > 0 {
+                Ok(x)
+            } else {
+                Err(invalid(name, "must be positive".into()))
+            }
+        })
+    };
+    let mut s = SecuritySettings {
+        keystore: path("ssl.keystore.location"),
+        truststore: path("ssl.truststore.location"),
+        ..Default::default()
+    };
+    s.client_auth = match get("ssl.client.auth").0.trim().to_ascii_lowercase().as_str() {
+        "none" | "" => ClientAuth::None,
+        "requested" => ClientAuth::Requested,
+        "required" => ClientAuth::Required,
+        _ => return Err(invalid("ssl.client.auth", "expected none, requested or required".into())),
+    };
+    if let Some(l) = listeners.iter().find(|l| l.protocol.tls()) {
+        if s.keystore.is_none() {
+            return Err(invalid("listeners", format!("listener {} uses TLS: set ssl.keystore.location", l.name)));
+        }
+    }
+    if s.client_auth != ClientAuth::None && s.truststore.is_none() {
+        return Err(invalid("ssl.client.auth", "needs ssl.truststore.location".into()));
+    }
+    let mechs: Vec<String> =
+        get("sasl.enabled.mechanisms").0.split(',').map(|m| m.trim().to_string()).filter(|m| !m.is_empty()).collect();
+    if let Some(bad) = mechs.iter().find(|m| !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&m.as_str())) {
+        return Err(invalid(
+            "sasl.enabled.mechanisms",
+            format!("unsupported mechanism {bad} (supported: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"),
+        ));
+    }
+    s.sasl_mechanisms = mechs;
+    for pair in get("sasl.bootstrap.users").0.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match pair.split_once(':') {
+            Some((u, p)) if !u.trim().is_empty() && !p.is_empty() => {
+                s.bootstrap_users.push((u.trim().to_string(), p.to_string()))
+            }
+            _ => return Err(invalid("sasl.bootstrap.users", "expected name:password pairs".into())),
+        }
+    }
+    s.sasl_max_receive = number("sasl.server.max.receive.size")? as usize;
+    s.authorizer = !get("authorizer.class.name").0.trim().is_empty();
+    for p in get("super.users").0.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        if !p.contains(':') {
+            return Err(invalid("super.users", format!("'{p}' must be of the form User:<name>")));
+        }
+        s.super_users.push(p.to_string());
+    }
+    s.allow_if_no_acl = match get("allow.everyone.if.no.acl.found").0.trim() {
+        "true" => true,
+        "false" => false,
+        _ => return Err(invalid("allow.everyone.if.no.acl.found", "expected true or false".into())),
+    };
+    s.max_connections_per_ip = number("max.connections.per.ip")?.min(i64::from(i32::MAX)) as usize;
+    for pair in get("max.connections.per.ip.overrides").0.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let parsed = pair.rsplit_once(':').and_then(|(ip, n)| Some((ip.trim().parse().ok()?, n.trim().parse().ok()?)));
+        let Some((ip, n)) = parsed else {
+            return Err(invalid("max.connections.per.ip.overrides", format!("'{pair}' is not ip:count")));
+        };
+        s.max_connections_per_ip_overrides.insert(ip, n);
+    }
+    let rate = |name: &str| -> Result<Option<u64>, ConfigError> {
+        let x = number(name)?;
+        Ok((x < i64::MAX).then_some(x as u64))
+    };
+    s.producer_byte_rate = rate("quota.producer.default")?;
+    s.consumer_byte_rate = rate("quota.consumer.default")?;
+    Ok(s)
 }
 
 #[cfg(test)]

@@ -15,14 +15,17 @@
 use crate::dispatch::dispatch_from;
 use crate::handlers::Reply;
 use crate::metrics;
+use crate::security::quota::Kind;
+use crate::security::sasl::{SaslServer, Step};
+use crate::security::{tls, Session, ANONYMOUS};
 use crate::state::BrokerState;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::{ApiKey, ResponseKind};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use sluice_protocol::api::{self, DecodeError};
 use sluice_protocol::frame::take_frame;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -73,7 +76,7 @@ fn encode(key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -
 
 /// Write every chunk with vectored writes (log data goes from the page cache to the socket
 /// without an intermediate copy in the broker).
-async fn write_chunks(wr: &mut tokio::net::tcp::OwnedWriteHalf, chunks: &[Bytes]) -> std::io::Result<()> {
+async fn write_chunks<W: AsyncWrite + Unpin>(wr: &mut W, chunks: &[Bytes]) -> std::io::Result<()> {
     const IOV_MAX: usize = 64;
     let (mut idx, mut off) = (0usize, 0usize);
     while idx < chunks.len() {
@@ -128,14 +131,61 @@ fn blocking_api(key: ApiKey) -> bool {
     )
 }
 
-pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+/// Serve one accepted socket on `listener`: the TLS handshake first on SSL listeners, then
+/// requests until the client leaves, the connection fails, or the broker stops.
+pub async fn handle(
+    state: Arc<BrokerState>,
+    socket: TcpStream,
+    listener: Arc<crate::server::ListenerRuntime>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     let peer = socket.peer_addr().ok();
+    let _ = socket.set_nodelay(true);
+    let mut session = Session { principal: ANONYMOUS.to_string(), peer, listener: listener.config.clone() };
+    match &listener.tls {
+        None => serve(state, socket, session, shutdown).await,
+        Some(acceptor) => {
+            let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(socket)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(?peer, "TLS handshake failed: {e}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(?peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            if let Some(p) = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(tls::principal_of)
+            {
+                session.principal = p;
+            }
+            serve(state, stream, session, shutdown).await
+        }
+    }
+}
+
+/// Milliseconds since `base` (the connection's clock for throttling).
+fn ms_since(base: std::time::Instant) -> i64 {
+    base.elapsed().as_millis() as i64
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
+    state: Arc<BrokerState>,
+    stream: S,
+    mut session: Session,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let peer = session.peer;
     let conn_id = CONNECTIONS_SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let slow = std::time::Duration::from_millis(state.config.slow_request_ms);
     ::metrics::gauge!(metrics::CONNECTIONS).increment(1.0);
     let _gauge = ConnectionGauge;
-    let _ = socket.set_nodelay(true);
-    let (mut rd, mut wr) = socket.into_split();
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let mut sasl = session.listener.protocol.sasl().then(SaslServer::default);
+    // Quotas: the reader reads nothing more until this (ms since `clock`) has passed.
+    let clock = std::time::Instant::now();
+    let muted_until = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let (tx, mut rx) = mpsc::channel::<Out>(INFLIGHT_REQUESTS_MAX);
     let writer = tokio::spawn(async move {
         while let Some(out) = rx.recv().await {
@@ -167,10 +217,18 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
         }
         let _ = wr.shutdown().await;
     });
-    let frame_max = state.config.request_bytes_max;
+    let mut frame_max = if sasl.is_some() {
+        state.config.request_bytes_max.min(state.security.settings.sasl_max_receive)
+    } else {
+        state.config.request_bytes_max
+    };
     let mut buf = BytesMut::with_capacity(64 * 1024);
     'conn: loop {
         loop {
+            let wait = muted_until.load(std::sync::atomic::Ordering::Relaxed) - ms_since(clock);
+            if wait > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(wait as u64)).await;
+            }
             let frame = match take_frame(&mut buf, frame_max) {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
@@ -180,6 +238,7 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
                 }
             };
             ::metrics::counter!(metrics::BYTES_IN_TOTAL).increment(frame.len() as u64 + 4);
+            let frame_len = frame.len() + 4;
             let req = match api::decode_request(frame.freeze()) {
                 Ok(r) => r,
                 Err(DecodeError::UnsupportedVersion { key: ApiKey::ApiVersions, correlation_id, .. }) => {
@@ -218,10 +277,67 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
                 client_id: req.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
                 started: std::time::Instant::now(),
             };
-            let reply = if blocking_api(key) {
-                tokio::task::block_in_place(|| dispatch_from(&state, req, peer))
+            if let Some(auth) = sasl.as_mut() {
+                let step = match &req.body {
+                    RequestKind::ApiVersions(_) => None,
+                    RequestKind::SaslHandshake(r) => Some(auth.handshake(&state.security, r)),
+                    RequestKind::SaslAuthenticate(r) => Some(auth.authenticate(&state.security, r)),
+                    _ => {
+                        tracing::warn!(request_id = %meta.request_id, api = ?key, ?peer,
+                            "request before SASL authentication; closing the connection");
+                        break 'conn;
+                    }
+                };
+                if let Some(step) = step {
+                    let (body, close) = match step {
+                        Step::Continue(b) => (b, false),
+                        Step::Authenticated(b, principal) => {
+                            tracing::debug!(?peer, %principal, "authenticated");
+                            session.principal = principal;
+                            sasl = None;
+                            frame_max = state.config.request_bytes_max;
+                            (b, false)
+                        }
+                        Step::Fail(b) => {
+                            tracing::info!(?peer, request_id = %meta.request_id, "SASL authentication failed; closing");
+                            (b, true)
+                        }
+                    };
+                    let Some(bytes) = encode(key, version, correlation_id, &body) else { break 'conn };
+                    if tx.send(Out::Ready(bytes, meta)).await.is_err() || close {
+                        break 'conn;
+                    }
+                    continue;
+                }
+            }
+            let produce_throttle = if key == ApiKey::Produce && state.security.quotas.enabled(Kind::Produce) {
+                let t = state.security.quotas.record(Kind::Produce, &meta.client_id, frame_len as u64);
+                if t > 0 {
+                    muted_until.store(ms_since(clock) + i64::from(t), std::sync::atomic::Ordering::Relaxed);
+                }
+                t
             } else {
-                dispatch_from(&state, req, peer)
+                0
+            };
+            let reply = if blocking_api(key) {
+                tokio::task::block_in_place(|| dispatch_from(&state, req, &session))
+            } else {
+                dispatch_from(&state, req, &session)
+            };
+            let reply = match reply {
+                Some(r) if produce_throttle > 0 => Some(with_throttle(r, move |_| produce_throttle)),
+                Some(r) if key == ApiKey::Fetch && state.security.quotas.enabled(Kind::Fetch) => {
+                    let (st, client, muted) = (state.clone(), meta.client_id.clone(), muted_until.clone());
+                    Some(with_throttle(r, move |body| {
+                        let bytes: usize = shared_records(body).iter().map(|b| b.len()).sum();
+                        let t = st.security.quotas.record(Kind::Fetch, &client, bytes as u64);
+                        if t > 0 {
+                            muted.store(ms_since(clock) + i64::from(t), std::sync::atomic::Ordering::Relaxed);
+                        }
+                        t
+                    }))
+                }
+                other => other,
             };
             let out = match reply {
                 None => {
@@ -254,6 +370,31 @@ pub async fn handle(state: Arc<BrokerState>, socket: TcpStream, mut shutdown: to
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// Set `throttle_time_ms` (Produce, Fetch) on an answer, computed from the answer itself.
+fn with_throttle(reply: Reply, throttle: impl FnOnce(&ResponseKind) -> i32 + Send + 'static) -> Reply {
+    fn set(body: &mut ResponseKind, t: i32) {
+        match body {
+            ResponseKind::Produce(r) => r.throttle_time_ms = r.throttle_time_ms.max(t),
+            ResponseKind::Fetch(r) => r.throttle_time_ms = r.throttle_time_ms.max(t),
+            _ => {}
+        }
+    }
+    match reply {
+        Reply::Now(mut body) => {
+            let t = throttle(&body);
+            set(&mut body, t);
+            Reply::Now(body)
+        }
+        Reply::Later(fut) => Reply::Later(Box::pin(async move {
+            let mut body = fut.await;
+            let t = throttle(&body);
+            set(&mut body, t);
+            body
+        })),
+        Reply::None => Reply::None,
+    }
 }
 
 /// Decrements the connection gauge however the connection ends.

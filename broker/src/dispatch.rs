@@ -3,6 +3,8 @@
 //! checks that every row of the table has an arm.
 
 use crate::handlers::{self, Reply};
+use crate::security::authz::Gate;
+use crate::security::Session;
 use crate::state::BrokerState;
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use sluice_protocol::api::Request;
@@ -11,16 +13,26 @@ use std::sync::Arc;
 /// Run stage 1 of `req` (in connection order) and return how it will be answered.
 /// Blocking work (metadata fsyncs, log appends) runs under `block_in_place`.
 pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
-    dispatch_from(state, req, None)
+    let session = state.config.listeners.first().map(Session::internal)?;
+    dispatch_from(state, req, &session)
 }
 
-/// [`dispatch`] for a request that arrived from `peer` (shown in DescribeGroups).
-pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::net::SocketAddr>) -> Option<Reply> {
+/// [`dispatch`] for a request of `session` (its principal is authorized first; its peer is
+/// shown in DescribeGroups; its listener decides the addresses handed out).
+pub fn dispatch_from(state: &Arc<BrokerState>, mut req: Request, session: &Session) -> Option<Reply> {
     let version = req.version();
+    let peer = session.peer;
+    let patch = match crate::security::authz::gate(state, session, &mut req.body, version) {
+        Gate::Pass => None,
+        Gate::Deny(answer) => return Some(Reply::Now(answer)),
+        Gate::Patch(p) => Some(p),
+    };
     let client_id = req.header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default();
     let reply = match req.body {
         RequestKind::ApiVersions(_) => Reply::now(ResponseKind::ApiVersions(handlers::api_versions::response(0))),
-        RequestKind::Metadata(r) => Reply::now(ResponseKind::Metadata(handlers::metadata::handle(state, version, r))),
+        RequestKind::Metadata(r) => {
+            Reply::now(ResponseKind::Metadata(handlers::metadata::handle(state, &session.listener, version, r)))
+        }
         RequestKind::Produce(r) => handlers::produce::handle(state, version, r),
         RequestKind::Fetch(r) => handlers::fetch::handle(state, version, r),
         RequestKind::ListOffsets(r) => {
@@ -41,9 +53,9 @@ pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::n
         RequestKind::IncrementalAlterConfigs(r) => {
             Reply::now(ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(state, r)))
         }
-        RequestKind::DescribeCluster(_) => {
-            Reply::now(ResponseKind::DescribeCluster(handlers::describe_cluster::describe_cluster(state)))
-        }
+        RequestKind::DescribeCluster(_) => Reply::now(ResponseKind::DescribeCluster(
+            handlers::describe_cluster::describe_cluster(state, &session.listener),
+        )),
         RequestKind::DescribeLogDirs(r) => {
             Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_cluster::describe_log_dirs(state, r)))
         }
@@ -56,9 +68,9 @@ pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::n
         RequestKind::DescribeProducers(r) => {
             Reply::now(ResponseKind::DescribeProducers(handlers::describe_producers::handle(state, r)))
         }
-        RequestKind::FindCoordinator(r) => {
-            Reply::now(ResponseKind::FindCoordinator(handlers::groups::find_coordinator(state, version, r)))
-        }
+        RequestKind::FindCoordinator(r) => Reply::now(ResponseKind::FindCoordinator(
+            handlers::groups::find_coordinator(state, &session.listener, version, r),
+        )),
         RequestKind::JoinGroup(r) => handlers::groups::join(state, version, &client_id, peer, r),
         RequestKind::SyncGroup(r) => handlers::groups::sync(state, r),
         RequestKind::Heartbeat(r) => Reply::now(ResponseKind::Heartbeat(handlers::groups::heartbeat(state, r))),
@@ -85,6 +97,21 @@ pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::n
         RequestKind::DescribeTransactions(r) => {
             Reply::now(ResponseKind::DescribeTransactions(handlers::txn::describe(state, r)))
         }
+        RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) => {
+            // reached only outside a SASL listener's handshake (see `connection`)
+            return Some(illegal_sasl_state(req.api_key));
+        }
+        RequestKind::CreateAcls(r) => Reply::now(ResponseKind::CreateAcls(handlers::security::create_acls(state, r))),
+        RequestKind::DescribeAcls(r) => {
+            Reply::now(ResponseKind::DescribeAcls(handlers::security::describe_acls(state, r)))
+        }
+        RequestKind::DeleteAcls(r) => Reply::now(ResponseKind::DeleteAcls(handlers::security::delete_acls(state, r))),
+        RequestKind::DescribeUserScramCredentials(r) => {
+            Reply::now(ResponseKind::DescribeUserScramCredentials(handlers::security::describe_scram(state, r)))
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            Reply::now(ResponseKind::AlterUserScramCredentials(handlers::security::alter_scram(state, r)))
+        }
         // `RequestKind` is non-exhaustive; keys outside the table never decode to here
         // (`decode_request` refuses them), so reaching this arm is a table/dispatch mismatch.
         other => {
@@ -92,7 +119,35 @@ pub fn dispatch_from(state: &Arc<BrokerState>, req: Request, peer: Option<std::n
             return None;
         }
     };
-    Some(reply)
+    Some(match (reply, patch) {
+        (reply, None) | (reply @ Reply::None, _) => reply,
+        (Reply::Now(mut body), Some(p)) => {
+            p(&mut body);
+            Reply::Now(body)
+        }
+        (Reply::Later(fut), Some(p)) => Reply::Later(Box::pin(async move {
+            let mut body = fut.await;
+            p(&mut body);
+            body
+        })),
+    })
+}
+
+/// SaslHandshake/SaslAuthenticate where no SASL exchange is expected.
+pub fn illegal_sasl_state(key: kafka_protocol::messages::ApiKey) -> Reply {
+    use kafka_protocol::error::ResponseError;
+    use kafka_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
+    let code = ResponseError::IllegalSaslState.code();
+    if key == kafka_protocol::messages::ApiKey::SaslHandshake {
+        let mut r = SaslHandshakeResponse::default();
+        r.error_code = code;
+        Reply::now(ResponseKind::SaslHandshake(r))
+    } else {
+        let mut r = SaslAuthenticateResponse::default();
+        r.error_code = code;
+        r.error_message = Some(handlers::sb("no SASL exchange on this listener or connection"));
+        Reply::now(ResponseKind::SaslAuthenticate(r))
+    }
 }
 
 #[cfg(test)]
@@ -314,6 +369,59 @@ mod tests {
                 r.rebalance_timeout_ms = 10_000;
                 r.subscribed_topic_names = Some(vec![name]);
                 RequestKind::ConsumerGroupHeartbeat(r)
+            }
+            ApiKey::SaslHandshake => RequestKind::SaslHandshake(SaslHandshakeRequest::default()),
+            ApiKey::SaslAuthenticate => RequestKind::SaslAuthenticate(SaslAuthenticateRequest::default()),
+            ApiKey::CreateAcls => {
+                let mut c = create_acls_request::AclCreation::default();
+                c.resource_type = 2;
+                c.resource_name = StrBytes::from_static_str("t");
+                if v >= 1 {
+                    c.resource_pattern_type = 3;
+                }
+                c.principal = StrBytes::from_static_str("User:a");
+                c.host = StrBytes::from_static_str("*");
+                c.operation = 3;
+                c.permission_type = 3;
+                let mut r = CreateAclsRequest::default();
+                r.creations = vec![c];
+                RequestKind::CreateAcls(r)
+            }
+            ApiKey::DescribeAcls => {
+                let mut r = DescribeAclsRequest::default();
+                r.resource_type_filter = 1;
+                if v >= 1 {
+                    r.pattern_type_filter = 1;
+                }
+                r.operation = 1;
+                r.permission_type = 1;
+                RequestKind::DescribeAcls(r)
+            }
+            ApiKey::DeleteAcls => {
+                let mut f = delete_acls_request::DeleteAclsFilter::default();
+                f.resource_type_filter = 2;
+                if v >= 1 {
+                    f.pattern_type_filter = 1;
+                }
+                f.operation = 1;
+                f.permission_type = 1;
+                let mut r = DeleteAclsRequest::default();
+                r.filters = vec![f];
+                RequestKind::DeleteAcls(r)
+            }
+            ApiKey::DescribeUserScramCredentials => {
+                RequestKind::DescribeUserScramCredentials(DescribeUserScramCredentialsRequest::default())
+            }
+            ApiKey::AlterUserScramCredentials => {
+                let mut u = alter_user_scram_credentials_request::ScramCredentialUpsertion::default();
+                u.name = StrBytes::from_static_str("u");
+                u.mechanism = 1;
+                u.iterations = 4096;
+                u.salt = bytes::Bytes::from_static(b"salt");
+                u.salted_password = bytes::Bytes::from_static(&[1; 32]);
+                let mut r = AlterUserScramCredentialsRequest::default();
+                r.upsertions = vec![u];
+                RequestKind::AlterUserScramCredentials(r)
             }
             other => panic!("add {other:?} to default_request"),
         }

@@ -13,7 +13,8 @@
 //! - `metrics`: every metric name, and the Prometheus endpoint (`metrics.listener`).
 //!
 //! - `txn`: the transaction coordinator (transaction-state log, markers, timeouts);
-//! - `kvlog`: the internal key/value log under both coordinators.
+//! - `kvlog`: the internal key/value log under both coordinators;
+//! - `security`: listeners, TLS, SASL, credentials, ACLs and authorization, limits, quotas.
 //!
 //! Coming with later issues: `cluster/` (openraft).
 
@@ -28,6 +29,7 @@ pub mod kvlog;
 pub mod metrics;
 pub mod partition;
 pub mod producer_ids;
+pub mod security;
 pub mod server;
 pub mod state;
 pub mod txn;

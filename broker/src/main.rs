@@ -69,7 +69,6 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let listener_addr = config.listener;
         if let Some(addr) = config.metrics_listener {
             if let Some(handle) = sluice_broker::metrics::install() {
                 if let Err(e) = sluice_broker::metrics::serve(addr, handle).await {
@@ -85,20 +84,28 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        let listener = match tokio::net::TcpListener::bind(listener_addr).await {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("sluice: cannot listen on {listener_addr}: {e}");
-                return ExitCode::from(1);
+        let mut bound = Vec::new();
+        for l in &state.config.listeners {
+            let runtime = match sluice_broker::server::ListenerRuntime::new(l, &state.config.security) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("sluice: listener {}: {e}", l.name);
+                    return ExitCode::from(2);
+                }
+            };
+            match tokio::net::TcpListener::bind(l.addr).await {
+                Ok(socket) => bound.push((socket, runtime)),
+                Err(e) => {
+                    eprintln!("sluice: cannot listen on {} ({}): {e}", l.addr, l.name);
+                    return ExitCode::from(1);
+                }
             }
-        };
-        tracing::info!(
-            "sluice listening on {} (data in {}, cluster id {})",
-            listener_addr,
-            state.data_dir().display(),
-            state.cluster_id
-        );
-        sluice_broker::server::run(state, listener, shutdown_signal()).await;
+        }
+        for l in &state.config.listeners {
+            tracing::info!("sluice listening on {} ({}, {:?})", l.addr, l.name, l.protocol);
+        }
+        tracing::info!("data in {}, cluster id {}", state.data_dir().display(), state.cluster_id);
+        sluice_broker::server::run(state, bound, shutdown_signal()).await;
         ExitCode::SUCCESS
     })
 }

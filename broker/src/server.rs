@@ -1,30 +1,77 @@
-//! The accept loop: a connection limit (`max.connections`), one task per connection, and
-//! graceful shutdown on SIGTERM/SIGINT (stop accepting, let connections finish their pending
-//! answers, then flush and close every log cleanly).
+//! The accept loops: one per listener, connection limits (`max.connections` in total,
+//! `max.connections.per.ip` per client address), one task per connection, and graceful
+//! shutdown on SIGTERM/SIGINT (stop accepting, let connections finish their pending answers,
+//! then flush and close every log cleanly).
 
+use crate::security::ListenerConfig;
 use crate::state::BrokerState;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
 
-pub async fn run(state: BrokerState, listener: TcpListener, shutdown_signal: impl std::future::Future<Output = ()>) {
+/// A listener as served: its settings and, for SSL/SASL_SSL, the TLS acceptor.
+pub struct ListenerRuntime {
+    pub config: Arc<ListenerConfig>,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl ListenerRuntime {
+    /// Build the runtime form of `config` (the TLS configuration from the PEM files).
+    pub fn new(
+        config: &ListenerConfig,
+        security: &crate::security::SecuritySettings,
+    ) -> anyhow::Result<ListenerRuntime> {
+        let tls = if config.protocol.tls() {
+            Some(tokio_rustls::TlsAcceptor::from(crate::security::tls::server_config(security)?))
+        } else {
+            None
+        };
+        Ok(ListenerRuntime { config: Arc::new(config.clone()), tls })
+    }
+}
+
+/// Serve `listeners` (bound sockets with their runtime settings) until `shutdown_signal`.
+pub async fn run(
+    state: BrokerState,
+    listeners: Vec<(TcpListener, ListenerRuntime)>,
+    shutdown_signal: impl std::future::Future<Output = ()>,
+) {
     let state = Arc::new(state);
     let limit = Arc::new(Semaphore::new(state.config.max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
     let background = tokio::spawn(crate::background::run(state.clone(), stop_rx.clone()));
-    tokio::pin!(shutdown_signal);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (socket, peer) = match accepted {
-                    Ok(x) => x,
+    let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, std::net::SocketAddr, Arc<ListenerRuntime>)>(64);
+    let mut acceptors = tokio::task::JoinSet::new();
+    for (listener, runtime) in listeners {
+        let (tx, runtime) = (accepted_tx.clone(), Arc::new(runtime));
+        acceptors.spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((socket, peer)) => {
+                        if tx.send((socket, peer, runtime.clone())).await.is_err() {
+                            return;
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!("accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
                     }
+                }
+            }
+        });
+    }
+    drop(accepted_tx);
+    tokio::pin!(shutdown_signal);
+    loop {
+        tokio::select! {
+            next = accepted.recv() => {
+                let Some((socket, peer, runtime)) = next else { break };
+                let Some(ip_permit) = state.security.admit(peer.ip()) else {
+                    tracing::warn!(%peer, "refusing connection: max.connections.per.ip reached");
+                    drop(socket);
+                    continue;
                 };
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
                     tracing::warn!(%peer, "refusing connection: max.connections reached");
@@ -34,8 +81,9 @@ pub async fn run(state: BrokerState, listener: TcpListener, shutdown_signal: imp
                 let st = state.clone();
                 let rx = stop_rx.clone();
                 conns.spawn(async move {
-                    crate::connection::handle(st, socket, rx).await;
+                    crate::connection::handle(st, socket, runtime, rx).await;
                     drop(permit);
+                    drop(ip_permit);
                 });
                 while conns.try_join_next().is_some() {}
             }
@@ -43,7 +91,7 @@ pub async fn run(state: BrokerState, listener: TcpListener, shutdown_signal: imp
         }
     }
     tracing::info!("shutting down");
-    drop(listener);
+    acceptors.abort_all();
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), async { while conns.join_next().await.is_some() {} }).await;
     conns.abort_all();

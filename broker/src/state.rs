@@ -87,6 +87,7 @@ pub struct BrokerState {
     pub producer_ids: crate::producer_ids::ProducerIds,
     pub groups: crate::group::GroupCoordinator,
     pub txns: crate::txn::TxnCoordinator,
+    pub security: Arc<crate::security::Security>,
     _lock: DirLock,
 }
 
@@ -217,7 +218,9 @@ impl BrokerState {
             crate::partition::IGNORE_LSO.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let txns = crate::txn::TxnCoordinator::open(&data_dir, &config.log, config.txns.clone())?;
+        let security = Arc::new(crate::security::Security::open(&data_dir, config.security.clone())?);
         let state = BrokerState {
+            security,
             producer_ids,
             groups,
             txns,

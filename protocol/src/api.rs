@@ -66,6 +66,14 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::ListTransactions, 0, 1),
     api(ApiKey::DescribeTransactions, 0, 0),
     api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    // v0 of SaslHandshake means raw SASL tokens after it; clients use v1 + SaslAuthenticate
+    api(ApiKey::SaslHandshake, 1, 1),
+    api(ApiKey::SaslAuthenticate, 0, 2),
+    api(ApiKey::CreateAcls, 1, 3),
+    api(ApiKey::DescribeAcls, 1, 3),
+    api(ApiKey::DeleteAcls, 1, 3),
+    api(ApiKey::DescribeUserScramCredentials, 0, 0),
+    api(ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The table row for `key`, if supported.

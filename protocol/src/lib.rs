@@ -7,6 +7,7 @@
 //! - `compression`: gzip, snappy, lz4, zstd codecs for whoever must encode or decode records;
 //! - `frame`: length-prefixed frames with a size limit;
 //! - `chunked`: an encoder target that keeps record data as shared chunks (zero-copy fetch);
+//! - `scram`: SCRAM-SHA-256/512 and PLAIN message handling for SASL (nonces come from the caller);
 //! - `api`: the one table of supported APIs that drives dispatch and the ApiVersions answer, and
 //!   the typed request decoding over the `kafka-protocol` crate's generated structs.
 //!
@@ -17,6 +18,7 @@ pub mod batch;
 pub mod chunked;
 pub mod compression;
 pub mod frame;
+pub mod scram;
 pub mod varint;
 
 pub use kafka_protocol;

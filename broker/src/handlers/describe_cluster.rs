@@ -8,15 +8,15 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 };
 use kafka_protocol::messages::{BrokerId, DescribeClusterResponse, DescribeLogDirsRequest, DescribeLogDirsResponse};
 
-pub fn describe_cluster(state: &BrokerState) -> DescribeClusterResponse {
+pub fn describe_cluster(state: &BrokerState, listener: &crate::security::ListenerConfig) -> DescribeClusterResponse {
     let mut r = DescribeClusterResponse::default();
     r.cluster_id = sb(&state.cluster_id);
     r.controller_id = BrokerId(state.config.node_id);
     r.endpoint_type = 1;
     let mut b = DescribeClusterBroker::default();
     b.broker_id = BrokerId(state.config.node_id);
-    b.host = sb(&state.config.advertised_host);
-    b.port = state.config.advertised_port;
+    b.host = sb(&listener.advertised_host);
+    b.port = listener.advertised_port;
     r.brokers = vec![b];
     r
 }

@@ -17,7 +17,12 @@ fn opt(s: &Option<StrBytes>) -> Option<&str> {
 
 /// FindCoordinator: this broker coordinates every group (key type 0) and every transactional
 /// id (key type 1).
-pub fn find_coordinator(state: &BrokerState, version: i16, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
+pub fn find_coordinator(
+    state: &BrokerState,
+    listener: &crate::security::ListenerConfig,
+    version: i16,
+    req: FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
     let keys: Vec<StrBytes> = if version >= 4 { req.coordinator_keys.clone() } else { vec![req.key.clone()] };
     let mut resp = FindCoordinatorResponse::default();
     for key in keys {
@@ -26,8 +31,8 @@ pub fn find_coordinator(state: &BrokerState, version: i16, req: FindCoordinatorR
         match req.key_type {
             0 | 1 => {
                 c.node_id = BrokerId(state.config.node_id);
-                c.host = sb(&state.config.advertised_host);
-                c.port = state.config.advertised_port;
+                c.host = sb(&listener.advertised_host);
+                c.port = listener.advertised_port;
             }
             _ => {
                 c.node_id = BrokerId(-1);

@@ -39,12 +39,17 @@ fn error_entry(name: Option<&str>, id: uuid::Uuid, code: i16) -> MetadataRespons
     e
 }
 
-pub fn handle(state: &BrokerState, version: i16, req: MetadataRequest) -> MetadataResponse {
+pub fn handle(
+    state: &BrokerState,
+    listener: &crate::security::ListenerConfig,
+    version: i16,
+    req: MetadataRequest,
+) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
     let mut b = MetadataResponseBroker::default();
     b.node_id = BrokerId(state.config.node_id);
-    b.host = sb(&state.config.advertised_host);
-    b.port = state.config.advertised_port;
+    b.host = sb(&listener.advertised_host);
+    b.port = listener.advertised_port;
     resp.brokers = vec![b];
     resp.cluster_id = Some(sb(&state.cluster_id));
     resp.controller_id = BrokerId(state.config.node_id);

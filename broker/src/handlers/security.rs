@@ -1,0 +1,378 @@
+//! CreateAcls, DescribeAcls, DeleteAcls, DescribeUserScramCredentials,
+//! AlterUserScramCredentials (who may call them is checked in `security::authz`).
+
+use super::sb;
+use crate::security::acl::{AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType};
+use crate::security::credentials::Change;
+use crate::state::BrokerState;
+use kafka_protocol::error::ResponseError as E;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use sluice_protocol::scram::{Mechanism, MAX_ITERATIONS, MIN_ITERATIONS};
+use std::collections::{BTreeMap, HashSet};
+
+fn filter(
+    rt: i8,
+    name: &Option<StrBytes>,
+    pt: i8,
+    principal: &Option<StrBytes>,
+    host: &Option<StrBytes>,
+    op: i8,
+    perm: i8,
+) -> Result<AclFilter, String> {
+    Ok(AclFilter {
+        resource_type: ResourceType::from_code(rt).ok_or(format!("unknown resource type {rt}"))?,
+        resource_name: name.as_ref().map(|s| s.to_string()),
+        pattern_type: PatternType::from_code(pt).ok_or(format!("unknown pattern type {pt}"))?,
+        principal: principal.as_ref().map(|s| s.to_string()),
+        host: host.as_ref().map(|s| s.to_string()),
+        operation: Operation::from_code(op).ok_or(format!("unknown operation {op}"))?,
+        permission: Permission::from_code(perm).ok_or(format!("unknown permission type {perm}"))?,
+    })
+}
+
+pub fn create_acls(state: &BrokerState, req: CreateAclsRequest) -> CreateAclsResponse {
+    let mut resp = CreateAclsResponse::default();
+    let mut valid = Vec::new();
+    let mut slots = Vec::new();
+    for c in &req.creations {
+        let binding = (|| -> Result<AclBinding, String> {
+            let b = AclBinding {
+                resource_type: ResourceType::from_code(c.resource_type)
+                    .ok_or(format!("unknown resource type {}", c.resource_type))?,
+                resource_name: c.resource_name.to_string(),
+                pattern_type: PatternType::from_code(c.resource_pattern_type)
+                    .ok_or(format!("unknown pattern type {}", c.resource_pattern_type))?,
+                principal: c.principal.to_string(),
+                host: c.host.to_string(),
+                operation: Operation::from_code(c.operation).ok_or(format!("unknown operation {}", c.operation))?,
+                permission: Permission::from_code(c.permission_type)
+                    .ok_or(format!("unknown permission type {}", c.permission_type))?,
+            };
+            b.validate()?;
+            Ok(b)
+        })();
+        let mut r = create_acls_response::AclCreationResult::default();
+        match binding {
+            Ok(b) => {
+                slots.push(Some(valid.len()));
+                valid.push(b);
+            }
+            Err(e) => {
+                slots.push(None);
+                r.error_code = E::InvalidRequest.code();
+                r.error_message = Some(sb(&e));
+            }
+        }
+        resp.results.push(r);
+    }
+    if !valid.is_empty() {
+        if let Err(e) = state.security.acls.create(&valid) {
+            tracing::error!("cannot persist ACLs: {e}");
+            for (r, slot) in resp.results.iter_mut().zip(&slots) {
+                if slot.is_some() {
+                    r.error_code = E::KafkaStorageError.code();
+                    r.error_message = Some(sb("the ACLs could not be stored"));
+                }
+            }
+        }
+    }
+    resp
+}
+
+pub fn describe_acls(state: &BrokerState, req: DescribeAclsRequest) -> DescribeAclsResponse {
+    let mut resp = DescribeAclsResponse::default();
+    let f = match filter(
+        req.resource_type_filter,
+        &req.resource_name_filter,
+        req.pattern_type_filter,
+        &req.principal_filter,
+        &req.host_filter,
+        req.operation,
+        req.permission_type,
+    ) {
+        Ok(f) => f,
+        Err(e) => {
+            resp.error_code = E::InvalidRequest.code();
+            resp.error_message = Some(sb(&e));
+            return resp;
+        }
+    };
+    let mut by_resource: BTreeMap<(i8, String, i8), Vec<AclBinding>> = BTreeMap::new();
+    for b in state.security.acls.describe(&f) {
+        by_resource
+            .entry((b.resource_type.code(), b.resource_name.clone(), b.pattern_type.code()))
+            .or_default()
+            .push(b);
+    }
+    for ((rt, name, pt), acls) in by_resource {
+        let mut r = describe_acls_response::DescribeAclsResource::default();
+        r.resource_type = rt;
+        r.resource_name = sb(&name);
+        r.pattern_type = pt;
+        r.acls = acls
+            .into_iter()
+            .map(|b| {
+                let mut d = describe_acls_response::AclDescription::default();
+                d.principal = sb(&b.principal);
+                d.host = sb(&b.host);
+                d.operation = b.operation.code();
+                d.permission_type = b.permission.code();
+                d
+            })
+            .collect();
+        resp.resources.push(r);
+    }
+    resp
+}
+
+pub fn delete_acls(state: &BrokerState, req: DeleteAclsRequest) -> DeleteAclsResponse {
+    let mut resp = DeleteAclsResponse::default();
+    let parsed: Vec<Result<AclFilter, String>> = req
+        .filters
+        .iter()
+        .map(|f| {
+            filter(
+                f.resource_type_filter,
+                &f.resource_name_filter,
+                f.pattern_type_filter,
+                &f.principal_filter,
+                &f.host_filter,
+                f.operation,
+                f.permission_type,
+            )
+        })
+        .collect();
+    let good: Vec<AclFilter> = parsed.iter().filter_map(|f| f.as_ref().ok().cloned()).collect();
+    let deleted = match state.security.acls.delete(&good) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!("cannot persist ACLs: {e}");
+            for _ in &req.filters {
+                let mut r = delete_acls_response::DeleteAclsFilterResult::default();
+                r.error_code = E::KafkaStorageError.code();
+                r.error_message = Some(sb("the ACLs could not be stored"));
+                resp.filter_results.push(r);
+            }
+            return resp;
+        }
+    };
+    let mut deleted = deleted.into_iter();
+    for f in parsed {
+        let mut r = delete_acls_response::DeleteAclsFilterResult::default();
+        match f {
+            Err(e) => {
+                r.error_code = E::InvalidRequest.code();
+                r.error_message = Some(sb(&e));
+            }
+            Ok(_) => {
+                r.matching_acls = deleted
+                    .next()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|b| {
+                        let mut m = delete_acls_response::DeleteAclsMatchingAcl::default();
+                        m.resource_type = b.resource_type.code();
+                        m.resource_name = sb(&b.resource_name);
+                        m.pattern_type = b.pattern_type.code();
+                        m.principal = sb(&b.principal);
+                        m.host = sb(&b.host);
+                        m.operation = b.operation.code();
+                        m.permission_type = b.permission.code();
+                        m
+                    })
+                    .collect();
+            }
+        }
+        resp.filter_results.push(r);
+    }
+    resp
+}
+
+pub fn describe_scram(
+    state: &BrokerState,
+    req: DescribeUserScramCredentialsRequest,
+) -> DescribeUserScramCredentialsResponse {
+    let mut resp = DescribeUserScramCredentialsResponse::default();
+    let all = state.security.credentials.describe();
+    let info = |user: &str, creds: &[(Mechanism, i32)]| {
+        let mut r = describe_user_scram_credentials_response::DescribeUserScramCredentialsResult::default();
+        r.user = sb(user);
+        r.credential_infos = creds
+            .iter()
+            .map(|(m, i)| {
+                let mut c = describe_user_scram_credentials_response::CredentialInfo::default();
+                c.mechanism = m.code();
+                c.iterations = *i;
+                c
+            })
+            .collect();
+        r
+    };
+    match req.users {
+        None => resp.results = all.iter().map(|(u, c)| info(u, c)).collect(),
+        Some(users) => {
+            let mut seen = HashSet::new();
+            let dups: HashSet<String> =
+                users.iter().map(|u| u.name.to_string()).filter(|u| !seen.insert(u.clone())).collect();
+            let mut done = HashSet::new();
+            for u in users {
+                let name = u.name.to_string();
+                if !done.insert(name.clone()) {
+                    continue;
+                }
+                let mut r = match all.get(&name) {
+                    Some(c) => info(&name, c),
+                    None => {
+                        let mut r =
+                            describe_user_scram_credentials_response::DescribeUserScramCredentialsResult::default();
+                        r.user = u.name.clone();
+                        r.error_code = E::ResourceNotFound.code();
+                        r.error_message =
+                            Some(sb(&format!("Attempt to describe a user credential that does not exist: {name}")));
+                        r
+                    }
+                };
+                if dups.contains(&name) {
+                    r.credential_infos.clear();
+                    r.error_code = E::DuplicateResource.code();
+                    r.error_message = Some(sb(&format!(
+                        "Cannot describe SCRAM credentials for the same user twice in a single request: {name}"
+                    )));
+                }
+                resp.results.push(r);
+            }
+        }
+    }
+    resp
+}
+
+pub fn alter_scram(state: &BrokerState, req: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
+    let mut resp = AlterUserScramCredentialsResponse::default();
+    // Kafka: a user named twice (any mechanism, deletion or upsertion) is refused whole
+    let mut count: BTreeMap<(String, i8), usize> = BTreeMap::new();
+    for (n, m) in req
+        .deletions
+        .iter()
+        .map(|d| (d.name.to_string(), d.mechanism))
+        .chain(req.upsertions.iter().map(|u| (u.name.to_string(), u.mechanism)))
+    {
+        *count.entry((n, m)).or_default() += 1;
+    }
+    let dup_users: HashSet<String> = count.iter().filter(|(_, c)| **c > 1).map(|((u, _), _)| u.clone()).collect();
+    let mut errors: BTreeMap<String, (i16, String)> = BTreeMap::new();
+    let mut changes = Vec::new();
+    let mut change_users = Vec::new();
+    let fail = |user: &str, code: i16, msg: String, errors: &mut BTreeMap<String, (i16, String)>| {
+        errors.entry(user.to_string()).or_insert((code, msg));
+    };
+    for d in &req.deletions {
+        let user = d.name.to_string();
+        if dup_users.contains(&user) {
+            fail(
+                &user,
+                E::DuplicateResource.code(),
+                format!("A user credential cannot be altered twice in the same request: {user}"),
+                &mut errors,
+            );
+            continue;
+        }
+        let Some(m) = Mechanism::from_code(d.mechanism) else {
+            fail(
+                &user,
+                E::UnsupportedSaslMechanism.code(),
+                format!("Unknown SCRAM mechanism {}", d.mechanism),
+                &mut errors,
+            );
+            continue;
+        };
+        if state.security.credentials.get(&user, m).is_none() {
+            fail(
+                &user,
+                E::ResourceNotFound.code(),
+                format!("Attempt to delete a user credential that does not exist: {user}"),
+                &mut errors,
+            );
+            continue;
+        }
+        changes.push(Change::Delete { user: user.clone(), mechanism: m });
+        change_users.push(user);
+    }
+    for u in &req.upsertions {
+        let user = u.name.to_string();
+        if dup_users.contains(&user) {
+            fail(
+                &user,
+                E::DuplicateResource.code(),
+                format!("A user credential cannot be altered twice in the same request: {user}"),
+                &mut errors,
+            );
+            continue;
+        }
+        if user.is_empty() {
+            fail(&user, E::UnacceptableCredential.code(), "Username must not be empty".into(), &mut errors);
+            continue;
+        }
+        let Some(m) = Mechanism::from_code(u.mechanism) else {
+            fail(
+                &user,
+                E::UnsupportedSaslMechanism.code(),
+                format!("Unknown SCRAM mechanism {}", u.mechanism),
+                &mut errors,
+            );
+            continue;
+        };
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&u.iterations) {
+            fail(
+                &user,
+                E::UnacceptableCredential.code(),
+                format!("Iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}"),
+                &mut errors,
+            );
+            continue;
+        }
+        if u.salt.is_empty() || u.salted_password.is_empty() {
+            fail(
+                &user,
+                E::UnacceptableCredential.code(),
+                "Salt and salted password must not be empty".into(),
+                &mut errors,
+            );
+            continue;
+        }
+        changes.push(Change::Upsert {
+            user: user.clone(),
+            credential: m.credential(&u.salted_password, u.salt.to_vec(), u.iterations),
+        });
+        change_users.push(user);
+    }
+    // a user with any refused change has none applied
+    let keep: Vec<bool> = change_users.iter().map(|u| !errors.contains_key(u)).collect();
+    let changes: Vec<Change> = changes.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c).collect();
+    if !changes.is_empty() {
+        if let Err(e) = state.security.credentials.apply(changes) {
+            tracing::error!("cannot persist SCRAM credentials: {e}");
+            for u in &change_users {
+                errors
+                    .entry(u.clone())
+                    .or_insert((E::KafkaStorageError.code(), "credentials could not be stored".into()));
+            }
+        }
+    }
+    let users: std::collections::BTreeSet<String> = req
+        .deletions
+        .iter()
+        .map(|d| d.name.to_string())
+        .chain(req.upsertions.iter().map(|u| u.name.to_string()))
+        .collect();
+    for u in users {
+        let mut r = alter_user_scram_credentials_response::AlterUserScramCredentialsResult::default();
+        r.user = sb(&u);
+        if let Some((code, msg)) = errors.get(&u) {
+            r.error_code = *code;
+            r.error_message = Some(sb(msg));
+        }
+        resp.results.push(r);
+    }
+    resp
+}

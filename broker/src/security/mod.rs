@@ -1,0 +1,201 @@
+//! Security: listeners and their protocols (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), TLS,
+//! SASL (PLAIN, SCRAM-SHA-256/512) with a salted credential store, ACLs and the per-API
+//! authorization checks, connection limits and byte-rate quotas.
+//!
+//! - `tls`: rustls server configuration from PEM files; the client certificate's principal;
+//! - `sasl`: one connection's authentication state machine;
+//! - `credentials`: SCRAM credentials, persisted in `<log.dirs>/__scram_credentials.json`;
+//! - `acl`: ACL bindings, filters and the allow/deny decision, persisted in `__acls.json`;
+//! - `authz`: what each API needs (Kafka's rules), applied before dispatch;
+//! - `quota`: per-client-id produce/fetch byte rates and the throttle time they earn.
+
+pub mod acl;
+pub mod authz;
+pub mod credentials;
+pub mod quota;
+pub mod sasl;
+pub mod tls;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Kafka's security protocols, one per listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn parse(s: &str) -> Option<SecurityProtocol> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "PLAINTEXT" => Some(SecurityProtocol::Plaintext),
+            "SSL" => Some(SecurityProtocol::Ssl),
+            "SASL_PLAINTEXT" => Some(SecurityProtocol::SaslPlaintext),
+            "SASL_SSL" => Some(SecurityProtocol::SaslSsl),
+            _ => None,
+        }
+    }
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+    pub fn sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+    }
+}
+
+/// One configured listener.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListenerConfig {
+    /// The listener name (`PLAINTEXT`, `SASL_SSL`, or a custom name mapped by
+    /// `listener.security.protocol.map`).
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub addr: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+}
+
+/// When a TLS listener asks for a client certificate (`ssl.client.auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    None,
+    Requested,
+    Required,
+}
+
+/// Security settings (see the `ssl.*`, `sasl.*`, `authorizer.*`, `super.users`, quota and
+/// connection-limit settings in `config`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecuritySettings {
+    /// PEM file with the certificate chain and the private key (`ssl.keystore.location`).
+    pub keystore: Option<PathBuf>,
+    /// PEM file of CA certificates for client certificates (`ssl.truststore.location`).
+    pub truststore: Option<PathBuf>,
+    pub client_auth: ClientAuth,
+    /// `sasl.enabled.mechanisms`.
+    pub sasl_mechanisms: Vec<String>,
+    /// `sasl.bootstrap.users`: name:password pairs created at start if absent.
+    pub bootstrap_users: Vec<(String, String)>,
+    /// `sasl.server.max.receive.size`: largest frame before authentication.
+    pub sasl_max_receive: usize,
+    /// ACLs are enforced (`authorizer.class.name` set).
+    pub authorizer: bool,
+    /// `super.users`: principals (`User:name`) allowed everything.
+    pub super_users: Vec<String>,
+    pub allow_if_no_acl: bool,
+    pub max_connections_per_ip: usize,
+    pub max_connections_per_ip_overrides: HashMap<IpAddr, usize>,
+    /// `quota.producer.default` / `quota.consumer.default` in bytes per second per client id.
+    pub producer_byte_rate: Option<u64>,
+    pub consumer_byte_rate: Option<u64>,
+}
+
+impl Default for SecuritySettings {
+    fn default() -> Self {
+        SecuritySettings {
+            keystore: None,
+            truststore: None,
+            client_auth: ClientAuth::None,
+            sasl_mechanisms: vec!["PLAIN".into(), "SCRAM-SHA-256".into(), "SCRAM-SHA-512".into()],
+            bootstrap_users: Vec::new(),
+            sasl_max_receive: 524_288,
+            authorizer: false,
+            super_users: Vec::new(),
+            allow_if_no_acl: false,
+            max_connections_per_ip: usize::MAX,
+            max_connections_per_ip_overrides: HashMap::new(),
+            producer_byte_rate: None,
+            consumer_byte_rate: None,
+        }
+    }
+}
+
+/// The principal of an unauthenticated connection (PLAINTEXT, or SSL without a certificate).
+pub const ANONYMOUS: &str = "User:ANONYMOUS";
+
+/// Who sent a request, from where, on which listener.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// `User:<name>`.
+    pub principal: String,
+    pub peer: Option<SocketAddr>,
+    pub listener: Arc<ListenerConfig>,
+}
+
+impl Session {
+    /// A session for in-process callers (tests): anonymous, on the first listener.
+    pub fn internal(listener: &ListenerConfig) -> Session {
+        Session { principal: ANONYMOUS.into(), peer: None, listener: Arc::new(listener.clone()) }
+    }
+    pub fn host(&self) -> String {
+        self.peer.map(|p| p.ip().to_string()).unwrap_or_else(|| "127.0.0.1".into())
+    }
+}
+
+/// The broker's security state: credentials, ACLs, quotas, connection counts.
+pub struct Security {
+    pub settings: SecuritySettings,
+    pub credentials: credentials::CredentialStore,
+    pub acls: acl::AclStore,
+    pub quotas: quota::Quotas,
+    per_ip: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Security {
+    pub fn open(dir: &std::path::Path, settings: SecuritySettings) -> anyhow::Result<Security> {
+        let credentials = credentials::CredentialStore::open(dir)?;
+        credentials.bootstrap(&settings.bootstrap_users)?;
+        let acls = acl::AclStore::open(dir)?;
+        let quotas = quota::Quotas::new(settings.producer_byte_rate, settings.consumer_byte_rate);
+        Ok(Security { settings, credentials, acls, quotas, per_ip: Mutex::new(HashMap::new()) })
+    }
+
+    /// Count a new connection from `ip`; `None` if `max.connections.per.ip` is reached.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<IpPermit> {
+        let limit = self
+            .settings
+            .max_connections_per_ip_overrides
+            .get(&ip)
+            .copied()
+            .unwrap_or(self.settings.max_connections_per_ip);
+        let mut m = self.per_ip.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(IpPermit { security: self.clone(), ip })
+    }
+
+    /// Is `principal` (from `host`) allowed `op` on the resource? Always true without an
+    /// authorizer.
+    pub fn allowed(&self, session: &Session, op: acl::Operation, rtype: acl::ResourceType, name: &str) -> bool {
+        if !self.settings.authorizer || self.settings.super_users.contains(&session.principal) {
+            return true;
+        }
+        self.acls.authorize(&session.principal, &session.host(), op, rtype, name, self.settings.allow_if_no_acl)
+    }
+}
+
+/// A connection counted against its IP; released on drop.
+pub struct IpPermit {
+    security: Arc<Security>,
+    ip: IpAddr,
+}
+
+impl Drop for IpPermit {
+    fn drop(&mut self) {
+        let mut m = self.security.per_ip.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
