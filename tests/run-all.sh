@@ -14,6 +14,7 @@ command -v kcat >/dev/null || need_apt+=(kcat)
 command -v cc >/dev/null || need_apt+=(build-essential)
 # the process tests signal brokers and workers with /bin/kill (SIGSTOP, SIGCONT, SIGKILL)
 [ -x /bin/kill ] || [ -x /usr/bin/kill ] || need_apt+=(procps)
+command -v openssl >/dev/null || need_apt+=(openssl)  # test certificates for TLS listeners
 command -v python3 >/dev/null || need_apt+=(python3)
 python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 [ -e /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)

@@ -19,10 +19,12 @@ def free_port():
 
 
 class Broker:
-    def __init__(self, data_dir, port, extra=()):
+    def __init__(self, data_dir, port, extra=(), listeners=None):
         self.data_dir = data_dir
         self.port = port
         self.extra = list(extra)
+        # the listeners setting; the broker counts as started once `port` accepts connections
+        self.listeners = listeners or f"PLAINTEXT://127.0.0.1:{port}"
         self.proc = None
         self.log_path = os.path.join(os.path.dirname(data_dir), f"broker-{port}.log")
 
@@ -36,7 +38,7 @@ class Broker:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
         self.proc = subprocess.Popen(
             [TEST_SLUICE_BIN, "--log-dirs", self.data_dir,
-             "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}", *self.extra],
+             "--listeners", self.listeners, *self.extra],
             stdout=log, stderr=log, env=env)
         deadline = time.time() + 20
         while time.time() < deadline:

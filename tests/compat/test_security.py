@@ -1,0 +1,396 @@
+"""Security with real clients: TLS, SASL (PLAIN, SCRAM-SHA-256/512), ACLs, SCRAM users managed
+through the admin API, connection limits and quotas. confluent-kafka (librdkafka) and
+kafka-python against a `sluice` process with four listeners and the authorizer on.
+
+Certificates are made per test session with the openssl CLI (a throwaway CA, a server
+certificate for 127.0.0.1, a client certificate whose subject is a super user)."""
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition, OFFSET_BEGINNING
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                   NewTopic, ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialDeletion, UserScramCredentialUpsertion)
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import errors as kerrors
+
+from conftest import Broker, free_port
+
+CLIENT_DN = "User:CN=sluice-client,O=Sluice Tests"
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+
+
+def sh(*args, cwd):
+    subprocess.run(args, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def certs():
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "server.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n")
+        with open(os.path.join(d, "client.ext"), "w") as f:
+            f.write("extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n")
+        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+           "-days", "2", "-subj", "/CN=sluice-test-ca", cwd=d)
+        for name, subj in [("server", "/CN=127.0.0.1"), ("client", "/O=Sluice Tests/CN=sluice-client")]:
+            sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+               "-subj", subj, cwd=d)
+            sh("openssl", "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+               "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
+        with open(os.path.join(d, "server.pem"), "w") as f:
+            f.write(open(os.path.join(d, "server.crt")).read() + open(os.path.join(d, "server.key")).read())
+        yield {k: os.path.join(d, f) for k, f in
+               [("ca", "ca.pem"), ("server", "server.pem"), ("cert", "client.crt"), ("key", "client.key")]}
+
+
+class Secure:
+    """A broker with PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL listeners and ACLs enforced."""
+
+    def __init__(self, broker, ports, certs):
+        self.broker, self.ports, self.certs = broker, ports, certs
+
+    def confluent(self, listener, user=None, password=None, mechanism="SCRAM-SHA-256", cert=False, **extra):
+        c = {"bootstrap.servers": f"127.0.0.1:{self.ports[listener]}", "security.protocol": listener}
+        if "SSL" in listener:
+            c["ssl.ca.location"] = self.certs["ca"]
+            if cert:
+                c["ssl.certificate.location"] = self.certs["cert"]
+                c["ssl.key.location"] = self.certs["key"]
+        if "SASL" in listener:
+            c.update({"sasl.mechanism": mechanism, "sasl.username": user,
+                      "sasl.password": password if password is not None else USERS[user]})
+        c.update(extra)
+        return c
+
+    def kafka_python(self, listener, user=None, password=None, mechanism="SCRAM-SHA-256", cert=False):
+        c = dict(bootstrap_servers=f"127.0.0.1:{self.ports[listener]}", security_protocol=listener)
+        if "SSL" in listener:
+            c["ssl_cafile"] = self.certs["ca"]
+            if cert:
+                c["ssl_certfile"] = self.certs["cert"]
+                c["ssl_keyfile"] = self.certs["key"]
+        if "SASL" in listener:
+            c.update(sasl_mechanism=mechanism, sasl_plain_username=user,
+                     sasl_plain_password=password if password is not None else USERS[user])
+        return c
+
+    def admin(self):
+        return AdminClient(self.confluent("SASL_PLAINTEXT", "admin"))
+
+    def log(self):
+        return open(self.broker.log_path).read()
+
+
+@pytest.fixture
+def secure(certs):
+    names = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+    ports = {n: free_port() for n in names}
+    listeners = ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in names)
+    with tempfile.TemporaryDirectory() as d:
+        b = Broker(os.path.join(d, "data"), ports["PLAINTEXT"], listeners=listeners, extra=[
+            "--ssl-keystore-location", certs["server"], "--ssl-truststore-location", certs["ca"],
+            "--ssl-client-auth", "requested",
+            "--sasl-bootstrap-users", ",".join(f"{u}:{p}" for u, p in USERS.items()),
+            "--authorizer-class-name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "--super-users", f"User:admin;{CLIENT_DN}",
+            "--group-initial-rebalance-delay-ms", "0"]).start()
+        try:
+            yield Secure(b, ports, certs)
+        finally:
+            b.kill9()
+
+
+def allow(principal, rtype, name, op, pattern=ResourcePatternType.LITERAL):
+    return AclBinding(rtype, name, pattern, principal, "*", op, AclPermissionType.ALLOW)
+
+
+def create_acls(admin, bindings):
+    for f in admin.create_acls(bindings, request_timeout=10).values():
+        f.result()
+
+
+def confluent_roundtrip(producer_conf, consumer_conf, topic, n=20):
+    errors = []
+    p = Producer({**producer_conf, "error_cb": errors.append})
+    for i in range(n):
+        p.produce(topic, value=b"v%d" % i, key=b"k%d" % i)
+    assert p.flush(20) == 0, errors
+    c = Consumer({**consumer_conf, "group.id": "g-" + uuid.uuid4().hex, "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = []
+    deadline = time.time() + 30
+    while len(got) < n and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    assert sorted(got) == sorted(b"v%d" % i for i in range(n))
+
+
+@pytest.mark.parametrize("listener,mechanism", [
+    ("SSL", None), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
+    ("SASL_PLAINTEXT", "SCRAM-SHA-512"), ("SASL_SSL", "SCRAM-SHA-512"), ("SASL_SSL", "PLAIN")])
+def test_both_clients_over_every_protocol(secure, listener, mechanism):
+    """librdkafka writes and reads, kafka-python writes and reads, over TLS (client certificate:
+    a super user by its DN) and SASL (the admin user)."""
+    user = "admin" if mechanism else None
+    kw = dict(user=user, mechanism=mechanism or "PLAIN", cert=mechanism is None)
+    topic = f"sec-{listener}-{mechanism}".replace("_", "-")
+    confluent_roundtrip(secure.confluent(listener, **kw), secure.confluent(listener, **kw), topic)
+    conf = secure.kafka_python(listener, **kw)
+    p = KafkaProducer(**conf)
+    for i in range(10):
+        p.send(topic, b"kp%d" % i)
+    p.flush()
+    p.close()
+    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=5000, **conf)
+    got = [m.value for m in c]
+    c.close()
+    assert sorted(got) == sorted([b"v%d" % i for i in range(20)] + [b"kp%d" % i for i in range(10)])
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("user,password", [("alice", "wrong"), ("mallory", "alice-secret")])
+def test_wrong_passwords_and_unknown_users_are_refused(secure, mechanism, user, password):
+    errors = []
+    a = AdminClient(secure.confluent("SASL_PLAINTEXT", user, password, mechanism, error_cb=errors.append))
+    with pytest.raises(KafkaException):
+        a.list_topics(timeout=4)
+    a.poll(1)  # error callbacks are served by poll
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    with pytest.raises(kerrors.KafkaError):
+        KafkaProducer(request_timeout_ms=4000, max_block_ms=4000, bootstrap_timeout_ms=4000,
+                      **secure.kafka_python("SASL_PLAINTEXT", user, password, mechanism))
+    assert "SASL authentication failed" in secure.log()
+
+
+def test_requests_before_authentication_close_the_connection(secure):
+    """A client that skips SASL on a SASL listener gets nothing but ApiVersions."""
+    errors = []
+    a = AdminClient({"bootstrap.servers": f"127.0.0.1:{secure.ports['SASL_PLAINTEXT']}", "error_cb": errors.append})
+    with pytest.raises(KafkaException):
+        a.list_topics(timeout=3)
+    assert "request before SASL authentication" in secure.log()
+
+
+def test_anonymous_and_unlisted_users_are_denied(secure):
+    """Without ACLs nobody but super users may write (allow.everyone.if.no.acl.found=false)."""
+    for conf in [secure.confluent("PLAINTEXT"), secure.confluent("SSL"), secure.confluent("SASL_PLAINTEXT", "bob")]:
+        results = []
+        p = Producer({**conf, "message.timeout.ms": 8000})
+        p.produce("denied-topic", b"x", on_delivery=lambda err, msg: results.append(err))
+        p.flush(15)
+        assert len(results) == 1 and results[0] is not None
+        assert results[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, results
+    assert "denied-topic" not in secure.admin().list_topics(timeout=10).topics, "no auto-create without Create"
+
+
+def test_transactional_id_write_acl_protects_the_owner(secure):
+    """bob may write the topic but not use alice's transactional id: his InitProducerId is
+    refused, so he cannot fence alice, whose open transaction then commits."""
+    admin = secure.admin()
+    admin.create_topics([NewTopic("orders", 2, 1)])[ "orders"].result()
+    create_acls(admin, [
+        allow("User:alice", ResourceType.TOPIC, "orders", AclOperation.WRITE),
+        allow("User:alice", ResourceType.TRANSACTIONAL_ID, "tx-alice", AclOperation.WRITE),
+        allow("User:bob", ResourceType.TOPIC, "orders", AclOperation.WRITE),
+    ])
+    alice = Producer(secure.confluent("SASL_PLAINTEXT", "alice", **{"transactional.id": "tx-alice"}))
+    alice.init_transactions(15)
+    alice.begin_transaction()
+    for i in range(10):
+        alice.produce("orders", b"alice-%d" % i, partition=i % 2)
+    alice.flush(15)
+    bob = Producer(secure.confluent("SASL_PLAINTEXT", "bob", **{"transactional.id": "tx-alice"}))
+    with pytest.raises(KafkaException) as e:
+        bob.init_transactions(15)
+    assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, e.value
+    with pytest.raises((kerrors.TransactionalIdAuthorizationFailedError, kerrors.KafkaError)) as e2:
+        kp = KafkaProducer(transactional_id="tx-alice", **secure.kafka_python("SASL_PLAINTEXT", "bob"))
+        kp.init_transactions()
+    assert "TransactionalIdAuthorizationFailed" in repr(e2.value) or "53" in repr(e2.value), e2.value
+    alice.commit_transaction(15)  # not fenced
+    c = Consumer(secure.confluent("SASL_PLAINTEXT", "admin", **{"group.id": "check", "isolation.level": "read_committed",
+                                                                "auto.offset.reset": "earliest"}))
+    c.assign([TopicPartition("orders", p, OFFSET_BEGINNING) for p in range(2)])
+    got = []
+    deadline = time.time() + 20
+    while len(got) < 10 and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    assert sorted(got) == sorted(b"alice-%d" % i for i in range(10))
+
+
+def test_read_acl_on_topic_and_group(secure):
+    """bob may Describe but not Read the topic: both clients' fetches are refused with
+    TOPIC_AUTHORIZATION_FAILED.
+    alice, with Read on the topic and the group, consumes it through a group."""
+    admin = secure.admin()
+    p = Producer(secure.confluent("SASL_PLAINTEXT", "admin"))
+    for i in range(10):
+        p.produce("ledger", b"r%d" % i)
+    assert p.flush(15) == 0
+    create_acls(admin, [
+        allow("User:alice", ResourceType.TOPIC, "led", AclOperation.READ, ResourcePatternType.PREFIXED),
+        allow("User:alice", ResourceType.GROUP, "alice-", AclOperation.READ, ResourcePatternType.PREFIXED),
+        allow("User:bob", ResourceType.GROUP, "*", AclOperation.READ),
+        # bob may see the topic (metadata, offsets) but not read it
+        allow("User:bob", ResourceType.TOPIC, "ledger", AclOperation.DESCRIBE),
+    ])
+    bob = Consumer(secure.confluent("SASL_PLAINTEXT", "bob", **{"group.id": "bob-g", "enable.auto.commit": False}))
+    bob.assign([TopicPartition("ledger", 0, OFFSET_BEGINNING)])
+    seen_error = None
+    deadline = time.time() + 15
+    while seen_error is None and time.time() < deadline:
+        m = bob.poll(0.5)
+        if m is not None:
+            assert m.error(), "bob read a record"
+            seen_error = m.error().code()
+    bob.close()
+    assert seen_error == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    kc = KafkaConsumer(consumer_timeout_ms=3000, **secure.kafka_python("SASL_PLAINTEXT", "bob"))
+    from kafka import TopicPartition as KTP
+    kc.assign([KTP("ledger", 0)])
+    kc.seek_to_beginning()
+    with pytest.raises(kerrors.TopicAuthorizationFailedError):
+        for _ in range(10):
+            kc.poll(timeout_ms=500)
+    kc.close()
+    alice = Consumer(secure.confluent("SASL_PLAINTEXT", "alice", **{"group.id": "alice-g",
+                                                                    "auto.offset.reset": "earliest"}))
+    alice.subscribe(["ledger"])
+    got = []
+    deadline = time.time() + 30
+    while len(got) < 10 and time.time() < deadline:
+        m = alice.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    alice.close()
+    assert sorted(got) == sorted(b"r%d" % i for i in range(10))
+
+
+def test_acls_and_scram_users_through_the_admin_api(secure):
+    """confluent-kafka's AdminClient manages ACLs and SCRAM users; a user created this way
+    logs in with SCRAM and PLAIN; once deleted, it is refused. Non-admins may not manage."""
+    admin = secure.admin()
+    binding = allow("User:carol", ResourceType.TOPIC, "c-", AclOperation.ALL, ResourcePatternType.PREFIXED)
+    create_acls(admin, [binding, allow("User:carol", ResourceType.GROUP, "g-", AclOperation.READ,
+                                       ResourcePatternType.PREFIXED)])
+    any_filter = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                  AclOperation.ANY, AclPermissionType.ANY)
+    assert binding in admin.describe_acls(any_filter, request_timeout=10).result()
+    up = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"carol-pw")
+    for f in admin.alter_user_scram_credentials([up]).values():
+        f.result()
+    described = admin.describe_user_scram_credentials(["carol"])["carol"].result()
+    assert described.scram_credential_infos[0].iterations == 8192
+    for mech in ["SCRAM-SHA-256", "PLAIN"]:
+        confluent_roundtrip(secure.confluent("SASL_PLAINTEXT", "carol", "carol-pw", mech, **{"message.timeout.ms": 10000}),
+                            secure.confluent("SASL_PLAINTEXT", "carol", "carol-pw", mech), f"c-{mech}", n=5)
+    # alice may not manage users or ACLs
+    a2 = AdminClient(secure.confluent("SASL_PLAINTEXT", "alice"))
+    with pytest.raises(KafkaException) as e:
+        for f in a2.create_acls([binding], request_timeout=10).values():
+            f.result()
+    assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    exact = AclBindingFilter(binding.restype, binding.name, binding.resource_pattern_type, binding.principal,
+                             binding.host, binding.operation, binding.permission_type)
+    deleted = admin.delete_acls([exact], request_timeout=10)
+    assert [b for f in deleted.values() for b in f.result()] == [binding]
+    assert binding not in admin.describe_acls(any_filter, request_timeout=10).result()
+    for f in admin.alter_user_scram_credentials(
+            [UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)]).values():
+        f.result()
+    errors = []
+    a3 = AdminClient(secure.confluent("SASL_PLAINTEXT", "carol", "carol-pw", "SCRAM-SHA-256", error_cb=errors.append))
+    with pytest.raises(KafkaException):
+        a3.list_topics(timeout=4)
+    a3.poll(1)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+
+
+def test_acls_and_users_survive_a_restart(secure):
+    admin = secure.admin()
+    admin.create_topics([NewTopic("kept", 1, 1)])["kept"].result()
+    create_acls(admin, [allow("User:bob", ResourceType.TOPIC, "kept", AclOperation.WRITE)])
+    secure.broker.restart()
+    confluent_roundtrip(secure.confluent("SASL_PLAINTEXT", "bob"), secure.confluent("SASL_PLAINTEXT", "admin"),
+                        "kept", n=5)
+
+
+def test_connection_flood_is_refused_while_existing_clients_carry_on():
+    with tempfile.TemporaryDirectory() as d:
+        port = free_port()
+        b = Broker(os.path.join(d, "data"), port, extra=["--max-connections-per-ip", "6"]).start()
+        try:
+            p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+            for i in range(10):
+                p.produce("flood", b"before-%d" % i)
+            assert p.flush(15) == 0
+            flood = []
+            for _ in range(30):
+                s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                flood.append(s)
+            time.sleep(0.5)
+            closed = 0
+            for s in flood:
+                s.settimeout(0.2)
+                try:
+                    if s.recv(1) == b"":
+                        closed += 1
+                except socket.timeout:
+                    pass
+                except ConnectionResetError:
+                    closed += 1
+            assert closed >= 30 - 6, closed
+            assert "max.connections.per.ip reached" in open(b.log_path).read()
+            delivered = []
+            for i in range(10):
+                p.produce("flood", b"during-%d" % i, on_delivery=lambda err, msg: delivered.append(err))
+            assert p.flush(15) == 0
+            assert delivered == [None] * 10
+            for s in flood:
+                s.close()
+            time.sleep(0.3)
+            c = KafkaConsumer("flood", bootstrap_servers=b.bootstrap, auto_offset_reset="earliest",
+                              consumer_timeout_ms=5000)
+            assert len([m for m in c]) == 20
+            c.close()
+        finally:
+            b.kill9()
+
+
+def test_produce_quota_throttles_a_fast_producer():
+    """quota.producer.default = 200 KB/s: 1.2 MB cannot be accepted in less than ~5 s (one second
+    of burst), every record still arrives, and the broker reports throttle time."""
+    with tempfile.TemporaryDirectory() as d:
+        b = Broker(os.path.join(d, "data"), free_port(), extra=["--quota-producer-default", "200000"]).start()
+        try:
+            stats = []
+            p = Producer({"bootstrap.servers": b.bootstrap, "client.id": "fast", "batch.size": 65536,
+                          "linger.ms": 5, "statistics.interval.ms": 500, "stats_cb": stats.append})
+            t0 = time.time()
+            for i in range(1200):
+                p.produce("quota", b"x" * 1000)
+                p.poll(0)
+            assert p.flush(60) == 0
+            elapsed = time.time() - t0
+            assert elapsed >= 4.0, elapsed
+            import json
+            throttles = [br["throttle"]["max"] for s in stats for br in json.loads(s)["brokers"].values()
+                         if br.get("nodeid", -1) >= 0]
+            assert max(throttles) > 0, "librdkafka saw no throttle_time_ms"
+            c = KafkaConsumer("quota", bootstrap_servers=b.bootstrap, auto_offset_reset="earliest",
+                              consumer_timeout_ms=5000)
+            assert len([m for m in c]) == 1200
+            c.close()
+        finally:
+            b.kill9()
