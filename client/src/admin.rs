@@ -126,11 +126,11 @@ pub struct Admin {
     timeout_ms: i32,
 }
 
-fn unexpected(what: &str) -> Error {
+pub(crate) fn unexpected(what: &str) -> Error {
     Error::invalid(format!("unexpected response to {what}"))
 }
 
-fn check_msg(code: i16, message: Option<&StrBytes>, what: impl std::fmt::Display) -> Result<()> {
+pub(crate) fn check_msg(code: i16, message: Option<&StrBytes>, what: impl std::fmt::Display) -> Result<()> {
     match message.filter(|m| !m.is_empty()) {
         Some(m) => Error::check(code, format!("{what} ({})", &**m)),
         None => Error::check(code, what),
@@ -159,15 +159,16 @@ impl Admin {
         config.check_known(COMMON)?;
         let mut cluster = Cluster::new(&config.bootstrap()?, &config.string("client.id", "sluice-admin"), 1)?;
         cluster.request_timeout = config.ms("request.timeout.ms", 30_000)?;
+        cluster.security = crate::security::Security::from_config(config)?;
         let timeout_ms = cluster.request_timeout.as_millis().min(i32::MAX as u128) as i32;
         Ok(Admin { cluster: Arc::new(cluster), timeout_ms })
     }
 
-    async fn any(&self) -> Result<Arc<Broker>> {
+    pub(crate) async fn any(&self) -> Result<Arc<Broker>> {
         self.cluster.any_broker(Lane::Data).await
     }
 
-    async fn call(&self, b: &Broker, key: ApiKey, body: RequestKind) -> Result<ResponseKind> {
+    pub(crate) async fn call(&self, b: &Broker, key: ApiKey, body: RequestKind) -> Result<ResponseKind> {
         self.cluster.timed(b.call(key, body)).await
     }
 

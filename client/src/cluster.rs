@@ -48,6 +48,13 @@ fn client_versions(key: ApiKey) -> (i16, i16) {
         ApiKey::DescribeProducers => (0, 0),
         ApiKey::WriteTxnMarkers => (1, 1),
         ApiKey::DescribeCluster => (0, 0),
+        ApiKey::SaslHandshake => (1, 1),
+        ApiKey::SaslAuthenticate => (0, 2),
+        ApiKey::CreateAcls => (1, 3),
+        ApiKey::DescribeAcls => (1, 3),
+        ApiKey::DeleteAcls => (1, 3),
+        ApiKey::DescribeUserScramCredentials => (0, 0),
+        ApiKey::AlterUserScramCredentials => (0, 0),
         _ => (0, 0),
     }
 }
@@ -160,6 +167,8 @@ pub struct Cluster {
     pub retry_backoff: Duration,
     /// How long a call to a broker may take before it counts as failed.
     pub request_timeout: Duration,
+    /// TLS and SASL settings for every connection.
+    pub security: crate::security::Security,
     state: Mutex<State>,
 }
 
@@ -195,6 +204,7 @@ impl Cluster {
             inflight: inflight.max(1),
             retry_backoff: Duration::from_millis(100),
             request_timeout: Duration::from_secs(30),
+            security: Default::default(),
             state: Mutex::new(State { controller: -1, ..Default::default() }),
         })
     }
@@ -210,9 +220,12 @@ impl Cluster {
             }
         }
         let inflight = if lane == Lane::Data { self.inflight } else { 1 };
-        let conn = tokio::time::timeout(self.request_timeout, Connection::connect(addr, &self.client_id, inflight))
-            .await
-            .map_err(|_| Error::timeout(format!("connect to {addr} timed out")))??;
+        let conn = tokio::time::timeout(
+            self.request_timeout,
+            Connection::connect_secured(addr, &self.client_id, inflight, &self.security),
+        )
+        .await
+        .map_err(|_| Error::timeout(format!("connect to {addr} timed out")))??;
         let mut req = ApiVersionsRequest::default();
         req.client_software_name = sb("sluice-client");
         req.client_software_version = sb(env!("CARGO_PKG_VERSION"));
@@ -231,6 +244,9 @@ impl Cluster {
             }
             _ => return Err(Error::invalid("unexpected response to ApiVersions")),
         };
+        tokio::time::timeout(self.request_timeout, self.security.authenticate(&conn, &versions))
+            .await
+            .map_err(|_| Error::timeout(format!("SASL authentication with {addr} timed out")))??;
         let b = Arc::new(Broker { node_id, conn, versions });
         self.lock().conns.insert((addr.to_string(), lane as u8), b.clone());
         Ok(b)

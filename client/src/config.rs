@@ -79,8 +79,22 @@ impl ClientConfig {
 }
 
 /// Properties every client understands.
-pub(crate) const COMMON: &[&str] =
-    &["bootstrap.servers", "client.id", "request.timeout.ms", "retry.backoff.ms", "metadata.max.age.ms"];
+pub(crate) const COMMON: &[&str] = &[
+    "bootstrap.servers",
+    "client.id",
+    "request.timeout.ms",
+    "retry.backoff.ms",
+    "metadata.max.age.ms",
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.endpoint.identification.algorithm",
+];
 
 #[cfg(test)]
 mod tests {

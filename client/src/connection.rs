@@ -9,9 +9,15 @@ use sluice_protocol::api;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, WriteHalf};
 use tokio::net::TcpStream;
+
+/// A byte stream to a broker: TCP, or TLS over TCP.
+pub trait AsyncStream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> AsyncStream for T {}
+
+/// A connected stream, boxed.
+pub type Stream = Box<dyn AsyncStream>;
 use tokio::sync::{oneshot, Semaphore};
 
 /// Largest response frame this client accepts.
@@ -35,7 +41,9 @@ type Pending = (ApiKey, i16, i32, oneshot::Sender<Result<ResponseKind, ConnError
 
 /// A pipelined connection to one broker.
 pub struct Connection {
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: tokio::sync::Mutex<WriteHalf<Stream>>,
+    /// The socket itself, to shut it down whatever the writer is doing.
+    socket: std::net::TcpStream,
     pending: Arc<Mutex<VecDeque<Pending>>>,
     next_id: AtomicI32,
     window: Arc<Semaphore>,
@@ -44,11 +52,27 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connect to `addr` (host:port); at most `inflight_max` requests are outstanding.
+    /// Connect to `addr` (host:port) over plain TCP; at most `inflight_max` requests are
+    /// outstanding.
     pub async fn connect(addr: &str, client_id: &str, inflight_max: usize) -> Result<Connection, ConnError> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        let (mut rd, wr) = stream.into_split();
+        Connection::connect_secured(addr, client_id, inflight_max, &crate::security::Security::default()).await
+    }
+
+    /// [`Connection::connect`] with TLS if `security` says so (SASL comes after ApiVersions,
+    /// in the cluster code).
+    pub async fn connect_secured(
+        addr: &str,
+        client_id: &str,
+        inflight_max: usize,
+        security: &crate::security::Security,
+    ) -> Result<Connection, ConnError> {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let std_tcp = tcp.into_std()?;
+        let socket = std_tcp.try_clone()?;
+        let tcp = TcpStream::from_std(std_tcp)?;
+        let stream = security.wrap(addr, tcp).await?;
+        let (mut rd, wr) = tokio::io::split(stream);
         let pending: Arc<Mutex<VecDeque<Pending>>> = Arc::new(Mutex::new(VecDeque::new()));
         let p = pending.clone();
         let closed = Arc::new(AtomicBool::new(false));
@@ -100,6 +124,7 @@ impl Connection {
         });
         Ok(Connection {
             writer: tokio::sync::Mutex::new(wr),
+            socket,
             pending,
             next_id: AtomicI32::new(1),
             window: Arc::new(Semaphore::new(inflight_max.max(1))),
@@ -112,10 +137,7 @@ impl Connection {
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
         // Shut the socket (the broker sees EOF, the reader task ends and fails what is pending).
-        if let Ok(w) = self.writer.try_lock() {
-            let stream: &TcpStream = (*w).as_ref();
-            let _ = socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Both);
-        }
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
     }
 
     /// True once the connection has failed or the broker closed it; make a new one.

@@ -10,14 +10,16 @@
 //! - [`Consumer`]: group membership (classic protocol; range, round-robin and cooperative-sticky
 //!   assignors) or manual assignment, seek, pause/resume, commits, and read_committed that
 //!   also buffers a transaction's records until its marker.
-//! - [`Admin`]: topics, configs, groups, offsets, transactions, cluster.
+//! - [`Admin`]: topics, configs, groups, offsets, transactions, cluster, ACLs and SCRAM users.
 //! - [`ExactlyOnce`]: a consume-transform-produce loop that commits output and input offsets
 //!   in one transaction.
 //!
-//! Configuration uses Kafka's property names through [`ClientConfig`].
+//! Configuration uses Kafka's property names through [`ClientConfig`], including
+//! `security.protocol`, `sasl.*` and `ssl.*` (TLS with rustls; SASL PLAIN and SCRAM).
 
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod admin;
 pub mod cluster;
 pub mod config;
@@ -27,6 +29,7 @@ pub mod eos;
 pub mod error;
 pub mod partitioner;
 pub mod producer;
+pub mod security;
 
 pub use admin::Admin;
 pub use config::ClientConfig;

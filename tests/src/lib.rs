@@ -77,9 +77,15 @@ impl Broker {
     }
 
     pub fn start_with(args: &[&str]) -> Broker {
+        Self::start_on(free_port(), args)
+    }
+
+    /// Start a broker whose (first) listener is on `port`; `args` may give `--listeners`
+    /// (then one of them must be on `port`).
+    pub fn start_on(port: u16, args: &[&str]) -> Broker {
         let tmp = tempfile::tempdir().expect("tempdir");
         let mut b = Broker {
-            port: free_port(),
+            port,
             data_dir: tmp.path().join("data"),
             extra_args: args.iter().map(|s| s.to_string()).collect(),
             child: None,
@@ -106,6 +112,10 @@ impl Broker {
             .open(self.data_dir.with_extension("log"))
             .expect("open broker log");
         let mut cmd = Command::new(sluice_bin());
+        // `port` is the listener this harness waits for; callers may name more listeners
+        if !self.extra_args.iter().any(|a| a == "--listeners") {
+            cmd.arg("--listeners").arg(format!("PLAINTEXT://127.0.0.1:{}", self.port));
+        }
         // The broker refuses unknown SLUICE_* variables; the caller's environment must not leak in.
         for (k, _) in std::env::vars() {
             if k.starts_with("SLUICE_") {
@@ -115,8 +125,6 @@ impl Broker {
         let child = cmd
             .arg("--log-dirs")
             .arg(&self.data_dir)
-            .arg("--listeners")
-            .arg(format!("PLAINTEXT://127.0.0.1:{}", self.port))
             .args(&self.extra_args)
             .env("SLUICE_LOG", std::env::var("TEST_SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())

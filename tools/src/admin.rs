@@ -114,8 +114,7 @@ pub async fn list_offsets(
 
 /// Run a topics command; returns the JSON value and the human table.
 pub async fn topics(bootstrap: &str, cmd: TopicsCmd) -> Result<(serde_json::Value, String)> {
-    let conn =
-        Connection::connect(bootstrap, "sluicectl", 1).await.map_err(|e| anyhow!("connect to {bootstrap}: {e}"))?;
+    let conn = crate::security::connect(bootstrap).await?;
     match cmd {
         TopicsCmd::List => {
             let m = metadata(&conn, None).await?;
@@ -256,8 +255,7 @@ pub async fn topics(bootstrap: &str, cmd: TopicsCmd) -> Result<(serde_json::Valu
             }
             let set: Vec<(String, String)> = configs.iter().map(|kv| split_config(kv)).collect::<Result<_>>()?;
             if !set.is_empty() || !delete_configs.is_empty() {
-                let admin =
-                    sluice_client::Admin::new(&sluice_client::ClientConfig::new().set("bootstrap.servers", bootstrap))?;
+                let admin = sluice_client::Admin::new(&crate::security::client_config(bootstrap))?;
                 let set: Vec<(&str, &str)> = set.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                 let delete: Vec<&str> = delete_configs.iter().map(|k| k.as_str()).collect();
                 admin.alter_topic_configs(&name, &set, &delete).await?;
@@ -269,8 +267,7 @@ pub async fn topics(bootstrap: &str, cmd: TopicsCmd) -> Result<(serde_json::Valu
 
 /// `sluicectl cluster describe`.
 pub async fn cluster(bootstrap: &str) -> Result<(serde_json::Value, String)> {
-    let conn =
-        Connection::connect(bootstrap, "sluicectl", 1).await.map_err(|e| anyhow!("connect to {bootstrap}: {e}"))?;
+    let conn = crate::security::connect(bootstrap).await?;
     match conn.call(ApiKey::DescribeCluster, 0, RequestKind::DescribeCluster(DescribeClusterRequest::default())).await?
     {
         ResponseKind::DescribeCluster(d) => {
@@ -291,8 +288,7 @@ pub async fn cluster(bootstrap: &str) -> Result<(serde_json::Value, String)> {
 
 /// `sluicectl log-dirs describe`.
 pub async fn log_dirs(bootstrap: &str) -> Result<(serde_json::Value, String)> {
-    let conn =
-        Connection::connect(bootstrap, "sluicectl", 1).await.map_err(|e| anyhow!("connect to {bootstrap}: {e}"))?;
+    let conn = crate::security::connect(bootstrap).await?;
     let mut r = DescribeLogDirsRequest::default();
     r.topics = None; // all
     match conn.call(ApiKey::DescribeLogDirs, 4, RequestKind::DescribeLogDirs(r)).await? {

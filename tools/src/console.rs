@@ -11,7 +11,6 @@ use anyhow::{anyhow, bail, Result};
 use bytes::Bytes;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use sluice_client::Connection;
 use sluice_protocol::batch::{BatchBuilder, BatchView, Header, NewRecord};
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
@@ -69,8 +68,7 @@ fn now_ms() -> i64 {
 }
 
 pub async fn produce(bootstrap: &str, a: &ProduceArgs) -> Result<u64> {
-    let conn =
-        Connection::connect(bootstrap, "sluicectl", 1).await.map_err(|e| anyhow!("connect to {bootstrap}: {e}"))?;
+    let conn = crate::security::connect(bootstrap).await?;
     crate::perf::ensure_topic(&conn, &a.topic, 1).await?;
     let headers: Vec<Header> = a
         .headers
@@ -131,8 +129,7 @@ pub async fn consume(bootstrap: &str, a: &ConsumeArgs, json: bool) -> Result<u64
         "read_committed" => 1,
         other => bail!("--isolation-level must be read_uncommitted or read_committed, not '{other}'"),
     };
-    let conn =
-        Connection::connect(bootstrap, "sluicectl", 1).await.map_err(|e| anyhow!("connect to {bootstrap}: {e}"))?;
+    let conn = crate::security::connect(bootstrap).await?;
     let count = crate::perf::ensure_topic(&conn, &a.topic, 1).await?;
     let parts: Vec<i32> = match a.partition {
         Some(p) if p >= 0 && p < count => vec![p],

@@ -47,7 +47,7 @@ pub enum GroupsCmd {
 }
 
 async fn connect(bootstrap: &str) -> Result<Connection> {
-    Connection::connect(bootstrap, "sluicectl", 1).await.map_err(|e| anyhow!("connect to {bootstrap}: {e}"))
+    crate::security::connect(bootstrap).await
 }
 
 /// Committed offsets of a group by (topic, partition).

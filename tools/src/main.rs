@@ -1,7 +1,7 @@
 //! # sluicectl
 //!
 //! Sluice's admin CLI. What belongs here: admin commands over the wire (`topics`, `groups`,
-//! `transactions`, `cluster`), offline tools over data files (`log dump` now, the
+//! `transactions`, `cluster`, `users`, `acls`), offline tools over data files (`log dump` now, the
 //! exactly-once `verify` later), and the load generator (`perf`).
 //!
 //! Exit codes: 0 success, 1 the operation failed, 2 bad usage.
@@ -10,6 +10,7 @@ mod admin;
 mod console;
 mod groups;
 mod perf;
+mod security;
 mod transactions;
 mod verify;
 
@@ -27,6 +28,10 @@ struct Cli {
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
+    /// Client properties for secured listeners (Kafka's --command-config): security.protocol,
+    /// sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, …
+    #[arg(long, global = true)]
+    command_config: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -43,6 +48,16 @@ enum Cmd {
     Topics {
         #[command(subcommand)]
         cmd: admin::TopicsCmd,
+    },
+    /// SCRAM users: list, add (or change a password), delete.
+    Users {
+        #[command(subcommand)]
+        cmd: security::UsersCmd,
+    },
+    /// ACLs: list, add, remove (topics, groups, transactional ids, the cluster).
+    Acls {
+        #[command(subcommand)]
+        cmd: security::AclsCmd,
     },
     /// Consumer groups: list, describe (members, offsets, lag), delete, reset-offsets.
     Groups {
@@ -379,7 +394,13 @@ fn run_console(f: impl std::future::Future<Output = anyhow::Result<()>>) -> Resu
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = security::load_command_config(cli.command_config.as_deref()) {
+        eprintln!("sluicectl: {e:#}");
+        return ExitCode::from(2);
+    }
     let result = match cli.cmd {
+        Cmd::Users { cmd } => run_admin(cli.output, security::users(&cli.bootstrap_server, cmd)),
+        Cmd::Acls { cmd } => run_admin(cli.output, security::acls(&cli.bootstrap_server, cmd)),
         Cmd::Topics { cmd } => run_admin(cli.output, admin::topics(&cli.bootstrap_server, cmd)),
         Cmd::Transactions { cmd } => run_admin(cli.output, transactions::run(&cli.bootstrap_server, cmd)),
         Cmd::Groups { cmd } => run_admin(cli.output, groups::run(&cli.bootstrap_server, cmd)),

@@ -105,8 +105,7 @@ fn now_ms() -> i64 {
 }
 
 pub async fn run(bootstrap: &str, cmd: TransactionsCmd) -> Result<(serde_json::Value, String)> {
-    let conn =
-        Connection::connect(bootstrap, "sluicectl", 1).await.map_err(|e| anyhow!("connect to {bootstrap}: {e}"))?;
+    let conn = crate::security::connect(bootstrap).await?;
     match cmd {
         TransactionsCmd::List { states } => {
             let rows = list(&conn, &states).await?;

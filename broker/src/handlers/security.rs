@@ -209,7 +209,7 @@ pub fn describe_scram(
             .collect();
         r
     };
-    match req.users {
+    match req.users.filter(|u| !u.is_empty()) {
         None => resp.results = all.iter().map(|(u, c)| info(u, c)).collect(),
         Some(users) => {
             let mut seen = HashSet::new();

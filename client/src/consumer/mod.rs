@@ -175,6 +175,7 @@ impl Consumer {
         let mut cluster = Cluster::new(&config.bootstrap()?, &config.string("client.id", "sluice-consumer"), 1)?;
         cluster.retry_backoff = s.retry_backoff;
         cluster.request_timeout = config.ms("request.timeout.ms", 30_000)?;
+        cluster.security = crate::security::Security::from_config(config)?;
         Ok(Consumer {
             cluster: Arc::new(cluster),
             group: GroupState::new(&s),

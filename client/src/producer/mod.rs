@@ -346,6 +346,7 @@ impl Producer {
         )?;
         cluster.retry_backoff = s.retry_backoff;
         cluster.request_timeout = s.request_timeout;
+        cluster.security = crate::security::Security::from_config(config)?;
         let shared = Arc::new(Shared {
             cluster: Arc::new(cluster),
             memory: Arc::new(Semaphore::new(s.buffer_memory)),

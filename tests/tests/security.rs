@@ -1,0 +1,324 @@
+//! Security end to end with Sluice's own tools: `sluicectl users` and `sluicectl acls` over
+//! SASL_SSL (with `--command-config`), Sluice's Rust client over SASL_PLAINTEXT (SCRAM, PLAIN)
+//! and SASL_SSL, and the authorizer's answers to it (topic Read/Write, transactional ids,
+//! cluster operations). librdkafka and kafka-python cover the same ground in
+//! tests/compat/test_security.py.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use sluice_client::{ClientConfig, Consumer, ErrorKind, Producer, ProducerRecord};
+use sluice_tests::{free_port, sluicectl_bin, Broker};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Secure {
+    broker: Broker,
+    sasl: u16,
+    sasl_ssl: u16,
+    dir: tempfile::TempDir,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let st = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl (apt install openssl)");
+    assert!(st.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&st.stderr));
+}
+
+/// A throwaway CA and a server certificate for 127.0.0.1 in `dir`.
+fn make_certs(dir: &Path) {
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=test-ca",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ],
+    );
+    let pem = std::fs::read_to_string(dir.join("server.crt")).unwrap()
+        + &std::fs::read_to_string(dir.join("server.key")).unwrap();
+    std::fs::write(dir.join("server.pem"), pem).unwrap();
+}
+
+impl Secure {
+    fn start() -> Secure {
+        let dir = tempfile::tempdir().unwrap();
+        make_certs(dir.path());
+        let (plain, sasl, sasl_ssl) = (free_port(), free_port(), free_port());
+        let listeners =
+            format!("PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl},SASL_SSL://127.0.0.1:{sasl_ssl}");
+        let server = dir.path().join("server.pem").display().to_string();
+        let broker = Broker::start_on(
+            plain,
+            &[
+                "--listeners",
+                &listeners,
+                "--ssl-keystore-location",
+                &server,
+                "--sasl-bootstrap-users",
+                "admin:admin-secret",
+                "--authorizer-class-name",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "--super-users",
+                "User:admin",
+                "--num-partitions",
+                "2",
+            ],
+        );
+        let s = Secure { broker, sasl, sasl_ssl, dir };
+        std::fs::write(
+            s.props("admin"),
+            format!(
+                "# the admin, over TLS\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=admin\nsasl.password=admin-secret\nssl.ca.location={}\n",
+                s.ca().display()
+            ),
+        )
+        .unwrap();
+        s
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    fn props(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.properties"))
+    }
+
+    /// Run sluicectl as the admin; (exit code, stdout, stderr).
+    fn ctl_as(&self, who: &str, port: u16, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(sluicectl_bin())
+            .args(["--bootstrap-server", &format!("127.0.0.1:{port}"), "--command-config"])
+            .arg(self.props(who))
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn ctl(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.ctl_as("admin", self.sasl_ssl, args);
+        assert_eq!(code, 0, "sluicectl {args:?}: {err}");
+        out
+    }
+
+    fn client(&self, user: &str, password: &str, mechanism: &str, tls: bool) -> ClientConfig {
+        let c = ClientConfig::new()
+            .set("bootstrap.servers", format!("127.0.0.1:{}", if tls { self.sasl_ssl } else { self.sasl }))
+            .set("security.protocol", if tls { "SASL_SSL" } else { "SASL_PLAINTEXT" })
+            .set("sasl.mechanism", mechanism)
+            .set("sasl.username", user)
+            .set("sasl.password", password)
+            .set("request.timeout.ms", 5000);
+        if tls {
+            c.set("ssl.ca.location", self.ca().display())
+        } else {
+            c
+        }
+    }
+}
+
+async fn read(config: ClientConfig, topic: &str, want: usize) -> Result<Vec<String>, sluice_client::Error> {
+    let mut c = Consumer::new(&config.set("auto.offset.reset", "earliest").set("fetch.max.wait.ms", 100))?;
+    c.assign(&[(topic.to_string(), 0), (topic.to_string(), 1)])?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while out.len() < want && Instant::now() < deadline {
+        for r in c.poll(Duration::from_millis(200)).await? {
+            out.push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluicectl_manages_users_and_acls_and_the_client_obeys_them() {
+    let s = Secure::start();
+    // users: created through the admin API, stored salted, listed without secrets
+    s.ctl(&["users", "add", "--user", "alice", "--password", "alice-pw"]);
+    s.ctl(&["users", "add", "--user", "bob", "--password", "bob-pw", "--mechanism", "SCRAM-SHA-256"]);
+    let users = s.ctl(&["--output", "json", "users", "list"]);
+    let users: serde_json::Value = serde_json::from_str(&users).unwrap();
+    let names: Vec<&str> = users.as_array().unwrap().iter().map(|u| u["user"].as_str().unwrap()).collect();
+    assert_eq!(names, ["admin", "alice", "bob"]);
+    assert!(!std::fs::read_to_string(s.broker.data_dir.join("__scram_credentials.json")).unwrap().contains("alice-pw"));
+    s.ctl(&["topics", "create", "orders", "--partitions", "2"]);
+
+    // no ACL yet: alice authenticates (SCRAM over TLS) but may not write
+    let alice = s.client("alice", "alice-pw", "SCRAM-SHA-512", true);
+    let p =
+        Producer::new(&alice.clone().set("enable.idempotence", false).set("delivery.timeout.ms", 3000)).await.unwrap();
+    let err = match p.send(ProducerRecord::new("orders", "denied")).await {
+        Err(e) => e, // refused at the metadata lookup
+        Ok(delivery) => delivery.await.unwrap_err(),
+    };
+    assert!(err.to_string().contains("TopicAuthorizationFailed"), "{err}");
+
+    s.ctl(&["acls", "add", "--topic", "orders", "--allow-principal", "User:alice", "--operation", "Write"]);
+    s.ctl(&[
+        "acls",
+        "add",
+        "--transactional-id",
+        "alice-",
+        "--resource-pattern-type",
+        "prefixed",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Write",
+    ]);
+    s.ctl(&[
+        "acls",
+        "add",
+        "--topic",
+        "orders",
+        "--allow-principal",
+        "User:bob",
+        "--operation",
+        "Read",
+        "--operation",
+        "Write",
+    ]);
+    let listed = s.ctl(&["acls", "list", "--topic", "orders"]);
+    assert_eq!(listed.lines().filter(|l| l.contains("orders")).count(), 3, "{listed}");
+
+    // alice: an idempotent producer (Write on a topic is enough for its producer id) and a
+    // transactional one on her own transactional id
+    let p = Producer::new(&alice).await.unwrap();
+    for i in 0..10 {
+        p.send(ProducerRecord::new("orders", format!("idem-{i}"))).await.unwrap().await.unwrap();
+    }
+    let tx = Producer::new(&alice.clone().set("transactional.id", "alice-1")).await.unwrap();
+    tx.init_transactions().await.unwrap();
+    tx.begin_transaction().await.unwrap();
+    for i in 0..5 {
+        tx.send(ProducerRecord::new("orders", format!("txn-{i}"))).await.unwrap();
+    }
+    // bob may write the topic but not use alice's transactional id: he cannot fence her
+    let bob = s.client("bob", "bob-pw", "SCRAM-SHA-256", false);
+    let bob_tx = Producer::new(&bob.clone().set("transactional.id", "alice-1")).await.unwrap();
+    let e = bob_tx.init_transactions().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Fatal, "{e}");
+    assert!(e.to_string().contains("TransactionalIdAuthorizationFailed"), "{e}");
+    tx.commit_transaction().await.unwrap();
+
+    // bob reads (PLAIN against the same SCRAM store); alice, without Read, is refused
+    let got = read(s.client("bob", "bob-pw", "PLAIN", false), "orders", 15).await.unwrap();
+    let mut want: Vec<String> =
+        (0..10).map(|i| format!("idem-{i}")).chain((0..5).map(|i| format!("txn-{i}"))).collect();
+    want.sort();
+    assert_eq!(got, want);
+    let e = read(alice.clone(), "orders", 1).await.unwrap_err();
+    assert!(e.to_string().contains("TopicAuthorizationFailed"), "{e}");
+
+    // alice may not manage ACLs or users; a wrong password is refused with a readable message
+    std::fs::write(
+        s.props("alice"),
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\nsasl.username=alice\nsasl.password=alice-pw\n",
+    )
+    .unwrap();
+    let (code, _, err) = s.ctl_as("alice", s.sasl, &["acls", "list"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("ClusterAuthorizationFailed"), "{err}");
+    let (code, _, err) = s.ctl_as("alice", s.sasl, &["users", "add", "--user", "mallory", "--password", "x"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("ClusterAuthorizationFailed"), "{err}");
+    std::fs::write(
+        s.props("wrong"),
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=alice\nsasl.password=nope\n",
+    )
+    .unwrap();
+    let (code, _, err) = s.ctl_as("wrong", s.sasl, &["topics", "list"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("SASL authentication failed"), "{err}");
+
+    // remove: bob loses Read; delete: bob's credential is gone and he cannot log in
+    let removed =
+        s.ctl(&["acls", "remove", "--topic", "orders", "--allow-principal", "User:bob", "--operation", "Read"]);
+    assert!(removed.contains("Read"), "{removed}");
+    let e = read(s.client("bob", "bob-pw", "SCRAM-SHA-256", false), "orders", 1).await.unwrap_err();
+    assert!(e.to_string().contains("TopicAuthorizationFailed"), "{e}");
+    s.ctl(&["users", "delete", "--user", "bob"]);
+    let e = Producer::new(&bob.set("enable.idempotence", false)).await.map(|_| ()).err();
+    let e = match e {
+        Some(e) => e,
+        None => read(s.client("bob", "bob-pw", "SCRAM-SHA-256", false), "orders", 1).await.unwrap_err(),
+    };
+    assert!(e.to_string().contains("SASL authentication failed"), "{e}");
+}
+
+#[test]
+fn bad_security_settings_stop_the_broker_with_a_message() {
+    let run = |args: &[&str]| {
+        let out = Command::new(sluice_tests::sluice_bin()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let e = run(&["--log-dirs", &d, "--listeners", "SSL://127.0.0.1:0"]);
+    assert!(e.contains("ssl.keystore.location"), "{e}");
+    let e = run(&["--log-dirs", &d, "--listeners", "FOO://127.0.0.1:0"]);
+    assert!(e.contains("listener.security.protocol.map"), "{e}");
+    let e = run(&["--log-dirs", &d, "--sasl-enabled-mechanisms", "GSSAPI"]);
+    assert!(e.contains("GSSAPI"), "{e}");
+    let e = run(&["--log-dirs", &d, "--super-users", "admin"]);
+    assert!(e.contains("super.users"), "{e}");
+    std::fs::write(dir.path().join("empty.pem"), "").unwrap();
+    let empty = dir.path().join("empty.pem").display().to_string();
+    let e = run(&["--log-dirs", &d, "--listeners", "SSL://127.0.0.1:0", "--ssl-keystore-location", &empty]);
+    assert!(e.contains("no CERTIFICATE"), "{e}");
+}
