@@ -431,13 +431,22 @@ mod tests {
     /// version, with a topic present so that per-topic fields are filled.
     #[tokio::test(flavor = "multi_thread")]
     async fn every_supported_version_is_answered() {
+        answer_every_version(&[]).await;
+    }
+
+    /// Every (API, version) with `flags`: each answer encodes at its version.
+    async fn answer_every_version(flags: &[(&str, &str)]) -> Vec<(ApiKey, i16, ResponseKind)> {
         let dir = tempfile::tempdir().unwrap();
-        let mut flags = std::collections::BTreeMap::new();
-        flags.insert("log.dirs".to_string(), dir.path().display().to_string());
-        flags.insert("group.initial.rebalance.delay.ms".to_string(), "0".to_string());
-        let cfg = crate::config::resolve(&flags, &Default::default(), None).unwrap();
+        let mut map = std::collections::BTreeMap::new();
+        map.insert("log.dirs".to_string(), dir.path().display().to_string());
+        map.insert("group.initial.rebalance.delay.ms".to_string(), "0".to_string());
+        for (k, v) in flags {
+            map.insert(k.to_string(), v.to_string());
+        }
+        let cfg = crate::config::resolve(&map, &Default::default(), None).unwrap();
         let state = Arc::new(BrokerState::open(cfg).unwrap());
         state.create_topic("t", 2, 1, Default::default(), false).unwrap();
+        let mut answers = Vec::new();
         for spec in SUPPORTED_APIS {
             for v in spec.served_min..=spec.max {
                 let header = RequestHeader::default()
@@ -456,7 +465,100 @@ mod tests {
                 if let Err(e) = encode_response(spec.key, v, 7, &body) {
                     panic!("{:?} v{v}: {e}", spec.key);
                 }
+                answers.push((spec.key, v, body));
             }
+        }
+        answers
+    }
+
+    /// With the authorizer on and no ACL, an anonymous client gets an encodable refusal with
+    /// the right *_AUTHORIZATION_FAILED code from every API, at every version.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn every_api_refuses_an_unauthorized_principal() {
+        let answers = answer_every_version(&[("authorizer.class.name", "acl")]).await;
+        let (topic, group, txn, cluster) = (29, 30, 53, 31);
+        for (key, v, body) in answers {
+            let codes: Vec<i16> = match &body {
+                ResponseKind::Produce(r) => {
+                    r.responses.iter().flat_map(|t| t.partition_responses.iter().map(|p| p.error_code)).collect()
+                }
+                ResponseKind::Fetch(r) => {
+                    r.responses.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
+                }
+                ResponseKind::ListOffsets(r) => {
+                    r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
+                }
+                ResponseKind::Metadata(r) => r.topics.iter().map(|t| t.error_code).collect(),
+                ResponseKind::DescribeConfigs(r) => r.results.iter().map(|x| x.error_code).collect(),
+                ResponseKind::DescribeCluster(r) => vec![r.error_code],
+                ResponseKind::InitProducerId(r) => vec![r.error_code],
+                ResponseKind::DescribeProducers(r) => {
+                    r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
+                }
+                ResponseKind::FindCoordinator(r) if v < 4 => vec![r.error_code],
+                ResponseKind::FindCoordinator(r) => r.coordinators.iter().map(|c| c.error_code).collect(),
+                ResponseKind::JoinGroup(r) => vec![r.error_code],
+                ResponseKind::OffsetCommit(r) => {
+                    r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
+                }
+                ResponseKind::OffsetFetch(r) if v < 8 => vec![r.error_code],
+                ResponseKind::OffsetFetch(r) => r.groups.iter().map(|g| g.error_code).collect(),
+                ResponseKind::DescribeGroups(r) => r.groups.iter().map(|g| g.error_code).collect(),
+                ResponseKind::ListGroups(r) => {
+                    assert!(r.groups.is_empty(), "ListGroups v{v} lists groups the principal may not see");
+                    continue;
+                }
+                ResponseKind::DeleteGroups(r) => r.results.iter().map(|g| g.error_code).collect(),
+                ResponseKind::WriteTxnMarkers(r) => r
+                    .markers
+                    .iter()
+                    .flat_map(|m| m.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)))
+                    .collect(),
+                ResponseKind::AddPartitionsToTxn(r) if v < 4 => r
+                    .results_by_topic_v3_and_below
+                    .iter()
+                    .flat_map(|t| t.results_by_partition.iter().map(|p| p.partition_error_code))
+                    .collect(),
+                ResponseKind::AddPartitionsToTxn(r) => vec![r.error_code],
+                ResponseKind::AddOffsetsToTxn(r) => vec![r.error_code],
+                ResponseKind::EndTxn(r) => vec![r.error_code],
+                ResponseKind::TxnOffsetCommit(r) => {
+                    r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
+                }
+                ResponseKind::DescribeTransactions(r) => r.transaction_states.iter().map(|t| t.error_code).collect(),
+                ResponseKind::ConsumerGroupHeartbeat(r) => vec![r.error_code],
+                ResponseKind::CreateAcls(r) => r.results.iter().map(|x| x.error_code).collect(),
+                ResponseKind::DescribeAcls(r) => vec![r.error_code],
+                ResponseKind::DeleteAcls(r) => r.filter_results.iter().map(|x| x.error_code).collect(),
+                ResponseKind::DescribeUserScramCredentials(r) => vec![r.error_code],
+                ResponseKind::AlterUserScramCredentials(r) => r.results.iter().map(|x| x.error_code).collect(),
+                _ => continue,
+            };
+            let want: &[i16] = match key {
+                ApiKey::Produce
+                | ApiKey::Fetch
+                | ApiKey::ListOffsets
+                | ApiKey::Metadata
+                | ApiKey::DescribeConfigs
+                | ApiKey::DescribeProducers => &[topic, cluster],
+                ApiKey::InitProducerId => &[cluster],
+                ApiKey::FindCoordinator
+                | ApiKey::JoinGroup
+                | ApiKey::OffsetFetch
+                | ApiKey::DescribeGroups
+                | ApiKey::DeleteGroups
+                | ApiKey::ConsumerGroupHeartbeat => &[group],
+                ApiKey::OffsetCommit => &[group],
+                ApiKey::AddOffsetsToTxn | ApiKey::EndTxn | ApiKey::TxnOffsetCommit | ApiKey::DescribeTransactions => {
+                    &[txn]
+                }
+                ApiKey::AddPartitionsToTxn if v < 4 => &[txn],
+                _ => &[cluster],
+            };
+            assert!(
+                !codes.is_empty() && codes.iter().all(|c| want.contains(c)),
+                "{key:?} v{v}: codes {codes:?}, want one of {want:?}"
+            );
         }
     }
 }

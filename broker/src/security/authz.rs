@@ -859,11 +859,14 @@ fn metadata(c: &Ctx<'_>, r: &mut MetadataRequest) -> Gate {
     {
         r.allow_auto_topic_creation = false;
     }
+    // Answer only what was asked and allowed (an emptied list means "all topics" in v0).
+    let kept: HashSet<String> = topics.iter().filter_map(name_of).collect();
     if denied.is_empty() {
         return Gate::Pass;
     }
     patch(
         move |resp: &mut MetadataResponse| {
+            resp.topics.retain(|t| t.name.as_ref().is_none_or(|n| kept.contains(n.as_str())));
             for t in denied {
                 let mut x = metadata_response::MetadataResponseTopic::default();
                 x.error_code = E::TopicAuthorizationFailed.code();
