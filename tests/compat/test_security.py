@@ -368,11 +368,13 @@ def test_connection_flood_is_refused_while_existing_clients_carry_on():
             b.kill9()
 
 
-def test_produce_quota_throttles_a_fast_producer():
-    """quota.producer.default = 200 KB/s: 1.2 MB cannot be accepted in less than ~5 s (one second
-    of burst), every record still arrives, and the broker reports throttle time."""
+def test_produce_and_fetch_quotas_throttle_fast_clients():
+    """quota.producer.default = quota.consumer.default = 200 KB/s per client id: 1.2 MB cannot be
+    written or read in less than ~5 s (one second of burst), every record still arrives, and
+    the broker reports throttle time. Another client id is not slowed by the first."""
     with tempfile.TemporaryDirectory() as d:
-        b = Broker(os.path.join(d, "data"), free_port(), extra=["--quota-producer-default", "200000"]).start()
+        b = Broker(os.path.join(d, "data"), free_port(), extra=[
+            "--quota-producer-default", "200000", "--quota-consumer-default", "200000"]).start()
         try:
             stats = []
             p = Producer({"bootstrap.servers": b.bootstrap, "client.id": "fast", "batch.size": 65536,
@@ -388,9 +390,38 @@ def test_produce_quota_throttles_a_fast_producer():
             throttles = [br["throttle"]["max"] for s in stats for br in json.loads(s)["brokers"].values()
                          if br.get("nodeid", -1) >= 0]
             assert max(throttles) > 0, "librdkafka saw no throttle_time_ms"
+            t0 = time.time()
             c = KafkaConsumer("quota", bootstrap_servers=b.bootstrap, auto_offset_reset="earliest",
-                              consumer_timeout_ms=5000)
-            assert len([m for m in c]) == 1200
+                              client_id="reader", consumer_timeout_ms=8000, fetch_max_bytes=100000,
+                              max_partition_fetch_bytes=100000)
+            got = 0
+            for _ in c:
+                got += 1
+                if got == 1200:
+                    break
+            read_s = time.time() - t0
+            metrics = c.metrics()
+            throttle = max((g.get("throttle-time-max") or 0) for g in metrics.values())
             c.close()
+            assert got == 1200
+            assert read_s >= 4.0, read_s
+            assert throttle > 0, metrics
         finally:
             b.kill9()
+
+
+def test_requests_larger_than_the_pre_authentication_limit_close_the_connection(secure):
+    """Before SASL succeeds a frame may be at most sasl.server.max.receive.size (512 KiB): a
+    client announcing a 10 MB request is cut off at once; after authentication the normal
+    socket.request.max.bytes applies."""
+    s = socket.create_connection(("127.0.0.1", secure.ports["SASL_PLAINTEXT"]), timeout=5)
+    s.sendall((10_000_000).to_bytes(4, "big") + b"\0" * 100)
+    s.settimeout(5)
+    assert s.recv(1) == b"", "the broker kept a connection announcing a 10 MB unauthenticated request"
+    s.close()
+    p = socket.create_connection(("127.0.0.1", secure.ports["PLAINTEXT"]), timeout=5)
+    p.sendall((10_000_000).to_bytes(4, "big") + b"\0" * 100)
+    p.settimeout(0.5)
+    with pytest.raises(socket.timeout):
+        p.recv(1)  # still waiting for the rest of the request
+    p.close()
