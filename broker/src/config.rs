@@ -73,6 +73,11 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting { name: "max.connections.per.ip", default: "2147483647", help: "open connections allowed per client IP" },
     Setting {
+        name: "connections.max.idle.ms",
+        default: "600000",
+        help: "close connections that send nothing for this long",
+    },
+    Setting {
         name: "max.connections.per.ip.overrides",
         default: "",
         help: "per-IP exceptions, ip:count,... (e.g. 127.0.0.1:200)",
@@ -759,6 +764,7 @@ fn security_settings(
         "false" => false,
         _ => return Err(invalid("allow.everyone.if.no.acl.found", "expected true or false".into())),
     };
+    s.connections_max_idle_ms = number("connections.max.idle.ms")? as u64;
     s.max_connections_per_ip = number("max.connections.per.ip")?.min(i64::from(i32::MAX)) as usize;
     for pair in get("max.connections.per.ip.overrides").0.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let parsed = pair.rsplit_once(':').and_then(|(ip, n)| Some((ip.trim().parse().ok()?, n.trim().parse().ok()?)));

@@ -223,6 +223,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
         state.config.request_bytes_max
     };
     let mut buf = BytesMut::with_capacity(64 * 1024);
+    let idle = std::time::Duration::from_millis(state.security.settings.connections_max_idle_ms);
     'conn: loop {
         loop {
             let wait = muted_until.load(std::sync::atomic::Ordering::Relaxed) - ms_since(clock);
@@ -366,6 +367,10 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
                 Ok(_) => {}
             },
             _ = shutdown.changed() => break,
+            _ = tokio::time::sleep(idle) => {
+                tracing::debug!(?peer, "closing an idle connection (connections.max.idle.ms)");
+                break;
+            }
         }
     }
     drop(tx);

@@ -425,3 +425,29 @@ def test_requests_larger_than_the_pre_authentication_limit_close_the_connection(
     with pytest.raises(socket.timeout):
         p.recv(1)  # still waiting for the rest of the request
     p.close()
+
+
+def test_idle_connections_are_closed_and_free_their_slots():
+    """Connections that send nothing for connections.max.idle.ms are closed, so a flood of idle
+    sockets cannot hold the per-IP slots for ever."""
+    with tempfile.TemporaryDirectory() as d:
+        port = free_port()
+        b = Broker(os.path.join(d, "data"), port,
+                   extra=["--max-connections-per-ip", "2", "--connections-max-idle-ms", "1500"]).start()
+        try:
+            # the fixture's own readiness probe may still hold a slot for a moment
+            time.sleep(0.2)
+            idle = [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in range(2)]
+            extra = socket.create_connection(("127.0.0.1", port), timeout=2)
+            extra.settimeout(2)
+            assert extra.recv(1) == b"", "a third connection from the IP was accepted"
+            for s in idle:
+                s.settimeout(5)
+                t0 = time.time()
+                assert s.recv(1) == b""
+                assert time.time() - t0 < 4
+            p = Producer({"bootstrap.servers": b.bootstrap})
+            p.produce("after-idle", b"x")
+            assert p.flush(15) == 0
+        finally:
+            b.kill9()

@@ -89,6 +89,8 @@ pub struct SecuritySettings {
     pub super_users: Vec<String>,
     pub allow_if_no_acl: bool,
     pub max_connections_per_ip: usize,
+    /// `connections.max.idle.ms`.
+    pub connections_max_idle_ms: u64,
     pub max_connections_per_ip_overrides: HashMap<IpAddr, usize>,
     /// `quota.producer.default` / `quota.consumer.default` in bytes per second per client id.
     pub producer_byte_rate: Option<u64>,
@@ -108,6 +110,7 @@ impl Default for SecuritySettings {
             super_users: Vec::new(),
             allow_if_no_acl: false,
             max_connections_per_ip: usize::MAX,
+            connections_max_idle_ms: 600_000,
             max_connections_per_ip_overrides: HashMap::new(),
             producer_byte_rate: None,
             consumer_byte_rate: None,
