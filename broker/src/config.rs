@@ -94,6 +94,11 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting { name: "log.dirs", default: "./sluice-data", help: "data directory" },
     Setting { name: "node.id", default: "1", help: "this broker's id" },
+    Setting {
+        name: "controller.quorum.voters",
+        default: "",
+        help: "cluster mode: id@host:port,... the Raft address of every voter of the metadata quorum (empty: single node)",
+    },
     Setting { name: "num.partitions", default: "1", help: "partitions of auto-created topics" },
     Setting { name: "default.replication.factor", default: "1", help: "replication factor of auto-created topics" },
     Setting { name: "auto.create.topics.enable", default: "true", help: "create topics on first Metadata/Produce" },
@@ -204,6 +209,8 @@ pub const SETTINGS: &[Setting] = &[
 pub struct Config {
     /// Every listener; the first is the one in-process callers and single-address logs use.
     pub listeners: Vec<crate::security::ListenerConfig>,
+    /// Cluster mode: the voters of the metadata quorum (empty: a single node).
+    pub voters: BTreeMap<u64, String>,
     pub security: crate::security::SecuritySettings,
     pub listener: SocketAddr,
     pub advertised_host: String,
@@ -493,7 +500,17 @@ pub fn resolve(
             Err("a single broker supports only replication factor 1".into())
         }
     })?;
+    let voters = {
+        let (v, src) = get("controller.quorum.voters");
+        crate::cluster::parse_voters(&v).map_err(|reason| ConfigError::Invalid {
+            name: "controller.quorum.voters".into(),
+            value: v.clone(),
+            origin: src,
+            reason,
+        })?
+    };
     Ok(Config {
+        voters,
         listeners,
         security,
         listener,

@@ -16,9 +16,10 @@
 //! - `kvlog`: the internal key/value log under both coordinators;
 //! - `security`: listeners, TLS, SASL, credentials, ACLs and authorization, limits, quotas.
 //!
-//! Coming with later issues: `cluster/` (openraft).
+//! - `cluster`: cluster mode — the metadata quorum on openraft (partition replication to come).
 
 pub mod background;
+pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod dispatch;

@@ -84,6 +84,35 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
+        if !state.config.voters.is_empty() {
+            let id = state.config.node_id as u64;
+            let dir = state.data_dir().join("__cluster");
+            match sluice_broker::cluster::ClusterNode::start(id, state.config.voters.clone(), &dir).await {
+                Ok(node) => {
+                    let _ = state.cluster.set(node.clone());
+                    state
+                        .producer_ids
+                        .use_source(Box::new(sluice_broker::cluster::QuorumBlocks(node.clone(), state.config.node_id)));
+                    let l = &state.config.listeners[0];
+                    let cmd = sluice_broker::cluster::Command::RegisterBroker {
+                        node_id: state.config.node_id,
+                        host: l.advertised_host.clone(),
+                        port: l.advertised_port,
+                        cluster_id: state.cluster_id.clone(),
+                    };
+                    tokio::spawn(async move {
+                        match node.write(cmd, std::time::Duration::from_secs(3600)).await {
+                            Ok(_) => tracing::info!("registered with the metadata quorum"),
+                            Err(e) => tracing::error!("could not register with the metadata quorum: {e}"),
+                        }
+                    });
+                }
+                Err(e) => {
+                    eprintln!("sluice: metadata quorum: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
         let mut bound = Vec::new();
         for l in &state.config.listeners {
             let runtime = match sluice_broker::server::ListenerRuntime::new(l, &state.config.security) {

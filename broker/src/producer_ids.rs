@@ -14,6 +14,17 @@ pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 pub struct ProducerIds {
     path: PathBuf,
     state: Mutex<(i64, i64)>, // (next id, end of the persisted block, exclusive)
+    /// Cluster mode: blocks come from the metadata quorum instead of the local file.
+    remote: std::sync::OnceLock<Box<dyn BlockSource>>,
+}
+
+/// Where blocks come from in cluster mode (the metadata quorum): never the same block twice,
+/// whichever broker asks, across failovers.
+pub trait BlockSource: Send + Sync {
+    /// Reserve `count` ids; returns the first.
+    fn allocate(&self, count: i64) -> Result<i64, String>;
+    /// Every id below this has been handed out to some broker.
+    fn high_water(&self) -> i64;
 }
 
 impl ProducerIds {
@@ -31,12 +42,23 @@ impl ProducerIds {
             None => 0,
         };
         // Everything below the persisted end may have been handed out: start after it.
-        Ok(ProducerIds { path, state: Mutex::new((reserved_end, reserved_end)) })
+        Ok(ProducerIds { path, state: Mutex::new((reserved_end, reserved_end)), remote: Default::default() })
+    }
+
+    /// Take blocks from `source` from now on (cluster mode).
+    pub fn use_source(&self, source: Box<dyn BlockSource>) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if self.remote.set(source).is_ok() {
+            *s = (0, 0); // the next id comes from the first remote block
+        }
     }
 
     /// Whether `id` was handed out by this allocator (now or before a restart): below the
     /// persisted high-water mark.
     pub fn was_allocated(&self, id: i64) -> bool {
+        if let Some(r) = self.remote.get() {
+            return id >= 0 && id < r.high_water();
+        }
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         id >= 0 && id < s.0
     }
@@ -44,6 +66,13 @@ impl ProducerIds {
     /// A producer id never returned before, by this process or an earlier one.
     pub fn next(&self) -> Result<i64, StorageError> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(r), true) = (self.remote.get(), s.0 >= s.1) {
+            let first = r.allocate(PRODUCER_ID_BLOCK_SIZE).map_err(|e| StorageError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(format!("producer id block from the metadata quorum: {e}")),
+            })?;
+            *s = (first, first + PRODUCER_ID_BLOCK_SIZE);
+        }
         if s.0 >= s.1 {
             let end = s.1 + PRODUCER_ID_BLOCK_SIZE;
             sidefile::write_atomic(&self.path, &sidefile::encode(MAGIC, 1, &end.to_be_bytes()))?;

@@ -88,6 +88,8 @@ pub struct BrokerState {
     pub groups: crate::group::GroupCoordinator,
     pub txns: crate::txn::TxnCoordinator,
     pub security: Arc<crate::security::Security>,
+    /// The metadata quorum, in cluster mode (`controller.quorum.voters` set).
+    pub cluster: std::sync::OnceLock<Arc<crate::cluster::ClusterNode>>,
     _lock: DirLock,
 }
 
@@ -220,6 +222,7 @@ impl BrokerState {
         let txns = crate::txn::TxnCoordinator::open(&data_dir, &config.log, config.txns.clone())?;
         let security = Arc::new(crate::security::Security::open(&data_dir, config.security.clone())?);
         let state = BrokerState {
+            cluster: std::sync::OnceLock::new(),
             security,
             producer_ids,
             groups,
@@ -233,6 +236,35 @@ impl BrokerState {
         };
         state.persist()?;
         Ok(state)
+    }
+
+    /// The brokers to list (id, host, port) and the controller: this broker alone in single-node
+    /// mode; in cluster mode every registered broker (this one at the address of `listener`)
+    /// and the metadata quorum's leader (-1 while there is none).
+    pub fn cluster_view(&self, listener: &crate::security::ListenerConfig) -> (Vec<(i32, String, i32)>, i32) {
+        let me = (self.config.node_id, listener.advertised_host.clone(), listener.advertised_port);
+        let Some(c) = self.cluster.get() else { return (vec![me], self.config.node_id) };
+        let mut brokers: Vec<(i32, String, i32)> = c
+            .image()
+            .brokers
+            .values()
+            .filter(|b| b.node_id != me.0)
+            .map(|b| (b.node_id, b.host.clone(), b.port))
+            .collect();
+        brokers.push(me);
+        brokers.sort();
+        let controller = c.leader().and_then(|l| i32::try_from(l).ok()).unwrap_or(-1);
+        (brokers, controller)
+    }
+
+    /// The cluster id clients see: the quorum's (the first registered broker's) in cluster
+    /// mode, this broker's own otherwise.
+    pub fn effective_cluster_id(&self) -> String {
+        self.cluster
+            .get()
+            .map(|c| c.image().cluster_id)
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| self.cluster_id.clone())
     }
 
     pub fn data_dir(&self) -> &Path {

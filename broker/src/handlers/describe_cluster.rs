@@ -10,14 +10,20 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterResponse, DescribeLogDir
 
 pub fn describe_cluster(state: &BrokerState, listener: &crate::security::ListenerConfig) -> DescribeClusterResponse {
     let mut r = DescribeClusterResponse::default();
-    r.cluster_id = sb(&state.cluster_id);
-    r.controller_id = BrokerId(state.config.node_id);
+    r.cluster_id = sb(&state.effective_cluster_id());
+    let (brokers, controller) = state.cluster_view(listener);
+    r.controller_id = BrokerId(controller);
     r.endpoint_type = 1;
-    let mut b = DescribeClusterBroker::default();
-    b.broker_id = BrokerId(state.config.node_id);
-    b.host = sb(&listener.advertised_host);
-    b.port = listener.advertised_port;
-    r.brokers = vec![b];
+    r.brokers = brokers
+        .into_iter()
+        .map(|(id, host, port)| {
+            let mut b = DescribeClusterBroker::default();
+            b.broker_id = BrokerId(id);
+            b.host = sb(&host);
+            b.port = port;
+            b
+        })
+        .collect();
     r
 }
 

@@ -13,7 +13,7 @@ pub fn handle(state: &BrokerState, version: i16, req: InitProducerIdRequest) -> 
     let mut r = InitProducerIdResponse::default();
     r.producer_id = ProducerId(-1);
     r.producer_epoch = -1;
-    if req.transactional_id.is_some() {
+    if req.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) {
         // No transaction coordinator yet (FindCoordinator for transactions is not advertised,
         // so clients stop before this); refuse rather than pretend.
         r.error_code = ResponseError::InvalidRequest.code();

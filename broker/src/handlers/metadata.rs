@@ -46,13 +46,19 @@ pub fn handle(
     req: MetadataRequest,
 ) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
-    let mut b = MetadataResponseBroker::default();
-    b.node_id = BrokerId(state.config.node_id);
-    b.host = sb(&listener.advertised_host);
-    b.port = listener.advertised_port;
-    resp.brokers = vec![b];
-    resp.cluster_id = Some(sb(&state.cluster_id));
-    resp.controller_id = BrokerId(state.config.node_id);
+    let (brokers, controller) = state.cluster_view(listener);
+    resp.brokers = brokers
+        .into_iter()
+        .map(|(id, host, port)| {
+            let mut b = MetadataResponseBroker::default();
+            b.node_id = BrokerId(id);
+            b.host = sb(&host);
+            b.port = port;
+            b
+        })
+        .collect();
+    resp.cluster_id = Some(sb(&state.effective_cluster_id()));
+    resp.controller_id = BrokerId(controller);
     let all = match &req.topics {
         None => true,
         Some(t) => t.is_empty() && version == 0,

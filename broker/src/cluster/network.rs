@@ -1,0 +1,187 @@
+//! Raft RPCs between brokers: one request per frame (4-byte big-endian length, then JSON),
+//! answered in order on the same connection. Besides openraft's AppendEntries, Vote and
+//! InstallSnapshot, a follower forwards metadata writes to the leader (`Forward`).
+
+use super::{ClusterNode, Command, CommandResult, NodeId, TypeConfig};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Largest RPC frame accepted (snapshots of the metadata image are small).
+const FRAME_MAX: usize = 64 * 1024 * 1024;
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Rpc {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+    Forward(Command),
+}
+
+async fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(body.len()).map_err(|_| std::io::Error::other("frame too large"))?;
+    let mut buf = Vec::with_capacity(4 + body.len());
+    buf.extend_from_slice(&len.to_be_bytes());
+    buf.extend_from_slice(body);
+    s.write_all(&buf).await
+}
+
+async fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > FRAME_MAX {
+        return Err(std::io::Error::other(format!("frame of {len} bytes is over the limit")));
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await?;
+    Ok(body)
+}
+
+/// One request-response exchange on `conn` (opened if needed), bounded by `ttl`.
+async fn exchange<R: DeserializeOwned>(
+    conn: &mut Option<TcpStream>,
+    addr: &str,
+    rpc: &Rpc,
+    ttl: Duration,
+) -> std::io::Result<R> {
+    let body = serde_json::to_vec(rpc).map_err(std::io::Error::other)?;
+    let run = async {
+        if conn.is_none() {
+            let s = TcpStream::connect(addr).await?;
+            s.set_nodelay(true)?;
+            *conn = Some(s);
+        }
+        let s = conn.as_mut().ok_or_else(|| std::io::Error::other("no connection"))?;
+        write_frame(s, &body).await?;
+        let answer = read_frame(s).await?;
+        serde_json::from_slice(&answer).map_err(std::io::Error::other)
+    };
+    let result = match tokio::time::timeout(ttl, run).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr}: RPC timed out"))),
+    };
+    if result.is_err() {
+        *conn = None; // never reuse a connection whose exchange failed midway
+    }
+    result
+}
+
+/// Creates connections to peers (openraft calls it per target).
+pub struct Network;
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        Peer { target, addr: node.addr.clone(), conn: None }
+    }
+}
+
+/// The connection to one peer.
+pub struct Peer {
+    target: NodeId,
+    addr: String,
+    conn: Option<TcpStream>,
+}
+
+impl Peer {
+    async fn call<T, E>(&mut self, rpc: Rpc, ttl: Duration) -> Result<T, RPCError<NodeId, BasicNode, E>>
+    where
+        T: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let answer: Result<Result<T, E>, std::io::Error> = exchange(&mut self.conn, &self.addr, &rpc, ttl).await;
+        match answer {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                Err(RPCError::Unreachable(Unreachable::new(&e)))
+            }
+            Err(e) => Err(RPCError::Network(NetworkError::new(&e))),
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.call(Rpc::Append(rpc), option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
+    {
+        self.call(Rpc::Snapshot(rpc), option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.call(Rpc::Vote(rpc), option.hard_ttl()).await
+    }
+}
+
+/// Send a metadata write to the leader at `addr`.
+pub async fn forward(addr: &str, cmd: &Command) -> anyhow::Result<CommandResult> {
+    let mut conn = None;
+    let answer: Result<CommandResult, String> =
+        exchange(&mut conn, addr, &Rpc::Forward(cmd.clone()), Duration::from_secs(5)).await?;
+    answer.map_err(|e| anyhow::anyhow!("leader at {addr}: {e}"))
+}
+
+/// Serve Raft RPCs from peers.
+pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
+    loop {
+        let Ok((mut socket, peer)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let node = node.clone();
+        tokio::spawn(async move {
+            let _ = socket.set_nodelay(true);
+            loop {
+                let Ok(frame) = read_frame(&mut socket).await else { return };
+                let rpc: Rpc = match serde_json::from_slice(&frame) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(%peer, "bad Raft RPC: {e}; closing");
+                        return;
+                    }
+                };
+                let answer = match rpc {
+                    Rpc::Append(r) => serde_json::to_vec(&node.raft.append_entries(r).await),
+                    Rpc::Vote(r) => serde_json::to_vec(&node.raft.vote(r).await),
+                    Rpc::Snapshot(r) => serde_json::to_vec(&node.raft.install_snapshot(r).await),
+                    Rpc::Forward(c) => {
+                        let r: Result<CommandResult, String> =
+                            node.raft.client_write(c).await.map(|r| r.data).map_err(|e| e.to_string());
+                        serde_json::to_vec(&r)
+                    }
+                };
+                let Ok(answer) = answer else { return };
+                if write_frame(&mut socket, &answer).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}

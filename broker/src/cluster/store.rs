@@ -1,0 +1,402 @@
+//! The metadata quorum's storage: the Raft log as JSON lines in `<log.dirs>/__cluster/raft-log.jsonl`
+//! (appended and fsynced before openraft is told the entries are durable; a torn last line from
+//! a crash is dropped on open), the vote, committed and purged ids in `raft-meta.json` (written
+//! atomically), and the state machine — the [`MetadataImage`] — with its snapshot in
+//! `raft-snapshot.json`.
+
+// openraft's traits return its (large) StorageError; the helpers here return the same.
+#![allow(clippy::result_large_err)]
+
+use super::{CommandResult, MetadataImage, NodeId, TypeConfig};
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
+use openraft::{
+    Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta, StorageError,
+    StorageIOError, StoredMembership, Vote,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::io::{Cursor, Write};
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+const LOG_FILE: &str = "raft-log.jsonl";
+const META_FILE: &str = "raft-meta.json";
+const SNAPSHOT_FILE: &str = "raft-snapshot.json";
+
+fn io_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::write(&e).into()
+}
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct Meta {
+    vote: Option<Vote<NodeId>>,
+    committed: Option<LogId<NodeId>>,
+    last_purged: Option<LogId<NodeId>>,
+}
+
+struct LogInner {
+    dir: PathBuf,
+    entries: BTreeMap<u64, Entry<TypeConfig>>,
+    meta: Meta,
+    file: std::fs::File,
+}
+
+/// The durable Raft log (cheap to clone: a handle).
+#[derive(Clone)]
+pub struct LogStore {
+    inner: Arc<Mutex<LogInner>>,
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError<NodeId>> {
+    sluice_storage::sidefile::write_atomic(path, bytes).map_err(io_err)
+}
+
+impl LogInner {
+    fn save_meta(&self) -> Result<(), StorageError<NodeId>> {
+        write_atomic(&self.dir.join(META_FILE), &serde_json::to_vec(&self.meta).map_err(io_err)?)
+    }
+
+    /// Rewrite the whole log file from memory (after a truncate or purge; the log is small).
+    fn rewrite(&mut self) -> Result<(), StorageError<NodeId>> {
+        let mut text = Vec::new();
+        for e in self.entries.values() {
+            serde_json::to_writer(&mut text, e).map_err(io_err)?;
+            text.push(b'\n');
+        }
+        let path = self.dir.join(LOG_FILE);
+        write_atomic(&path, &text)?;
+        self.file = std::fs::OpenOptions::new().append(true).open(&path).map_err(io_err)?;
+        Ok(())
+    }
+}
+
+impl LogStore {
+    pub fn open(dir: &Path) -> anyhow::Result<LogStore> {
+        let meta: Meta = match std::fs::read(dir.join(META_FILE)) {
+            Ok(b) => serde_json::from_slice(&b)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Meta::default(),
+            Err(e) => return Err(e.into()),
+        };
+        let path = dir.join(LOG_FILE);
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        let mut entries = BTreeMap::new();
+        let mut good = 0usize;
+        for line in text.split_inclusive(|b| *b == b'\n') {
+            // a line without its newline, or one that does not parse, is a torn write: stop
+            if !line.ends_with(b"\n") {
+                break;
+            }
+            match serde_json::from_slice::<Entry<TypeConfig>>(line) {
+                Ok(e) => {
+                    entries.insert(e.log_id.index, e);
+                    good += line.len();
+                }
+                Err(_) => break,
+            }
+        }
+        if good < text.len() {
+            tracing::warn!("{}: dropping {} bytes of a torn last entry", path.display(), text.len() - good);
+            let f = std::fs::OpenOptions::new().write(true).open(&path)?;
+            f.set_len(good as u64)?;
+            f.sync_all()?;
+        }
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(LogStore { inner: Arc::new(Mutex::new(LogInner { dir: dir.to_path_buf(), entries, meta, file })) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LogInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Has this node ever voted or held an entry (i.e. been part of an initialized group)?
+    pub fn has_vote_or_entries(&self) -> bool {
+        let g = self.lock();
+        g.meta.vote.is_some() || !g.entries.is_empty() || g.meta.last_purged.is_some()
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        Ok(self.lock().entries.range(range).map(|(_, e)| e.clone()).collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        let g = self.lock();
+        let last = g.entries.values().next_back().map(|e| e.log_id).or(g.meta.last_purged);
+        Ok(LogState { last_purged_log_id: g.meta.last_purged, last_log_id: last })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut g = self.lock();
+        g.meta.vote = Some(*vote);
+        g.save_meta()
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        Ok(self.lock().meta.vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
+        let mut g = self.lock();
+        g.meta.committed = committed;
+        g.save_meta()
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        Ok(self.lock().meta.committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut g = self.lock();
+        let mut bytes = Vec::new();
+        let mut new = Vec::new();
+        for e in entries {
+            serde_json::to_writer(&mut bytes, &e).map_err(io_err)?;
+            bytes.push(b'\n');
+            new.push(e);
+        }
+        let result = g.file.write_all(&bytes).and_then(|_| g.file.sync_data());
+        if result.is_ok() {
+            for e in new {
+                g.entries.insert(e.log_id.index, e);
+            }
+        }
+        let failed = result.as_ref().err().map(|e| std::io::Error::new(e.kind(), e.to_string()));
+        callback.log_io_completed(result);
+        match failed {
+            Some(e) => Err(io_err(e)),
+            None => Ok(()),
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut g = self.lock();
+        g.entries.retain(|i, _| *i < log_id.index);
+        g.rewrite()
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut g = self.lock();
+        g.meta.last_purged = Some(log_id);
+        g.save_meta()?;
+        g.entries.retain(|i, _| *i > log_id.index);
+        g.rewrite()
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct SmState {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, openraft::BasicNode>,
+    image: MetadataImage,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, openraft::BasicNode>,
+    data: Vec<u8>,
+}
+
+/// The state machine: applies commands to the shared [`MetadataImage`].
+pub struct StateMachine {
+    dir: PathBuf,
+    state: SmState,
+    image: Arc<RwLock<MetadataImage>>,
+    snapshot: Option<StoredSnapshot>,
+    snapshots_built: u64,
+}
+
+impl StateMachine {
+    /// Start from the last snapshot, if any (openraft re-applies the committed entries after it).
+    pub fn open(dir: &Path, image: Arc<RwLock<MetadataImage>>) -> anyhow::Result<StateMachine> {
+        let snapshot: Option<StoredSnapshot> = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
+            Ok(b) => Some(serde_json::from_slice(&b)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e.into()),
+        };
+        let state = match &snapshot {
+            Some(s) => serde_json::from_slice(&s.data)?,
+            None => SmState::default(),
+        };
+        *image.write().unwrap_or_else(|e| e.into_inner()) = state.image.clone();
+        Ok(StateMachine { dir: dir.to_path_buf(), state, image, snapshot, snapshots_built: 0 })
+    }
+
+    fn publish(&self) {
+        *self.image.write().unwrap_or_else(|e| e.into_inner()) = self.state.image.clone();
+    }
+
+    fn save_snapshot(&self, s: &StoredSnapshot) -> Result<(), StorageError<NodeId>> {
+        write_atomic(&self.dir.join(SNAPSHOT_FILE), &serde_json::to_vec(s).map_err(io_err)?)
+    }
+}
+
+/// Builds a snapshot from a copy of the state taken when asked.
+pub struct SnapshotBuilder {
+    state: SmState,
+    dir: PathBuf,
+    id: u64,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let data = serde_json::to_vec(&self.state).map_err(io_err)?;
+        let meta = SnapshotMeta {
+            last_log_id: self.state.last_applied,
+            last_membership: self.state.membership.clone(),
+            snapshot_id: format!("{}-{}", self.state.last_applied.map(|l| l.index).unwrap_or(0), self.id),
+        };
+        let stored = StoredSnapshot { meta: meta.clone(), data: data.clone() };
+        write_atomic(&self.dir.join(SNAPSHOT_FILE), &serde_json::to_vec(&stored).map_err(io_err)?)?;
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, openraft::BasicNode>), StorageError<NodeId>> {
+        Ok((self.state.last_applied, self.state.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResult>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut out = Vec::new();
+        for e in entries {
+            self.state.last_applied = Some(e.log_id);
+            out.push(match e.payload {
+                EntryPayload::Blank => CommandResult::Done,
+                EntryPayload::Normal(c) => self.state.image.apply(&c),
+                EntryPayload::Membership(m) => {
+                    self.state.membership = StoredMembership::new(Some(e.log_id), m);
+                    CommandResult::Done
+                }
+            });
+        }
+        self.publish();
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.snapshots_built += 1;
+        SnapshotBuilder { state: self.state.clone(), dir: self.dir.clone(), id: self.snapshots_built }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let data = snapshot.into_inner();
+        let state: SmState = serde_json::from_slice(&data).map_err(io_err)?;
+        let stored = StoredSnapshot { meta: meta.clone(), data };
+        self.save_snapshot(&stored)?;
+        self.state = state;
+        self.snapshot = Some(stored);
+        self.publish();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        // the file is the latest built or installed snapshot
+        let latest: Option<StoredSnapshot> = match std::fs::read(self.dir.join(SNAPSHOT_FILE)) {
+            Ok(b) => serde_json::from_slice(&b).ok(),
+            Err(_) => self.snapshot.clone(),
+        };
+        Ok(latest.map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::CommittedLeaderId;
+
+    fn entry(index: u64, cmd: Option<super::super::Command>) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: match cmd {
+                Some(c) => EntryPayload::Normal(c),
+                None => EntryPayload::Blank,
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_torn_last_entry_is_dropped_and_the_rest_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = Vec::new();
+        for i in 1..=3 {
+            let c = super::super::Command::AllocateProducerIds { node_id: 1, count: i as i64 };
+            serde_json::to_writer(&mut text, &entry(i, Some(c))).unwrap();
+            text.push(b'\n');
+        }
+        let whole = text.len();
+        serde_json::to_writer(&mut text, &entry(4, None)).unwrap();
+        text.truncate(text.len() - 3); // a crash in the middle of the fourth line
+        std::fs::write(dir.path().join(LOG_FILE), &text).unwrap();
+        let mut log = LogStore::open(dir.path()).unwrap();
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id.map(|l| l.index), Some(3));
+        assert_eq!(std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len() as usize, whole);
+        assert_eq!(log.try_get_log_entries(2..).await.unwrap().len(), 2);
+        // the vote survives a reopen
+        let vote = Vote::new(3, 2);
+        log.save_vote(&vote).await.unwrap();
+        let mut again = LogStore::open(dir.path()).unwrap();
+        assert_eq!(again.read_vote().await.unwrap(), Some(vote));
+        again.truncate(LogId::new(CommittedLeaderId::new(1, 1), 2)).await.unwrap();
+        let mut third = LogStore::open(dir.path()).unwrap();
+        assert_eq!(third.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(1));
+        assert!(third.has_vote_or_entries());
+    }
+
+    #[tokio::test]
+    async fn the_state_machine_applies_and_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = Arc::new(RwLock::new(MetadataImage::default()));
+        let mut sm = StateMachine::open(dir.path(), image.clone()).unwrap();
+        let cmds =
+            (1..=2).map(|i| entry(i, Some(super::super::Command::AllocateProducerIds { node_id: 1, count: 10 })));
+        let out = sm.apply(cmds).await.unwrap();
+        assert_eq!(out[1], CommandResult::ProducerIds { first: 10, count: 10 });
+        assert_eq!(image.read().unwrap().next_producer_id, 20);
+        let snap = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(2));
+        // a new state machine starts from the snapshot
+        let image2 = Arc::new(RwLock::new(MetadataImage::default()));
+        let mut sm2 = StateMachine::open(dir.path(), image2.clone()).unwrap();
+        assert_eq!(image2.read().unwrap().next_producer_id, 20);
+        assert_eq!(sm2.applied_state().await.unwrap().0.map(|l| l.index), Some(2));
+    }
+}
