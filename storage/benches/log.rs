@@ -380,5 +380,57 @@ fn paired_append(_c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, append_benches, paired_append, read_and_recovery_benches);
+/// Issue 10's "Raft log vs partition log" question, measured: replicating a partition with a
+/// Raft log separate from the partition log writes every batch twice. Per 16 KiB batch, on the
+/// acks=all path (durable before the answer):
+/// - `one_log`: the partition log is the Raft log (append + fdatasync) — design A;
+/// - `two_logs_lazy`: the Raft log (framed copy, fdatasync) plus the partition log written
+///   without fsync (it can be rebuilt from the Raft log) — design B at its cheapest;
+/// - `two_logs_synced`: both fsynced — design B if the partition log must be durable on its own.
+fn raft_log_choice(c: &mut Criterion) {
+    let group_name = "raft_log_choice";
+    let mut group = c.benchmark_group(group_name);
+    group.sample_size(10);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let size = 16 * 1024;
+    let batch = random_batch(size, &mut rng);
+    group.throughput(Throughput::Bytes(batch.len() as u64));
+    for variant in ["one_log", "two_logs_lazy", "two_logs_synced"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open_log(&dir.path().join("p"), FlushPolicy::Sync);
+        let flusher = log.flusher();
+        let mut raft = OpenOptions::new().create(true).append(true).open(dir.path().join("raft.log")).unwrap();
+        let mut buf = batch.clone();
+        let id = format!("{variant}/{size}");
+        group.bench_with_input(BenchmarkId::new(variant, size), &batch, |b, batch| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                for i in 0..iters {
+                    if variant != "one_log" {
+                        // the Raft entry: index, term, length, then the batch
+                        let mut header = [0u8; 20];
+                        header[..8].copy_from_slice(&i.to_be_bytes());
+                        header[16..].copy_from_slice(&(batch.len() as u32).to_be_bytes());
+                        raft.write_all(&header).unwrap();
+                        raft.write_all(batch).unwrap();
+                        raft.sync_data().unwrap();
+                    }
+                    let info = log.append(&mut buf, 1_700_000_000_000, None).unwrap();
+                    if variant != "two_logs_lazy" {
+                        flusher.sync_to(info.last_offset + 1).unwrap();
+                    }
+                }
+                let el = t.elapsed();
+                record(group_name, &id, iters * batch.len() as u64, el);
+                el
+            })
+        });
+    }
+    group.finish();
+    for variant in ["two_logs_lazy", "two_logs_synced"] {
+        print_ratio(group_name, &format!("{variant}/{size}"), &format!("one_log/{size}"));
+    }
+}
+
+criterion_group!(benches, append_benches, paired_append, read_and_recovery_benches, raft_log_choice);
 criterion_main!(benches);
