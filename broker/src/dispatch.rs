@@ -227,9 +227,21 @@ mod tests {
                 r.resources = vec![res, b];
                 RequestKind::DescribeConfigs(r)
             }
-            ApiKey::AlterConfigs => RequestKind::AlterConfigs(AlterConfigsRequest::default()),
+            ApiKey::AlterConfigs => {
+                let mut res = alter_configs_request::AlterConfigsResource::default();
+                res.resource_type = 2;
+                res.resource_name = name.0.clone();
+                let mut r = AlterConfigsRequest::default();
+                r.resources = vec![res];
+                RequestKind::AlterConfigs(r)
+            }
             ApiKey::IncrementalAlterConfigs => {
-                RequestKind::IncrementalAlterConfigs(IncrementalAlterConfigsRequest::default())
+                let mut res = incremental_alter_configs_request::AlterConfigsResource::default();
+                res.resource_type = 2;
+                res.resource_name = name.0.clone();
+                let mut r = IncrementalAlterConfigsRequest::default();
+                r.resources = vec![res];
+                RequestKind::IncrementalAlterConfigs(r)
             }
             ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
             ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
@@ -490,6 +502,8 @@ mod tests {
                 }
                 ResponseKind::Metadata(r) => r.topics.iter().map(|t| t.error_code).collect(),
                 ResponseKind::DescribeConfigs(r) => r.results.iter().map(|x| x.error_code).collect(),
+                ResponseKind::AlterConfigs(r) => r.responses.iter().map(|x| x.error_code).collect(),
+                ResponseKind::IncrementalAlterConfigs(r) => r.responses.iter().map(|x| x.error_code).collect(),
                 ResponseKind::DescribeCluster(r) => vec![r.error_code],
                 ResponseKind::InitProducerId(r) => vec![r.error_code],
                 ResponseKind::DescribeProducers(r) => {
@@ -540,6 +554,8 @@ mod tests {
                 | ApiKey::ListOffsets
                 | ApiKey::Metadata
                 | ApiKey::DescribeConfigs
+                | ApiKey::AlterConfigs
+                | ApiKey::IncrementalAlterConfigs
                 | ApiKey::DescribeProducers => &[topic, cluster],
                 ApiKey::InitProducerId => &[cluster],
                 ApiKey::FindCoordinator

@@ -63,6 +63,31 @@ macro_rules! pick {
     };
 }
 
+/// AlterConfigs and IncrementalAlterConfigs: the same rule and answer shape, different types.
+macro_rules! alter_configs_gate {
+    ($c:expr, $r:expr, $Resp:ident, $module:ident, $variant:ident) => {{
+        let denied =
+            split_off(&mut $r.resources, |x| config_allowed(&$c, Op::AlterConfigs, x.resource_type, &x.resource_name));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        let denied: Vec<(i8, StrBytes)> = denied.into_iter().map(|d| (d.resource_type, d.resource_name)).collect();
+        patch(
+            move |resp: &mut $Resp| {
+                for (t, n) in denied {
+                    let mut x = $module::AlterConfigsResourceResponse::default();
+                    x.error_code = config_error(t);
+                    x.error_message = msg("Authorization failed.");
+                    x.resource_type = t;
+                    x.resource_name = n;
+                    resp.responses.push(x);
+                }
+            },
+            pick!($variant),
+        )
+    }};
+}
+
 /// Split `items` into kept and removed by `keep`.
 fn split_off<T>(items: &mut Vec<T>, mut keep: impl FnMut(&T) -> bool) -> Vec<T> {
     let (k, removed): (Vec<T>, Vec<T>) = std::mem::take(items).into_iter().partition(|x| keep(x));
@@ -229,49 +254,15 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
             )
         }
         RequestKind::AlterConfigs(r) => {
-            let denied = split_off(&mut r.resources, |x| {
-                config_allowed(&c, Op::AlterConfigs, x.resource_type, &x.resource_name)
-            });
-            if denied.is_empty() {
-                return Gate::Pass;
-            }
-            let denied: Vec<(i8, StrBytes)> = denied.into_iter().map(|d| (d.resource_type, d.resource_name)).collect();
-            patch(
-                move |resp: &mut AlterConfigsResponse| {
-                    for (t, n) in denied {
-                        let mut x = alter_configs_response::AlterConfigsResourceResponse::default();
-                        x.error_code = config_error(t);
-                        x.error_message = msg("Authorization failed.");
-                        x.resource_type = t;
-                        x.resource_name = n;
-                        resp.responses.push(x);
-                    }
-                },
-                pick!(AlterConfigs),
-            )
+            alter_configs_gate!(c, r, AlterConfigsResponse, alter_configs_response, AlterConfigs)
         }
-        RequestKind::IncrementalAlterConfigs(r) => {
-            let denied = split_off(&mut r.resources, |x| {
-                config_allowed(&c, Op::AlterConfigs, x.resource_type, &x.resource_name)
-            });
-            if denied.is_empty() {
-                return Gate::Pass;
-            }
-            let denied: Vec<(i8, StrBytes)> = denied.into_iter().map(|d| (d.resource_type, d.resource_name)).collect();
-            patch(
-                move |resp: &mut IncrementalAlterConfigsResponse| {
-                    for (t, n) in denied {
-                        let mut x = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
-                        x.error_code = config_error(t);
-                        x.error_message = msg("Authorization failed.");
-                        x.resource_type = t;
-                        x.resource_name = n;
-                        resp.responses.push(x);
-                    }
-                },
-                pick!(IncrementalAlterConfigs),
-            )
-        }
+        RequestKind::IncrementalAlterConfigs(r) => alter_configs_gate!(
+            c,
+            r,
+            IncrementalAlterConfigsResponse,
+            incremental_alter_configs_response,
+            IncrementalAlterConfigs
+        ),
         RequestKind::DescribeCluster(_) => {
             if c.cluster(Op::Describe) {
                 return Gate::Pass;
