@@ -22,10 +22,23 @@ pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
 pub fn dispatch_from(state: &Arc<BrokerState>, mut req: Request, session: &Session) -> Option<Reply> {
     let version = req.version();
     let peer = session.peer;
-    let patch = match crate::security::authz::gate(state, session, &mut req.body, version) {
+    let authz = match crate::security::authz::gate(state, session, &mut req.body, version) {
         Gate::Pass => None,
         Gate::Deny(answer) => return Some(Reply::Now(answer)),
         Gate::Patch(p) => Some(p),
+    };
+    let route = match crate::cluster::route::gate(state, &mut req.body, version) {
+        Gate::Pass => None,
+        Gate::Deny(answer) => return Some(Reply::Now(answer)),
+        Gate::Patch(p) => Some(p),
+    };
+    let patch: Option<crate::security::authz::Patch> = match (authz, route) {
+        (None, None) => None,
+        (Some(p), None) | (None, Some(p)) => Some(p),
+        (Some(a), Some(b)) => Some(Box::new(move |r: &mut ResponseKind| {
+            b(r);
+            a(r);
+        })),
     };
     let client_id = req.header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default();
     let reply = match req.body {

@@ -84,12 +84,17 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
+        let state = std::sync::Arc::new(state);
         if !state.config.voters.is_empty() {
             let id = state.config.node_id as u64;
             let dir = state.data_dir().join("__cluster");
             match sluice_broker::cluster::ClusterNode::start(id, state.config.voters.clone(), &dir).await {
                 Ok(node) => {
                     let _ = state.cluster.set(node.clone());
+                    if let Err(e) = sluice_broker::cluster::spawn_reconciler(&state, node.clone(), &dir) {
+                        eprintln!("sluice: metadata quorum: {e}");
+                        return ExitCode::from(1);
+                    }
                     state
                         .producer_ids
                         .use_source(Box::new(sluice_broker::cluster::QuorumBlocks(node.clone(), state.config.node_id)));

@@ -33,11 +33,10 @@ impl ListenerRuntime {
 
 /// Serve `listeners` (bound sockets with their runtime settings) until `shutdown_signal`.
 pub async fn run(
-    state: BrokerState,
+    state: Arc<BrokerState>,
     listeners: Vec<(TcpListener, ListenerRuntime)>,
     shutdown_signal: impl std::future::Future<Output = ()>,
 ) {
-    let state = Arc::new(state);
     let limit = Arc::new(Semaphore::new(state.config.max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();

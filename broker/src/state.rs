@@ -76,6 +76,8 @@ pub enum TopicError {
     InvalidConfig(String, String),
     #[error("storage: {0}")]
     Storage(#[from] StorageError),
+    #[error("metadata quorum: {0}")]
+    Cluster(String),
 }
 
 pub struct BrokerState {
@@ -257,6 +259,19 @@ impl BrokerState {
         (brokers, controller)
     }
 
+    /// Cluster mode: the broker that coordinates `key` (key type 0: a group, 1: a transactional
+    /// id) — the owner of its coordinator-log partition, spread over the registered brokers in
+    /// id order — with its address. `None` in single-node mode (this broker coordinates all).
+    pub fn coordinator_owner(&self, key_type: i8, key: &str) -> Option<(i32, String, i32)> {
+        let c = self.cluster.get()?;
+        let partitions = if key_type == 1 { self.config.txns.partitions } else { self.config.groups.partitions };
+        let p = crate::group::codec::partition_for(key, partitions);
+        let image = c.image();
+        let ids: Vec<&crate::cluster::BrokerInfo> = image.brokers.values().collect();
+        let b = ids.get(usize::try_from(p).ok()? % ids.len().max(1))?;
+        Some((b.node_id, b.host.clone(), b.port))
+    }
+
     /// The cluster id clients see: the quorum's (the first registered broker's) in cluster
     /// mode, this broker's own otherwise.
     pub fn effective_cluster_id(&self) -> String {
@@ -321,6 +336,106 @@ impl BrokerState {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Arc<Topic>, TopicError> {
+        if self.cluster.get().is_none() || validate_only {
+            return self.create_topic_with_id(name, None, partitions, replication_factor, configs, validate_only);
+        }
+        // cluster mode: validate here, decide in the quorum, then wait for this broker's copy
+        validate_topic_name(name)?;
+        let partitions = if partitions == -1 { self.config.num_partitions } else { partitions };
+        if replication_factor != -1 && replication_factor != 1 {
+            return Err(TopicError::InvalidReplicationFactor(replication_factor));
+        }
+        log_config_for(&self.config.log, &configs)?;
+        let id = Uuid::new_v4();
+        self.quorum_write(crate::cluster::Command::CreateTopic { name: name.into(), id, partitions, configs })?;
+        self.await_local(|s| s.topic(name).filter(|t| t.id == id))
+    }
+
+    /// Delete a topic (cluster mode: everywhere, through the quorum).
+    pub fn delete_topic(&self, name: &str) -> Result<(), TopicError> {
+        if self.cluster.get().is_none() {
+            return self.delete_topic_local(name);
+        }
+        self.quorum_write(crate::cluster::Command::DeleteTopic { name: name.into() })?;
+        self.await_local(|s| s.topic(name).is_none().then_some(()))
+    }
+
+    /// Grow a topic to `count` partitions (cluster mode: through the quorum).
+    pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
+        if self.cluster.get().is_none() || validate_only {
+            return self.create_partitions_local(name, count, validate_only);
+        }
+        self.quorum_write(crate::cluster::Command::CreatePartitions { name: name.into(), count })?;
+        self.await_local(|s| s.topic(name).filter(|t| t.partitions.len() as i32 >= count).map(|_| ()))
+    }
+
+    /// Change a topic's config overrides (cluster mode: through the quorum).
+    pub fn alter_topic_configs(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        if self.cluster.get().is_none() || validate_only {
+            return self.alter_topic_configs_local(name, f, validate_only);
+        }
+        let topic = self.topic(name).ok_or_else(|| TopicError::Unknown(name.to_string()))?;
+        let mut configs = topic.configs.clone();
+        f(&mut configs)?;
+        log_config_for(&self.config.log, &configs)?;
+        let want = configs.clone();
+        self.quorum_write(crate::cluster::Command::SetTopicConfigs { name: name.into(), configs })?;
+        self.await_local(|s| s.topic(name).filter(|t| t.configs == want).map(|_| ()))
+    }
+
+    /// Commit a topic command in the metadata quorum (blocking: called from blocking handlers).
+    fn quorum_write(&self, cmd: crate::cluster::Command) -> Result<(), TopicError> {
+        use crate::cluster::{CommandResult, Refusal};
+        let node = self.cluster.get().cloned().ok_or_else(|| TopicError::Cluster("not in cluster mode".into()))?;
+        let handle = tokio::runtime::Handle::try_current().map_err(|e| TopicError::Cluster(e.to_string()))?;
+        let name = match &cmd {
+            crate::cluster::Command::CreateTopic { name, .. }
+            | crate::cluster::Command::DeleteTopic { name }
+            | crate::cluster::Command::CreatePartitions { name, .. }
+            | crate::cluster::Command::SetTopicConfigs { name, .. } => name.clone(),
+            _ => String::new(),
+        };
+        let result =
+            tokio::task::block_in_place(|| handle.block_on(node.write(cmd, std::time::Duration::from_secs(10))))
+                .map_err(|e| TopicError::Cluster(e.to_string()))?;
+        match result {
+            CommandResult::Refused(Refusal::TopicExists) => Err(TopicError::Exists(name)),
+            CommandResult::Refused(Refusal::UnknownTopic) => Err(TopicError::Unknown(name)),
+            CommandResult::Refused(Refusal::InvalidPartitions(m)) => Err(TopicError::InvalidPartitions(m)),
+            CommandResult::Refused(Refusal::NoBrokers) => Err(TopicError::Cluster("no broker is registered".into())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Wait (up to 10 s) until this broker's reconciled state satisfies `f`.
+    fn await_local<T>(&self, f: impl Fn(&BrokerState) -> Option<T>) -> Result<T, TopicError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if let Some(x) = f(self) {
+                return Ok(x);
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(TopicError::Cluster("committed in the quorum but not yet applied on this broker".into()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// [`BrokerState::create_topic`] with a given topic id (cluster mode: the quorum's).
+    pub fn create_topic_with_id(
+        &self,
+        name: &str,
+        id: Option<Uuid>,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Arc<Topic>, TopicError> {
         validate_topic_name(name)?;
         let partitions = if partitions == -1 { self.config.num_partitions } else { partitions };
         if !(1..=10_000).contains(&partitions) {
@@ -334,7 +449,7 @@ impl BrokerState {
         if topics.contains_key(name) {
             return Err(TopicError::Exists(name.to_string()));
         }
-        let id = Uuid::new_v4();
+        let id = id.unwrap_or_else(Uuid::new_v4);
         if validate_only {
             return Ok(Arc::new(Topic { name: name.to_string(), id, configs, partitions: vec![] }));
         }
@@ -357,8 +472,8 @@ impl BrokerState {
         Ok(topic)
     }
 
-    /// Delete a topic: forget it durably first, then remove its directories.
-    pub fn delete_topic(&self, name: &str) -> Result<(), TopicError> {
+    /// Delete a topic: forget it durably first, then remove its directories (this broker only).
+    pub fn delete_topic_local(&self, name: &str) -> Result<(), TopicError> {
         let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
         let topic = topics.remove(name).ok_or_else(|| TopicError::Unknown(name.to_string()))?;
         if let Err(e) = self.persist_map(&topics) {
@@ -377,8 +492,8 @@ impl BrokerState {
         Ok(())
     }
 
-    /// Grow a topic to `count` partitions.
-    pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
+    /// Grow a topic to `count` partitions (this broker only).
+    pub fn create_partitions_local(&self, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
         let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
         let topic = topics.get(name).cloned().ok_or_else(|| TopicError::Unknown(name.to_string()))?;
         let current = topic.partitions.len() as i32;
@@ -413,8 +528,8 @@ impl BrokerState {
         Ok(())
     }
 
-    /// Replace (or, with `incremental`, merge) a topic's config overrides.
-    pub fn alter_topic_configs(
+    /// Replace (or, with `incremental`, merge) a topic's config overrides (this broker only).
+    pub fn alter_topic_configs_local(
         &self,
         name: &str,
         f: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,

@@ -141,3 +141,114 @@ async fn three_brokers_form_a_quorum_that_survives_losing_its_controller() {
     }
     assert!(refused, "a broker cut off from the quorum kept handing out producer ids past its block");
 }
+
+/// Topics live in the quorum: created on one broker, their partitions are spread over all
+/// three, librdkafka producing through one broker and consuming in a group through another
+/// routes itself to each partition's leader; a broker that does not lead a partition answers
+/// NOT_LEADER_OR_FOLLOWER; a deletion reaches every broker; a restarted broker keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_spread_over_the_brokers_and_clients_route_themselves() {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::message::Message;
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer as _, ThreadedProducer};
+
+    let mut c = Cluster::start();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[1].bootstrap())).unwrap();
+    admin.create_topic("spread", 6, -1, &[("retention.ms", "86400000")]).await.unwrap();
+    let e = admin.create_topic("spread", 6, -1, &[]).await.unwrap_err();
+    assert!(e.to_string().contains("TopicAlreadyExists"), "{e}");
+
+    // every broker reports the same leaders, spread over all three
+    let mut leaders_seen = Vec::new();
+    for b in &c.brokers {
+        let a = Admin::new(&ClientConfig::new().set("bootstrap.servers", b.bootstrap())).unwrap();
+        let d = a.describe_topic("spread").await.unwrap();
+        let leaders: Vec<i32> = d.partitions.iter().map(|p| p.leader).collect();
+        leaders_seen.push(leaders);
+        assert_eq!(
+            a.describe_topic_configs("spread").await.unwrap().get("retention.ms").map(String::as_str),
+            Some("86400000")
+        );
+    }
+    assert!(leaders_seen.windows(2).all(|w| w[0] == w[1]), "{leaders_seen:?}");
+    let distinct: BTreeSet<i32> = leaders_seen[0].iter().copied().collect();
+    assert_eq!(distinct, BTreeSet::from([1, 2, 3]), "{leaders_seen:?}");
+
+    // librdkafka: produce through broker 1, consume in a group through broker 3
+    let bootstrap1 = c.brokers[0].bootstrap();
+    let bootstrap3 = c.brokers[2].bootstrap();
+    let produced = tokio::task::spawn_blocking(move || {
+        let p: ThreadedProducer<DefaultProducerContext> =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", &bootstrap1).set("linger.ms", "5").create().unwrap();
+        for i in 0..3000 {
+            let (k, v) = (format!("k{i}"), format!("v{i}"));
+            p.send(BaseRecord::to("spread").key(&k).payload(&v)).map_err(|(e, _)| e).unwrap();
+        }
+        p.flush(Duration::from_secs(30)).unwrap();
+        3000
+    })
+    .await
+    .unwrap();
+    let got = tokio::task::spawn_blocking(move || {
+        let cons: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap3)
+            .set("group.id", "spread-readers")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .unwrap();
+        cons.subscribe(&["spread"]).unwrap();
+        let mut seen = BTreeSet::new();
+        let mut partitions = BTreeSet::new();
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while seen.len() < 3000 && Instant::now() < deadline {
+            if let Some(Ok(m)) = cons.poll(Duration::from_millis(100)) {
+                seen.insert(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+                partitions.insert(m.partition());
+            }
+        }
+        (seen.len(), partitions.len())
+    })
+    .await
+    .unwrap();
+    assert_eq!(got, (produced, 6), "every record, from every partition");
+
+    // a broker that does not lead partition 0 refuses to write it
+    let leader0 = leaders_seen[0][0];
+    let other = if leader0 == 1 { 1 } else { 0 }; // index of a broker (node id index + 1) not leading it
+    let conn = Connection::connect(&c.brokers[other].bootstrap(), "cluster-test", 1).await.unwrap();
+    let batch = sluice_protocol::batch::BatchBuilder::default()
+        .build(&[sluice_protocol::batch::NewRecord { timestamp: 1, ..Default::default() }])
+        .unwrap();
+    let mut pd = kafka_protocol::messages::produce_request::PartitionProduceData::default();
+    pd.index = 0;
+    pd.records = Some(batch);
+    let mut td = kafka_protocol::messages::produce_request::TopicProduceData::default();
+    td.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str("spread"));
+    td.partition_data = vec![pd];
+    let mut req = kafka_protocol::messages::ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 5000;
+    req.topic_data = vec![td];
+    let ResponseKind::Produce(r) = conn.call(ApiKey::Produce, 9, RequestKind::Produce(req)).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 6, "NOT_LEADER_OR_FOLLOWER");
+
+    // a broker restart keeps the topic; a deletion reaches every broker
+    c.brokers[2].kill9();
+    c.brokers[2].spawn();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let a3 = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[2].bootstrap())).unwrap();
+    assert_eq!(a3.describe_topic("spread").await.unwrap().partitions.len(), 6);
+    a3.delete_topic("spread").await.unwrap();
+    for b in &c.brokers {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while b.data_dir.join("spread-0").exists() {
+            assert!(Instant::now() < deadline, "{} still has the deleted topic", b.bootstrap());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let a = Admin::new(&ClientConfig::new().set("bootstrap.servers", b.bootstrap())).unwrap();
+        assert!(!a.list_topics().await.unwrap().contains(&"spread".to_string()));
+    }
+}

@@ -7,6 +7,8 @@
 //! - `network`: Raft RPCs and forwarded writes between brokers, length-prefixed JSON over TCP.
 
 pub mod network;
+pub mod reconcile;
+pub mod route;
 pub mod store;
 
 use serde::{Deserialize, Serialize};
@@ -22,9 +24,37 @@ pub type NodeId = u64;
 pub enum Command {
     /// A broker announces itself and the address clients should use.
     /// The first registration also names the cluster (its `cluster_id`).
-    RegisterBroker { node_id: i32, host: String, port: i32, cluster_id: String },
+    RegisterBroker {
+        node_id: i32,
+        host: String,
+        port: i32,
+        cluster_id: String,
+    },
     /// Hand out the next block of producer ids (never handed out twice, across failovers).
-    AllocateProducerIds { node_id: i32, count: i64 },
+    AllocateProducerIds {
+        node_id: i32,
+        count: i64,
+    },
+    /// Create a topic; its partitions are assigned to the registered brokers.
+    CreateTopic {
+        name: String,
+        id: uuid::Uuid,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    /// Grow a topic to `count` partitions.
+    CreatePartitions {
+        name: String,
+        count: i32,
+    },
+    /// Replace a topic's config overrides.
+    SetTopicConfigs {
+        name: String,
+        configs: BTreeMap<String, String>,
+    },
 }
 
 /// What applying a command returned.
@@ -34,6 +64,25 @@ pub enum CommandResult {
     Done,
     /// `[first, first + count)` is the caller's.
     ProducerIds { first: i64, count: i64 },
+    /// The command was refused (the image is unchanged).
+    Refused(Refusal),
+}
+
+/// Why a topic command was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    TopicExists,
+    UnknownTopic,
+    InvalidPartitions(String),
+    NoBrokers,
+}
+
+/// A topic in the image: its id, the replicas of each partition (leader first), its configs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicInfo {
+    pub id: uuid::Uuid,
+    pub replicas: Vec<Vec<i32>>,
+    pub configs: BTreeMap<String, String>,
 }
 
 openraft::declare_raft_types!(
@@ -61,6 +110,8 @@ pub struct MetadataImage {
     pub brokers: BTreeMap<i32, BrokerInfo>,
     /// The next producer id not yet handed out.
     pub next_producer_id: i64,
+    #[serde(default)]
+    pub topics: BTreeMap<String, TopicInfo>,
 }
 
 impl MetadataImage {
@@ -79,7 +130,65 @@ impl MetadataImage {
                 self.next_producer_id = first.saturating_add((*count).max(1));
                 CommandResult::ProducerIds { first, count: (*count).max(1) }
             }
+            Command::CreateTopic { name, id, partitions, configs } => {
+                if self.topics.contains_key(name) {
+                    return CommandResult::Refused(Refusal::TopicExists);
+                }
+                if !(1..=10_000).contains(partitions) {
+                    return CommandResult::Refused(Refusal::InvalidPartitions(format!("{partitions}")));
+                }
+                let Some(replicas) = self.assign(name, 0, *partitions) else {
+                    return CommandResult::Refused(Refusal::NoBrokers);
+                };
+                self.topics.insert(name.clone(), TopicInfo { id: *id, replicas, configs: configs.clone() });
+                CommandResult::Done
+            }
+            Command::DeleteTopic { name } => match self.topics.remove(name) {
+                Some(_) => CommandResult::Done,
+                None => CommandResult::Refused(Refusal::UnknownTopic),
+            },
+            Command::CreatePartitions { name, count } => {
+                let Some(current) = self.topics.get(name).map(|t| t.replicas.len() as i32) else {
+                    return CommandResult::Refused(Refusal::UnknownTopic);
+                };
+                if *count <= current || *count > 10_000 {
+                    return CommandResult::Refused(Refusal::InvalidPartitions(format!(
+                        "topic has {current} partitions; {count} must be larger (and at most 10000)"
+                    )));
+                }
+                let Some(more) = self.assign(name, current, *count) else {
+                    return CommandResult::Refused(Refusal::NoBrokers);
+                };
+                if let Some(t) = self.topics.get_mut(name) {
+                    t.replicas.extend(more);
+                }
+                CommandResult::Done
+            }
+            Command::SetTopicConfigs { name, configs } => match self.topics.get_mut(name) {
+                Some(t) => {
+                    t.configs = configs.clone();
+                    CommandResult::Done
+                }
+                None => CommandResult::Refused(Refusal::UnknownTopic),
+            },
         }
+    }
+
+    /// Replicas (one, the leader: replication is not built yet) for partitions `from..to` of
+    /// `name`, spread round-robin over the registered brokers from a start that depends on the
+    /// name (so topics do not all begin on the same broker). Deterministic.
+    fn assign(&self, name: &str, from: i32, to: i32) -> Option<Vec<Vec<i32>>> {
+        let ids: Vec<i32> = self.brokers.keys().copied().collect();
+        if ids.is_empty() {
+            return None;
+        }
+        let start = name.bytes().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(b)));
+        Some((from..to).map(|p| vec![ids[(start + p as usize) % ids.len()]]).collect())
+    }
+
+    /// The leader of partition `p` of `topic`, if the topic and partition exist.
+    pub fn leader(&self, topic: &str, p: i32) -> Option<i32> {
+        self.topics.get(topic)?.replicas.get(usize::try_from(p).ok()?)?.first().copied()
     }
 }
 
@@ -104,6 +213,8 @@ pub struct ClusterNode {
     pub raft: Raft,
     pub image: Arc<RwLock<MetadataImage>>,
     pub voters: BTreeMap<NodeId, String>,
+    /// Bumped after every applied batch of entries (the broker reconciles its topics).
+    pub changed: tokio::sync::watch::Receiver<u64>,
 }
 
 impl ClusterNode {
@@ -129,14 +240,15 @@ impl ClusterNode {
         let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
         let image = Arc::new(RwLock::new(MetadataImage::default()));
         let log = store::LogStore::open(dir)?;
-        let sm = store::StateMachine::open(dir, image.clone())?;
+        let (changed_tx, changed) = tokio::sync::watch::channel(0u64);
+        let sm = store::StateMachine::open(dir, image.clone(), changed_tx)?;
         let initialized = log.has_vote_or_entries();
         let raft =
             Raft::new(node_id, config, network::Network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen for Raft on {addr}: {e}"))?;
-        let node = Arc::new(ClusterNode { node_id, raft, image, voters });
+        let node = Arc::new(ClusterNode { node_id, raft, image, voters, changed });
         tokio::spawn(network::serve(listener, node.clone()));
         if !initialized && voters_min(&node.voters) == Some(node_id) {
             let members: BTreeMap<NodeId, openraft::BasicNode> =
@@ -204,6 +316,30 @@ impl crate::producer_ids::BlockSource for QuorumBlocks {
     fn high_water(&self) -> i64 {
         self.0.image().next_producer_id
     }
+}
+
+/// Keep this broker's topics in line with the image, now and after every change. Holds the
+/// state weakly so that shutdown can still close it cleanly.
+pub fn spawn_reconciler(
+    state: &Arc<crate::state::BrokerState>,
+    node: Arc<ClusterNode>,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let reconciler = reconcile::Reconciler::open(dir)?;
+    let weak = Arc::downgrade(state);
+    let mut changed = node.changed.clone();
+    tokio::spawn(async move {
+        loop {
+            let Some(state) = weak.upgrade() else { return };
+            let image = node.image();
+            tokio::task::block_in_place(|| reconciler.run(&state, &image));
+            drop(state);
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(())
 }
 
 fn voters_min(v: &BTreeMap<NodeId, String>) -> Option<NodeId> {

@@ -223,13 +223,18 @@ pub struct StateMachine {
     dir: PathBuf,
     state: SmState,
     image: Arc<RwLock<MetadataImage>>,
+    changed: tokio::sync::watch::Sender<u64>,
     snapshot: Option<StoredSnapshot>,
     snapshots_built: u64,
 }
 
 impl StateMachine {
     /// Start from the last snapshot, if any (openraft re-applies the committed entries after it).
-    pub fn open(dir: &Path, image: Arc<RwLock<MetadataImage>>) -> anyhow::Result<StateMachine> {
+    pub fn open(
+        dir: &Path,
+        image: Arc<RwLock<MetadataImage>>,
+        changed: tokio::sync::watch::Sender<u64>,
+    ) -> anyhow::Result<StateMachine> {
         let snapshot: Option<StoredSnapshot> = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
             Ok(b) => Some(serde_json::from_slice(&b)?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -240,11 +245,12 @@ impl StateMachine {
             None => SmState::default(),
         };
         *image.write().unwrap_or_else(|e| e.into_inner()) = state.image.clone();
-        Ok(StateMachine { dir: dir.to_path_buf(), state, image, snapshot, snapshots_built: 0 })
+        Ok(StateMachine { dir: dir.to_path_buf(), state, image, changed, snapshot, snapshots_built: 0 })
     }
 
     fn publish(&self) {
         *self.image.write().unwrap_or_else(|e| e.into_inner()) = self.state.image.clone();
+        self.changed.send_modify(|v| *v += 1);
     }
 
     fn save_snapshot(&self, s: &StoredSnapshot) -> Result<(), StorageError<NodeId>> {
@@ -385,7 +391,8 @@ mod tests {
     async fn the_state_machine_applies_and_snapshots() {
         let dir = tempfile::tempdir().unwrap();
         let image = Arc::new(RwLock::new(MetadataImage::default()));
-        let mut sm = StateMachine::open(dir.path(), image.clone()).unwrap();
+        let (tx, _rx) = tokio::sync::watch::channel(0);
+        let mut sm = StateMachine::open(dir.path(), image.clone(), tx).unwrap();
         let cmds =
             (1..=2).map(|i| entry(i, Some(super::super::Command::AllocateProducerIds { node_id: 1, count: 10 })));
         let out = sm.apply(cmds).await.unwrap();
@@ -395,7 +402,8 @@ mod tests {
         assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(2));
         // a new state machine starts from the snapshot
         let image2 = Arc::new(RwLock::new(MetadataImage::default()));
-        let mut sm2 = StateMachine::open(dir.path(), image2.clone()).unwrap();
+        let (tx2, _rx2) = tokio::sync::watch::channel(0);
+        let mut sm2 = StateMachine::open(dir.path(), image2.clone(), tx2).unwrap();
         assert_eq!(image2.read().unwrap().next_producer_id, 20);
         assert_eq!(sm2.applied_state().await.unwrap().0.map(|l| l.index), Some(2));
     }

@@ -29,11 +29,28 @@ pub fn find_coordinator(
         let mut c = find_coordinator_response::Coordinator::default();
         c.key = key;
         match req.key_type {
-            0 | 1 => {
-                c.node_id = BrokerId(state.config.node_id);
-                c.host = sb(&listener.advertised_host);
-                c.port = listener.advertised_port;
-            }
+            0 | 1 => match state.coordinator_owner(req.key_type, &c.key) {
+                Some((id, _, _)) if id == state.config.node_id => {
+                    c.node_id = BrokerId(id);
+                    c.host = sb(&listener.advertised_host);
+                    c.port = listener.advertised_port;
+                }
+                Some((id, host, port)) => {
+                    c.node_id = BrokerId(id);
+                    c.host = sb(&host);
+                    c.port = port;
+                }
+                None if state.cluster.get().is_some() => {
+                    c.node_id = BrokerId(-1);
+                    c.port = -1;
+                    c.error_code = ResponseError::CoordinatorNotAvailable.code();
+                }
+                None => {
+                    c.node_id = BrokerId(state.config.node_id);
+                    c.host = sb(&listener.advertised_host);
+                    c.port = listener.advertised_port;
+                }
+            },
             _ => {
                 c.node_id = BrokerId(-1);
                 c.port = -1;

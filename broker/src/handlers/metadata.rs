@@ -12,6 +12,16 @@ use std::collections::BTreeMap;
 
 fn topic_entry(state: &BrokerState, t: &Topic) -> MetadataResponseTopic {
     let node = BrokerId(state.config.node_id);
+    // cluster mode: the quorum's assignment says who leads each partition
+    let image = state.cluster.get().map(|c| c.image());
+    let replicas_of = |p: i32| -> Vec<BrokerId> {
+        image
+            .as_ref()
+            .and_then(|i| i.topics.get(&t.name))
+            .and_then(|info| info.replicas.get(usize::try_from(p).ok()?))
+            .map(|r| r.iter().map(|b| BrokerId(*b)).collect())
+            .unwrap_or_else(|| vec![node])
+    };
     let mut e = MetadataResponseTopic::default();
     e.name = Some(topic_name(&t.name));
     e.topic_id = t.id;
@@ -20,11 +30,12 @@ fn topic_entry(state: &BrokerState, t: &Topic) -> MetadataResponseTopic {
         .iter()
         .map(|p| {
             let mut mp = MetadataResponsePartition::default();
+            let replicas = replicas_of(p.index);
             mp.partition_index = p.index;
-            mp.leader_id = node;
+            mp.leader_id = replicas.first().copied().unwrap_or(node);
             mp.leader_epoch = 0;
-            mp.replica_nodes = vec![node];
-            mp.isr_nodes = vec![node];
+            mp.replica_nodes = replicas.clone();
+            mp.isr_nodes = replicas;
             mp
         })
         .collect();

@@ -21,6 +21,7 @@ pub fn topic_error_code(e: &TopicError) -> i16 {
         TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor.code(),
         TopicError::InvalidConfig(..) => ResponseError::InvalidConfig.code(),
         TopicError::Storage(e) => crate::error_map::storage_produce_code(e),
+        TopicError::Cluster(_) => ResponseError::NotController.code(),
     }
 }
 

@@ -1,0 +1,105 @@
+//! Make this broker's topics match the metadata image: create the topics (and partitions) the
+//! quorum has, apply their configs, delete the ones it deleted. Every broker keeps a log for
+//! every partition of every topic; only the partition's leader serves it (`route`).
+//!
+//! Deletion only ever touches topics this reconciler created (their ids are kept in
+//! `<log.dirs>/__cluster/managed-topics.json`): a topic that existed in the data directory
+//! before the broker joined a cluster is left alone, never silently deleted.
+
+use super::MetadataImage;
+use crate::state::BrokerState;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use uuid::Uuid;
+
+pub struct Reconciler {
+    path: PathBuf,
+    managed: Mutex<BTreeSet<Uuid>>,
+}
+
+impl Reconciler {
+    pub fn open(cluster_dir: &std::path::Path) -> anyhow::Result<Reconciler> {
+        let path = cluster_dir.join("managed-topics.json");
+        let managed = match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Reconciler { path, managed: Mutex::new(managed) })
+    }
+
+    fn save(&self, managed: &BTreeSet<Uuid>) {
+        match serde_json::to_vec(managed) {
+            Ok(b) => {
+                if let Err(e) = sluice_storage::sidefile::write_atomic(&self.path, &b) {
+                    tracing::error!("cannot save {}: {e}", self.path.display());
+                }
+            }
+            Err(e) => tracing::error!("cannot encode the managed topics: {e}"),
+        }
+    }
+
+    /// One pass (blocking: creates and deletes directories).
+    pub fn run(&self, state: &BrokerState, image: &MetadataImage) {
+        let mut managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
+        let before = managed.clone();
+        for (name, info) in &image.topics {
+            let want = info.replicas.len() as i32;
+            match state.topic(name) {
+                Some(t) if t.id == info.id => {
+                    if (t.partitions.len() as i32) < want {
+                        if let Err(e) = state.create_partitions_local(name, want, false) {
+                            tracing::error!(topic = name.as_str(), "cannot add partitions: {e}");
+                        }
+                    }
+                    if t.configs != info.configs {
+                        let configs = info.configs.clone();
+                        if let Err(e) = state.alter_topic_configs_local(
+                            name,
+                            |c| {
+                                *c = configs;
+                                Ok(())
+                            },
+                            false,
+                        ) {
+                            tracing::error!(topic = name.as_str(), "cannot apply configs: {e}");
+                        }
+                    }
+                    managed.insert(info.id);
+                }
+                Some(t) if !managed.contains(&t.id) => {
+                    tracing::error!(
+                        topic = name.as_str(),
+                        "a local topic of this name predates cluster mode; the cluster's topic is not served here"
+                    );
+                }
+                other => {
+                    if other.is_some() {
+                        // an older incarnation (deleted and re-created while this broker was away)
+                        let _ = state.delete_topic_local(name);
+                    }
+                    match state.create_topic_with_id(name, Some(info.id), want, -1, info.configs.clone(), false) {
+                        Ok(_) => {
+                            managed.insert(info.id);
+                        }
+                        Err(e) => tracing::error!(topic = name.as_str(), "cannot create: {e}"),
+                    }
+                }
+            }
+        }
+        for t in state.topics() {
+            if managed.contains(&t.id) && image.topics.get(&t.name).is_none_or(|i| i.id != t.id) {
+                match state.delete_topic_local(&t.name) {
+                    Ok(()) => {
+                        managed.remove(&t.id);
+                    }
+                    Err(e) => tracing::error!(topic = t.name.as_str(), "cannot delete: {e}"),
+                }
+            }
+        }
+        if *managed != before {
+            self.save(&managed);
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! Cluster mode: only a partition's leader serves it, and only a key's coordinator serves
+//! its group or transaction (NOT_COORDINATOR elsewhere). Produce, Fetch, ListOffsets and
+//! DeleteRecords for partitions led elsewhere are removed from the request and answered
+//! NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata and go to the leader (as with
+//! Kafka after a leadership change).
+
+use crate::security::authz::{Gate, Patch};
+use crate::state::BrokerState;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::*;
+
+const NOT_LEADER: i16 = 6;
+
+/// Partitions of `topic` this broker does not lead, per the image.
+fn not_mine(state: &BrokerState, image: &super::MetadataImage, topic: &str, p: i32) -> bool {
+    match image.leader(topic, p) {
+        Some(l) => l != state.config.node_id,
+        None => false, // unknown here: the handler answers UNKNOWN_TOPIC_OR_PARTITION
+    }
+}
+
+fn patch(f: impl FnOnce(&mut ResponseKind) + Send + 'static) -> Gate {
+    let p: Patch = Box::new(f);
+    Gate::Patch(p)
+}
+
+const NOT_COORDINATOR: i16 = 16;
+
+/// Does this broker coordinate `key` (0: group, 1: transactional id)?
+fn mine(state: &BrokerState, key_type: i8, key: &str) -> bool {
+    state.coordinator_owner(key_type, key).is_some_and(|(id, _, _)| id == state.config.node_id)
+}
+
+fn deny(r: ResponseKind) -> Gate {
+    Gate::Deny(Box::new(r))
+}
+
+/// Group and transaction APIs reach only the key's coordinator; elsewhere NOT_COORDINATOR, so
+/// the client looks the coordinator up again.
+fn coordinator_gate(state: &BrokerState, body: &mut RequestKind, version: i16) -> Gate {
+    macro_rules! top {
+        ($key_type:expr, $key:expr, $Resp:ident, $variant:ident) => {{
+            if mine(state, $key_type, $key) {
+                return Gate::Pass;
+            }
+            let mut x = $Resp::default();
+            x.error_code = NOT_COORDINATOR;
+            deny(ResponseKind::$variant(x))
+        }};
+    }
+    match body {
+        RequestKind::JoinGroup(r) => {
+            if mine(state, 0, &r.group_id) {
+                return Gate::Pass;
+            }
+            let mut x = JoinGroupResponse::default();
+            x.error_code = NOT_COORDINATOR;
+            x.generation_id = -1;
+            deny(ResponseKind::JoinGroup(x))
+        }
+        RequestKind::SyncGroup(r) => top!(0, &r.group_id, SyncGroupResponse, SyncGroup),
+        RequestKind::Heartbeat(r) => top!(0, &r.group_id, HeartbeatResponse, Heartbeat),
+        RequestKind::LeaveGroup(r) => top!(0, &r.group_id, LeaveGroupResponse, LeaveGroup),
+        RequestKind::ConsumerGroupHeartbeat(r) => {
+            top!(0, &r.group_id, ConsumerGroupHeartbeatResponse, ConsumerGroupHeartbeat)
+        }
+        RequestKind::OffsetDelete(r) => top!(0, &r.group_id, OffsetDeleteResponse, OffsetDelete),
+        RequestKind::AddOffsetsToTxn(r) => top!(1, &r.transactional_id, AddOffsetsToTxnResponse, AddOffsetsToTxn),
+        RequestKind::EndTxn(r) => {
+            if mine(state, 1, &r.transactional_id) {
+                return Gate::Pass;
+            }
+            let mut x = EndTxnResponse::default();
+            x.error_code = NOT_COORDINATOR;
+            x.producer_id = ProducerId(-1);
+            x.producer_epoch = -1;
+            deny(ResponseKind::EndTxn(x))
+        }
+        RequestKind::InitProducerId(r) => match r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
+            Some(t) if !mine(state, 1, t) => {
+                let mut x = InitProducerIdResponse::default();
+                x.error_code = NOT_COORDINATOR;
+                x.producer_id = ProducerId(-1);
+                x.producer_epoch = -1;
+                deny(ResponseKind::InitProducerId(x))
+            }
+            _ => Gate::Pass,
+        },
+        RequestKind::OffsetCommit(r) => {
+            if mine(state, 0, &r.group_id) {
+                return Gate::Pass;
+            }
+            let mut x = OffsetCommitResponse::default();
+            x.topics = r
+                .topics
+                .iter()
+                .map(|t| {
+                    let mut o = offset_commit_response::OffsetCommitResponseTopic::default();
+                    o.name = t.name.clone();
+                    o.topic_id = t.topic_id;
+                    o.partitions = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            let mut e = offset_commit_response::OffsetCommitResponsePartition::default();
+                            e.partition_index = p.partition_index;
+                            e.error_code = NOT_COORDINATOR;
+                            e
+                        })
+                        .collect();
+                    o
+                })
+                .collect();
+            deny(ResponseKind::OffsetCommit(x))
+        }
+        RequestKind::TxnOffsetCommit(r) => {
+            if mine(state, 0, &r.group_id) {
+                return Gate::Pass;
+            }
+            let mut x = TxnOffsetCommitResponse::default();
+            x.topics = r
+                .topics
+                .iter()
+                .map(|t| {
+                    let mut o = txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
+                    o.name = t.name.clone();
+                    o.partitions = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            let mut e = txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
+                            e.partition_index = p.partition_index;
+                            e.error_code = NOT_COORDINATOR;
+                            e
+                        })
+                        .collect();
+                    o
+                })
+                .collect();
+            deny(ResponseKind::TxnOffsetCommit(x))
+        }
+        RequestKind::AddPartitionsToTxn(r) if version < 4 => {
+            if mine(state, 1, &r.v3_and_below_transactional_id) {
+                return Gate::Pass;
+            }
+            let mut x = AddPartitionsToTxnResponse::default();
+            x.results_by_topic_v3_and_below = r
+                .v3_and_below_topics
+                .iter()
+                .map(|t| {
+                    let mut o = add_partitions_to_txn_response::AddPartitionsToTxnTopicResult::default();
+                    o.name = t.name.clone();
+                    o.results_by_partition = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            let mut e = add_partitions_to_txn_response::AddPartitionsToTxnPartitionResult::default();
+                            e.partition_index = *p;
+                            e.partition_error_code = NOT_COORDINATOR;
+                            e
+                        })
+                        .collect();
+                    o
+                })
+                .collect();
+            deny(ResponseKind::AddPartitionsToTxn(x))
+        }
+        RequestKind::OffsetFetch(r) if version < 8 => {
+            if mine(state, 0, &r.group_id) {
+                return Gate::Pass;
+            }
+            let mut x = OffsetFetchResponse::default();
+            x.error_code = NOT_COORDINATOR;
+            deny(ResponseKind::OffsetFetch(x))
+        }
+        RequestKind::OffsetFetch(r) => {
+            let (keep, away): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut r.groups).into_iter().partition(|g| mine(state, 0, &g.group_id));
+            r.groups = keep;
+            if away.is_empty() {
+                return Gate::Pass;
+            }
+            let away: Vec<GroupId> = away.into_iter().map(|g| g.group_id).collect();
+            patch(move |resp| {
+                if let ResponseKind::OffsetFetch(resp) = resp {
+                    for g in away {
+                        let mut x = offset_fetch_response::OffsetFetchResponseGroup::default();
+                        x.group_id = g;
+                        x.error_code = NOT_COORDINATOR;
+                        resp.groups.push(x);
+                    }
+                }
+            })
+        }
+        RequestKind::DescribeGroups(r) => {
+            let away: Vec<String> = r.groups.iter().filter(|g| !mine(state, 0, g)).map(|g| g.to_string()).collect();
+            if away.is_empty() {
+                return Gate::Pass;
+            }
+            patch(move |resp| {
+                if let ResponseKind::DescribeGroups(resp) = resp {
+                    for g in resp.groups.iter_mut().filter(|g| away.iter().any(|a| a == g.group_id.as_str())) {
+                        let mut x = describe_groups_response::DescribedGroup::default();
+                        x.group_id = g.group_id.clone();
+                        x.error_code = NOT_COORDINATOR;
+                        *g = x;
+                    }
+                }
+            })
+        }
+        RequestKind::DeleteGroups(r) => {
+            let (keep, away): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut r.groups_names).into_iter().partition(|g| mine(state, 0, g));
+            r.groups_names = keep;
+            if away.is_empty() {
+                return Gate::Pass;
+            }
+            patch(move |resp| {
+                if let ResponseKind::DeleteGroups(resp) = resp {
+                    for g in away {
+                        let mut x = delete_groups_response::DeletableGroupResult::default();
+                        x.group_id = g;
+                        x.error_code = NOT_COORDINATOR;
+                        resp.results.push(x);
+                    }
+                }
+            })
+        }
+        RequestKind::DescribeTransactions(r) => {
+            let away: Vec<String> =
+                r.transactional_ids.iter().filter(|t| !mine(state, 1, t)).map(|t| t.to_string()).collect();
+            if away.is_empty() {
+                return Gate::Pass;
+            }
+            patch(move |resp| {
+                if let ResponseKind::DescribeTransactions(resp) = resp {
+                    for t in resp
+                        .transaction_states
+                        .iter_mut()
+                        .filter(|t| away.iter().any(|a| a == t.transactional_id.as_str()))
+                    {
+                        let mut x = describe_transactions_response::TransactionState::default();
+                        x.transactional_id = t.transactional_id.clone();
+                        x.error_code = NOT_COORDINATOR;
+                        *t = x;
+                    }
+                }
+            })
+        }
+        _ => Gate::Pass,
+    }
+}
+
+pub fn gate(state: &BrokerState, body: &mut RequestKind, version: i16) -> Gate {
+    let Some(cluster) = state.cluster.get() else { return Gate::Pass };
+    if let g @ (Gate::Deny(_) | Gate::Patch(_)) = coordinator_gate(state, body, version) {
+        return g;
+    }
+    debug_assert_eq!(NOT_LEADER, ResponseError::NotLeaderOrFollower.code());
+    let image = cluster.image();
+    match body {
+        RequestKind::Produce(r) => {
+            let mut moved: Vec<(TopicName, Vec<i32>)> = Vec::new();
+            for t in r.topic_data.iter_mut() {
+                let (keep, away): (Vec<_>, Vec<_>) = std::mem::take(&mut t.partition_data)
+                    .into_iter()
+                    .partition(|p| !not_mine(state, &image, &t.name, p.index));
+                t.partition_data = keep;
+                if !away.is_empty() {
+                    moved.push((t.name.clone(), away.iter().map(|p| p.index).collect()));
+                }
+            }
+            r.topic_data.retain(|t| !t.partition_data.is_empty());
+            if moved.is_empty() {
+                return Gate::Pass;
+            }
+            patch(move |resp| {
+                if let ResponseKind::Produce(resp) = resp {
+                    for (name, parts) in moved {
+                        let mut out = produce_response::TopicProduceResponse::default();
+                        out.name = name;
+                        out.partition_responses = parts
+                            .into_iter()
+                            .map(|i| {
+                                let mut x = produce_response::PartitionProduceResponse::default();
+                                x.index = i;
+                                x.error_code = NOT_LEADER;
+                                x.base_offset = -1;
+                                x.log_append_time_ms = -1;
+                                x.log_start_offset = -1;
+                                x
+                            })
+                            .collect();
+                        resp.responses.push(out);
+                    }
+                }
+            })
+        }
+        RequestKind::Fetch(r) => {
+            let mut moved: Vec<(TopicName, uuid::Uuid, Vec<i32>)> = Vec::new();
+            for t in r.topics.iter_mut() {
+                let name = if version >= 13 {
+                    match state.topic_by_id(t.topic_id) {
+                        Some(x) => x.name.clone(),
+                        None => continue,
+                    }
+                } else {
+                    t.topic.to_string()
+                };
+                let (keep, away): (Vec<_>, Vec<_>) = std::mem::take(&mut t.partitions)
+                    .into_iter()
+                    .partition(|p| !not_mine(state, &image, &name, p.partition));
+                t.partitions = keep;
+                if !away.is_empty() {
+                    moved.push((t.topic.clone(), t.topic_id, away.iter().map(|p| p.partition).collect()));
+                }
+            }
+            r.topics.retain(|t| !t.partitions.is_empty());
+            if moved.is_empty() {
+                return Gate::Pass;
+            }
+            patch(move |resp| {
+                if let ResponseKind::Fetch(resp) = resp {
+                    for (topic, id, parts) in moved {
+                        let mut out = fetch_response::FetchableTopicResponse::default();
+                        out.topic = topic;
+                        out.topic_id = id;
+                        out.partitions = parts
+                            .into_iter()
+                            .map(|i| {
+                                let mut x = fetch_response::PartitionData::default();
+                                x.partition_index = i;
+                                x.error_code = NOT_LEADER;
+                                x.high_watermark = -1;
+                                x.last_stable_offset = -1;
+                                x.log_start_offset = -1;
+                                x
+                            })
+                            .collect();
+                        resp.responses.push(out);
+                    }
+                }
+            })
+        }
+        RequestKind::ListOffsets(r) => {
+            let mut moved: Vec<(TopicName, Vec<i32>)> = Vec::new();
+            for t in r.topics.iter_mut() {
+                let (keep, away): (Vec<_>, Vec<_>) = std::mem::take(&mut t.partitions)
+                    .into_iter()
+                    .partition(|p| !not_mine(state, &image, &t.name, p.partition_index));
+                t.partitions = keep;
+                if !away.is_empty() {
+                    moved.push((t.name.clone(), away.iter().map(|p| p.partition_index).collect()));
+                }
+            }
+            r.topics.retain(|t| !t.partitions.is_empty());
+            if moved.is_empty() {
+                return Gate::Pass;
+            }
+            patch(move |resp| {
+                if let ResponseKind::ListOffsets(resp) = resp {
+                    for (name, parts) in moved {
+                        let mut out = list_offsets_response::ListOffsetsTopicResponse::default();
+                        out.name = name;
+                        out.partitions = parts
+                            .into_iter()
+                            .map(|i| {
+                                let mut x = list_offsets_response::ListOffsetsPartitionResponse::default();
+                                x.partition_index = i;
+                                x.error_code = NOT_LEADER;
+                                x.timestamp = -1;
+                                x.offset = -1;
+                                x
+                            })
+                            .collect();
+                        resp.topics.push(out);
+                    }
+                }
+            })
+        }
+        _ => Gate::Pass,
+    }
+}
