@@ -252,3 +252,85 @@ async fn topics_spread_over_the_brokers_and_clients_route_themselves() {
         assert!(!a.list_topics().await.unwrap().contains(&"spread".to_string()));
     }
 }
+
+/// A librdkafka transaction over partitions led by all three brokers: the coordinator (one of
+/// them) writes its markers to the other leaders with WriteTxnMarkers; read_committed sees the
+/// committed transaction whole and nothing of the aborted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_span_partitions_led_by_different_brokers() {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::message::Message;
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer as _, ThreadedProducer};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let c = Cluster::start();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("ledger", 6, -1, &[]).await.unwrap();
+    let leaders: BTreeSet<i32> =
+        admin.describe_topic("ledger").await.unwrap().partitions.iter().map(|p| p.leader).collect();
+    assert_eq!(leaders.len(), 3);
+    let bootstrap = c.brokers[1].bootstrap();
+    let b2 = bootstrap.clone();
+    tokio::task::spawn_blocking(move || {
+        let p: ThreadedProducer<DefaultProducerContext> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &b2)
+            .set("transactional.id", "cross-broker")
+            .create()
+            .unwrap();
+        p.init_transactions(Duration::from_secs(20)).unwrap();
+        for (round, commit) in [("a", true), ("b", false), ("c", true)] {
+            p.begin_transaction().unwrap();
+            for part in 0..6 {
+                for i in 0..5 {
+                    let v = format!("{round}-{part}-{i}");
+                    p.send(BaseRecord::<(), _>::to("ledger").partition(part).payload(&v)).map_err(|(e, _)| e).unwrap();
+                }
+            }
+            p.flush(Duration::from_secs(20)).unwrap();
+            if commit {
+                p.commit_transaction(Duration::from_secs(20)).unwrap();
+            } else {
+                p.abort_transaction(Duration::from_secs(20)).unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let read = |isolation: &'static str, want: usize| {
+        let b = bootstrap.clone();
+        tokio::task::spawn_blocking(move || {
+            let cons: BaseConsumer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &b)
+                .set("group.id", format!("check-{isolation}"))
+                .set("isolation.level", isolation)
+                .set("enable.auto.commit", "false")
+                .create()
+                .unwrap();
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..6 {
+                tpl.add_partition_offset("ledger", p, Offset::Beginning).unwrap();
+            }
+            cons.assign(&tpl).unwrap();
+            let mut got = BTreeSet::new();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while got.len() < want && Instant::now() < deadline {
+                if let Some(Ok(m)) = cons.poll(Duration::from_millis(100)) {
+                    got.insert(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+                }
+            }
+            let until = Instant::now() + Duration::from_millis(700);
+            while Instant::now() < until {
+                if let Some(Ok(m)) = cons.poll(Duration::from_millis(100)) {
+                    got.insert(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+                }
+            }
+            got
+        })
+    };
+    let committed = read("read_committed", 60).await.unwrap();
+    assert_eq!(committed.len(), 60, "two committed transactions of 30");
+    assert!(committed.iter().all(|v| !v.starts_with("b-")), "an aborted record was read_committed");
+    let all = read("read_uncommitted", 90).await.unwrap();
+    assert_eq!(all.len(), 90);
+}

@@ -117,6 +117,15 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                             };
                             let verify = |pid: i64, epoch: i16| match (&txn_id, implicit) {
                                 (_, Err(e)) => Err(e.code()),
+                                // cluster mode with the coordinator on another broker: not
+                                // verified (KIP-890's check needs a call to it; issue 10)
+                                (Some(id), Ok(()))
+                                    if state
+                                        .coordinator_owner(1, id)
+                                        .is_some_and(|(owner, _, _)| owner != state.config.node_id) =>
+                                {
+                                    Ok(())
+                                }
                                 (Some(id), Ok(())) => {
                                     state.txns.verify_partition(id, pid, epoch, &name, p.index).map_err(|e| e.code())
                                 }

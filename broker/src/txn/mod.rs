@@ -377,10 +377,90 @@ impl TxnCoordinator {
     }
 }
 
+/// Cluster mode: the address of the broker leading `topic`/`index` if it is not this one.
+fn remote_leader(state: &BrokerState, topic: &str, index: i32) -> Option<String> {
+    let image = state.cluster.get()?.image();
+    let leader = image.leader(topic, index)?;
+    if leader == state.config.node_id {
+        return None;
+    }
+    image.brokers.get(&leader).map(|b| format!("{}:{}", b.host, b.port))
+}
+
+/// Send the marker to the partition's leader (WriteTxnMarkers v1). `Ok(true)`: durable there or
+/// refused for good (a newer epoch or coordinator; the partition is gone); `Ok(false)`: retry.
+async fn write_marker_remote(
+    state: &BrokerState,
+    addr: &str,
+    id: &str,
+    topic: &str,
+    index: i32,
+    h: (i64, i16, bool),
+) -> bool {
+    use kafka_protocol::messages::*;
+    let (pid, epoch, commit) = h;
+    let mut t = write_txn_markers_request::WritableTxnMarkerTopic::default();
+    t.name = TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.to_string()));
+    t.partition_indexes = vec![index];
+    let mut m = write_txn_markers_request::WritableTxnMarker::default();
+    m.producer_id = ProducerId(pid);
+    m.producer_epoch = epoch;
+    m.transaction_result = commit;
+    m.coordinator_epoch = state.txns.coordinator_epoch;
+    m.topics = vec![t];
+    let mut req = WriteTxnMarkersRequest::default();
+    req.markers = vec![m];
+    let answer = crate::cluster::network::kafka_call(
+        addr,
+        ApiKey::WriteTxnMarkers,
+        1,
+        RequestKind::WriteTxnMarkers(req),
+        Duration::from_secs(10),
+    )
+    .await;
+    let code = match answer {
+        Ok(ResponseKind::WriteTxnMarkers(r)) => r
+            .markers
+            .first()
+            .and_then(|m| m.topics.first())
+            .and_then(|t| t.partitions.first())
+            .map(|p| p.error_code)
+            .unwrap_or(-1),
+        Ok(_) => -1,
+        Err(e) => {
+            tracing::warn!(txn = id, topic, partition = index, "marker to {addr}: {e}");
+            return false;
+        }
+    };
+    match ResponseError::try_from_code(code) {
+        None if code == 0 => true,
+        Some(
+            ResponseError::InvalidProducerEpoch
+            | ResponseError::TransactionCoordinatorFenced
+            | ResponseError::UnknownTopicOrPartition,
+        ) => {
+            tracing::warn!(txn = id, topic, partition = index, code, "marker refused by {addr}");
+            true
+        }
+        _ => {
+            tracing::warn!(txn = id, topic, partition = index, code, "marker to {addr} failed; retrying");
+            false
+        }
+    }
+}
+
 async fn write_marker_until_durable(state: &Arc<BrokerState>, id: &str, topic: &str, index: i32, h: (i64, i16, bool)) {
     let (pid, epoch, commit) = h;
     let mut backoff = Duration::from_millis(50);
     loop {
+        if let Some(addr) = remote_leader(state, topic, index) {
+            if write_marker_remote(state, &addr, id, topic, index, h).await {
+                return;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+            continue;
+        }
         let Some(p) = state.partition(topic, index) else {
             tracing::warn!(txn = id, topic, partition = index, "marker skipped: partition is gone");
             return;
