@@ -174,6 +174,25 @@ async fn topics_spread_over_the_brokers_and_clients_route_themselves() {
     assert!(leaders_seen.windows(2).all(|w| w[0] == w[1]), "{leaders_seen:?}");
     let distinct: BTreeSet<i32> = leaders_seen[0].iter().copied().collect();
     assert_eq!(distinct, BTreeSet::from([1, 2, 3]), "{leaders_seen:?}");
+    // sluicectl cluster describe shows the same leaders and replicas
+    let out = std::process::Command::new(sluice_tests::sluicectl_bin())
+        .args(["--bootstrap-server", &c.brokers[2].bootstrap(), "--output", "json", "cluster", "describe"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["brokers"].as_array().unwrap().len(), 3);
+    let described: Vec<i64> = j["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["topic"] == "spread")
+        .map(|p| {
+            assert_eq!(p["replicas"], serde_json::json!([p["leader"]]));
+            p["leader"].as_i64().unwrap()
+        })
+        .collect();
+    assert_eq!(described, leaders_seen[0].iter().map(|l| i64::from(*l)).collect::<Vec<_>>());
 
     // librdkafka: produce through broker 1, consume in a group through broker 3
     let bootstrap1 = c.brokers[0].bootstrap();

@@ -155,6 +155,10 @@ fn topics_and_cluster_commands() {
     assert!(comp.status.success() && String::from_utf8_lossy(&comp.stdout).contains("sluicectl"));
     let cl = ctl(&b, &["cluster", "describe"]);
     assert_eq!(cl["brokers"][0]["port"], b.port);
+    let orders: Vec<&serde_json::Value> =
+        cl["partitions"].as_array().unwrap().iter().filter(|p| p["topic"] == "orders").collect();
+    assert_eq!(orders.len(), 5);
+    assert!(orders.iter().all(|p| p["leader"] == 1 && p["replicas"] == serde_json::json!([1])), "{orders:?}");
     ctl(&b, &["topics", "delete", "orders"]);
     let gone = ctl_raw(&b, &["topics", "describe", "orders"]);
     assert_eq!(gone.status.code(), Some(1));

@@ -276,9 +276,35 @@ pub async fn cluster(bootstrap: &str) -> Result<(serde_json::Value, String)> {
             for b in &d.brokers {
                 lines.push(format!("  Broker {} at {}:{}", b.broker_id.0, &*b.host, b.port));
             }
+            // every partition's leader and replicas (lag: — until partitions are replicated)
+            let m = metadata(&conn, None).await?;
+            let mut partitions = Vec::new();
+            let mut topics: Vec<_> = m.topics.iter().filter(|t| t.error_code == 0).collect();
+            topics.sort_by(|a, b| a.name.as_ref().map(|n| n.to_string()).cmp(&b.name.as_ref().map(|n| n.to_string())));
+            if !topics.is_empty() {
+                lines.push(format!("{:<40} {:>9} {:>6}  {:<12} LAG", "TOPIC", "PARTITION", "LEADER", "REPLICAS"));
+            }
+            for t in topics {
+                let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+                let mut ps: Vec<_> = t.partitions.iter().collect();
+                ps.sort_by_key(|p| p.partition_index);
+                for p in ps {
+                    let replicas: Vec<String> = p.replica_nodes.iter().map(|r| r.0.to_string()).collect();
+                    lines.push(format!(
+                        "{:<40} {:>9} {:>6}  {:<12} —",
+                        name,
+                        p.partition_index,
+                        p.leader_id.0,
+                        replicas.join(",")
+                    ));
+                    partitions.push(json!({"topic": name, "partition": p.partition_index, "leader": p.leader_id.0,
+                        "replicas": p.replica_nodes.iter().map(|r| r.0).collect::<Vec<_>>(), "lag": serde_json::Value::Null}));
+                }
+            }
             let j = json!({
                 "cluster_id": d.cluster_id.to_string(), "controller": d.controller_id.0,
                 "brokers": d.brokers.iter().map(|b| json!({"id": b.broker_id.0, "host": b.host.to_string(), "port": b.port})).collect::<Vec<_>>(),
+                "partitions": partitions,
             });
             Ok((j, lines.join("\n")))
         }
