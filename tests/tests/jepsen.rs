@@ -114,3 +114,33 @@ fn the_checker_catches_a_broker_that_ignores_the_lso() {
         "uncommitted reads are reported:\n{out}"
     );
 }
+
+/// Three brokers in cluster mode (partitions, group and transaction coordinators spread over
+/// them; markers and KIP-890 verification between brokers), faults on a random broker each
+/// time: transactional and consume-transform-produce workloads show no anomaly.
+#[test]
+fn a_three_broker_cluster_under_faults_shows_no_anomaly() {
+    let (runs, secs): (Vec<(&str, &str)>, &str) = if long() {
+        (vec![("txn", "31"), ("txn", "32"), ("chain", "33"), ("idempotent", "34")], "120")
+    } else {
+        (vec![("txn", "5"), ("chain", "7")], "15")
+    };
+    for (workload, seed) in runs {
+        let (code, out) = jepsen(&[
+            "--nodes",
+            "3",
+            "--workload",
+            workload,
+            "--seed",
+            seed,
+            "--time-limit",
+            secs,
+            "--fault-interval",
+            "2",
+            "--nemesis",
+            "kill,pause,cut,blackhole,delay,client-kill,client-pause",
+        ]);
+        assert_eq!(code, 0, "{workload} seed {seed}: anomalies or no progress:\n{out}");
+        assert!(!out.contains("faults injected: 0"), "faults were injected");
+    }
+}

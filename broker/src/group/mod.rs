@@ -607,6 +607,39 @@ impl GroupCoordinator {
         Ok(wait)
     }
 
+    /// A transaction marker on offsets-log partition `partition` (sent by a transaction
+    /// coordinator on another broker): complete `pid`'s pending offsets in every group of that
+    /// partition. `None` when there were none.
+    pub fn complete_txn_in_partition(
+        &self,
+        partition: i32,
+        pid: i64,
+        commit: bool,
+        now: i64,
+    ) -> Result<Option<Durable>, ResponseError> {
+        let Some(lock) = usize::try_from(partition).ok().and_then(|i| self.shards.get(i)) else {
+            return Err(ResponseError::UnknownTopicOrPartition);
+        };
+        let mut shard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let groups: Vec<String> =
+            shard.groups.values().filter(|g| g.pending_txn.contains_key(&pid)).map(|g| g.id.clone()).collect();
+        if groups.is_empty() {
+            return Ok(None);
+        }
+        let entries: Vec<Entry> =
+            groups.iter().map(|g| Entry::TxnEnd { group: g.clone(), producer_id: pid, commit }).collect();
+        let wait = shard.append(&entries, now).map_err(|e| {
+            tracing::error!(partition, "txn offset completion failed: {e}");
+            ResponseError::CoordinatorNotAvailable
+        })?;
+        for g in &groups {
+            if let Some(g) = shard.groups.get_mut(g) {
+                g.complete_txn(pid, commit);
+            }
+        }
+        Ok(Some(wait))
+    }
+
     /// Partitions of `group_id` with transactional offsets still pending.
     pub fn pending_partitions(&self, group_id: &str) -> std::collections::BTreeSet<(String, i32)> {
         let shard = self.shard(group_id);

@@ -63,6 +63,58 @@ fn implicit_add(version: i16, batch: &[u8]) -> Option<(i64, i16)> {
     v.is_transactional().then(|| (v.producer_id(), v.producer_epoch()))
 }
 
+/// Cluster mode: the address of `id`'s transaction coordinator if it is another broker.
+fn remote_coordinator(state: &BrokerState, id: &str) -> Option<String> {
+    state
+        .coordinator_owner(1, id)
+        .filter(|(owner, _, _)| *owner != state.config.node_id)
+        .map(|(_, host, port)| format!("{host}:{port}"))
+}
+
+/// The producer id and epoch of a transactional batch.
+fn transactional(batch: &[u8]) -> Option<(i64, i16)> {
+    let v = BatchView::parse_unchecked_crc(batch).ok()?;
+    v.is_transactional().then(|| (v.producer_id(), v.producer_epoch()))
+}
+
+/// KIP-890 across brokers: ask the coordinator (AddPartitionsToTxn v4, verify_only) whether
+/// `pid`/`epoch`'s ongoing transaction holds this partition. Blocking (a produce handler).
+fn verify_remote(addr: &str, id: &str, pid: i64, epoch: i16, topic: &str, partition: i32) -> bool {
+    use kafka_protocol::messages::*;
+    let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+    t.name = TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.to_string()));
+    t.partitions = vec![partition];
+    let mut x = add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default();
+    x.transactional_id = TransactionalId(kafka_protocol::protocol::StrBytes::from_string(id.to_string()));
+    x.producer_id = ProducerId(pid);
+    x.producer_epoch = epoch;
+    x.verify_only = true;
+    x.topics = vec![t];
+    let mut req = AddPartitionsToTxnRequest::default();
+    req.transactions = vec![x];
+    let Ok(handle) = tokio::runtime::Handle::try_current() else { return false };
+    let call = crate::cluster::network::kafka_call(
+        addr,
+        ApiKey::AddPartitionsToTxn,
+        4,
+        RequestKind::AddPartitionsToTxn(req),
+        std::time::Duration::from_secs(5),
+    );
+    match tokio::task::block_in_place(|| handle.block_on(call)) {
+        Ok(ResponseKind::AddPartitionsToTxn(r)) => {
+            r.error_code == 0
+                && r.results_by_transaction.iter().all(|x| {
+                    x.topic_results.iter().all(|t| t.results_by_partition.iter().all(|p| p.partition_error_code == 0))
+                })
+        }
+        Ok(_) => false,
+        Err(e) => {
+            tracing::warn!(txn = id, "transaction verification with {addr} failed: {e}");
+            false
+        }
+    }
+}
+
 pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Reply {
     if ![-1i16, 0, 1].contains(&req.acks) {
         let mut resp = ProduceResponse::default();
@@ -115,16 +167,26 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                                 }
                                 _ => Ok(()),
                             };
+                            if let (Some(id), Some((pid, epoch))) = (&txn_id, transactional(&buf)) {
+                                if let Some(addr) = remote_coordinator(state, id) {
+                                    if !partition.is_verified(pid, epoch)
+                                        && verify_remote(&addr, id, pid, epoch, &name, p.index)
+                                    {
+                                        partition.mark_verified(pid, epoch);
+                                    }
+                                }
+                            }
                             let verify = |pid: i64, epoch: i16| match (&txn_id, implicit) {
                                 (_, Err(e)) => Err(e.code()),
-                                // cluster mode with the coordinator on another broker: not
-                                // verified (KIP-890's check needs a call to it; issue 10)
-                                (Some(id), Ok(()))
-                                    if state
-                                        .coordinator_owner(1, id)
-                                        .is_some_and(|(owner, _, _)| owner != state.config.node_id) =>
-                                {
-                                    Ok(())
+                                // cluster mode with the coordinator on another broker: it
+                                // confirmed the partition before the append (below), and no
+                                // marker has been written here since
+                                (Some(id), Ok(())) if remote_coordinator(state, id).is_some() => {
+                                    if partition.is_verified(pid, epoch) {
+                                        Ok(())
+                                    } else {
+                                        Err(ResponseError::InvalidTxnState.code())
+                                    }
                                 }
                                 (Some(id), Ok(())) => {
                                     state.txns.verify_partition(id, pid, epoch, &name, p.index).map_err(|e| e.code())

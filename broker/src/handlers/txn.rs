@@ -235,8 +235,12 @@ pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetC
             let now = now_ms();
             TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group_id), now)).await;
         }
-        // The producer must own the transactional id and have added this group.
+        // The producer must own the transactional id and have added this group (checked here
+        // when this broker is also the transaction's coordinator; in cluster mode with the
+        // coordinator elsewhere, its markers decide the pending offsets' fate).
+        let remote_coordinator = st.coordinator_owner(1, &id).is_some_and(|(owner, _, _)| owner != st.config.node_id);
         let check = match st.txns.get(&id) {
+            _ if remote_coordinator => Ok(()),
             None => Err(ResponseError::InvalidProducerIdMapping),
             Some(m) if m.producer_id != pid => Err(ResponseError::InvalidProducerIdMapping),
             Some(m) if m.producer_epoch != epoch => Err(ResponseError::ProducerFenced),

@@ -18,7 +18,13 @@ use std::sync::Arc;
 
 enum Staged {
     Error(i16),
-    Written { partition: Arc<Partition>, end: i64, sync: bool },
+    Written {
+        partition: Arc<Partition>,
+        end: i64,
+        sync: bool,
+    },
+    /// A marker on the offsets log: pending transactional offsets completed.
+    Offsets(Option<crate::kvlog::Durable>),
 }
 
 pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
@@ -33,6 +39,26 @@ pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
         };
         let mut topics = Vec::new();
         for t in m.topics {
+            if t.name.as_str() == crate::group::OFFSETS_TOPIC {
+                let parts = t
+                    .partition_indexes
+                    .iter()
+                    .map(|&index| {
+                        let s = match state.groups.complete_txn_in_partition(
+                            index,
+                            m.producer_id.0,
+                            m.transaction_result,
+                            now,
+                        ) {
+                            Ok(w) => Staged::Offsets(w),
+                            Err(e) => Staged::Error(e.code()),
+                        };
+                        (index, s)
+                    })
+                    .collect();
+                topics.push((t.name, parts));
+                continue;
+            }
             let topic = state.topic(&t.name);
             let mut parts = Vec::new();
             for index in t.partition_indexes {
@@ -63,6 +89,11 @@ pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
                     pr.partition_index = index;
                     pr.error_code = match s {
                         Staged::Error(code) => code,
+                        Staged::Offsets(None) => 0,
+                        Staged::Offsets(Some(w)) => match crate::group::wait_durable(w).await {
+                            Ok(()) => 0,
+                            Err(_) => ResponseError::CoordinatorNotAvailable.code(),
+                        },
                         Staged::Written { partition, end, sync } => match partition.wait_durable_async(end, sync).await
                         {
                             Ok(()) => 0,

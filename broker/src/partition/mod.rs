@@ -58,6 +58,11 @@ pub struct Partition {
     /// First offset of the oldest open transaction (`i64::MAX`: none). Written under the
     /// producer-state lock; read without it.
     first_unstable: AtomicI64,
+    /// Cluster mode, coordinator on another broker: (producer id, epoch) whose transaction that
+    /// coordinator confirmed holds this partition (KIP-890 verification). Cleared for a
+    /// producer by its next marker (under the producer-state lock), so a batch arriving after
+    /// the transaction ended must be verified again.
+    verified: Mutex<std::collections::HashSet<(i64, i16)>>,
 }
 
 /// A marker written by [`Partition::write_marker`]: wait for durability up to `offset + 1`.
@@ -93,6 +98,7 @@ impl Partition {
         }
         let first_unstable = AtomicI64::new(first_unstable(&producers));
         Partition {
+            verified: Mutex::new(Default::default()),
             topic,
             index,
             producers: Mutex::new(producers),
@@ -117,8 +123,19 @@ impl Partition {
     /// Write a COMMIT or ABORT marker for producer `pid` (WriteTxnMarkers), closing its open
     /// transaction here. Refused for an older producer or coordinator epoch. Stage 1: the
     /// caller then waits for durability up to `offset + 1` when `sync`.
+    /// Record that the (remote) coordinator verified `pid`/`epoch`'s transaction here.
+    pub fn mark_verified(&self, pid: i64, epoch: i16) {
+        self.verified.lock().unwrap_or_else(|e| e.into_inner()).insert((pid, epoch));
+    }
+
+    /// Was `pid`/`epoch` verified since its last marker here?
+    pub fn is_verified(&self, pid: i64, epoch: i16) -> bool {
+        self.verified.lock().unwrap_or_else(|e| e.into_inner()).contains(&(pid, epoch))
+    }
+
     pub fn write_marker(&self, pid: i64, m: &MarkerHeader, now_ms: i64) -> Result<MarkerWritten, AppendError> {
         let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
+        self.verified.lock().unwrap_or_else(|e| e.into_inner()).retain(|(p, _)| *p != pid);
         if let Err(r) = producer_state::check_marker(producers.get(&pid), m) {
             return Err(AppendError::Refused(r));
         }

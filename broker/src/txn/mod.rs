@@ -515,7 +515,24 @@ async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnM
     }
     for g in m.groups.clone() {
         let (st, id, pid, commit) = (state.clone(), id.to_string(), m.producer_id, m.commit);
-        tasks.spawn(async move { complete_group_until_durable(&st, &id, &g, pid, commit).await });
+        let header = (m.producer_id, m.producer_epoch, m.commit);
+        match state.coordinator_owner(0, &g).filter(|(owner, _, _)| *owner != state.config.node_id) {
+            // the group's coordinator is another broker: a marker on its offsets-log partition
+            Some((_, host, port)) => {
+                let partition = crate::group::codec::partition_for(&g, state.config.groups.partitions);
+                tasks.spawn(async move {
+                    let addr = format!("{host}:{port}");
+                    let mut backoff = Duration::from_millis(50);
+                    while !write_marker_remote(&st, &addr, &id, crate::group::OFFSETS_TOPIC, partition, header).await {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                });
+            }
+            None => {
+                tasks.spawn(async move { complete_group_until_durable(&st, &id, &g, pid, commit).await });
+            }
+        }
     }
     while tasks.join_next().await.is_some() {}
     let now = crate::handlers::now_ms();

@@ -180,6 +180,10 @@ struct RunArgs {
     /// Run the librdkafka read_committed reader alongside (an independent view).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     librdkafka_reader: bool,
+    /// Brokers: 1, or a cluster (cluster mode: a metadata quorum of all of them, partitions
+    /// spread over them), each behind its own proxy; broker faults hit one chosen at random.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
 }
 
 const TOPIC: &str = "jepsen";
@@ -231,25 +235,32 @@ impl Recorder {
     }
 }
 
-/// The broker and its proxy, shared by the nemesis and the drain.
-struct Cluster {
+/// A broker and the proxy in front of it (clients and the other brokers reach it through it).
+struct Node {
     broker: Mutex<Broker>,
     proxy: Proxy,
 }
 
+/// The brokers, shared by the nemesis and the drain.
+struct Cluster {
+    nodes: Vec<Node>,
+}
+
 impl Cluster {
     fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.proxy.port)
+        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.proxy.port)).collect::<Vec<_>>().join(",")
     }
 
     fn heal(&self) {
-        let f = &self.proxy.faults;
-        f.blackhole.store(false, Ordering::Relaxed);
-        f.delay_ms.store(0, Ordering::Relaxed);
-        let mut b = self.broker.lock().unwrap_or_else(|e| e.into_inner());
-        b.resume();
-        if !b.is_running() {
-            b.spawn();
+        for n in &self.nodes {
+            let f = &n.proxy.faults;
+            f.blackhole.store(false, Ordering::Relaxed);
+            f.delay_ms.store(0, Ordering::Relaxed);
+            let mut b = n.broker.lock().unwrap_or_else(|e| e.into_inner());
+            b.resume();
+            if !b.is_running() {
+                b.spawn();
+            }
         }
     }
 }
@@ -705,15 +716,19 @@ async fn nemesis(
             (Fault::ClientKill | Fault::ClientPause | Fault::Zombie, None) => {}
             _ => {}
         }
+        let i = rng.gen_range(0..cluster.nodes.len());
+        let node = &cluster.nodes[i];
         match fault {
             Fault::Kill => {
-                let _ = tokio::task::spawn_blocking(move || c.broker.lock().unwrap_or_else(|e| e.into_inner()).kill9())
-                    .await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    c.nodes[i].broker.lock().unwrap_or_else(|e| e.into_inner()).kill9()
+                })
+                .await;
             }
-            Fault::Pause => cluster.broker.lock().unwrap_or_else(|e| e.into_inner()).pause(),
-            Fault::Cut => cluster.proxy.cut_all(),
-            Fault::Blackhole => cluster.proxy.faults.blackhole.store(true, Ordering::Relaxed),
-            Fault::Delay => cluster.proxy.faults.delay_ms.store(rng.gen_range(50..300), Ordering::Relaxed),
+            Fault::Pause => node.broker.lock().unwrap_or_else(|e| e.into_inner()).pause(),
+            Fault::Cut => node.proxy.cut_all(),
+            Fault::Blackhole => node.proxy.faults.blackhole.store(true, Ordering::Relaxed),
+            Fault::Delay => node.proxy.faults.delay_ms.store(rng.gen_range(50..300), Ordering::Relaxed),
             Fault::None | Fault::ClientKill | Fault::ClientPause | Fault::Zombie => {}
         }
         tokio::time::sleep(hold).await;
@@ -723,13 +738,45 @@ async fn nemesis(
         let c = cluster.clone();
         let _ = tokio::task::spawn_blocking(move || c.heal()).await;
         if fault == Fault::Blackhole {
-            cluster.proxy.cut_all();
+            cluster.nodes[i].proxy.cut_all();
         }
         rec.push(-1, OpType::Ok, OpFn::Nemesis, vec![], None, Some(format!("healed {name}")));
         healed.push((name, rec.now()));
         tokio::time::sleep(interval).await;
     }
     healed
+}
+
+/// Wait until every broker lists all `n` and they agree on a controller.
+async fn wait_for_cluster(cluster: &Cluster, n: usize) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut controllers = std::collections::BTreeSet::new();
+        for node in &cluster.nodes {
+            let cfg = ClientConfig::new().set("bootstrap.servers", format!("127.0.0.1:{}", node.proxy.port));
+            let d = match sluice_client::Admin::new(&cfg) {
+                Ok(a) => {
+                    tokio::time::timeout(Duration::from_secs(3), a.describe_cluster()).await.ok().and_then(|r| r.ok())
+                }
+                Err(_) => None,
+            };
+            match d {
+                Some(d) if d.brokers.len() == n && d.controller_id > 0 => {
+                    controllers.insert(d.controller_id);
+                }
+                _ => {
+                    controllers.insert(-1);
+                }
+            }
+        }
+        if controllers.len() == 1 && !controllers.contains(&-1) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err("the brokers did not form a cluster within 60 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Read every partition from the start, read_committed, up to its last stable offset.
@@ -796,22 +843,40 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
         args.nemesis = vec![Fault::Zombie];
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let proxy = Proxy::start(0, args.seed).map_err(|e| e.to_string())?;
-    let mut broker_args: Vec<String> = vec![
-        "--advertised-listeners".into(),
-        format!("PLAINTEXT://127.0.0.1:{}", proxy.port),
-        "--num-partitions".into(),
-        args.keys.to_string(),
-        "--group-initial-rebalance-delay-ms".into(),
-        "0".into(),
-        "--transaction-abort-timed-out-transaction-cleanup-interval-ms".into(),
-        "500".into(),
-    ];
-    broker_args.extend(args.broker_args.iter().cloned());
-    let refs: Vec<&str> = broker_args.iter().map(|s| s.as_str()).collect();
-    let broker = Broker::start_with(&refs);
-    proxy.set_target(broker.port);
-    let cluster = Arc::new(Cluster { broker: Mutex::new(broker), proxy });
+    let n = args.nodes.max(1);
+    let raft: Vec<u16> = (0..n).map(|_| sluice_tests::free_port()).collect();
+    let voters = raft.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let proxy = Proxy::start(0, args.seed.wrapping_add(i as u64)).map_err(|e| e.to_string())?;
+        let mut broker_args: Vec<String> = vec![
+            "--advertised-listeners".into(),
+            format!("PLAINTEXT://127.0.0.1:{}", proxy.port),
+            "--num-partitions".into(),
+            args.keys.to_string(),
+            "--group-initial-rebalance-delay-ms".into(),
+            "0".into(),
+            "--transaction-abort-timed-out-transaction-cleanup-interval-ms".into(),
+            "500".into(),
+        ];
+        if n > 1 {
+            broker_args.extend([
+                "--node-id".into(),
+                (i + 1).to_string(),
+                "--controller-quorum-voters".into(),
+                voters.clone(),
+            ]);
+        }
+        broker_args.extend(args.broker_args.iter().cloned());
+        let refs: Vec<&str> = broker_args.iter().map(|s| s.as_str()).collect();
+        let broker = Broker::start_with(&refs);
+        proxy.set_target(broker.port);
+        nodes.push(Node { broker: Mutex::new(broker), proxy });
+    }
+    let cluster = Arc::new(Cluster { nodes });
+    if n > 1 {
+        rt.block_on(wait_for_cluster(&cluster, n))?;
+    }
     let rec = Arc::new(Recorder::new(unix_ns(), false));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
