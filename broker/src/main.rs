@@ -88,6 +88,19 @@ fn main() -> ExitCode {
         if !state.config.voters.is_empty() {
             let id = state.config.node_id as u64;
             let dir = state.data_dir().join("__cluster");
+            // What this broker brings into the cluster: everything it had on its first join (so
+            // a single node's ACLs and users are not lost), only its bootstrap users after that.
+            let first_join = !dir.exists();
+            let bootstrap: Vec<&str> = state.config.security.bootstrap_users.iter().map(|(u, _)| u.as_str()).collect();
+            let upserts: Vec<_> = state
+                .security
+                .credentials
+                .export()
+                .into_iter()
+                .filter(|(u, _)| first_join || bootstrap.contains(&u.as_str()))
+                .flat_map(|(u, creds)| creds.into_iter().map(move |(m, c)| (u.clone(), m, c)))
+                .collect();
+            let imported_acls = if first_join { state.security.acls.all() } else { Vec::new() };
             match sluice_broker::cluster::ClusterNode::start(id, state.config.voters.clone(), &dir).await {
                 Ok(node) => {
                     let _ = state.cluster.set(node.clone());
@@ -106,9 +119,22 @@ fn main() -> ExitCode {
                         cluster_id: state.cluster_id.clone(),
                     };
                     tokio::spawn(async move {
-                        match node.write(cmd, std::time::Duration::from_secs(3600)).await {
+                        use sluice_broker::cluster::Command;
+                        let hour = std::time::Duration::from_secs(3600);
+                        match node.write(cmd, hour).await {
                             Ok(_) => tracing::info!("registered with the metadata quorum"),
                             Err(e) => tracing::error!("could not register with the metadata quorum: {e}"),
+                        }
+                        if !imported_acls.is_empty() {
+                            if let Err(e) = node.write(Command::CreateAcls { acls: imported_acls }, hour).await {
+                                tracing::error!("could not bring this broker's ACLs into the cluster: {e}");
+                            }
+                        }
+                        if !upserts.is_empty() {
+                            let cmd = Command::AlterCredentials { upserts, deletes: vec![], only_if_absent: true };
+                            if let Err(e) = node.write(cmd, hour).await {
+                                tracing::error!("could not bring this broker's users into the cluster: {e}");
+                            }
                         }
                     });
                 }

@@ -388,6 +388,26 @@ impl BrokerState {
         self.await_local(|s| s.topic(name).filter(|t| t.configs == want).map(|_| ()))
     }
 
+    /// Commit `cmd` in the metadata quorum and return what applying it gave (blocking: for
+    /// handler code on the runtime's worker threads).
+    pub fn cluster_write(&self, cmd: crate::cluster::Command) -> Result<crate::cluster::CommandResult, String> {
+        let node = self.cluster.get().cloned().ok_or_else(|| "not in cluster mode".to_string())?;
+        let handle = tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?;
+        tokio::task::block_in_place(|| handle.block_on(node.write(cmd, std::time::Duration::from_secs(10))))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Wait (up to 10 s, blocking) until this broker's reconciled state satisfies `f`.
+    pub fn await_cluster<T>(&self, f: impl Fn(&BrokerState) -> Option<T>) -> Result<T, String> {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_thread {
+            tokio::task::block_in_place(|| self.await_local(f)).map_err(|e| e.to_string())
+        } else {
+            self.await_local(f).map_err(|e| e.to_string())
+        }
+    }
+
     /// Commit a topic command in the metadata quorum (blocking: called from blocking handlers).
     fn quorum_write(&self, cmd: crate::cluster::Command) -> Result<(), TopicError> {
         use crate::cluster::{CommandResult, Refusal};

@@ -322,3 +322,132 @@ fn bad_security_settings_stop_the_broker_with_a_message() {
     let e = run(&["--log-dirs", &d, "--listeners", "SSL://127.0.0.1:0", "--ssl-keystore-location", &empty]);
     assert!(e.contains("no CERTIFICATE"), "{e}");
 }
+
+/// Cluster mode: users and ACLs live in the metadata quorum — created through one broker,
+/// they hold on every broker; removed through another, they are gone everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_and_acls_are_cluster_wide() {
+    let dir = tempfile::tempdir().unwrap();
+    let raft: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let voters = raft.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
+    let brokers: Vec<Broker> = (0..3)
+        .map(|i| {
+            let port = free_port();
+            Broker::start_on(
+                port,
+                &[
+                    "--listeners",
+                    &format!("SASL_PLAINTEXT://127.0.0.1:{port}"),
+                    "--node-id",
+                    &(i + 1).to_string(),
+                    "--controller-quorum-voters",
+                    &voters,
+                    "--sasl-bootstrap-users",
+                    "admin:admin-secret",
+                    "--authorizer-class-name",
+                    "acl",
+                    "--super-users",
+                    "User:admin",
+                ],
+            )
+        })
+        .collect();
+    let props = |name: &str, user: &str, pw: &str| {
+        let p = dir.path().join(format!("{name}.properties"));
+        std::fs::write(&p, format!("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\nsasl.username={user}\nsasl.password={pw}\n")).unwrap();
+        p
+    };
+    let admin = props("admin", "admin", "admin-secret");
+    let ctl = |b: &Broker, args: &[&str]| {
+        let out = Command::new(sluicectl_bin())
+            .args(["--bootstrap-server", &b.bootstrap(), "--command-config"])
+            .arg(&admin)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    // the three agree (and the admin, a bootstrap user, can log in everywhere)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ok = brokers.iter().all(|b| {
+            let (ok, out) = ctl(b, &["--output", "json", "cluster", "describe"]);
+            ok && serde_json::from_str::<serde_json::Value>(&out)
+                .ok()
+                .and_then(|j| j["brokers"].as_array().map(|a| a.len() == 3))
+                .unwrap_or(false)
+        });
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no cluster formed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // a user made through broker 1 logs in on broker 3; an ACL made through broker 2 holds there
+    let (ok, out) = ctl(&brokers[0], &["users", "add", "--user", "alice", "--password", "alice-pw"]);
+    assert!(ok, "{out}");
+    let (ok, out) = ctl(&brokers[0], &["topics", "create", "shared", "--partitions", "3"]);
+    assert!(ok, "{out}");
+    let (ok, out) = ctl(
+        &brokers[1],
+        &["acls", "add", "--topic", "shared", "--allow-principal", "User:alice", "--operation", "Write"],
+    );
+    assert!(ok, "{out}");
+    let alice = ClientConfig::new()
+        .set("bootstrap.servers", brokers[2].bootstrap())
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanism", "SCRAM-SHA-512")
+        .set("sasl.username", "alice")
+        .set("sasl.password", "alice-pw")
+        .set("enable.idempotence", false)
+        .set("delivery.timeout.ms", 5000);
+    let send = |cfg: ClientConfig| async move {
+        let p = Producer::new(&cfg).await?;
+        let mut out = Vec::new();
+        for part in 0..3 {
+            out.push(p.send(ProducerRecord::new("shared", "x").partition(part)).await?.await);
+        }
+        Ok::<_, sluice_client::Error>(out)
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match send(alice.clone()).await {
+            Ok(r) if r.iter().all(|x| x.is_ok()) => break,
+            other => assert!(Instant::now() < deadline, "alice could not write on every leader: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // removed through broker 3: refused on every leader
+    let (ok, out) = ctl(
+        &brokers[2],
+        &["acls", "remove", "--topic", "shared", "--allow-principal", "User:alice", "--operation", "Write"],
+    );
+    assert!(ok, "{out}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let denied = match send(alice.clone()).await {
+            Err(e) => e.to_string().contains("TopicAuthorizationFailed"),
+            Ok(r) => r.iter().all(|x| x.as_ref().is_err_and(|e| e.to_string().contains("TopicAuthorizationFailed"))),
+        };
+        if denied {
+            break;
+        }
+        assert!(Instant::now() < deadline, "alice can still write after the ACL was removed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // a deleted user can log in nowhere
+    let (ok, out) = ctl(&brokers[1], &["users", "delete", "--user", "alice"]);
+    assert!(ok, "{out}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for b in &brokers {
+        let e = Producer::new(&alice.clone().set("bootstrap.servers", b.bootstrap())).await.map(|_| ()).err();
+        let e = match e {
+            Some(e) => e.to_string(),
+            None => format!("{:?}", send(alice.clone().set("bootstrap.servers", b.bootstrap())).await),
+        };
+        assert!(e.contains("SASL authentication failed"), "{}: {e}", b.bootstrap());
+    }
+}

@@ -55,6 +55,21 @@ pub enum Command {
         name: String,
         configs: BTreeMap<String, String>,
     },
+    /// Add ACL bindings (already validated; present ones are kept once).
+    CreateAcls {
+        acls: Vec<crate::security::acl::AclBinding>,
+    },
+    /// Delete the bindings each filter matches.
+    DeleteAcls {
+        filters: Vec<crate::security::acl::AclFilter>,
+    },
+    /// Set and delete SCRAM credentials (`(user, mechanism name)`); with `only_if_absent`, an
+    /// upsert applies only to a user with no credential yet (bootstrap users, first join).
+    AlterCredentials {
+        upserts: Vec<(String, String, crate::security::credentials::CredentialRecord)>,
+        deletes: Vec<(String, String)>,
+        only_if_absent: bool,
+    },
 }
 
 /// What applying a command returned.
@@ -64,6 +79,8 @@ pub enum CommandResult {
     Done,
     /// `[first, first + count)` is the caller's.
     ProducerIds { first: i64, count: i64 },
+    /// The bindings each DeleteAcls filter removed.
+    DeletedAcls(Vec<Vec<crate::security::acl::AclBinding>>),
     /// The command was refused (the image is unchanged).
     Refused(Refusal),
 }
@@ -112,6 +129,16 @@ pub struct MetadataImage {
     pub next_producer_id: i64,
     #[serde(default)]
     pub topics: BTreeMap<String, TopicInfo>,
+    /// ACL bindings, cluster-wide.
+    #[serde(default)]
+    pub acls: Vec<crate::security::acl::AclBinding>,
+    /// SCRAM credentials, cluster-wide.
+    #[serde(default)]
+    pub credentials: crate::security::credentials::CredentialMap,
+    /// The Raft index of the last entry applied (a broker's copies of ACLs and credentials
+    /// are replaced only by a newer image, never by an older one replayed at start).
+    #[serde(default)]
+    pub applied_index: u64,
 }
 
 impl MetadataImage {
@@ -171,6 +198,37 @@ impl MetadataImage {
                 }
                 None => CommandResult::Refused(Refusal::UnknownTopic),
             },
+            Command::CreateAcls { acls } => {
+                for b in acls {
+                    if !self.acls.contains(b) {
+                        self.acls.push(b.clone());
+                    }
+                }
+                CommandResult::Done
+            }
+            Command::DeleteAcls { filters } => {
+                let deleted: Vec<Vec<_>> =
+                    filters.iter().map(|f| self.acls.iter().filter(|b| f.matches(b)).cloned().collect()).collect();
+                self.acls.retain(|b| !filters.iter().any(|f| f.matches(b)));
+                CommandResult::DeletedAcls(deleted)
+            }
+            Command::AlterCredentials { upserts, deletes, only_if_absent } => {
+                for (user, mech, cred) in upserts {
+                    if *only_if_absent && self.credentials.get(user).is_some_and(|c| !c.is_empty()) {
+                        continue;
+                    }
+                    self.credentials.entry(user.clone()).or_default().insert(mech.clone(), cred.clone());
+                }
+                for (user, mech) in deletes {
+                    if let Some(c) = self.credentials.get_mut(user) {
+                        c.remove(mech);
+                        if c.is_empty() {
+                            self.credentials.remove(user);
+                        }
+                    }
+                }
+                CommandResult::Done
+            }
         }
     }
 

@@ -16,6 +16,9 @@ use uuid::Uuid;
 pub struct Reconciler {
     path: PathBuf,
     managed: Mutex<BTreeSet<Uuid>>,
+    /// The image index the local ACL and credential files were last replaced from.
+    synced_path: PathBuf,
+    synced: Mutex<u64>,
 }
 
 impl Reconciler {
@@ -26,7 +29,36 @@ impl Reconciler {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
             Err(e) => return Err(e.into()),
         };
-        Ok(Reconciler { path, managed: Mutex::new(managed) })
+        let synced_path = cluster_dir.join("security-synced.json");
+        let synced = match std::fs::read(&synced_path) {
+            Ok(b) => serde_json::from_slice(&b)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Reconciler { path, managed: Mutex::new(managed), synced_path, synced: Mutex::new(synced) })
+    }
+
+    /// ACLs and SCRAM credentials: this broker's copies become the image's — only from an image
+    /// newer than the last one copied (an older image replayed at start never rolls them back,
+    /// e.g. never forgets a DENY added since).
+    fn sync_security(&self, state: &BrokerState, image: &MetadataImage) {
+        let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        if image.applied_index <= *synced {
+            return;
+        }
+        let acls = state.security.acls.replace(image.acls.clone());
+        let creds = state.security.credentials.replace(&image.credentials);
+        if let Err(e) = acls.and(creds) {
+            tracing::error!("cannot store the cluster's ACLs or credentials: {e}");
+            return;
+        }
+        *synced = image.applied_index;
+        if let Err(e) = serde_json::to_vec(&*synced)
+            .map_err(anyhow::Error::from)
+            .and_then(|b| sluice_storage::sidefile::write_atomic(&self.synced_path, &b).map_err(anyhow::Error::from))
+        {
+            tracing::error!("cannot save {}: {e}", self.synced_path.display());
+        }
     }
 
     fn save(&self, managed: &BTreeSet<Uuid>) {
@@ -42,6 +74,7 @@ impl Reconciler {
 
     /// One pass (blocking: creates and deletes directories).
     pub fn run(&self, state: &BrokerState, image: &MetadataImage) {
+        self.sync_security(state, image);
         let mut managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
         let before = managed.clone();
         for (name, info) in &image.topics {

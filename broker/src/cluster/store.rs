@@ -296,6 +296,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut out = Vec::new();
         for e in entries {
             self.state.last_applied = Some(e.log_id);
+            self.state.image.applied_index = e.log_id.index;
             out.push(match e.payload {
                 EntryPayload::Blank => CommandResult::Done,
                 EntryPayload::Normal(c) => self.state.image.apply(&c),

@@ -2,8 +2,9 @@
 //! AlterUserScramCredentials (who may call them is checked in `security::authz`).
 
 use super::sb;
+use crate::cluster::{Command, CommandResult};
 use crate::security::acl::{AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType};
-use crate::security::credentials::Change;
+use crate::security::credentials::{Change, CredentialRecord};
 use crate::state::BrokerState;
 use kafka_protocol::error::ResponseError as E;
 use kafka_protocol::messages::*;
@@ -67,7 +68,21 @@ pub fn create_acls(state: &BrokerState, req: CreateAclsRequest) -> CreateAclsRes
         resp.results.push(r);
     }
     if !valid.is_empty() {
-        if let Err(e) = state.security.acls.create(&valid) {
+        let stored = if state.cluster.get().is_some() {
+            // cluster mode: through the quorum, then this broker's copy
+            state
+                .cluster_write(Command::CreateAcls { acls: valid.clone() })
+                .and_then(|_| {
+                    state.await_cluster(|s| {
+                        let all = s.security.acls.all();
+                        valid.iter().all(|b| all.contains(b)).then_some(())
+                    })
+                })
+                .map_err(|e| anyhow::anyhow!(e))
+        } else {
+            state.security.acls.create(&valid)
+        };
+        if let Err(e) = stored {
             tracing::error!("cannot persist ACLs: {e}");
             for (r, slot) in resp.results.iter_mut().zip(&slots) {
                 if slot.is_some() {
@@ -144,7 +159,25 @@ pub fn delete_acls(state: &BrokerState, req: DeleteAclsRequest) -> DeleteAclsRes
         })
         .collect();
     let good: Vec<AclFilter> = parsed.iter().filter_map(|f| f.as_ref().ok().cloned()).collect();
-    let deleted = match state.security.acls.delete(&good) {
+    let deleted = if state.cluster.get().is_some() {
+        match state.cluster_write(Command::DeleteAcls { filters: good.clone() }) {
+            Ok(CommandResult::DeletedAcls(d)) => {
+                let gone: Vec<AclBinding> = d.iter().flatten().cloned().collect();
+                state
+                    .await_cluster(|s| {
+                        let all = s.security.acls.all();
+                        gone.iter().all(|b| !all.contains(b)).then_some(())
+                    })
+                    .map(|_| d)
+                    .map_err(|e| anyhow::anyhow!(e))
+            }
+            Ok(other) => Err(anyhow::anyhow!("unexpected answer {other:?}")),
+            Err(e) => Err(anyhow::anyhow!(e)),
+        }
+    } else {
+        state.security.acls.delete(&good)
+    };
+    let deleted = match deleted {
         Ok(d) => d,
         Err(e) => {
             tracing::error!("cannot persist ACLs: {e}");
@@ -350,7 +383,12 @@ pub fn alter_scram(state: &BrokerState, req: AlterUserScramCredentialsRequest) -
     let keep: Vec<bool> = change_users.iter().map(|u| !errors.contains_key(u)).collect();
     let changes: Vec<Change> = changes.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c).collect();
     if !changes.is_empty() {
-        if let Err(e) = state.security.credentials.apply(changes) {
+        let stored = if state.cluster.get().is_some() {
+            alter_in_cluster(state, changes)
+        } else {
+            state.security.credentials.apply(changes).map(|_| ())
+        };
+        if let Err(e) = stored {
             tracing::error!("cannot persist SCRAM credentials: {e}");
             for u in &change_users {
                 errors
@@ -375,4 +413,40 @@ pub fn alter_scram(state: &BrokerState, req: AlterUserScramCredentialsRequest) -
         resp.results.push(r);
     }
     resp
+}
+
+/// Cluster mode: credential changes through the quorum, then wait for this broker's copy.
+fn alter_in_cluster(state: &BrokerState, changes: Vec<Change>) -> anyhow::Result<()> {
+    let mut upserts = Vec::new();
+    let mut deletes = Vec::new();
+    for c in &changes {
+        match c {
+            Change::Upsert { user, credential: cr } => {
+                let r = CredentialRecord {
+                    salt: cr.salt.clone(),
+                    stored_key: cr.stored_key.clone(),
+                    server_key: cr.server_key.clone(),
+                    iterations: cr.iterations,
+                };
+                upserts.push((user.clone(), cr.mechanism.name().to_string(), r));
+            }
+            Change::Delete { user, mechanism } => deletes.push((user.clone(), mechanism.name().to_string())),
+        }
+    }
+    state
+        .cluster_write(Command::AlterCredentials { upserts, deletes, only_if_absent: false })
+        .map_err(|e| anyhow::anyhow!(e))?;
+    state
+        .await_cluster(|s| {
+            changes
+                .iter()
+                .all(|c| match c {
+                    Change::Upsert { user, credential } => {
+                        s.security.credentials.get(user, credential.mechanism).as_ref() == Some(credential)
+                    }
+                    Change::Delete { user, mechanism } => s.security.credentials.get(user, *mechanism).is_none(),
+                })
+                .then_some(())
+        })
+        .map_err(|e| anyhow::anyhow!(e))
 }

@@ -126,7 +126,7 @@ impl AclBinding {
 }
 
 /// A filter (DescribeAcls, DeleteAcls): `None` fields match anything.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AclFilter {
     pub resource_type: ResourceType,
     pub resource_name: Option<String>,
@@ -208,6 +208,21 @@ impl AclStore {
         }
         self.persist(&next)?;
         *acls = next;
+        Ok(())
+    }
+
+    /// Every binding (cluster mode: the copy the quorum's image is compared with).
+    pub fn all(&self) -> Vec<AclBinding> {
+        self.acls.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replace every binding (cluster mode: from the quorum's image) and persist.
+    pub fn replace(&self, next: Vec<AclBinding>) -> anyhow::Result<()> {
+        let mut acls = self.acls.write().unwrap_or_else(|e| e.into_inner());
+        if *acls != next {
+            self.persist(&next)?;
+            *acls = next;
+        }
         Ok(())
     }
 

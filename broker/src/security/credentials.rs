@@ -45,6 +45,18 @@ fn decode(m: Mechanism, c: &StoredCredential) -> Option<Credential> {
     })
 }
 
+/// A credential in a serializable form (the quorum's image holds these).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialRecord {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+/// user → mechanism name → credential.
+pub type CredentialMap = BTreeMap<String, BTreeMap<String, CredentialRecord>>;
+
 /// A change to one user's credential (AlterUserScramCredentials).
 pub enum Change {
     Upsert { user: String, credential: Credential },
@@ -119,6 +131,55 @@ impl CredentialStore {
         }
         if changed {
             self.persist(&map)?;
+        }
+        Ok(())
+    }
+
+    /// Every credential, serializable (cluster mode).
+    pub fn export(&self) -> CredentialMap {
+        let map = self.users.read().unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .map(|(u, c)| {
+                let creds = c
+                    .iter()
+                    .map(|(m, x)| {
+                        let r = CredentialRecord {
+                            salt: x.salt.clone(),
+                            stored_key: x.stored_key.clone(),
+                            server_key: x.server_key.clone(),
+                            iterations: x.iterations,
+                        };
+                        (m.name().to_string(), r)
+                    })
+                    .collect();
+                (u.clone(), creds)
+            })
+            .collect()
+    }
+
+    /// Replace every credential (cluster mode: from the quorum's image) and persist.
+    pub fn replace(&self, next: &CredentialMap) -> anyhow::Result<()> {
+        let mut users = BTreeMap::new();
+        for (u, creds) in next {
+            let mut by_mech = BTreeMap::new();
+            for (name, r) in creds {
+                if let Some(m) = Mechanism::from_name(name) {
+                    let c = Credential {
+                        mechanism: m,
+                        salt: r.salt.clone(),
+                        stored_key: r.stored_key.clone(),
+                        server_key: r.server_key.clone(),
+                        iterations: r.iterations,
+                    };
+                    by_mech.insert(m, c);
+                }
+            }
+            users.insert(u.clone(), by_mech);
+        }
+        let mut map = self.users.write().unwrap_or_else(|e| e.into_inner());
+        if *map != users {
+            self.persist(&users)?;
+            *map = users;
         }
         Ok(())
     }
