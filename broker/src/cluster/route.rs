@@ -4,6 +4,7 @@
 //! NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata and go to the leader (as with
 //! Kafka after a leadership change).
 
+use crate::handlers::refuse;
 use crate::security::authz::{Gate, Patch};
 use crate::state::BrokerState;
 use kafka_protocol::error::ResponseError;
@@ -91,26 +92,7 @@ fn coordinator_gate(state: &BrokerState, body: &mut RequestKind, version: i16) -
                 return Gate::Pass;
             }
             let mut x = OffsetCommitResponse::default();
-            x.topics = r
-                .topics
-                .iter()
-                .map(|t| {
-                    let mut o = offset_commit_response::OffsetCommitResponseTopic::default();
-                    o.name = t.name.clone();
-                    o.topic_id = t.topic_id;
-                    o.partitions = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            let mut e = offset_commit_response::OffsetCommitResponsePartition::default();
-                            e.partition_index = p.partition_index;
-                            e.error_code = NOT_COORDINATOR;
-                            e
-                        })
-                        .collect();
-                    o
-                })
-                .collect();
+            x.topics = r.topics.iter().map(|t| refuse::offset_commit_topic(t, NOT_COORDINATOR)).collect();
             deny(ResponseKind::OffsetCommit(x))
         }
         RequestKind::TxnOffsetCommit(r) => {
@@ -118,51 +100,14 @@ fn coordinator_gate(state: &BrokerState, body: &mut RequestKind, version: i16) -
                 return Gate::Pass;
             }
             let mut x = TxnOffsetCommitResponse::default();
-            x.topics = r
-                .topics
-                .iter()
-                .map(|t| {
-                    let mut o = txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
-                    o.name = t.name.clone();
-                    o.partitions = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            let mut e = txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
-                            e.partition_index = p.partition_index;
-                            e.error_code = NOT_COORDINATOR;
-                            e
-                        })
-                        .collect();
-                    o
-                })
-                .collect();
+            x.topics = r.topics.iter().map(|t| refuse::txn_offset_commit_topic(t, NOT_COORDINATOR)).collect();
             deny(ResponseKind::TxnOffsetCommit(x))
         }
         RequestKind::AddPartitionsToTxn(r) if version < 4 => {
             if mine(state, 1, &r.v3_and_below_transactional_id) {
                 return Gate::Pass;
             }
-            let mut x = AddPartitionsToTxnResponse::default();
-            x.results_by_topic_v3_and_below = r
-                .v3_and_below_topics
-                .iter()
-                .map(|t| {
-                    let mut o = add_partitions_to_txn_response::AddPartitionsToTxnTopicResult::default();
-                    o.name = t.name.clone();
-                    o.results_by_partition = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            let mut e = add_partitions_to_txn_response::AddPartitionsToTxnPartitionResult::default();
-                            e.partition_index = *p;
-                            e.partition_error_code = NOT_COORDINATOR;
-                            e
-                        })
-                        .collect();
-                    o
-                })
-                .collect();
+            let x = refuse::add_partitions_v3(r, |_| NOT_COORDINATOR);
             deny(ResponseKind::AddPartitionsToTxn(x))
         }
         RequestKind::OffsetFetch(r) if version < 8 => {
@@ -277,21 +222,7 @@ pub fn gate(state: &BrokerState, body: &mut RequestKind, version: i16) -> Gate {
             patch(move |resp| {
                 if let ResponseKind::Produce(resp) = resp {
                     for (name, parts) in moved {
-                        let mut out = produce_response::TopicProduceResponse::default();
-                        out.name = name;
-                        out.partition_responses = parts
-                            .into_iter()
-                            .map(|i| {
-                                let mut x = produce_response::PartitionProduceResponse::default();
-                                x.index = i;
-                                x.error_code = NOT_LEADER;
-                                x.base_offset = -1;
-                                x.log_append_time_ms = -1;
-                                x.log_start_offset = -1;
-                                x
-                            })
-                            .collect();
-                        resp.responses.push(out);
+                        resp.responses.push(refuse::produce_topic(name, parts, NOT_LEADER));
                     }
                 }
             })
@@ -322,22 +253,7 @@ pub fn gate(state: &BrokerState, body: &mut RequestKind, version: i16) -> Gate {
             patch(move |resp| {
                 if let ResponseKind::Fetch(resp) = resp {
                     for (topic, id, parts) in moved {
-                        let mut out = fetch_response::FetchableTopicResponse::default();
-                        out.topic = topic;
-                        out.topic_id = id;
-                        out.partitions = parts
-                            .into_iter()
-                            .map(|i| {
-                                let mut x = fetch_response::PartitionData::default();
-                                x.partition_index = i;
-                                x.error_code = NOT_LEADER;
-                                x.high_watermark = -1;
-                                x.last_stable_offset = -1;
-                                x.log_start_offset = -1;
-                                x
-                            })
-                            .collect();
-                        resp.responses.push(out);
+                        resp.responses.push(refuse::fetch_topic(topic, id, parts, NOT_LEADER));
                     }
                 }
             })
@@ -360,20 +276,7 @@ pub fn gate(state: &BrokerState, body: &mut RequestKind, version: i16) -> Gate {
             patch(move |resp| {
                 if let ResponseKind::ListOffsets(resp) = resp {
                     for (name, parts) in moved {
-                        let mut out = list_offsets_response::ListOffsetsTopicResponse::default();
-                        out.name = name;
-                        out.partitions = parts
-                            .into_iter()
-                            .map(|i| {
-                                let mut x = list_offsets_response::ListOffsetsPartitionResponse::default();
-                                x.partition_index = i;
-                                x.error_code = NOT_LEADER;
-                                x.timestamp = -1;
-                                x.offset = -1;
-                                x
-                            })
-                            .collect();
-                        resp.topics.push(out);
+                        resp.topics.push(refuse::list_offsets_topic(name, parts, NOT_LEADER));
                     }
                 }
             })

@@ -13,6 +13,7 @@ pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod refuse;
 pub mod security;
 pub mod topics;
 pub mod txn;

@@ -12,6 +12,7 @@
 
 use super::acl::{Operation as Op, ResourceType as Rt, CLUSTER};
 use super::Session;
+use crate::handlers::refuse;
 use crate::state::BrokerState;
 use kafka_protocol::error::ResponseError as E;
 use kafka_protocol::messages::*;
@@ -121,21 +122,12 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
             patch(
                 move |resp: &mut ListOffsetsResponse| {
                     for t in denied {
-                        let mut out = list_offsets_response::ListOffsetsTopicResponse::default();
-                        out.name = t.name;
-                        out.partitions = t
-                            .partitions
-                            .iter()
-                            .map(|p| {
-                                let mut x = list_offsets_response::ListOffsetsPartitionResponse::default();
-                                x.partition_index = p.partition_index;
-                                x.error_code = E::TopicAuthorizationFailed.code();
-                                x.timestamp = -1;
-                                x.offset = -1;
-                                x
-                            })
-                            .collect();
-                        resp.topics.push(out);
+                        let parts = t.partitions.iter().map(|p| p.partition_index);
+                        resp.topics.push(refuse::list_offsets_topic(
+                            t.name.clone(),
+                            parts,
+                            E::TopicAuthorizationFailed.code(),
+                        ));
                     }
                 },
                 pick!(ListOffsets),
@@ -396,20 +388,7 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
             patch(
                 move |resp: &mut OffsetCommitResponse| {
                     for t in denied {
-                        let mut out = offset_commit_response::OffsetCommitResponseTopic::default();
-                        out.name = t.name;
-                        out.topic_id = t.topic_id;
-                        out.partitions = t
-                            .partitions
-                            .iter()
-                            .map(|p| {
-                                let mut x = offset_commit_response::OffsetCommitResponsePartition::default();
-                                x.partition_index = p.partition_index;
-                                x.error_code = code;
-                                x
-                            })
-                            .collect();
-                        resp.topics.push(out);
+                        resp.topics.push(refuse::offset_commit_topic(&t, code));
                     }
                 },
                 pick!(OffsetCommit),
@@ -570,19 +549,7 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
             patch(
                 move |resp: &mut TxnOffsetCommitResponse| {
                     for t in denied {
-                        let mut out = txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
-                        out.name = t.name;
-                        out.partitions = t
-                            .partitions
-                            .iter()
-                            .map(|p| {
-                                let mut x = txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
-                                x.partition_index = p.partition_index;
-                                x.error_code = code;
-                                x
-                            })
-                            .collect();
-                        resp.topics.push(out);
+                        resp.topics.push(refuse::txn_offset_commit_topic(&t, code));
                     }
                 },
                 pick!(TxnOffsetCommit),
@@ -756,22 +723,8 @@ fn produce(c: &Ctx<'_>, r: &mut ProduceRequest) -> Gate {
     patch(
         move |resp: &mut ProduceResponse| {
             for (t, code) in denied.into_iter().zip(codes) {
-                let mut out = produce_response::TopicProduceResponse::default();
-                out.name = t.name;
-                out.partition_responses = t
-                    .partition_data
-                    .iter()
-                    .map(|p| {
-                        let mut x = produce_response::PartitionProduceResponse::default();
-                        x.index = p.index;
-                        x.error_code = code;
-                        x.base_offset = -1;
-                        x.log_append_time_ms = -1;
-                        x.log_start_offset = -1;
-                        x
-                    })
-                    .collect();
-                resp.responses.push(out);
+                let parts = t.partition_data.iter().map(|p| p.index);
+                resp.responses.push(refuse::produce_topic(t.name.clone(), parts, code));
             }
         },
         pick!(Produce),
@@ -802,23 +755,13 @@ fn fetch(c: &Ctx<'_>, r: &mut FetchRequest, version: i16) -> Gate {
     patch(
         move |resp: &mut FetchResponse| {
             for t in denied {
-                let mut out = fetch_response::FetchableTopicResponse::default();
-                out.topic = t.topic;
-                out.topic_id = t.topic_id;
-                out.partitions = t
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        let mut x = fetch_response::PartitionData::default();
-                        x.partition_index = p.partition;
-                        x.error_code = E::TopicAuthorizationFailed.code();
-                        x.high_watermark = -1;
-                        x.last_stable_offset = -1;
-                        x.log_start_offset = -1;
-                        x
-                    })
-                    .collect();
-                resp.responses.push(out);
+                let parts = t.partitions.iter().map(|p| p.partition);
+                resp.responses.push(refuse::fetch_topic(
+                    t.topic.clone(),
+                    t.topic_id,
+                    parts,
+                    E::TopicAuthorizationFailed.code(),
+                ));
             }
         },
         pick!(Fetch),
@@ -970,33 +913,15 @@ fn add_partitions(c: &Ctx<'_>, r: &mut AddPartitionsToTxnRequest, version: i16) 
     }
     // all or nothing, as Kafka: denied topics get the authorization error, the rest
     // OPERATION_NOT_ATTEMPTED
-    let mut x = AddPartitionsToTxnResponse::default();
-    x.results_by_topic_v3_and_below = r
-        .v3_and_below_topics
-        .iter()
-        .map(|t| {
-            let code = if !txn_ok {
-                E::TransactionalIdAuthorizationFailed
-            } else if denied.contains(t.name.as_str()) {
-                E::TopicAuthorizationFailed
-            } else {
-                E::OperationNotAttempted
-            }
-            .code();
-            let mut out = add_partitions_to_txn_response::AddPartitionsToTxnTopicResult::default();
-            out.name = t.name.clone();
-            out.results_by_partition = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    let mut pr = add_partitions_to_txn_response::AddPartitionsToTxnPartitionResult::default();
-                    pr.partition_index = *p;
-                    pr.partition_error_code = code;
-                    pr
-                })
-                .collect();
-            out
-        })
-        .collect();
+    let x = refuse::add_partitions_v3(r, |topic| {
+        if !txn_ok {
+            E::TransactionalIdAuthorizationFailed
+        } else if denied.contains(topic) {
+            E::TopicAuthorizationFailed
+        } else {
+            E::OperationNotAttempted
+        }
+        .code()
+    });
     Gate::Deny(Box::new(ResponseKind::AddPartitionsToTxn(x)))
 }
