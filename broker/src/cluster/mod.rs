@@ -334,16 +334,22 @@ impl ClusterNode {
     pub async fn write(&self, cmd: Command, timeout: Duration) -> anyhow::Result<CommandResult> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let attempt = match self.leader() {
-                Some(l) if l == self.node_id => {
-                    self.raft.client_write(cmd.clone()).await.map(|r| r.data).map_err(|e| anyhow::anyhow!("{e}"))
+            // each attempt is bounded: a leader that lost its majority waits for a commit that
+            // never comes
+            let attempt = tokio::time::timeout_at(deadline, async {
+                match self.leader() {
+                    Some(l) if l == self.node_id => {
+                        self.raft.client_write(cmd.clone()).await.map(|r| r.data).map_err(|e| anyhow::anyhow!("{e}"))
+                    }
+                    Some(l) => match self.voters.get(&l) {
+                        Some(addr) => network::forward(addr, &cmd).await,
+                        None => Err(anyhow::anyhow!("leader {l} has no known address")),
+                    },
+                    None => Err(anyhow::anyhow!("no leader yet")),
                 }
-                Some(l) => match self.voters.get(&l) {
-                    Some(addr) => network::forward(addr, &cmd).await,
-                    None => Err(anyhow::anyhow!("leader {l} has no known address")),
-                },
-                None => Err(anyhow::anyhow!("no leader yet")),
-            };
+            })
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("no majority answered within {timeout:?}")));
             match attempt {
                 Ok(r) => return Ok(r),
                 Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),

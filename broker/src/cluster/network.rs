@@ -173,7 +173,10 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     Rpc::Snapshot(r) => serde_json::to_vec(&node.raft.install_snapshot(r).await),
                     Rpc::Forward(c) => {
                         let r: Result<CommandResult, String> =
-                            node.raft.client_write(c).await.map(|r| r.data).map_err(|e| e.to_string());
+                            match tokio::time::timeout(Duration::from_secs(5), node.raft.client_write(c)).await {
+                                Ok(r) => r.map(|r| r.data).map_err(|e| e.to_string()),
+                                Err(_) => Err("no majority answered within 5 s".into()),
+                            };
                         serde_json::to_vec(&r)
                     }
                 };
