@@ -277,7 +277,7 @@ impl BrokerState {
     pub fn effective_cluster_id(&self) -> String {
         self.cluster
             .get()
-            .map(|c| c.image().cluster_id)
+            .map(|c| c.image().cluster_id.clone())
             .filter(|id| !id.is_empty())
             .unwrap_or_else(|| self.cluster_id.clone())
     }

@@ -112,6 +112,9 @@ openraft::declare_raft_types!(
 
 pub type Raft = openraft::Raft<TypeConfig>;
 
+/// The published image: swapped whole after each apply.
+pub type SharedImage = Arc<RwLock<Arc<MetadataImage>>>;
+
 /// A registered broker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerInfo {
@@ -269,7 +272,9 @@ pub fn parse_voters(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
 pub struct ClusterNode {
     pub node_id: NodeId,
     pub raft: Raft,
-    pub image: Arc<RwLock<MetadataImage>>,
+    /// The image as of the last applied entries; replaced whole on each apply, so readers
+    /// (every routed request) take a cheap `Arc` instead of copying it.
+    pub image: SharedImage,
     pub voters: BTreeMap<NodeId, String>,
     /// Bumped after every applied batch of entries (the broker reconciles its topics).
     pub changed: tokio::sync::watch::Receiver<u64>,
@@ -296,7 +301,7 @@ impl ClusterNode {
             ..Default::default()
         };
         let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
-        let image = Arc::new(RwLock::new(MetadataImage::default()));
+        let image: SharedImage = Arc::new(RwLock::new(Arc::new(MetadataImage::default())));
         let log = store::LogStore::open(dir)?;
         let (changed_tx, changed) = tokio::sync::watch::channel(0u64);
         let sm = store::StateMachine::open(dir, image.clone(), changed_tx)?;
@@ -324,8 +329,8 @@ impl ClusterNode {
         self.raft.metrics().borrow().current_leader
     }
 
-    /// A copy of the metadata image.
-    pub fn image(&self) -> MetadataImage {
+    /// The current metadata image (shared, not copied).
+    pub fn image(&self) -> Arc<MetadataImage> {
         self.image.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 

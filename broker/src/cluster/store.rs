@@ -7,7 +7,7 @@
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
 
-use super::{CommandResult, MetadataImage, NodeId, TypeConfig};
+use super::{CommandResult, MetadataImage, NodeId, SharedImage, TypeConfig};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
     Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta, StorageError,
@@ -19,7 +19,7 @@ use std::fmt::Debug;
 use std::io::{Cursor, Write};
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 const LOG_FILE: &str = "raft-log.jsonl";
 const META_FILE: &str = "raft-meta.json";
@@ -222,7 +222,7 @@ struct StoredSnapshot {
 pub struct StateMachine {
     dir: PathBuf,
     state: SmState,
-    image: Arc<RwLock<MetadataImage>>,
+    image: SharedImage,
     changed: tokio::sync::watch::Sender<u64>,
     snapshot: Option<StoredSnapshot>,
     snapshots_built: u64,
@@ -232,7 +232,7 @@ impl StateMachine {
     /// Start from the last snapshot, if any (openraft re-applies the committed entries after it).
     pub fn open(
         dir: &Path,
-        image: Arc<RwLock<MetadataImage>>,
+        image: SharedImage,
         changed: tokio::sync::watch::Sender<u64>,
     ) -> anyhow::Result<StateMachine> {
         let snapshot: Option<StoredSnapshot> = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
@@ -244,12 +244,12 @@ impl StateMachine {
             Some(s) => serde_json::from_slice(&s.data)?,
             None => SmState::default(),
         };
-        *image.write().unwrap_or_else(|e| e.into_inner()) = state.image.clone();
+        *image.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(state.image.clone());
         Ok(StateMachine { dir: dir.to_path_buf(), state, image, changed, snapshot, snapshots_built: 0 })
     }
 
     fn publish(&self) {
-        *self.image.write().unwrap_or_else(|e| e.into_inner()) = self.state.image.clone();
+        *self.image.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(self.state.image.clone());
         self.changed.send_modify(|v| *v += 1);
     }
 
@@ -348,6 +348,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 mod tests {
     use super::*;
     use openraft::CommittedLeaderId;
+    use std::sync::RwLock;
 
     fn entry(index: u64, cmd: Option<super::super::Command>) -> Entry<TypeConfig> {
         Entry {
@@ -391,7 +392,7 @@ mod tests {
     #[tokio::test]
     async fn the_state_machine_applies_and_snapshots() {
         let dir = tempfile::tempdir().unwrap();
-        let image = Arc::new(RwLock::new(MetadataImage::default()));
+        let image: SharedImage = Arc::new(RwLock::new(Arc::new(MetadataImage::default())));
         let (tx, _rx) = tokio::sync::watch::channel(0);
         let mut sm = StateMachine::open(dir.path(), image.clone(), tx).unwrap();
         let cmds =
@@ -402,7 +403,7 @@ mod tests {
         let snap = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
         assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(2));
         // a new state machine starts from the snapshot
-        let image2 = Arc::new(RwLock::new(MetadataImage::default()));
+        let image2: SharedImage = Arc::new(RwLock::new(Arc::new(MetadataImage::default())));
         let (tx2, _rx2) = tokio::sync::watch::channel(0);
         let mut sm2 = StateMachine::open(dir.path(), image2.clone(), tx2).unwrap();
         assert_eq!(image2.read().unwrap().next_producer_id, 20);
