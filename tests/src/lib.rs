@@ -184,8 +184,14 @@ impl Broker {
         }
     }
 
+    /// SIGSTOP, and wait until every thread of the broker is observed stopped: kill(2) only
+    /// queues the signal, and a busy broker thread could otherwise still answer a request sent
+    /// right after `pause` returns.
     pub fn pause(&self) {
         self.signal("-STOP");
+        if let Some(c) = &self.child {
+            wait_until_stopped(c.id());
+        }
     }
 
     pub fn resume(&self) {
@@ -194,6 +200,25 @@ impl Broker {
 
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+}
+
+/// Poll `/proc/<pid>/task/*/stat` until every thread is in state `T` (stopped), for at most 5 s.
+pub fn wait_until_stopped(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+        let all_stopped = tasks.flatten().all(|t| {
+            std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                // the state follows the parenthesised command name, which may contain spaces
+                .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T') || rest.starts_with('t')))
+                .unwrap_or(true)
+        });
+        if all_stopped {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
