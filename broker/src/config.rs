@@ -100,7 +100,11 @@ pub const SETTINGS: &[Setting] = &[
         help: "cluster mode: id@host:port,... the Raft address of every voter of the metadata quorum (empty: single node)",
     },
     Setting { name: "num.partitions", default: "1", help: "partitions of auto-created topics" },
-    Setting { name: "default.replication.factor", default: "1", help: "replication factor of auto-created topics" },
+    Setting {
+        name: "default.replication.factor",
+        default: "-1",
+        help: "replication factor of topics created without one (-1: 1 on a single broker, min(3, brokers) in a cluster)",
+    },
     Setting { name: "auto.create.topics.enable", default: "true", help: "create topics on first Metadata/Produce" },
     Setting { name: "message.max.bytes", default: "1048588", help: "largest record batch accepted" },
     Setting { name: "socket.request.max.bytes", default: "104857600", help: "largest request frame accepted" },
@@ -494,10 +498,10 @@ pub fn resolve(
             },
         )?;
     let rf: i16 = parse("default.replication.factor", get("default.replication.factor"), |x: &i16| {
-        if *x == 1 {
+        if *x == -1 || *x >= 1 {
             Ok(())
         } else {
-            Err("a single broker supports only replication factor 1".into())
+            Err("must be -1 or ≥ 1".into())
         }
     })?;
     let voters = {

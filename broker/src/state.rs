@@ -272,6 +272,35 @@ impl BrokerState {
         Some((b.node_id, b.host.clone(), b.port))
     }
 
+    /// Cluster mode: this broker's replica of a replicated partition (replication factor > 1).
+    pub fn replica(&self, topic: &str, index: i32) -> Option<Arc<crate::cluster::replica::Replica>> {
+        self.cluster.get()?.replica(&(topic.to_string(), index))
+    }
+
+    /// Cluster mode: has every replicated partition of `topic` assigned to this broker a
+    /// replica here that knows its leader?
+    fn replicas_led(&self, topic: &str) -> bool {
+        let Some(c) = self.cluster.get() else { return true };
+        let image = c.image();
+        let Some(info) = image.topics.get(topic) else { return false };
+        info.replicas.iter().enumerate().all(|(p, r)| {
+            r.len() < 2
+                || !r.contains(&self.config.node_id)
+                || c.replica(&(topic.to_string(), p as i32)).is_some_and(|rep| rep.leader().is_some())
+        })
+    }
+
+    /// Cluster mode: who leads `topic`/`index` and its leader epoch. A replicated partition's
+    /// leader is its Raft group's (-1 while it elects one; epoch = the Raft term); otherwise the
+    /// assigned broker (epoch 0). `None`: unknown here (or single-node mode).
+    pub fn partition_leader(&self, topic: &str, index: i32) -> Option<(i32, i32)> {
+        let c = self.cluster.get()?;
+        if let Some(r) = c.replica(&(topic.to_string(), index)) {
+            return Some((r.leader().unwrap_or(-1), r.term()));
+        }
+        c.image().leader(topic, index).map(|l| (l, 0))
+    }
+
     /// The cluster id clients see: the quorum's (the first registered broker's) in cluster
     /// mode, this broker's own otherwise.
     pub fn effective_cluster_id(&self) -> String {
@@ -336,19 +365,36 @@ impl BrokerState {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Arc<Topic>, TopicError> {
-        if self.cluster.get().is_none() || validate_only {
+        if self.cluster.get().is_none() {
             return self.create_topic_with_id(name, None, partitions, replication_factor, configs, validate_only);
         }
         // cluster mode: validate here, decide in the quorum, then wait for this broker's copy
         validate_topic_name(name)?;
         let partitions = if partitions == -1 { self.config.num_partitions } else { partitions };
-        if replication_factor != -1 && replication_factor != 1 {
-            return Err(TopicError::InvalidReplicationFactor(replication_factor));
+        let brokers = self.cluster.get().map_or(1, |c| c.image().brokers.len()).max(1);
+        let rf = match (replication_factor, self.config.default_replication_factor) {
+            (-1, -1) => brokers.min(3) as i16,
+            (-1, d) => d,
+            (r, _) => r,
+        };
+        if rf < 1 || rf as usize > brokers {
+            return Err(TopicError::InvalidReplicationFactor(rf));
         }
         log_config_for(&self.config.log, &configs)?;
+        if validate_only {
+            return self.create_topic_with_id(name, None, partitions, -1, configs, true);
+        }
         let id = Uuid::new_v4();
-        self.quorum_write(crate::cluster::Command::CreateTopic { name: name.into(), id, partitions, configs })?;
-        self.await_local(|s| s.topic(name).filter(|t| t.id == id))
+        self.quorum_write(crate::cluster::Command::CreateTopic {
+            name: name.into(),
+            id,
+            partitions,
+            configs,
+            replication_factor: i32::from(rf),
+        })?;
+        // answered once this broker has the topic and its replicated partitions have leaders
+        // (as Kafka's controller elects them at creation), so clients can use it at once
+        self.await_local(|s| s.topic(name).filter(|t| t.id == id && s.replicas_led(name)))
     }
 
     /// Delete a topic (cluster mode: everywhere, through the quorum).
@@ -428,6 +474,7 @@ impl BrokerState {
             CommandResult::Refused(Refusal::UnknownTopic) => Err(TopicError::Unknown(name)),
             CommandResult::Refused(Refusal::InvalidPartitions(m)) => Err(TopicError::InvalidPartitions(m)),
             CommandResult::Refused(Refusal::NoBrokers) => Err(TopicError::Cluster("no broker is registered".into())),
+            CommandResult::Refused(Refusal::InvalidReplicationFactor(m)) => Err(TopicError::Cluster(m)),
             _ => Ok(()),
         }
     }

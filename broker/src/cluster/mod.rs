@@ -8,6 +8,7 @@
 
 pub mod network;
 pub mod reconcile;
+pub mod replica;
 pub mod route;
 pub mod store;
 
@@ -41,6 +42,9 @@ pub enum Command {
         id: uuid::Uuid,
         partitions: i32,
         configs: BTreeMap<String, String>,
+        /// Replicas per partition (0 in entries written before replication: one).
+        #[serde(default)]
+        replication_factor: i32,
     },
     DeleteTopic {
         name: String,
@@ -92,6 +96,7 @@ pub enum Refusal {
     UnknownTopic,
     InvalidPartitions(String),
     NoBrokers,
+    InvalidReplicationFactor(String),
 }
 
 /// A topic in the image: its id, the replicas of each partition (leader first), its configs.
@@ -160,14 +165,21 @@ impl MetadataImage {
                 self.next_producer_id = first.saturating_add((*count).max(1));
                 CommandResult::ProducerIds { first, count: (*count).max(1) }
             }
-            Command::CreateTopic { name, id, partitions, configs } => {
+            Command::CreateTopic { name, id, partitions, configs, replication_factor } => {
                 if self.topics.contains_key(name) {
                     return CommandResult::Refused(Refusal::TopicExists);
                 }
                 if !(1..=10_000).contains(partitions) {
                     return CommandResult::Refused(Refusal::InvalidPartitions(format!("{partitions}")));
                 }
-                let Some(replicas) = self.assign(name, 0, *partitions) else {
+                let rf = (*replication_factor).max(1);
+                if rf as usize > self.brokers.len() && !self.brokers.is_empty() {
+                    return CommandResult::Refused(Refusal::InvalidReplicationFactor(format!(
+                        "replication factor {rf} is larger than the {} registered brokers",
+                        self.brokers.len()
+                    )));
+                }
+                let Some(replicas) = self.assign(name, 0, *partitions, rf) else {
                     return CommandResult::Refused(Refusal::NoBrokers);
                 };
                 self.topics.insert(name.clone(), TopicInfo { id: *id, replicas, configs: configs.clone() });
@@ -178,7 +190,11 @@ impl MetadataImage {
                 None => CommandResult::Refused(Refusal::UnknownTopic),
             },
             Command::CreatePartitions { name, count } => {
-                let Some(current) = self.topics.get(name).map(|t| t.replicas.len() as i32) else {
+                let Some((current, rf)) = self
+                    .topics
+                    .get(name)
+                    .map(|t| (t.replicas.len() as i32, t.replicas.first().map_or(1, |r| r.len() as i32)))
+                else {
                     return CommandResult::Refused(Refusal::UnknownTopic);
                 };
                 if *count <= current || *count > 10_000 {
@@ -186,7 +202,7 @@ impl MetadataImage {
                         "topic has {current} partitions; {count} must be larger (and at most 10000)"
                     )));
                 }
-                let Some(more) = self.assign(name, current, *count) else {
+                let Some(more) = self.assign(name, current, *count, rf) else {
                     return CommandResult::Refused(Refusal::NoBrokers);
                 };
                 if let Some(t) = self.topics.get_mut(name) {
@@ -235,19 +251,22 @@ impl MetadataImage {
         }
     }
 
-    /// Replicas (one, the leader: replication is not built yet) for partitions `from..to` of
-    /// `name`, spread round-robin over the registered brokers from a start that depends on the
+    /// `rf` replicas for each of partitions `from..to` of `name` (the first is the preferred
+    /// leader), spread round-robin over the registered brokers from a start that depends on the
     /// name (so topics do not all begin on the same broker). Deterministic.
-    fn assign(&self, name: &str, from: i32, to: i32) -> Option<Vec<Vec<i32>>> {
+    fn assign(&self, name: &str, from: i32, to: i32, rf: i32) -> Option<Vec<Vec<i32>>> {
         let ids: Vec<i32> = self.brokers.keys().copied().collect();
         if ids.is_empty() {
             return None;
         }
+        let rf = (rf.max(1) as usize).min(ids.len());
         let start = name.bytes().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(b)));
-        Some((from..to).map(|p| vec![ids[(start + p as usize) % ids.len()]]).collect())
+        Some((from..to).map(|p| (0..rf).map(|k| ids[(start + p as usize + k) % ids.len()]).collect()).collect())
     }
 
-    /// The leader of partition `p` of `topic`, if the topic and partition exist.
+    /// The preferred leader (first replica) of partition `p` of `topic`, if the topic and
+    /// partition exist. A replicated partition's actual leader is its Raft group's
+    /// (`BrokerState::partition_leader`).
     pub fn leader(&self, topic: &str, p: i32) -> Option<i32> {
         self.topics.get(topic)?.replicas.get(usize::try_from(p).ok()?)?.first().copied()
     }
@@ -278,6 +297,8 @@ pub struct ClusterNode {
     pub voters: BTreeMap<NodeId, String>,
     /// Bumped after every applied batch of entries (the broker reconciles its topics).
     pub changed: tokio::sync::watch::Receiver<u64>,
+    /// This broker's replicas of replicated partitions (replication factor > 1).
+    pub replicas: RwLock<std::collections::HashMap<replica::GroupKey, Arc<replica::Replica>>>,
 }
 
 impl ClusterNode {
@@ -311,7 +332,7 @@ impl ClusterNode {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen for Raft on {addr}: {e}"))?;
-        let node = Arc::new(ClusterNode { node_id, raft, image, voters, changed });
+        let node = Arc::new(ClusterNode { node_id, raft, image, voters, changed, replicas: Default::default() });
         tokio::spawn(network::serve(listener, node.clone()));
         if !initialized && voters_min(&node.voters) == Some(node_id) {
             let members: BTreeMap<NodeId, openraft::BasicNode> =
@@ -327,6 +348,11 @@ impl ClusterNode {
     /// The current leader (the controller), if known.
     pub fn leader(&self) -> Option<NodeId> {
         self.raft.metrics().borrow().current_leader
+    }
+
+    /// This broker's replica of a partition, if the partition is replicated and has one here.
+    pub fn replica(&self, key: &replica::GroupKey) -> Option<Arc<replica::Replica>> {
+        self.replicas.read().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
     }
 
     /// The current metadata image (shared, not copied).

@@ -2,6 +2,7 @@
 //! answered in order on the same connection. Besides openraft's AppendEntries, Vote and
 //! InstallSnapshot, a follower forwards metadata writes to the leader (`Forward`).
 
+use super::replica::{GroupKey, PartConfig};
 use super::{ClusterNode, Command, CommandResult, NodeId, TypeConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -26,6 +27,10 @@ enum Rpc {
     Vote(VoteRequest<NodeId>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
     Forward(Command),
+    /// The same three for a partition's Raft group.
+    PartAppend(GroupKey, AppendEntriesRequest<PartConfig>),
+    PartVote(GroupKey, VoteRequest<NodeId>),
+    PartSnapshot(GroupKey, InstallSnapshotRequest<PartConfig>),
 }
 
 async fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
@@ -140,6 +145,51 @@ impl RaftNetwork<TypeConfig> for Peer {
     }
 }
 
+/// Connections for one partition's Raft group (same port, the group named in each RPC).
+pub struct PartNetwork {
+    pub group: GroupKey,
+}
+
+impl RaftNetworkFactory<PartConfig> for PartNetwork {
+    type Network = PartPeer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PartPeer {
+        PartPeer { group: self.group.clone(), peer: Peer { target, addr: node.addr.clone(), conn: None } }
+    }
+}
+
+pub struct PartPeer {
+    group: GroupKey,
+    peer: Peer,
+}
+
+impl RaftNetwork<PartConfig> for PartPeer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<PartConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.peer.call(Rpc::PartAppend(self.group.clone(), rpc), option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<PartConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
+    {
+        self.peer.call(Rpc::PartSnapshot(self.group.clone(), rpc), option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.peer.call(Rpc::PartVote(self.group.clone(), rpc), option.hard_ttl()).await
+    }
+}
+
 /// Send a metadata write to the leader at `addr`.
 pub async fn forward(addr: &str, cmd: &Command) -> anyhow::Result<CommandResult> {
     let mut conn = None;
@@ -171,6 +221,18 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     Rpc::Append(r) => serde_json::to_vec(&node.raft.append_entries(r).await),
                     Rpc::Vote(r) => serde_json::to_vec(&node.raft.vote(r).await),
                     Rpc::Snapshot(r) => serde_json::to_vec(&node.raft.install_snapshot(r).await),
+                    Rpc::PartAppend(g, r) => match node.replica(&g) {
+                        Some(rep) => serde_json::to_vec(&rep.raft.append_entries(r).await),
+                        None => return, // not (yet) a replica here: the caller sees a network error
+                    },
+                    Rpc::PartVote(g, r) => match node.replica(&g) {
+                        Some(rep) => serde_json::to_vec(&rep.raft.vote(r).await),
+                        None => return,
+                    },
+                    Rpc::PartSnapshot(g, r) => match node.replica(&g) {
+                        Some(rep) => serde_json::to_vec(&rep.raft.install_snapshot(r).await),
+                        None => return,
+                    },
                     Rpc::Forward(c) => {
                         let r: Result<CommandResult, String> =
                             match tokio::time::timeout(Duration::from_secs(5), node.raft.client_write(c)).await {

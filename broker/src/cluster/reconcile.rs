@@ -19,6 +19,8 @@ pub struct Reconciler {
     /// The image index the local ACL and credential files were last replaced from.
     synced_path: PathBuf,
     synced: Mutex<u64>,
+    /// Where this broker's partition Raft groups keep their logs (`<topic id>-<partition>`).
+    replicas_dir: PathBuf,
 }
 
 impl Reconciler {
@@ -35,7 +37,8 @@ impl Reconciler {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(e.into()),
         };
-        Ok(Reconciler { path, managed: Mutex::new(managed), synced_path, synced: Mutex::new(synced) })
+        let replicas_dir = cluster_dir.join("replicas");
+        Ok(Reconciler { path, managed: Mutex::new(managed), synced_path, synced: Mutex::new(synced), replicas_dir })
     }
 
     /// ACLs and SCRAM credentials: this broker's copies become the image's — only from an image
@@ -133,6 +136,63 @@ impl Reconciler {
         }
         if *managed != before {
             self.save(&managed);
+        }
+        drop(managed);
+        self.sync_replicas(state, image);
+    }
+
+    /// Start this broker's replica of every replicated partition assigned to it, and stop (and
+    /// remove) those of partitions deleted or no longer assigned here. Blocking.
+    fn sync_replicas(&self, state: &BrokerState, image: &MetadataImage) {
+        let Some(node) = state.cluster.get() else { return };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let me = state.config.node_id;
+        let mut wanted = std::collections::HashMap::new();
+        for (name, info) in &image.topics {
+            for (p, replicas) in info.replicas.iter().enumerate() {
+                if replicas.len() > 1 && replicas.contains(&me) {
+                    wanted.insert((name.clone(), p as i32), (info.id, replicas.clone()));
+                }
+            }
+        }
+        let current: Vec<_> = node.replicas.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        for r in current {
+            if wanted.get(&r.key).is_some_and(|(id, reps)| *id == r.topic_id && *reps == r.replicas) {
+                continue;
+            }
+            node.replicas.write().unwrap_or_else(|e| e.into_inner()).remove(&r.key);
+            if let Err(e) = handle.block_on(r.raft.shutdown()) {
+                tracing::warn!(topic = r.key.0.as_str(), partition = r.key.1, "replica shutdown: {e}");
+            }
+            if image.topics.get(&r.key.0).is_none_or(|t| t.id != r.topic_id) {
+                let _ = std::fs::remove_dir_all(&r.dir);
+            }
+        }
+        for (key, (id, replicas)) in wanted {
+            if node.replica(&key).is_some() {
+                continue;
+            }
+            // the topic's local copy must exist first (created above)
+            let Some(partition) = state.topic(&key.0).filter(|t| t.id == id).and_then(|t| t.partition(key.1).cloned())
+            else {
+                continue;
+            };
+            let dir = self.replicas_dir.join(format!("{id}-{}", key.1));
+            let started = handle.block_on(super::replica::start(
+                node.node_id,
+                key.clone(),
+                id,
+                replicas,
+                &node.voters,
+                partition,
+                dir,
+            ));
+            match started {
+                Ok(r) => {
+                    node.replicas.write().unwrap_or_else(|e| e.into_inner()).insert(key, r);
+                }
+                Err(e) => tracing::error!(topic = key.0.as_str(), partition = key.1, "cannot start replica: {e}"),
+            }
         }
     }
 }

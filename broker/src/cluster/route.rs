@@ -12,10 +12,11 @@ use kafka_protocol::messages::*;
 
 const NOT_LEADER: i16 = 6;
 
-/// Partitions of `topic` this broker does not lead, per the image.
-fn not_mine(state: &BrokerState, image: &super::MetadataImage, topic: &str, p: i32) -> bool {
-    match image.leader(topic, p) {
-        Some(l) => l != state.config.node_id,
+/// Partitions of `topic` this broker does not lead (a replicated partition: its Raft group's
+/// leader; otherwise the image's assignment).
+fn not_mine(state: &BrokerState, _image: &super::MetadataImage, topic: &str, p: i32) -> bool {
+    match state.partition_leader(topic, p) {
+        Some((l, _)) => l != state.config.node_id,
         None => false, // unknown here: the handler answers UNKNOWN_TOPIC_OR_PARTITION
     }
 }

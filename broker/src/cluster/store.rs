@@ -10,8 +10,8 @@
 use super::{CommandResult, MetadataImage, NodeId, SharedImage, TypeConfig};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
-    Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta, StorageError,
-    StorageIOError, StoredMembership, Vote,
+    Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder, RaftTypeConfig, SnapshotMeta,
+    StorageError, StorageIOError, StoredMembership, Vote,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -25,7 +25,18 @@ const LOG_FILE: &str = "raft-log.jsonl";
 const META_FILE: &str = "raft-meta.json";
 const SNAPSHOT_FILE: &str = "raft-snapshot.json";
 
-fn io_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+/// A Raft type config whose log this store can hold: the metadata quorum's and each
+/// partition's (`replica`).
+pub trait Logged:
+    RaftTypeConfig<NodeId = NodeId, Node = openraft::BasicNode, Entry = Entry<Self>, SnapshotData = Cursor<Vec<u8>>>
+{
+}
+impl<C> Logged for C where
+    C: RaftTypeConfig<NodeId = NodeId, Node = openraft::BasicNode, Entry = Entry<C>, SnapshotData = Cursor<Vec<u8>>>
+{
+}
+
+pub(crate) fn io_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
     StorageIOError::write(&e).into()
 }
 
@@ -36,24 +47,29 @@ struct Meta {
     last_purged: Option<LogId<NodeId>>,
 }
 
-struct LogInner {
+struct LogInner<C: Logged> {
     dir: PathBuf,
-    entries: BTreeMap<u64, Entry<TypeConfig>>,
+    entries: BTreeMap<u64, Entry<C>>,
     meta: Meta,
     file: std::fs::File,
 }
 
 /// The durable Raft log (cheap to clone: a handle).
-#[derive(Clone)]
-pub struct LogStore {
-    inner: Arc<Mutex<LogInner>>,
+pub struct LogStore<C: Logged = TypeConfig> {
+    inner: Arc<Mutex<LogInner<C>>>,
+}
+
+impl<C: Logged> Clone for LogStore<C> {
+    fn clone(&self) -> Self {
+        LogStore { inner: self.inner.clone() }
+    }
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError<NodeId>> {
     sluice_storage::sidefile::write_atomic(path, bytes).map_err(io_err)
 }
 
-impl LogInner {
+impl<C: Logged> LogInner<C> {
     fn save_meta(&self) -> Result<(), StorageError<NodeId>> {
         write_atomic(&self.dir.join(META_FILE), &serde_json::to_vec(&self.meta).map_err(io_err)?)
     }
@@ -72,8 +88,8 @@ impl LogInner {
     }
 }
 
-impl LogStore {
-    pub fn open(dir: &Path) -> anyhow::Result<LogStore> {
+impl<C: Logged> LogStore<C> {
+    pub fn open(dir: &Path) -> anyhow::Result<LogStore<C>> {
         let meta: Meta = match std::fs::read(dir.join(META_FILE)) {
             Ok(b) => serde_json::from_slice(&b)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Meta::default(),
@@ -92,7 +108,7 @@ impl LogStore {
             if !line.ends_with(b"\n") {
                 break;
             }
-            match serde_json::from_slice::<Entry<TypeConfig>>(line) {
+            match serde_json::from_slice::<Entry<C>>(line) {
                 Ok(e) => {
                     entries.insert(e.log_id.index, e);
                     good += line.len();
@@ -110,7 +126,7 @@ impl LogStore {
         Ok(LogStore { inner: Arc::new(Mutex::new(LogInner { dir: dir.to_path_buf(), entries, meta, file })) })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LogInner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LogInner<C>> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -121,19 +137,25 @@ impl LogStore {
     }
 }
 
-impl RaftLogReader<TypeConfig> for LogStore {
+impl<C: Logged> RaftLogReader<C> for LogStore<C>
+where
+    Entry<C>: Serialize + serde::de::DeserializeOwned + Clone,
+{
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+    ) -> Result<Vec<Entry<C>>, StorageError<NodeId>> {
         Ok(self.lock().entries.range(range).map(|(_, e)| e.clone()).collect())
     }
 }
 
-impl RaftLogStorage<TypeConfig> for LogStore {
+impl<C: Logged> RaftLogStorage<C> for LogStore<C>
+where
+    Entry<C>: Serialize + serde::de::DeserializeOwned + Clone,
+{
     type LogReader = Self;
 
-    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+    async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<NodeId>> {
         let g = self.lock();
         let last = g.entries.values().next_back().map(|e| e.log_id).or(g.meta.last_purged);
         Ok(LogState { last_purged_log_id: g.meta.last_purged, last_log_id: last })
@@ -163,9 +185,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.lock().meta.committed)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError<NodeId>>
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<C>) -> Result<(), StorageError<NodeId>>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I: IntoIterator<Item = Entry<C>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
         let mut g = self.lock();
@@ -373,7 +395,7 @@ mod tests {
         serde_json::to_writer(&mut text, &entry(4, None)).unwrap();
         text.truncate(text.len() - 3); // a crash in the middle of the fourth line
         std::fs::write(dir.path().join(LOG_FILE), &text).unwrap();
-        let mut log = LogStore::open(dir.path()).unwrap();
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
         let state = log.get_log_state().await.unwrap();
         assert_eq!(state.last_log_id.map(|l| l.index), Some(3));
         assert_eq!(std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len() as usize, whole);
@@ -381,10 +403,10 @@ mod tests {
         // the vote survives a reopen
         let vote = Vote::new(3, 2);
         log.save_vote(&vote).await.unwrap();
-        let mut again = LogStore::open(dir.path()).unwrap();
+        let mut again = LogStore::<TypeConfig>::open(dir.path()).unwrap();
         assert_eq!(again.read_vote().await.unwrap(), Some(vote));
         again.truncate(LogId::new(CommittedLeaderId::new(1, 1), 2)).await.unwrap();
-        let mut third = LogStore::open(dir.path()).unwrap();
+        let mut third = LogStore::<TypeConfig>::open(dir.path()).unwrap();
         assert_eq!(third.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(1));
         assert!(third.has_vote_or_entries());
     }

@@ -1,4 +1,5 @@
-//! Metadata: brokers (just this one), topics with their partitions (this broker leads all),
+//! Metadata: brokers (this one, or the cluster's), topics with their partitions' leaders and
+//! replicas,
 //! auto-creating requested topics when `auto.create.topics.enable` and the client allow it.
 
 use super::{sb, topic_name};
@@ -12,7 +13,8 @@ use std::collections::BTreeMap;
 
 fn topic_entry(state: &BrokerState, t: &Topic) -> MetadataResponseTopic {
     let node = BrokerId(state.config.node_id);
-    // cluster mode: the quorum's assignment says who leads each partition
+    // cluster mode: the quorum's assignment lists the replicas; the partition's Raft group
+    // (replicated partitions) or the assignment says who leads
     let image = state.cluster.get().map(|c| c.image());
     let replicas_of = |p: i32| -> Vec<BrokerId> {
         image
@@ -32,8 +34,13 @@ fn topic_entry(state: &BrokerState, t: &Topic) -> MetadataResponseTopic {
             let mut mp = MetadataResponsePartition::default();
             let replicas = replicas_of(p.index);
             mp.partition_index = p.index;
-            mp.leader_id = replicas.first().copied().unwrap_or(node);
-            mp.leader_epoch = 0;
+            let (leader, epoch) = state.partition_leader(&t.name, p.index).unwrap_or((node.0, 0));
+            mp.leader_id = BrokerId(leader);
+            mp.leader_epoch = epoch;
+            if leader < 0 {
+                // a replicated partition electing a leader: clients retry
+                mp.error_code = ResponseError::LeaderNotAvailable.code();
+            }
             mp.replica_nodes = replicas.clone();
             mp.isr_nodes = replicas;
             mp

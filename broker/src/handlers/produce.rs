@@ -4,10 +4,14 @@
 //! 2. concurrently, answered in order by the connection: wait until the appended offsets are
 //!    durable (Sync policy) and build the response.
 //!
+//! A replicated partition (cluster mode, replication factor > 1) proposes the batch to its Raft
+//! group in stage 1 instead, and stage 2 waits until a majority committed it and it was applied.
+//!
 //! acks=0 gets no response, but its data is made durable and the high watermark advanced the
 //! same way. Batches are written as produced (only base offset and leader epoch are assigned).
 
 use super::{now_ms, LaterReply, Reply};
+use crate::cluster::replica::{PartCommand, PartResult, PendingWrite};
 use crate::error_map;
 use crate::partition::{AppendError, Appended, Partition};
 use crate::state::BrokerState;
@@ -21,7 +25,19 @@ use std::sync::Arc;
 /// A partition result from stage 1: either an error already, or an append to make durable.
 enum Staged {
     Error(i16, Option<String>),
-    Appended { partition: Arc<Partition>, base_offset: i64, end: i64, log_start: i64, sync: bool, append_time: i64 },
+    Appended {
+        partition: Arc<Partition>,
+        base_offset: i64,
+        end: i64,
+        log_start: i64,
+        sync: bool,
+        append_time: i64,
+    },
+    /// Proposed to the partition's Raft group (replicated): answered once applied.
+    Replicated {
+        write: PendingWrite,
+        append_time: i64,
+    },
 }
 
 /// Stamp every batch in `buf` with the append time (validated batches only).
@@ -193,30 +209,44 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                                 }
                                 (None, Ok(())) => Err(ResponseError::InvalidTxnState.code()),
                             };
-                            match partition.append_batch_in_txn(&mut buf, now, Some(&verify)) {
-                                Ok(Appended::New { info, log_start, sync }) => Staged::Appended {
-                                    partition: partition.clone(),
-                                    base_offset: info.first_offset,
-                                    end: info.last_offset + 1,
-                                    log_start,
-                                    sync,
-                                    append_time: if log_append_time { now } else { -1 },
-                                },
-                                Ok(Appended::Duplicate { first_offset, last_offset, log_start, sync }) => {
-                                    Staged::Appended {
+                            if let Some(rep) = state.replica(&name, p.index) {
+                                // replicated: checked and written on every replica once a
+                                // majority has it (cluster::replica)
+                                let verified = transactional(&buf).is_some_and(|(pid, e)| verify(pid, e).is_ok());
+                                let cmd = PartCommand::Produce { batch: buf.to_vec(), now_ms: now, verified };
+                                match rep.propose(cmd) {
+                                    Ok(write) => Staged::Replicated {
+                                        write,
+                                        append_time: if log_append_time { now } else { -1 },
+                                    },
+                                    Err(code) => Staged::Error(code, None),
+                                }
+                            } else {
+                                match partition.append_batch_in_txn(&mut buf, now, Some(&verify)) {
+                                    Ok(Appended::New { info, log_start, sync }) => Staged::Appended {
                                         partition: partition.clone(),
-                                        base_offset: first_offset,
-                                        end: last_offset + 1,
+                                        base_offset: info.first_offset,
+                                        end: info.last_offset + 1,
                                         log_start,
                                         sync,
                                         append_time: if log_append_time { now } else { -1 },
+                                    },
+                                    Ok(Appended::Duplicate { first_offset, last_offset, log_start, sync }) => {
+                                        Staged::Appended {
+                                            partition: partition.clone(),
+                                            base_offset: first_offset,
+                                            end: last_offset + 1,
+                                            log_start,
+                                            sync,
+                                            append_time: if log_append_time { now } else { -1 },
+                                        }
                                     }
-                                }
-                                Err(AppendError::Storage(e)) => {
-                                    Staged::Error(error_map::storage_produce_code(&e), Some(e.to_string()))
-                                }
-                                Err(AppendError::Refused(r)) => {
-                                    Staged::Error(error_map::refusal_code(&r), Some(format!("{r:?}")))
+                                    Err(AppendError::Storage(e)) => {
+                                        Staged::Error(error_map::storage_produce_code(&e), Some(e.to_string()))
+                                    }
+                                    Err(AppendError::Refused(r)) => {
+                                        Staged::Error(error_map::refusal_code(&r), Some(format!("{r:?}")))
+                                    }
                                 }
                             }
                         }
@@ -228,6 +258,8 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
         staged.push((t.name, parts));
     }
     let acks = req.acks;
+    // how long a replicated write may wait for a majority (the request's timeout.ms)
+    let replication_timeout = std::time::Duration::from_millis(req.timeout_ms.clamp(100, 300_000) as u64);
     let stage2: LaterReply = Box::pin(async move {
         let mut resp = ProduceResponse::default();
         for (name, parts) in staged {
@@ -242,6 +274,22 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                         pr.base_offset = -1;
                         pr.error_message = msg.map(|m| super::sb(&m));
                     }
+                    Staged::Replicated { write, append_time } => match write.wait(replication_timeout).await {
+                        PartResult::Appended { first, log_start, .. } => {
+                            pr.base_offset = first;
+                            pr.log_start_offset = log_start;
+                            pr.log_append_time_ms = append_time;
+                        }
+                        PartResult::Error { code, message } => {
+                            pr.error_code = code;
+                            pr.base_offset = -1;
+                            pr.error_message = Some(super::sb(&message));
+                        }
+                        PartResult::Done => {
+                            pr.error_code = ResponseError::UnknownServerError.code();
+                            pr.base_offset = -1;
+                        }
+                    },
                     Staged::Appended { partition, base_offset, end, log_start, sync, append_time } => {
                         match partition.wait_durable_async(end, sync).await {
                             Ok(()) => {

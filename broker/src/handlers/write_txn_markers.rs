@@ -25,6 +25,8 @@ enum Staged {
     },
     /// A marker on the offsets log: pending transactional offsets completed.
     Offsets(Option<crate::kvlog::Durable>),
+    /// Proposed to a replicated partition's Raft group.
+    Replicated(crate::cluster::replica::PendingWrite),
 }
 
 pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
@@ -62,8 +64,23 @@ pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
             let topic = state.topic(&t.name);
             let mut parts = Vec::new();
             for index in t.partition_indexes {
+                let replica = state.replica(&t.name, index);
                 let s = match topic.as_ref().and_then(|tp| tp.partition(index)) {
                     None => Staged::Error(ResponseError::UnknownTopicOrPartition.code()),
+                    Some(_) if replica.is_some() => {
+                        let cmd = crate::cluster::replica::PartCommand::Marker {
+                            producer_id: m.producer_id.0,
+                            epoch: m.producer_epoch,
+                            coordinator_epoch: m.coordinator_epoch,
+                            commit: m.transaction_result,
+                            now_ms: now,
+                        };
+                        match replica.as_ref().map(|r| r.propose(cmd)) {
+                            Some(Ok(w)) => Staged::Replicated(w),
+                            Some(Err(code)) => Staged::Error(code),
+                            None => Staged::Error(ResponseError::UnknownTopicOrPartition.code()),
+                        }
+                    }
                     Some(p) => match p.write_marker(m.producer_id.0, &header, now) {
                         Ok(w) => Staged::Written { partition: p.clone(), end: w.offset + 1, sync: w.sync },
                         Err(AppendError::Refused(r)) => Staged::Error(error_map::refusal_code(&r)),
@@ -89,6 +106,10 @@ pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
                     pr.partition_index = index;
                     pr.error_code = match s {
                         Staged::Error(code) => code,
+                        Staged::Replicated(w) => match w.wait(std::time::Duration::from_secs(10)).await {
+                            crate::cluster::replica::PartResult::Error { code, .. } => code,
+                            _ => 0,
+                        },
                         Staged::Offsets(None) => 0,
                         Staged::Offsets(Some(w)) => match crate::group::wait_durable(w).await {
                             Ok(()) => 0,

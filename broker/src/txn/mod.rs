@@ -377,14 +377,35 @@ impl TxnCoordinator {
     }
 }
 
-/// Cluster mode: the address of the broker leading `topic`/`index` if it is not this one.
-fn remote_leader(state: &BrokerState, topic: &str, index: i32) -> Option<String> {
-    let image = state.cluster.get()?.image();
-    let leader = image.leader(topic, index)?;
-    if leader == state.config.node_id {
-        return None;
+/// Where a partition's marker goes.
+enum MarkerTarget {
+    /// This broker writes it (single node, or it leads an unreplicated partition).
+    Local,
+    /// This broker leads the replicated partition: through its Raft group.
+    Replica(Arc<crate::cluster::replica::Replica>),
+    /// Another broker leads it (the address of its client listener).
+    Remote(String),
+    /// A replicated partition without a leader right now: try again shortly.
+    Wait,
+}
+
+/// Cluster mode: who writes the marker for `topic`/`index`.
+fn marker_target(state: &BrokerState, topic: &str, index: i32) -> MarkerTarget {
+    let Some(c) = state.cluster.get() else { return MarkerTarget::Local };
+    let Some((leader, _)) = state.partition_leader(topic, index) else { return MarkerTarget::Local };
+    if leader < 0 {
+        return MarkerTarget::Wait;
     }
-    image.brokers.get(&leader).map(|b| format!("{}:{}", b.host, b.port))
+    if leader == state.config.node_id {
+        return match state.replica(topic, index) {
+            Some(r) => MarkerTarget::Replica(r),
+            None => MarkerTarget::Local,
+        };
+    }
+    match c.image().brokers.get(&leader) {
+        Some(b) => MarkerTarget::Remote(format!("{}:{}", b.host, b.port)),
+        None => MarkerTarget::Wait,
+    }
 }
 
 /// Send the marker to the partition's leader (WriteTxnMarkers v1). `Ok(true)`: durable there or
@@ -453,13 +474,49 @@ async fn write_marker_until_durable(state: &Arc<BrokerState>, id: &str, topic: &
     let (pid, epoch, commit) = h;
     let mut backoff = Duration::from_millis(50);
     loop {
-        if let Some(addr) = remote_leader(state, topic, index) {
-            if write_marker_remote(state, &addr, id, topic, index, h).await {
-                return;
+        match marker_target(state, topic, index) {
+            MarkerTarget::Remote(addr) => {
+                if write_marker_remote(state, &addr, id, topic, index, h).await {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-            continue;
+            MarkerTarget::Wait => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            MarkerTarget::Replica(r) => {
+                use crate::cluster::replica::{PartCommand, PartResult};
+                let cmd = PartCommand::Marker {
+                    producer_id: pid,
+                    epoch,
+                    coordinator_epoch: state.txns.coordinator_epoch,
+                    commit,
+                    now_ms: crate::handlers::now_ms(),
+                };
+                let write = match tokio::time::timeout(Duration::from_secs(10), r.raft.client_write(cmd)).await {
+                    Ok(Ok(w)) => w.data,
+                    Ok(Err(e)) => PartResult::Error { code: -1, message: e.to_string() },
+                    Err(_) => PartResult::Error { code: -1, message: "not committed within 10 s".into() },
+                };
+                match write {
+                    PartResult::Error { code, message } if code == -1 || code == 6 || code == 7 => {
+                        tracing::warn!(txn = id, topic, partition = index, "replicated marker: {message}; retrying");
+                    }
+                    PartResult::Error { message, .. } => {
+                        tracing::warn!(txn = id, topic, partition = index, "marker refused: {message}");
+                        return;
+                    }
+                    _ => return,
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            MarkerTarget::Local => {}
         }
         let Some(p) = state.partition(topic, index) else {
             tracing::warn!(txn = id, topic, partition = index, "marker skipped: partition is gone");

@@ -1,0 +1,426 @@
+//! Partition replication: one Raft group (openraft) per partition whose topic has a
+//! replication factor above one, its voters the partition's replicas.
+//!
+//! Two logs (decision record 0010): each group's Raft log (`store::LogStore`, JSON lines,
+//! fsynced) holds the produce batches and transaction markers in the order the leader proposed
+//! them; the partition log is the state machine. A batch is applied — the idempotence and
+//! transaction checks, the offsets, the write — on every replica only once a majority has it,
+//! so the partition log holds only committed data: the high watermark is its end, an `acks=all`
+//! answer means "on a majority", and every replica computes the same producer state, so a new
+//! leader continues the same sequences and epochs.
+//!
+//! Restart: `applied.json` records the last applied Raft entry and the partition log's end at
+//! that point (written only after that data is durable in the partition log). Entries after it
+//! are applied again; while the partition log already holds their batches (written before the
+//! crash, after the last `applied.json`), each is matched against the stored batch at the replay
+//! cursor instead of written twice.
+
+// openraft's traits return its (large) StorageError; the helpers here return the same.
+#![allow(clippy::result_large_err)]
+
+use super::store::{io_err, LogStore};
+use super::NodeId;
+use crate::error_map;
+use crate::partition::producer_state::MarkerHeader;
+use crate::partition::{AppendError, Appended, Partition};
+use kafka_protocol::error::ResponseError;
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
+    StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use sluice_protocol::batch::{iter_batches, BatchView};
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A partition's Raft group is named by its topic and index.
+pub type GroupKey = (String, i32);
+
+/// What a partition's Raft log holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartCommand {
+    /// A produce batch (one v2 batch), checked and written when applied. `verified`: the
+    /// leader's transaction coordinator confirmed this partition is in the producer's
+    /// transaction (KIP-890), so a transactional batch may be appended.
+    Produce {
+        #[serde(with = "b64")]
+        batch: Vec<u8>,
+        now_ms: i64,
+        verified: bool,
+    },
+    /// A COMMIT or ABORT marker for `producer_id`.
+    Marker { producer_id: i64, epoch: i16, coordinator_epoch: i32, commit: bool, now_ms: i64 },
+}
+
+/// What applying a command did (answered to the produce or marker request on the leader).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartResult {
+    #[default]
+    Done,
+    /// Written (or an exact retry of a retained batch) at these offsets.
+    Appended { first: i64, last: i64, log_start: i64 },
+    /// A Kafka error code and message.
+    Error { code: i16, message: String },
+}
+
+mod b64 {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}
+
+openraft::declare_raft_types!(
+    pub PartConfig:
+        D = PartCommand,
+        R = PartResult,
+        NodeId = NodeId,
+        Node = BasicNode,
+);
+
+pub type PartRaft = openraft::Raft<PartConfig>;
+
+/// This broker's replica of one partition.
+pub struct Replica {
+    pub key: GroupKey,
+    pub topic_id: uuid::Uuid,
+    pub replicas: Vec<i32>,
+    pub raft: PartRaft,
+    pub dir: PathBuf,
+}
+
+impl Replica {
+    /// The group's leader as this replica knows it.
+    pub fn leader(&self) -> Option<i32> {
+        self.raft.metrics().borrow().current_leader.and_then(|l| i32::try_from(l).ok())
+    }
+
+    /// The current Raft term (reported to clients as the partition's leader epoch).
+    pub fn term(&self) -> i32 {
+        i32::try_from(self.raft.metrics().borrow().current_term).unwrap_or(i32::MAX)
+    }
+
+    /// On the leader: how far each replica's Raft log trails the leader's (entries), by node.
+    pub fn lag(&self) -> Option<BTreeMap<i32, u64>> {
+        let m = self.raft.metrics().borrow().clone();
+        let last = m.last_log_index.unwrap_or(0);
+        let repl = m.replication?;
+        Some(
+            repl.iter()
+                .filter_map(|(id, matched)| {
+                    let id = i32::try_from(*id).ok()?;
+                    Some((id, last.saturating_sub(matched.map(|l| l.index).unwrap_or(0))))
+                })
+                .collect(),
+        )
+    }
+
+    /// Propose `cmd`; returns the receiver of its result, in proposal order. Called from the
+    /// blocking stage of a request, so that requests on one connection are proposed in order.
+    pub fn propose(&self, cmd: PartCommand) -> Result<PendingWrite, i16> {
+        if self.leader() != i32::try_from(self.raft_id()).ok() {
+            return Err(ResponseError::NotLeaderOrFollower.code());
+        }
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| ResponseError::UnknownServerError.code())?;
+        let raft = self.raft.clone();
+        let rx = tokio::task::block_in_place(|| handle.block_on(raft.client_write_ff(cmd)))
+            .map_err(|_| ResponseError::NotLeaderOrFollower.code())?;
+        Ok(PendingWrite(rx))
+    }
+
+    fn raft_id(&self) -> NodeId {
+        self.raft.metrics().borrow().id
+    }
+}
+
+/// A proposed write: await it for the applied result.
+pub struct PendingWrite(tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<PartConfig>>);
+
+impl PendingWrite {
+    /// The result once committed and applied; NOT_LEADER_OR_FOLLOWER if leadership was lost
+    /// first (the write may or may not commit later: the client retries, and idempotence
+    /// makes the retry safe), REQUEST_TIMED_OUT after `timeout`.
+    pub async fn wait(self, timeout: Duration) -> PartResult {
+        match tokio::time::timeout(timeout, self.0).await {
+            Ok(Ok(Ok(r))) => r.data,
+            Ok(Ok(Err(e))) => PartResult::Error {
+                code: ResponseError::NotLeaderOrFollower.code(),
+                message: format!("leadership moved: {e}"),
+            },
+            Ok(Err(_)) => PartResult::Error {
+                code: ResponseError::NotLeaderOrFollower.code(),
+                message: "the partition's replica stopped".into(),
+            },
+            Err(_) => PartResult::Error {
+                code: ResponseError::RequestTimedOut.code(),
+                message: format!("not committed by a majority of replicas within {timeout:?}"),
+            },
+        }
+    }
+}
+
+/// Start (or reopen) this broker's replica of a partition. The first replica in the
+/// assignment initializes the group with every replica as a voter.
+pub async fn start(
+    me: NodeId,
+    key: GroupKey,
+    topic_id: uuid::Uuid,
+    replicas: Vec<i32>,
+    addresses: &BTreeMap<NodeId, String>,
+    partition: Arc<Partition>,
+    dir: PathBuf,
+) -> anyhow::Result<Arc<Replica>> {
+    std::fs::create_dir_all(&dir)?;
+    let config = openraft::Config {
+        cluster_name: format!("sluice-{}-{}", key.0, key.1),
+        heartbeat_interval: 250,
+        election_timeout_min: 1000,
+        election_timeout_max: 2000,
+        // the partition log is the state machine: no snapshots, the Raft log is kept
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: u64::MAX,
+        ..Default::default()
+    };
+    let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
+    let log = LogStore::<PartConfig>::open(&dir)?;
+    let initialized = log.has_vote_or_entries();
+    let sm = ReplicaSm::open(&dir, partition)?;
+    let network = super::network::PartNetwork { group: key.clone() };
+    let raft = PartRaft::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
+    if !initialized && replicas.first().and_then(|r| NodeId::try_from(*r).ok()) == Some(me) {
+        let mut members = BTreeMap::new();
+        for r in &replicas {
+            let id = NodeId::try_from(*r)?;
+            let addr = addresses.get(&id).ok_or_else(|| anyhow::anyhow!("replica {r} has no Raft address"))?;
+            members.insert(id, BasicNode { addr: addr.clone() });
+        }
+        if let Err(e) = raft.initialize(members).await {
+            tracing::info!(topic = key.0.as_str(), partition = key.1, "replica group already initialized: {e}");
+        }
+    }
+    Ok(Arc::new(Replica { key, topic_id, replicas, raft, dir }))
+}
+
+/// `applied.json`: the last applied entry and the partition log's end right after it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Applied {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, BasicNode>,
+    log_end: i64,
+}
+
+const APPLIED_FILE: &str = "applied.json";
+/// `applied.json` is rewritten at most this often (replay after a crash covers the rest).
+const APPLIED_EVERY: Duration = Duration::from_millis(500);
+
+/// The state machine: the partition itself.
+pub struct ReplicaSm {
+    dir: PathBuf,
+    partition: Arc<Partition>,
+    applied: Applied,
+    /// While `cursor < replay_end`, applied batches are already in the partition log (written
+    /// after the last `applied.json`): matched, not written again.
+    cursor: i64,
+    replay_end: i64,
+    saved_at: Instant,
+}
+
+impl ReplicaSm {
+    fn open(dir: &Path, partition: Arc<Partition>) -> anyhow::Result<ReplicaSm> {
+        let applied: Applied = match std::fs::read(dir.join(APPLIED_FILE)) {
+            Ok(b) => serde_json::from_slice(&b)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Applied::default(),
+            Err(e) => return Err(e.into()),
+        };
+        let (start, end) = {
+            let log = partition.log();
+            (log.log_start_offset(), log.log_end_offset())
+        };
+        let cursor = applied.log_end.max(start);
+        if cursor > end {
+            tracing::error!(
+                topic = partition.topic.as_str(),
+                partition = partition.index,
+                "the partition log ends at {end}, before the last applied offset {cursor}"
+            );
+        }
+        Ok(ReplicaSm { dir: dir.to_path_buf(), partition, applied, cursor, replay_end: end, saved_at: Instant::now() })
+    }
+
+    fn save(&mut self) -> Result<(), StorageError<NodeId>> {
+        let bytes = serde_json::to_vec(&self.applied).map_err(io_err)?;
+        sluice_storage::sidefile::write_atomic(&self.dir.join(APPLIED_FILE), &bytes).map_err(io_err)?;
+        self.saved_at = Instant::now();
+        Ok(())
+    }
+
+    /// Replay: is the stored batch at the cursor this one (same producer, sequence, count and
+    /// records)? Then it was written before the crash; move past it.
+    fn match_stored(&mut self, batch: &[u8], control_pid: Option<i64>) -> Option<PartResult> {
+        let stored = self.partition.log().read(self.cursor, 1, None, true).ok()?;
+        let (_, view) = iter_batches(&stored).next()?.ok()?;
+        let same = match control_pid {
+            Some(pid) => view.is_control() && view.producer_id() == pid,
+            None => {
+                let ours = BatchView::parse_unchecked_crc(batch).ok()?;
+                !view.is_control()
+                    && view.producer_id() == ours.producer_id()
+                    && view.base_sequence() == ours.base_sequence()
+                    && view.last_offset_delta() == ours.last_offset_delta()
+                    && view.records_bytes() == ours.records_bytes()
+            }
+        };
+        if !same || view.base_offset() != self.cursor {
+            return None;
+        }
+        self.cursor = view.last_offset() + 1;
+        let log_start = self.partition.log().log_start_offset();
+        Some(PartResult::Appended { first: view.base_offset(), last: view.last_offset(), log_start })
+    }
+
+    fn apply_one(&mut self, cmd: PartCommand) -> (PartResult, i64) {
+        let replaying = self.cursor < self.replay_end;
+        match cmd {
+            PartCommand::Produce { mut batch, now_ms, verified } => {
+                if replaying {
+                    // not at the cursor: it was refused (or a duplicate) the first time
+                    return (self.match_stored(&batch, None).unwrap_or_default(), 0);
+                }
+                let verify =
+                    |_: i64, _: i16| if verified { Ok(()) } else { Err(ResponseError::InvalidTxnState.code()) };
+                match self.partition.append_batch_in_txn(&mut batch, now_ms, Some(&verify)) {
+                    Ok(Appended::New { info, log_start, .. }) => (
+                        PartResult::Appended { first: info.first_offset, last: info.last_offset, log_start },
+                        info.last_offset + 1,
+                    ),
+                    Ok(Appended::Duplicate { first_offset, last_offset, log_start, .. }) => {
+                        (PartResult::Appended { first: first_offset, last: last_offset, log_start }, last_offset + 1)
+                    }
+                    Err(AppendError::Refused(r)) => {
+                        (PartResult::Error { code: error_map::refusal_code(&r), message: format!("{r:?}") }, 0)
+                    }
+                    Err(AppendError::Storage(e)) => {
+                        (PartResult::Error { code: error_map::storage_produce_code(&e), message: e.to_string() }, 0)
+                    }
+                }
+            }
+            PartCommand::Marker { producer_id, epoch, coordinator_epoch, commit, now_ms } => {
+                if replaying {
+                    return (self.match_stored(&[], Some(producer_id)).unwrap_or_default(), 0);
+                }
+                let header = MarkerHeader { epoch, coordinator_epoch, commit, timestamp: now_ms };
+                match self.partition.write_marker(producer_id, &header, now_ms) {
+                    Ok(w) => (PartResult::Appended { first: w.offset, last: w.offset, log_start: 0 }, w.offset + 1),
+                    Err(AppendError::Refused(r)) => {
+                        (PartResult::Error { code: error_map::refusal_code(&r), message: format!("{r:?}") }, 0)
+                    }
+                    Err(AppendError::Storage(e)) => {
+                        (PartResult::Error { code: error_map::storage_produce_code(&e), message: e.to_string() }, 0)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// No snapshots are built (the policy is `Never`); this one only satisfies openraft's API.
+pub struct NoSnapshots(Applied);
+
+impl RaftSnapshotBuilder<PartConfig> for NoSnapshots {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<PartConfig>, StorageError<NodeId>> {
+        let meta = SnapshotMeta {
+            last_log_id: self.0.last_applied,
+            last_membership: self.0.membership.clone(),
+            snapshot_id: "none".into(),
+        };
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) })
+    }
+}
+
+impl RaftStateMachine<PartConfig> for ReplicaSm {
+    type SnapshotBuilder = NoSnapshots;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>> {
+        Ok((self.applied.last_applied, self.applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<PartResult>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<PartConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<_> = entries.into_iter().collect();
+        let mut out = Vec::with_capacity(entries.len());
+        let mut end = 0i64;
+        tokio::task::block_in_place(|| {
+            for e in entries {
+                self.applied.last_applied = Some(e.log_id);
+                out.push(match e.payload {
+                    EntryPayload::Blank => PartResult::Done,
+                    EntryPayload::Normal(c) => {
+                        let (r, written_end) = self.apply_one(c);
+                        end = end.max(written_end);
+                        r
+                    }
+                    EntryPayload::Membership(m) => {
+                        self.applied.membership = StoredMembership::new(Some(e.log_id), m);
+                        PartResult::Done
+                    }
+                });
+            }
+            // answered only once durable here (and, being committed, on a majority's Raft logs)
+            if end > 0 {
+                if let Err(e) = self.partition.wait_durable(end) {
+                    return Err(io_err(std::io::Error::other(e.to_string())));
+                }
+            }
+            self.applied.log_end = self.partition.log().log_end_offset().max(self.cursor);
+            if self.cursor < self.replay_end {
+                // still replaying: record only what is known to be matched
+                self.applied.log_end = self.cursor;
+            }
+            if self.saved_at.elapsed() >= APPLIED_EVERY {
+                self.save()?;
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        NoSnapshots(self.applied.clone())
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        _meta: &SnapshotMeta<NodeId, BasicNode>,
+        _snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        Err(io_err(std::io::Error::other("partition replicas do not install snapshots (the Raft log is kept)")))
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<PartConfig>>, StorageError<NodeId>> {
+        Ok(None)
+    }
+}
+
+impl Drop for ReplicaSm {
+    fn drop(&mut self) {
+        let _ = self.save();
+    }
+}
