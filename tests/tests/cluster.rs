@@ -481,3 +481,73 @@ async fn a_replicated_partition_keeps_every_acknowledged_record_when_its_leader_
     sorted.sort_unstable();
     assert_eq!(sorted, seen, "records out of order");
 }
+
+/// Produce one record to `topic`/0 at `b` with acks=all and the given timeout; the error code.
+async fn produce_code(b: &Broker, topic: &'static str, timeout_ms: i32) -> i16 {
+    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
+    let batch = sluice_protocol::batch::BatchBuilder::default()
+        .build(&[sluice_protocol::batch::NewRecord { timestamp: 1, ..Default::default() }])
+        .unwrap();
+    let mut pd = kafka_protocol::messages::produce_request::PartitionProduceData::default();
+    pd.index = 0;
+    pd.records = Some(batch);
+    let mut td = kafka_protocol::messages::produce_request::TopicProduceData::default();
+    td.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str(topic));
+    td.partition_data = vec![pd];
+    let mut req = kafka_protocol::messages::ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = timeout_ms;
+    req.topic_data = vec![td];
+    match conn.call(ApiKey::Produce, 9, RequestKind::Produce(req)).await {
+        Ok(ResponseKind::Produce(r)) => r.responses[0].partition_responses[0].error_code,
+        _ => -1,
+    }
+}
+
+/// acks=all needs a majority of the partition's replicas: with one follower frozen (SIGSTOP)
+/// the leader still acknowledges; with both frozen — the leader alone, a minority — it
+/// cannot (REQUEST_TIMED_OUT), and acknowledges again once they are back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_without_a_majority_of_replicas_cannot_acknowledge() {
+    let c = Cluster::start();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("majority", 1, 3, &[]).await.unwrap();
+    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let t0 = Instant::now();
+    let leader = loop {
+        let l = rdkafka_leader(&bootstrap, "majority");
+        if l > 0 {
+            break usize::try_from(l - 1).unwrap();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no leader elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    assert_eq!(produce_code(&c.brokers[leader], "majority", 5000).await, 0);
+    c.brokers[followers[0]].pause();
+    assert_eq!(produce_code(&c.brokers[leader], "majority", 5000).await, 0, "leader + one follower = majority");
+    c.brokers[followers[1]].pause();
+    let started = Instant::now();
+    let code = produce_code(&c.brokers[leader], "majority", 2000).await;
+    assert_ne!(code, 0, "a leader alone acknowledged acks=all");
+    assert!(started.elapsed() < Duration::from_secs(10), "the refusal is bounded by the request timeout");
+    c.brokers[followers[0]].resume();
+    c.brokers[followers[1]].resume();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // the leader may have changed while it was cut off: ask every broker
+        let mut ok = false;
+        for b in &c.brokers {
+            if produce_code(b, "majority", 5000).await == 0 {
+                ok = true;
+                break;
+            }
+        }
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no acknowledgement after the followers came back");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

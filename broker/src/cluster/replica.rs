@@ -424,3 +424,92 @@ impl Drop for ReplicaSm {
         let _ = self.save();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::CommittedLeaderId;
+    use sluice_protocol::batch::{BatchBuilder, NewRecord};
+    use sluice_storage::{Log, LogConfig};
+
+    fn open_partition(dir: &Path) -> Arc<Partition> {
+        let log = Log::open(dir, LogConfig { retention_ms: -1, ..LogConfig::default() }).unwrap();
+        Arc::new(Partition::new("t".into(), 0, log, Arc::new(tokio::sync::Notify::new())))
+    }
+
+    fn produce(pid: i64, seq: i32, n: usize, tag: u8) -> PartCommand {
+        let recs: Vec<NewRecord> = (0..n)
+            .map(|i| NewRecord {
+                timestamp: 1000 + i as i64,
+                value: Some(bytes::Bytes::from(vec![tag; 20])),
+                ..Default::default()
+            })
+            .collect();
+        let batch = BatchBuilder { producer_id: pid, producer_epoch: 0, base_sequence: seq, ..Default::default() }
+            .build(&recs)
+            .unwrap()
+            .to_vec();
+        PartCommand::Produce { batch, now_ms: 5, verified: false }
+    }
+
+    fn entry(index: u64, cmd: PartCommand) -> Entry<PartConfig> {
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(cmd) }
+    }
+
+    fn commands() -> Vec<PartCommand> {
+        vec![
+            produce(7, 0, 3, 1),
+            produce(-1, -1, 2, 2),
+            produce(7, 3, 1, 3),
+            produce(7, 3, 1, 3), // a retry of the one before: deduplicated
+            produce(7, 9, 1, 4), // out of order: refused
+            PartCommand::Marker { producer_id: 9, epoch: 0, coordinator_epoch: 0, commit: false, now_ms: 5 },
+            produce(-1, -1, 1, 5),
+        ]
+    }
+
+    /// A replica that crashed after writing batches but before recording them as applied
+    /// re-applies those entries on restart without writing anything twice, answers the same
+    /// offsets, and then carries on at the end of the log.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn entries_applied_again_after_a_crash_are_not_written_twice() {
+        let data = tempfile::tempdir().unwrap();
+        let raft = tempfile::tempdir().unwrap();
+        let cmds = commands();
+        // the first run applies everything; `applied.json` is then put back to after entry 2,
+        // as if the process died before rewriting it
+        let first: Vec<PartResult> = {
+            let mut sm = ReplicaSm::open(raft.path(), open_partition(data.path())).unwrap();
+            let out1 =
+                sm.apply(cmds[..2].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 1, c))).await.unwrap();
+            sm.save().unwrap();
+            let stale = std::fs::read(raft.path().join(APPLIED_FILE)).unwrap();
+            let out2 =
+                sm.apply(cmds[2..].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 3, c))).await.unwrap();
+            drop(sm);
+            std::fs::write(raft.path().join(APPLIED_FILE), stale).unwrap();
+            out1.into_iter().chain(out2).collect()
+        };
+        assert!(matches!(first[3], PartResult::Appended { first: 5, last: 5, .. }), "{:?}", first[3]);
+        assert!(matches!(first[4], PartResult::Error { .. }), "{:?}", first[4]);
+        let end_before = open_partition(data.path()).log().log_end_offset();
+        assert_eq!(end_before, 3 + 2 + 1 + 1 + 1);
+
+        let partition = open_partition(data.path());
+        let mut sm = ReplicaSm::open(raft.path(), partition.clone()).unwrap();
+        assert_eq!(sm.applied_state().await.unwrap().0.map(|l| l.index), Some(2));
+        let again = sm.apply(cmds[2..].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 3, c))).await.unwrap();
+        assert_eq!(partition.log().log_end_offset(), end_before, "nothing written twice");
+        for (a, b) in first[2..].iter().zip(&again) {
+            if let (PartResult::Appended { first: x, .. }, PartResult::Appended { first: y, .. }) = (a, b) {
+                assert_eq!(x, y);
+            }
+        }
+        // past the replay: a new entry is written at the end
+        let more = sm.apply([entry(10, produce(7, 4, 2, 6))]).await.unwrap();
+        assert!(
+            matches!(more[0], PartResult::Appended { first, last, .. } if first == end_before && last == end_before + 1)
+        );
+        assert_eq!(partition.log().log_end_offset(), end_before + 2);
+    }
+}
