@@ -72,6 +72,9 @@ pub fn dispatch_from(state: &Arc<BrokerState>, mut req: Request, session: &Sessi
         RequestKind::DescribeLogDirs(r) => {
             Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_cluster::describe_log_dirs(state, r)))
         }
+        RequestKind::ElectLeaders(r) => {
+            Reply::now(ResponseKind::ElectLeaders(handlers::elect_leaders::handle(state, r)))
+        }
         RequestKind::InitProducerId(r) if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) => {
             handlers::txn::init_producer_id(state, version, r)
         }
@@ -258,6 +261,14 @@ mod tests {
             }
             ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
             ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
+            ApiKey::ElectLeaders => {
+                let mut t = elect_leaders_request::TopicPartitions::default();
+                t.topic = name.clone();
+                t.partitions = vec![0];
+                let mut r = ElectLeadersRequest::default();
+                r.topic_partitions = Some(vec![t]);
+                RequestKind::ElectLeaders(r)
+            }
             ApiKey::InitProducerId => RequestKind::InitProducerId(InitProducerIdRequest::default()),
             ApiKey::DescribeProducers => {
                 let mut t = describe_producers_request::TopicRequest::default();
@@ -518,6 +529,11 @@ mod tests {
                 ResponseKind::AlterConfigs(r) => r.responses.iter().map(|x| x.error_code).collect(),
                 ResponseKind::IncrementalAlterConfigs(r) => r.responses.iter().map(|x| x.error_code).collect(),
                 ResponseKind::DescribeCluster(r) => vec![r.error_code],
+                ResponseKind::ElectLeaders(r) => std::iter::once(r.error_code)
+                    .chain(
+                        r.replica_election_results.iter().flat_map(|t| t.partition_result.iter().map(|p| p.error_code)),
+                    )
+                    .collect(),
                 ResponseKind::InitProducerId(r) => vec![r.error_code],
                 ResponseKind::DescribeProducers(r) => {
                     r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()

@@ -45,6 +45,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
     api(ApiKey::DescribeCluster, 0, 1),
     api(ApiKey::DescribeLogDirs, 1, 4),
+    api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::InitProducerId, 0, 4),
     api(ApiKey::DescribeProducers, 0, 0),
     api(ApiKey::FindCoordinator, 0, 4),

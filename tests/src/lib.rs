@@ -46,7 +46,11 @@ pub fn sluice_bin() -> PathBuf {
 /// Path of the `sluicectl` binary, built once per test process.
 pub fn sluicectl_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| build_bin("sluice-tools", "sluicectl")).clone()
+    BIN.get_or_init(|| match std::env::var("TEST_SLUICECTL_BIN") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => build_bin("sluice-tools", "sluicectl"),
+    })
+    .clone()
 }
 
 /// Path of the `jepsen` fault-test harness binary, built once per test process.

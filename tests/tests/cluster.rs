@@ -480,6 +480,43 @@ async fn a_replicated_partition_keeps_every_acknowledged_record_when_its_leader_
     let mut sorted = seen.clone();
     sorted.sort_unstable();
     assert_eq!(sorted, seen, "records out of order");
+
+    // the restarted broker catches up: `cluster describe` shows every replica at lag 0
+    let describe = |b: &Broker| -> serde_json::Value {
+        let out = std::process::Command::new(sluice_tests::sluicectl_bin())
+            .args(["--bootstrap-server", &b.bootstrap(), "--output", "json", "cluster", "describe"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        j["partitions"].as_array().unwrap().iter().find(|p| p["topic"] == "replicated").unwrap().clone()
+    };
+    let t0 = Instant::now();
+    let p = loop {
+        let p = describe(&c.brokers[0]);
+        let lags: Vec<&serde_json::Value> = p["lag"].as_object().unwrap().values().collect();
+        if lags.len() == 3 && lags.iter().all(|l| l.as_i64() == Some(0)) {
+            break p;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "replicas did not catch up: {p}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // preferred leader election: leadership goes back to the first replica
+    let preferred = p["replicas"][0].as_i64().unwrap() as i32;
+    let out = std::process::Command::new(sluice_tests::sluicectl_bin())
+        .args(["--bootstrap-server", &c.brokers[0].bootstrap(), "cluster", "elect-leaders", "--topic", "replicated"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t0 = Instant::now();
+    while rdkafka_leader(&bootstrap, "replicated") != preferred {
+        assert!(t0.elapsed() < Duration::from_secs(20), "broker {preferred} did not take the lead");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("leader moved back to broker {preferred}: {}", String::from_utf8_lossy(&out.stdout).trim());
+    // and the partition still takes writes (acks=all) through its new leader
+    let d = producer.send(FutureRecord::<(), _>::to("replicated").payload("after"), Duration::from_secs(30)).await;
+    assert!(d.is_ok(), "{d:?}");
 }
 
 /// Produce one record to `topic`/0 at `b` with acks=all and the given timeout; the error code.

@@ -159,6 +159,10 @@ fn topics_and_cluster_commands() {
         cl["partitions"].as_array().unwrap().iter().filter(|p| p["topic"] == "orders").collect();
     assert_eq!(orders.len(), 5);
     assert!(orders.iter().all(|p| p["leader"] == 1 && p["replicas"] == serde_json::json!([1])), "{orders:?}");
+    assert!(orders.iter().all(|p| p["lag"] == serde_json::json!({"1": 0})), "{orders:?}");
+    // a single broker leads everything: a preferred-leader election is not needed (and not an error)
+    let el = ctl(&b, &["cluster", "elect-leaders", "--topic", "orders", "--partition", "0"]);
+    assert_eq!(el["results"][0]["error_code"], 84, "{el}");
     ctl(&b, &["topics", "delete", "orders"]);
     let gone = ctl_raw(&b, &["topics", "describe", "orders"]);
     assert_eq!(gone.status.code(), Some(1));

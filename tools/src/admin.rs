@@ -7,6 +7,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use serde_json::json;
 use sluice_client::Connection;
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum TopicsCmd {
@@ -276,11 +277,33 @@ pub async fn cluster(bootstrap: &str) -> Result<(serde_json::Value, String)> {
             for b in &d.brokers {
                 lines.push(format!("  Broker {} at {}:{}", b.broker_id.0, &*b.host, b.port));
             }
-            // every partition's leader and replicas (lag: — until partitions are replicated)
+            // every partition's leader and replicas, and how far each replica's log trails the
+            // leader's (each broker asked for its own log end: ListOffsets as replica -2)
             let m = metadata(&conn, None).await?;
-            let mut partitions = Vec::new();
             let mut topics: Vec<_> = m.topics.iter().filter(|t| t.error_code == 0).collect();
             topics.sort_by(|a, b| a.name.as_ref().map(|n| n.to_string()).cmp(&b.name.as_ref().map(|n| n.to_string())));
+            let mut wanted: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
+            for t in &topics {
+                let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+                for p in &t.partitions {
+                    for r in &p.replica_nodes {
+                        wanted.entry(r.0).or_default().push((name.clone(), p.partition_index));
+                    }
+                }
+            }
+            let mut ends: BTreeMap<(String, i32, i32), i64> = BTreeMap::new();
+            for b in &d.brokers {
+                let Some(parts) = wanted.get(&b.broker_id.0) else { continue };
+                let addr = format!("{}:{}", &*b.host, b.port);
+                if let Ok(Ok(got)) =
+                    tokio::time::timeout(std::time::Duration::from_secs(3), log_ends(&addr, parts)).await
+                {
+                    for ((t, p), end) in got {
+                        ends.insert((t, p, b.broker_id.0), end);
+                    }
+                }
+            }
+            let mut partitions = Vec::new();
             if !topics.is_empty() {
                 lines.push(format!("{:<40} {:>9} {:>6}  {:<12} LAG", "TOPIC", "PARTITION", "LEADER", "REPLICAS"));
             }
@@ -290,15 +313,37 @@ pub async fn cluster(bootstrap: &str) -> Result<(serde_json::Value, String)> {
                 ps.sort_by_key(|p| p.partition_index);
                 for p in ps {
                     let replicas: Vec<String> = p.replica_nodes.iter().map(|r| r.0.to_string()).collect();
+                    let leader_end = ends.get(&(name.clone(), p.partition_index, p.leader_id.0)).copied();
+                    // per replica: records behind the leader's log end, or null if it did not answer
+                    let lag: BTreeMap<String, serde_json::Value> = p
+                        .replica_nodes
+                        .iter()
+                        .map(|r| {
+                            let end = ends.get(&(name.clone(), p.partition_index, r.0));
+                            let v = match (leader_end, end) {
+                                (Some(l), Some(e)) => json!((l - e).max(0)),
+                                _ => serde_json::Value::Null,
+                            };
+                            (r.0.to_string(), v)
+                        })
+                        .collect();
+                    let lag_text = lag
+                        .iter()
+                        .map(|(r, v)| {
+                            format!("{r}:{}", if v.is_null() { "offline".to_string() } else { v.to_string() })
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ");
                     lines.push(format!(
-                        "{:<40} {:>9} {:>6}  {:<12} —",
+                        "{:<40} {:>9} {:>6}  {:<12} {}",
                         name,
                         p.partition_index,
                         p.leader_id.0,
-                        replicas.join(",")
+                        replicas.join(","),
+                        lag_text
                     ));
                     partitions.push(json!({"topic": name, "partition": p.partition_index, "leader": p.leader_id.0,
-                        "replicas": p.replica_nodes.iter().map(|r| r.0).collect::<Vec<_>>(), "lag": serde_json::Value::Null}));
+                        "replicas": p.replica_nodes.iter().map(|r| r.0).collect::<Vec<_>>(), "lag": lag}));
                 }
             }
             let j = json!({
@@ -309,6 +354,105 @@ pub async fn cluster(bootstrap: &str) -> Result<(serde_json::Value, String)> {
             Ok((j, lines.join("\n")))
         }
         _ => bail!("unexpected response to DescribeCluster"),
+    }
+}
+
+/// Each listed partition's log end on the broker at `addr` (its own replica, leader or not).
+async fn log_ends(addr: &str, parts: &[(String, i32)]) -> Result<Vec<((String, i32), i64)>> {
+    let conn = crate::security::connect(addr).await?;
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (t, p) in parts {
+        by_topic.entry(t).or_default().push(*p);
+    }
+    let mut r = ListOffsetsRequest::default();
+    r.replica_id = BrokerId(-2);
+    for (t, ps) in by_topic {
+        let mut tr = list_offsets_request::ListOffsetsTopic::default();
+        tr.name = TopicName(StrBytes::from_string(t.to_string()));
+        tr.partitions = ps
+            .into_iter()
+            .map(|p| {
+                let mut x = list_offsets_request::ListOffsetsPartition::default();
+                x.partition_index = p;
+                x.timestamp = -1;
+                x
+            })
+            .collect();
+        r.topics.push(tr);
+    }
+    match conn.call(ApiKey::ListOffsets, 4, RequestKind::ListOffsets(r)).await? {
+        ResponseKind::ListOffsets(resp) => Ok(resp
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .filter(|p| p.error_code == 0)
+                    .map(|p| ((t.name.to_string(), p.partition_index), p.offset))
+                    .collect::<Vec<_>>()
+            })
+            .collect()),
+        _ => bail!("unexpected response to ListOffsets"),
+    }
+}
+
+/// `sluicectl cluster elect-leaders`: move leadership back to each partition's preferred
+/// replica (all replicated partitions, or one topic / partition).
+pub async fn elect_leaders(
+    bootstrap: &str,
+    topic: Option<&str>,
+    partition: Option<i32>,
+) -> Result<(serde_json::Value, String)> {
+    let conn = crate::security::connect(bootstrap).await?;
+    let mut r = ElectLeadersRequest::default();
+    r.election_type = 0;
+    r.timeout_ms = 30_000;
+    r.topic_partitions = match topic {
+        None => None,
+        Some(t) => {
+            let partitions = match partition {
+                Some(p) => vec![p],
+                None => {
+                    let m = metadata(&conn, Some(vec![t])).await?;
+                    m.topics.iter().flat_map(|x| x.partitions.iter().map(|p| p.partition_index)).collect()
+                }
+            };
+            let mut tp = elect_leaders_request::TopicPartitions::default();
+            tp.topic = TopicName(StrBytes::from_string(t.to_string()));
+            tp.partitions = partitions;
+            Some(vec![tp])
+        }
+    };
+    match conn.call(ApiKey::ElectLeaders, 2, RequestKind::ElectLeaders(r)).await? {
+        ResponseKind::ElectLeaders(resp) => {
+            check(resp.error_code, "elect leaders", None)?;
+            let mut lines = Vec::new();
+            let mut results = Vec::new();
+            for t in &resp.replica_election_results {
+                for p in &t.partition_result {
+                    let outcome = match p.error_code {
+                        0 => "elected the preferred replica".to_string(),
+                        84 => "not needed".to_string(),
+                        c => format!(
+                            "{} {}",
+                            ResponseError::try_from_code(c)
+                                .map(|e| format!("{e:?}"))
+                                .unwrap_or_else(|| format!("error {c}")),
+                            p.error_message.as_deref().unwrap_or("")
+                        ),
+                    };
+                    lines.push(format!("{}-{}: {outcome}", &*t.topic, p.partition_id));
+                    results.push(json!({"topic": t.topic.to_string(), "partition": p.partition_id,
+                        "error_code": p.error_code, "message": p.error_message.as_ref().map(|m| m.to_string())}));
+                }
+            }
+            let failed = results.iter().any(|r| !matches!(r["error_code"].as_i64(), Some(0 | 84)));
+            if failed {
+                bail!("{}", lines.join("\n"));
+            }
+            Ok((json!({"results": results}), lines.join("\n")))
+        }
+        _ => bail!("unexpected response to ElectLeaders"),
     }
 }
 

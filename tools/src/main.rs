@@ -119,8 +119,16 @@ enum LogDirsCmd {
 
 #[derive(Subcommand)]
 enum ClusterCmd {
-    /// Brokers, controller and cluster id.
+    /// Brokers, controller, cluster id, and every partition's leader, replicas and lag.
     Describe,
+    /// Move leadership back to the preferred (first) replica, as kafka-leader-election
+    /// --election-type PREFERRED: every replicated partition, a topic's, or one partition.
+    ElectLeaders {
+        #[arg(long)]
+        topic: Option<String>,
+        #[arg(long, requires = "topic")]
+        partition: Option<i32>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -405,6 +413,9 @@ fn main() -> ExitCode {
         Cmd::Transactions { cmd } => run_admin(cli.output, transactions::run(&cli.bootstrap_server, cmd)),
         Cmd::Groups { cmd } => run_admin(cli.output, groups::run(&cli.bootstrap_server, cmd)),
         Cmd::Cluster { cmd: ClusterCmd::Describe } => run_admin(cli.output, admin::cluster(&cli.bootstrap_server)),
+        Cmd::Cluster { cmd: ClusterCmd::ElectLeaders { topic, partition } } => {
+            run_admin(cli.output, admin::elect_leaders(&cli.bootstrap_server, topic.as_deref(), partition))
+        }
         Cmd::LogDirs { cmd: LogDirsCmd::Describe } => run_admin(cli.output, admin::log_dirs(&cli.bootstrap_server)),
         Cmd::Verify { partition_dir, topic, log_dirs } => match (partition_dir, topic) {
             (Some(dir), _) => run_verify(&[dir], cli.output),

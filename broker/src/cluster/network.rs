@@ -31,6 +31,8 @@ enum Rpc {
     PartAppend(GroupKey, AppendEntriesRequest<PartConfig>),
     PartVote(GroupKey, VoteRequest<NodeId>),
     PartSnapshot(GroupKey, InstallSnapshotRequest<PartConfig>),
+    /// Stand for election in a partition's group now (ElectLeaders: the preferred replica).
+    PartElect(GroupKey),
 }
 
 async fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
@@ -190,6 +192,19 @@ impl RaftNetwork<PartConfig> for PartPeer {
     }
 }
 
+/// Ask broker `target` to stand for election in `topic`/`partition`'s Raft group.
+pub async fn elect(node: &ClusterNode, target: NodeId, topic: &str, partition: i32) -> anyhow::Result<()> {
+    let key: GroupKey = (topic.to_string(), partition);
+    if target == node.node_id {
+        let rep = node.replica(&key).ok_or_else(|| anyhow::anyhow!("no replica of {topic}-{partition} here"))?;
+        return rep.raft.trigger().elect().await.map_err(|e| anyhow::anyhow!("{e}"));
+    }
+    let addr = node.voters.get(&target).ok_or_else(|| anyhow::anyhow!("broker {target} has no Raft address"))?;
+    let mut conn = None;
+    let answer: Result<(), String> = exchange(&mut conn, addr, &Rpc::PartElect(key), Duration::from_secs(5)).await?;
+    answer.map_err(|e| anyhow::anyhow!("broker {target}: {e}"))
+}
+
 /// Send a metadata write to the leader at `addr`.
 pub async fn forward(addr: &str, cmd: &Command) -> anyhow::Result<CommandResult> {
     let mut conn = None;
@@ -233,6 +248,13 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                         Some(rep) => serde_json::to_vec(&rep.raft.install_snapshot(r).await),
                         None => return,
                     },
+                    Rpc::PartElect(g) => {
+                        let r: Result<(), String> = match node.replica(&g) {
+                            Some(rep) => rep.raft.trigger().elect().await.map_err(|e| e.to_string()),
+                            None => Err(format!("no replica of {}-{} here", g.0, g.1)),
+                        };
+                        serde_json::to_vec(&r)
+                    }
                     Rpc::Forward(c) => {
                         let r: Result<CommandResult, String> =
                             match tokio::time::timeout(Duration::from_secs(5), node.raft.client_write(c)).await {

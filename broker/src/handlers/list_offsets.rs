@@ -13,6 +13,8 @@ pub const MAX_TIMESTAMP: i64 = -3;
 
 pub fn handle(state: &BrokerState, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let read_committed = req.isolation_level == 1;
+    // replica id -2 (debugging): this replica's own log end, leader or not
+    let debugging = req.replica_id.0 == -2;
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
         let topic = state.topic(&t.name.0);
@@ -31,7 +33,9 @@ pub fn handle(state: &BrokerState, version: i16, req: ListOffsetsRequest) -> Lis
                 Some(part) => {
                     let log = part.log();
                     // read_committed sees offsets below the LSO only
-                    let bound = if read_committed {
+                    let bound = if debugging {
+                        log.log_end_offset()
+                    } else if read_committed {
                         part.last_stable_offset_given(log.high_watermark())
                     } else {
                         log.high_watermark()

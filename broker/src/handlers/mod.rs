@@ -7,6 +7,7 @@ pub mod configs;
 pub mod delete_records;
 pub mod describe_cluster;
 pub mod describe_producers;
+pub mod elect_leaders;
 pub mod fetch;
 pub mod groups;
 pub mod init_producer_id;

@@ -264,6 +264,25 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
             x.error_message = msg("Cluster authorization failed.");
             Gate::Deny(Box::new(ResponseKind::DescribeCluster(x)))
         }
+        RequestKind::ElectLeaders(r) => {
+            if c.cluster(Op::Alter) {
+                return Gate::Pass;
+            }
+            let mut x = ElectLeadersResponse::default();
+            x.error_code = E::ClusterAuthorizationFailed.code();
+            for t in r.topic_partitions.iter().flatten() {
+                let mut tr = elect_leaders_response::ReplicaElectionResult::default();
+                tr.topic = t.topic.clone();
+                for p in &t.partitions {
+                    let mut pr = elect_leaders_response::PartitionResult::default();
+                    pr.partition_id = *p;
+                    pr.error_code = E::ClusterAuthorizationFailed.code();
+                    tr.partition_result.push(pr);
+                }
+                x.replica_election_results.push(tr);
+            }
+            Gate::Deny(Box::new(ResponseKind::ElectLeaders(x)))
+        }
         RequestKind::DescribeLogDirs(_) => {
             if c.cluster(Op::Describe) {
                 return Gate::Pass;

@@ -1,0 +1,197 @@
+//! Replication, measured in one run on this machine (issue 10):
+//! 1. produce acks=all throughput and request-latency p99 (`sluicectl perf produce`, 1 KiB random
+//!    records, one partition, 5 requests in flight) on a single broker, and on a three-broker
+//!    cluster with replication factor 3 and with replication factor 1 (the same cluster, so
+//!    the quorum's cost is visible); ratios to the single broker;
+//! 2. failover time over repeated kills: a librdkafka producer (idempotent, acks=all) writes
+//!    continuously while the partition's leader is killed with SIGKILL (then restarted); failover
+//!    = last acknowledgement before the kill → first acknowledgement after it; p50 and p99.
+//!
+//! `cargo bench -p sluice-tests --bench replication -- [RUNS] [RECORDS] [KILLS]`
+//! (tests/bench/replication.sh builds the release binaries and runs this). Not part of CI.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use sluice_client::{Admin, ClientConfig};
+use sluice_tests::{free_port, Broker};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn start_cluster() -> Vec<Broker> {
+    let raft: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let voters = raft.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
+    (0..3)
+        .map(|i| {
+            let id = (i + 1).to_string();
+            Broker::start_on(free_port(), &["--node-id", &id, "--controller-quorum-voters", &voters])
+        })
+        .collect()
+}
+
+fn bootstrap(c: &[Broker]) -> String {
+    c.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",")
+}
+
+/// The leader of `topic`/0 per librdkafka's metadata, waiting for one.
+fn leader(bootstrap: &str, topic: &str) -> i32 {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let c: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+        if let Ok(m) = c.fetch_metadata(Some(topic), Duration::from_secs(3)) {
+            if let Some(l) = m.topics().first().and_then(|t| t.partitions().first()).map(|p| p.leader()) {
+                if l > 0 {
+                    return l;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader for {topic}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+async fn create(b: &Broker, topic: &str, rf: i16) {
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", b.bootstrap())).unwrap();
+    admin.create_topic(topic, 1, rf, &[]).await.unwrap();
+}
+
+/// `sluicectl perf produce` against `b`: (MiB/s, p99 ms).
+fn perf(b: &Broker, topic: &str, records: usize) -> (f64, f64) {
+    let out = Command::new(sluice_tests::sluicectl_bin())
+        .args(["--bootstrap-server", &b.bootstrap(), "--output", "json", "perf", "produce", "--topic", topic])
+        .args(["--num-records", &records.to_string(), "--record-size", "1024", "--acks", "-1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (j["mib_per_sec"].as_f64().unwrap(), j["latency_ms_p99"].as_f64().unwrap())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let runs: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let records: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let kills: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(10);
+
+    // 1. throughput: single broker, then the cluster (RF 3 and RF 1), alternating runs
+    let single = Broker::start();
+    let mut cluster = start_cluster();
+    let mut rows: Vec<(&str, Vec<f64>, Vec<f64>)> = vec![
+        ("single broker", vec![], vec![]),
+        ("3 brokers, RF 3", vec![], vec![]),
+        ("3 brokers, RF 1", vec![], vec![]),
+    ];
+    for r in 0..runs {
+        let t = format!("single-{r}");
+        create(&single, &t, 1).await;
+        let (m, p) = perf(&single, &t, records);
+        rows[0].1.push(m);
+        rows[0].2.push(p);
+        for (row, rf) in [(1usize, 3i16), (2, 1)] {
+            let t = format!("rf{rf}-{r}");
+            create(&cluster[0], &t, rf).await;
+            let l = leader(&bootstrap(&cluster), &t);
+            let (m, p) = perf(&cluster[usize::try_from(l - 1).unwrap()], &t, records);
+            rows[row].1.push(m);
+            rows[row].2.push(p);
+        }
+    }
+    drop(single);
+    let base = median(rows[0].1.clone());
+    println!("\n# Replication benchmark ({runs} runs, {records} records of 1 KiB, 1 partition, acks=all)\n");
+    println!("| Setup | MiB/s (median) | p99 ms (median) | throughput ÷ single broker |");
+    println!("|---|---|---|---|");
+    for (name, mibs, p99) in &rows {
+        let m = median(mibs.clone());
+        println!("| {name} | {m:.1} | {:.2} | {:.2} |", median(p99.clone()), m / base);
+    }
+
+    // 2. failover over repeated kills of the partition's leader
+    create(&cluster[0], "failover", 3).await;
+    let acks: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap(&cluster))
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .set("message.timeout.ms", "120000")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .create()
+        .unwrap();
+    let writer = {
+        let (acks, stop, producer) = (acks.clone(), stop.clone(), producer.clone());
+        tokio::spawn(async move {
+            let mut inflight = tokio::task::JoinSet::new();
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let v = i.to_string();
+                i += 1;
+                if let Ok(d) = producer.send_result(FutureRecord::<(), _>::to("failover").payload(&v)) {
+                    let acks = acks.clone();
+                    inflight.spawn(async move {
+                        if matches!(d.await, Ok(Ok(_))) {
+                            acks.lock().unwrap().push(Instant::now());
+                        }
+                    });
+                }
+                while inflight.len() >= 8 {
+                    inflight.join_next().await;
+                }
+            }
+            inflight.join_all().await;
+        })
+    };
+    let mut times = Vec::new();
+    for k in 0..kills {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let l = leader(&bootstrap(&cluster), "failover");
+        let victim = usize::try_from(l - 1).unwrap();
+        let last_before = acks.lock().unwrap().last().copied();
+        cluster[victim].kill9();
+        let killed = Instant::now();
+        let deadline = killed + Duration::from_secs(60);
+        let first_after = loop {
+            if let Some(t) = acks.lock().unwrap().iter().find(|t| **t > killed).copied() {
+                break Some(t);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        match (last_before, first_after) {
+            (Some(a), Some(b)) => {
+                let ms = (b - a).as_secs_f64() * 1000.0;
+                eprintln!("kill {k}: broker {l}, failover {ms:.0} ms");
+                times.push(ms);
+            }
+            _ => eprintln!("kill {k}: no acknowledgement around the kill of broker {l}"),
+        }
+        cluster[victim].spawn();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = tokio::time::timeout(Duration::from_secs(30), writer).await;
+    if !times.is_empty() {
+        println!(
+            "\nFailover (last ack before the SIGKILL of the leader → first ack after), {} kills: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+            times.len(),
+            percentile(times.clone(), 0.5),
+            percentile(times.clone(), 0.99),
+            times.iter().copied().fold(0.0, f64::max)
+        );
+    }
+}
