@@ -269,7 +269,9 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
                 return Gate::Pass;
             }
             let mut x = ElectLeadersResponse::default();
-            x.error_code = E::ClusterAuthorizationFailed.code();
+            if version >= 1 {
+                x.error_code = E::ClusterAuthorizationFailed.code();
+            }
             for t in r.topic_partitions.iter().flatten() {
                 let mut tr = elect_leaders_response::ReplicaElectionResult::default();
                 tr.topic = t.topic.clone();
