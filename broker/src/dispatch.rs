@@ -75,6 +75,12 @@ pub fn dispatch_from(state: &Arc<BrokerState>, mut req: Request, session: &Sessi
         RequestKind::ElectLeaders(r) => {
             Reply::now(ResponseKind::ElectLeaders(handlers::elect_leaders::handle(state, r)))
         }
+        RequestKind::AlterPartitionReassignments(r) => {
+            Reply::now(ResponseKind::AlterPartitionReassignments(handlers::reassign::alter(state, version, r)))
+        }
+        RequestKind::ListPartitionReassignments(r) => {
+            Reply::now(ResponseKind::ListPartitionReassignments(handlers::reassign::list(state, r)))
+        }
         RequestKind::InitProducerId(r) if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) => {
             handlers::txn::init_producer_id(state, version, r)
         }
@@ -261,6 +267,20 @@ mod tests {
             }
             ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
             ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
+            ApiKey::AlterPartitionReassignments => {
+                let mut p = alter_partition_reassignments_request::ReassignablePartition::default();
+                p.partition_index = 0;
+                p.replicas = Some(vec![BrokerId(1), BrokerId(2)]);
+                let mut t = alter_partition_reassignments_request::ReassignableTopic::default();
+                t.name = name.clone();
+                t.partitions = vec![p];
+                let mut r = AlterPartitionReassignmentsRequest::default();
+                r.topics = vec![t];
+                RequestKind::AlterPartitionReassignments(r)
+            }
+            ApiKey::ListPartitionReassignments => {
+                RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
+            }
             ApiKey::ElectLeaders => {
                 let mut t = elect_leaders_request::TopicPartitions::default();
                 t.topic = name.clone();
@@ -535,6 +555,10 @@ mod tests {
                         r.replica_election_results.iter().flat_map(|t| t.partition_result.iter().map(|p| p.error_code)),
                     )
                     .collect(),
+                ResponseKind::AlterPartitionReassignments(r) => std::iter::once(r.error_code)
+                    .chain(r.responses.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)))
+                    .collect(),
+                ResponseKind::ListPartitionReassignments(r) => vec![r.error_code],
                 ResponseKind::InitProducerId(r) => vec![r.error_code],
                 ResponseKind::DescribeProducers(r) => {
                     r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()

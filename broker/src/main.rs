@@ -108,6 +108,7 @@ fn main() -> ExitCode {
                         eprintln!("sluice: metadata quorum: {e}");
                         return ExitCode::from(1);
                     }
+                    sluice_broker::cluster::replica::spawn_membership_driver(&node);
                     state
                         .producer_ids
                         .use_source(Box::new(sluice_broker::cluster::QuorumBlocks(node.clone(), state.config.node_id)));

@@ -46,6 +46,8 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::DescribeCluster, 0, 1),
     api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::ElectLeaders, 0, 2),
+    api(ApiKey::AlterPartitionReassignments, 0, 1),
+    api(ApiKey::ListPartitionReassignments, 0, 0),
     api(ApiKey::InitProducerId, 0, 4),
     api(ApiKey::DescribeProducers, 0, 0),
     api(ApiKey::FindCoordinator, 0, 4),

@@ -456,6 +456,79 @@ pub async fn elect_leaders(
     }
 }
 
+/// `sluicectl cluster reassign`: move a partition to other brokers (kafka-reassign-partitions
+/// --execute for one partition).
+pub async fn reassign(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    replicas: &[i32],
+) -> Result<(serde_json::Value, String)> {
+    let conn = crate::security::connect(bootstrap).await?;
+    let mut p = alter_partition_reassignments_request::ReassignablePartition::default();
+    p.partition_index = partition;
+    p.replicas = Some(replicas.iter().map(|b| BrokerId(*b)).collect());
+    let mut t = alter_partition_reassignments_request::ReassignableTopic::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partitions = vec![p];
+    let mut r = AlterPartitionReassignmentsRequest::default();
+    r.timeout_ms = 30_000;
+    r.allow_replication_factor_change = true;
+    r.topics = vec![t];
+    match conn.call(ApiKey::AlterPartitionReassignments, 1, RequestKind::AlterPartitionReassignments(r)).await? {
+        ResponseKind::AlterPartitionReassignments(resp) => {
+            check(resp.error_code, "reassign", resp.error_message.as_ref())?;
+            for t in &resp.responses {
+                for p in &t.partitions {
+                    check(
+                        p.error_code,
+                        &format!("reassign {}-{}", &*t.name, p.partition_index),
+                        p.error_message.as_ref(),
+                    )?;
+                }
+            }
+            Ok((
+                json!({"topic": topic, "partition": partition, "replicas": replicas}),
+                format!("Moving {topic}-{partition} to brokers {replicas:?} (see `cluster reassignments`)."),
+            ))
+        }
+        _ => bail!("unexpected response to AlterPartitionReassignments"),
+    }
+}
+
+/// `sluicectl cluster reassignments`: moves in progress.
+pub async fn reassignments(bootstrap: &str) -> Result<(serde_json::Value, String)> {
+    let conn = crate::security::connect(bootstrap).await?;
+    let r = ListPartitionReassignmentsRequest::default();
+    match conn.call(ApiKey::ListPartitionReassignments, 0, RequestKind::ListPartitionReassignments(r)).await? {
+        ResponseKind::ListPartitionReassignments(resp) => {
+            check(resp.error_code, "list reassignments", resp.error_message.as_ref())?;
+            let mut lines = Vec::new();
+            let mut out = Vec::new();
+            for t in &resp.topics {
+                for p in &t.partitions {
+                    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<_>>();
+                    lines.push(format!(
+                        "{}-{}: replicas {:?}, adding {:?}, removing {:?}",
+                        &*t.name,
+                        p.partition_index,
+                        ids(&p.replicas),
+                        ids(&p.adding_replicas),
+                        ids(&p.removing_replicas)
+                    ));
+                    out.push(json!({"topic": t.name.to_string(), "partition": p.partition_index,
+                        "replicas": ids(&p.replicas), "adding": ids(&p.adding_replicas), "removing": ids(&p.removing_replicas)}));
+                }
+            }
+            if lines.is_empty() {
+                lines.push("No reassignment in progress.".into());
+            }
+            Ok((json!({"reassignments": out}), lines.join("\n")))
+        }
+        _ => bail!("unexpected response to ListPartitionReassignments"),
+    }
+}
+
 /// `sluicectl log-dirs describe`.
 pub async fn log_dirs(bootstrap: &str) -> Result<(serde_json::Value, String)> {
     let conn = crate::security::connect(bootstrap).await?;

@@ -129,6 +129,18 @@ enum ClusterCmd {
         #[arg(long, requires = "topic")]
         partition: Option<i32>,
     },
+    /// Move a replicated partition to other brokers, e.g. `--replicas 2,3,4` (the first is the
+    /// preferred leader); the data is copied through its Raft group before the old replicas go.
+    Reassign {
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        partition: i32,
+        #[arg(long, value_delimiter = ',', required = true)]
+        replicas: Vec<i32>,
+    },
+    /// Partition moves in progress.
+    Reassignments,
 }
 
 #[derive(Subcommand)]
@@ -413,6 +425,12 @@ fn main() -> ExitCode {
         Cmd::Transactions { cmd } => run_admin(cli.output, transactions::run(&cli.bootstrap_server, cmd)),
         Cmd::Groups { cmd } => run_admin(cli.output, groups::run(&cli.bootstrap_server, cmd)),
         Cmd::Cluster { cmd: ClusterCmd::Describe } => run_admin(cli.output, admin::cluster(&cli.bootstrap_server)),
+        Cmd::Cluster { cmd: ClusterCmd::Reassign { topic, partition, replicas } } => {
+            run_admin(cli.output, admin::reassign(&cli.bootstrap_server, &topic, partition, &replicas))
+        }
+        Cmd::Cluster { cmd: ClusterCmd::Reassignments } => {
+            run_admin(cli.output, admin::reassignments(&cli.bootstrap_server))
+        }
         Cmd::Cluster { cmd: ClusterCmd::ElectLeaders { topic, partition } } => {
             run_admin(cli.output, admin::elect_leaders(&cli.bootstrap_server, topic.as_deref(), partition))
         }

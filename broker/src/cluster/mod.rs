@@ -54,6 +54,19 @@ pub enum Command {
         name: String,
         count: i32,
     },
+    /// Move a replicated partition to a new replica set (the partition's Raft group changes its
+    /// membership: new replicas catch up as learners, then the voters are replaced).
+    ReassignPartition {
+        name: String,
+        partition: i32,
+        replicas: Vec<i32>,
+    },
+    /// The partition's group now has exactly its assigned replicas as voters.
+    ReassignmentDone {
+        name: String,
+        partition: i32,
+        replicas: Vec<i32>,
+    },
     /// Replace a topic's config overrides.
     SetTopicConfigs {
         name: String,
@@ -97,6 +110,7 @@ pub enum Refusal {
     InvalidPartitions(String),
     NoBrokers,
     InvalidReplicationFactor(String),
+    InvalidReplicaAssignment(String),
 }
 
 /// A topic in the image: its id, the replicas of each partition (leader first), its configs.
@@ -105,6 +119,13 @@ pub struct TopicInfo {
     pub id: uuid::Uuid,
     pub replicas: Vec<Vec<i32>>,
     pub configs: BTreeMap<String, String>,
+    /// Partitions being reassigned, with the replicas they had before.
+    #[serde(default)]
+    pub moving: BTreeMap<i32, Vec<i32>>,
+    /// Partitions ever reassigned: their Raft group exists, so no replica may initialize a
+    /// new one (only the first replica at creation does).
+    #[serde(default)]
+    pub moved: std::collections::BTreeSet<i32>,
 }
 
 openraft::declare_raft_types!(
@@ -182,7 +203,16 @@ impl MetadataImage {
                 let Some(replicas) = self.assign(name, 0, *partitions, rf) else {
                     return CommandResult::Refused(Refusal::NoBrokers);
                 };
-                self.topics.insert(name.clone(), TopicInfo { id: *id, replicas, configs: configs.clone() });
+                self.topics.insert(
+                    name.clone(),
+                    TopicInfo {
+                        id: *id,
+                        replicas,
+                        configs: configs.clone(),
+                        moving: BTreeMap::new(),
+                        moved: Default::default(),
+                    },
+                );
                 CommandResult::Done
             }
             Command::DeleteTopic { name } => match self.topics.remove(name) {
@@ -207,6 +237,43 @@ impl MetadataImage {
                 };
                 if let Some(t) = self.topics.get_mut(name) {
                     t.replicas.extend(more);
+                }
+                CommandResult::Done
+            }
+            Command::ReassignPartition { name, partition, replicas } => {
+                let brokers = &self.brokers;
+                let Some(t) = self.topics.get_mut(name) else {
+                    return CommandResult::Refused(Refusal::UnknownTopic);
+                };
+                let Some(current) = usize::try_from(*partition).ok().and_then(|p| t.replicas.get_mut(p)) else {
+                    return CommandResult::Refused(Refusal::UnknownTopic);
+                };
+                let refuse = |m: String| CommandResult::Refused(Refusal::InvalidReplicaAssignment(m));
+                if current.len() < 2 || replicas.len() < 2 {
+                    return refuse("only replicated partitions move (two replicas or more, before and after)".into());
+                }
+                let distinct: std::collections::BTreeSet<i32> = replicas.iter().copied().collect();
+                if distinct.len() != replicas.len() {
+                    return refuse(format!("replicas {replicas:?} name a broker twice"));
+                }
+                if let Some(b) = replicas.iter().find(|b| !brokers.contains_key(b)) {
+                    return refuse(format!("broker {b} is not registered"));
+                }
+                if current == replicas {
+                    return CommandResult::Done;
+                }
+                let before = t.moving.get(partition).cloned().unwrap_or_else(|| current.clone());
+                t.moving.insert(*partition, before);
+                t.moved.insert(*partition);
+                *current = replicas.clone();
+                CommandResult::Done
+            }
+            Command::ReassignmentDone { name, partition, replicas } => {
+                if let Some(t) = self.topics.get_mut(name) {
+                    let now = usize::try_from(*partition).ok().and_then(|p| t.replicas.get(p));
+                    if now == Some(replicas) {
+                        t.moving.remove(partition);
+                    }
                 }
                 CommandResult::Done
             }

@@ -151,24 +151,30 @@ impl Reconciler {
         for (name, info) in &image.topics {
             for (p, replicas) in info.replicas.iter().enumerate() {
                 if replicas.len() > 1 && replicas.contains(&me) {
-                    wanted.insert((name.clone(), p as i32), (info.id, replicas.clone()));
+                    let initialize = !info.moved.contains(&(p as i32));
+                    wanted.insert((name.clone(), p as i32), (info.id, replicas.clone(), initialize));
                 }
             }
         }
         let current: Vec<_> = node.replicas.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
         for r in current {
-            if wanted.get(&r.key).is_some_and(|(id, reps)| *id == r.topic_id && *reps == r.replicas) {
+            let topic_alive = image.topics.get(&r.key.0).is_some_and(|t| t.id == r.topic_id);
+            if wanted.get(&r.key).is_some_and(|(id, _, _)| *id == r.topic_id) {
+                continue;
+            }
+            // reassigned away: keep serving until the group's leader reports the move done (its
+            // new membership committed), then stop
+            let moving = image.topics.get(&r.key.0).is_some_and(|t| t.moving.contains_key(&r.key.1));
+            if topic_alive && moving {
                 continue;
             }
             node.replicas.write().unwrap_or_else(|e| e.into_inner()).remove(&r.key);
             if let Err(e) = handle.block_on(r.raft.shutdown()) {
                 tracing::warn!(topic = r.key.0.as_str(), partition = r.key.1, "replica shutdown: {e}");
             }
-            if image.topics.get(&r.key.0).is_none_or(|t| t.id != r.topic_id) {
-                let _ = std::fs::remove_dir_all(&r.dir);
-            }
+            let _ = std::fs::remove_dir_all(&r.dir);
         }
-        for (key, (id, replicas)) in wanted {
+        for (key, (id, replicas, initialize)) in wanted {
             if node.replica(&key).is_some() {
                 continue;
             }
@@ -178,15 +184,8 @@ impl Reconciler {
                 continue;
             };
             let dir = self.replicas_dir.join(format!("{id}-{}", key.1));
-            let started = handle.block_on(super::replica::start(
-                node.node_id,
-                key.clone(),
-                id,
-                replicas,
-                &node.voters,
-                partition,
-                dir,
-            ));
+            let spec = super::replica::ReplicaSpec { key: key.clone(), topic_id: id, replicas, initialize };
+            let started = handle.block_on(super::replica::start(node.node_id, spec, &node.voters, partition, dir));
             match started {
                 Ok(r) => {
                     node.replicas.write().unwrap_or_else(|e| e.into_inner()).insert(key, r);

@@ -93,7 +93,6 @@ pub type PartRaft = openraft::Raft<PartConfig>;
 pub struct Replica {
     pub key: GroupKey,
     pub topic_id: uuid::Uuid,
-    pub replicas: Vec<i32>,
     pub raft: PartRaft,
     pub dir: PathBuf,
 }
@@ -102,6 +101,12 @@ impl Replica {
     /// The group's leader as this replica knows it.
     pub fn leader(&self) -> Option<i32> {
         self.raft.metrics().borrow().current_leader.and_then(|l| i32::try_from(l).ok())
+    }
+
+    /// The group's voters as this replica knows them.
+    pub fn voters(&self) -> std::collections::BTreeSet<i32> {
+        let m = self.raft.metrics().borrow().membership_config.clone();
+        m.voter_ids().filter_map(|v| i32::try_from(v).ok()).collect()
     }
 
     /// The current Raft term (reported to clients as the partition's leader epoch).
@@ -168,17 +173,26 @@ impl PendingWrite {
     }
 }
 
-/// Start (or reopen) this broker's replica of a partition. The first replica in the
-/// assignment initializes the group with every replica as a voter.
+/// Which partition a replica is of, as the image assigns it.
+pub struct ReplicaSpec {
+    pub key: GroupKey,
+    pub topic_id: uuid::Uuid,
+    pub replicas: Vec<i32>,
+    /// The first replica of a partition never reassigned may form the group.
+    pub initialize: bool,
+}
+
+/// Start (or reopen) this broker's replica of a partition. With `initialize` (the first replica
+/// of a partition never reassigned), a replica that never held the group's state forms it with
+/// every replica in `replicas` as a voter; any other waits to be contacted by the leader.
 pub async fn start(
     me: NodeId,
-    key: GroupKey,
-    topic_id: uuid::Uuid,
-    replicas: Vec<i32>,
+    spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
     partition: Arc<Partition>,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
+    let ReplicaSpec { key, topic_id, replicas, initialize } = spec;
     std::fs::create_dir_all(&dir)?;
     let config = openraft::Config {
         cluster_name: format!("sluice-{}-{}", key.0, key.1),
@@ -196,7 +210,7 @@ pub async fn start(
     let sm = ReplicaSm::open(&dir, partition)?;
     let network = super::network::PartNetwork { group: key.clone() };
     let raft = PartRaft::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
-    if !initialized && replicas.first().and_then(|r| NodeId::try_from(*r).ok()) == Some(me) {
+    if initialize && !initialized && replicas.first().and_then(|r| NodeId::try_from(*r).ok()) == Some(me) {
         let mut members = BTreeMap::new();
         for r in &replicas {
             let id = NodeId::try_from(*r)?;
@@ -207,7 +221,78 @@ pub async fn start(
             tracing::info!(topic = key.0.as_str(), partition = key.1, "replica group already initialized: {e}");
         }
     }
-    Ok(Arc::new(Replica { key, topic_id, replicas, raft, dir }))
+    Ok(Arc::new(Replica { key, topic_id, raft, dir }))
+}
+
+/// Reassignment, on each partition group's leader: when the image assigns the partition to
+/// other replicas, add the new ones as learners (they catch up from the Raft log), then make
+/// the assigned replicas the voters (joint consensus), then report the move done in the
+/// metadata quorum (the replicas left out stop then). Checked every 500 ms.
+pub fn spawn_membership_driver(node: &Arc<super::ClusterNode>) {
+    let weak = Arc::downgrade(node);
+    let busy: Arc<std::sync::Mutex<std::collections::HashSet<GroupKey>>> = Arc::default();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let Some(node) = weak.upgrade() else { return };
+            let me = i32::try_from(node.node_id).unwrap_or(-1);
+            let image = node.image();
+            let replicas: Vec<Arc<Replica>> =
+                node.replicas.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+            for r in replicas {
+                if r.leader() != Some(me) {
+                    continue;
+                }
+                let Some(info) = image.topics.get(&r.key.0).filter(|t| t.id == r.topic_id) else { continue };
+                let Some(target) = usize::try_from(r.key.1).ok().and_then(|p| info.replicas.get(p)).cloned() else {
+                    continue;
+                };
+                let target_set: std::collections::BTreeSet<i32> = target.iter().copied().collect();
+                let settled = r.voters() == target_set;
+                if settled && !info.moving.contains_key(&r.key.1) {
+                    continue;
+                }
+                if !busy.lock().unwrap_or_else(|e| e.into_inner()).insert(r.key.clone()) {
+                    continue;
+                }
+                let (node, busy) = (node.clone(), busy.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = move_replicas(&node, &r, &target).await {
+                        tracing::warn!(topic = r.key.0.as_str(), partition = r.key.1, "reassignment: {e}; retrying");
+                    }
+                    busy.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.key);
+                });
+            }
+        }
+    });
+}
+
+async fn move_replicas(node: &super::ClusterNode, r: &Replica, target: &[i32]) -> anyhow::Result<()> {
+    let voters = r.voters();
+    for id in target.iter().filter(|id| !voters.contains(id)) {
+        let nid = NodeId::try_from(*id)?;
+        let addr = node.voters.get(&nid).ok_or_else(|| anyhow::anyhow!("broker {id} has no Raft address"))?;
+        // blocking: returns once the learner has caught up with the leader's log
+        tokio::time::timeout(Duration::from_secs(300), r.raft.add_learner(nid, BasicNode { addr: addr.clone() }, true))
+            .await
+            .map_err(|_| anyhow::anyhow!("broker {id} did not catch up within 300 s"))?
+            .map_err(|e| anyhow::anyhow!("adding broker {id}: {e}"))?;
+    }
+    if r.voters() != target.iter().copied().collect() {
+        let members: std::collections::BTreeSet<NodeId> =
+            target.iter().filter_map(|id| NodeId::try_from(*id).ok()).collect();
+        tokio::time::timeout(Duration::from_secs(60), r.raft.change_membership(members, false))
+            .await
+            .map_err(|_| anyhow::anyhow!("membership change not committed within 60 s"))?
+            .map_err(|e| anyhow::anyhow!("membership change: {e}"))?;
+    }
+    tracing::info!(topic = r.key.0.as_str(), partition = r.key.1, "replicas moved to {target:?}");
+    node.write(
+        super::Command::ReassignmentDone { name: r.key.0.clone(), partition: r.key.1, replicas: target.to_vec() },
+        Duration::from_secs(10),
+    )
+    .await?;
+    Ok(())
 }
 
 /// `applied.json`: the last applied entry and the partition log's end right after it.

@@ -14,6 +14,7 @@ pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod reassign;
 pub mod refuse;
 pub mod security;
 pub mod topics;

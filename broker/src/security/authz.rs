@@ -264,6 +264,33 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
             x.error_message = msg("Cluster authorization failed.");
             Gate::Deny(Box::new(ResponseKind::DescribeCluster(x)))
         }
+        RequestKind::AlterPartitionReassignments(r) => {
+            if c.cluster(Op::Alter) {
+                return Gate::Pass;
+            }
+            let mut x = AlterPartitionReassignmentsResponse::default();
+            x.error_code = E::ClusterAuthorizationFailed.code();
+            for t in &r.topics {
+                let mut tr = alter_partition_reassignments_response::ReassignableTopicResponse::default();
+                tr.name = t.name.clone();
+                for p in &t.partitions {
+                    let mut pr = alter_partition_reassignments_response::ReassignablePartitionResponse::default();
+                    pr.partition_index = p.partition_index;
+                    pr.error_code = E::ClusterAuthorizationFailed.code();
+                    tr.partitions.push(pr);
+                }
+                x.responses.push(tr);
+            }
+            Gate::Deny(Box::new(ResponseKind::AlterPartitionReassignments(x)))
+        }
+        RequestKind::ListPartitionReassignments(_) => {
+            if c.cluster(Op::Describe) {
+                return Gate::Pass;
+            }
+            let mut x = ListPartitionReassignmentsResponse::default();
+            x.error_code = E::ClusterAuthorizationFailed.code();
+            Gate::Deny(Box::new(ResponseKind::ListPartitionReassignments(x)))
+        }
         RequestKind::ElectLeaders(r) => {
             if c.cluster(Op::Alter) {
                 return Gate::Pass;
