@@ -72,6 +72,8 @@ pub enum TopicError {
     InvalidPartitions(String),
     #[error("invalid replication factor {0}: this broker is a single node")]
     InvalidReplicationFactor(i16),
+    #[error("invalid replication factor {0}: {1} brokers are registered")]
+    ReplicationFactorTooLarge(i16, usize),
     #[error("invalid config {0}: {1}")]
     InvalidConfig(String, String),
     #[error("storage: {0}")]
@@ -378,7 +380,7 @@ impl BrokerState {
             (r, _) => r,
         };
         if rf < 1 || rf as usize > brokers {
-            return Err(TopicError::InvalidReplicationFactor(rf));
+            return Err(TopicError::ReplicationFactorTooLarge(rf, brokers));
         }
         log_config_for(&self.config.log, &configs)?;
         if validate_only {

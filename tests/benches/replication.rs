@@ -29,6 +29,16 @@ fn start_cluster() -> Vec<Broker> {
         .collect()
 }
 
+/// Wait until the first broker lists all three (each registered in the metadata quorum).
+async fn registered(c: &[Broker]) {
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c[0].bootstrap())).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while admin.describe_cluster().await.map(|d| d.brokers.len()).unwrap_or(0) < 3 {
+        assert!(Instant::now() < deadline, "the cluster did not form");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn bootstrap(c: &[Broker]) -> String {
     c.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",")
 }
@@ -89,6 +99,7 @@ async fn main() {
     // 1. throughput: single broker, then the cluster (RF 3 and RF 1), alternating runs
     let single = Broker::start();
     let mut cluster = start_cluster();
+    registered(&cluster).await;
     let mut rows: Vec<(&str, Vec<f64>, Vec<f64>)> = vec![
         ("single broker", vec![], vec![]),
         ("3 brokers, RF 3", vec![], vec![]),

@@ -18,7 +18,9 @@ pub fn topic_error_code(e: &TopicError) -> i16 {
         TopicError::Unknown(_) => ResponseError::UnknownTopicOrPartition.code(),
         TopicError::InvalidName(..) => ResponseError::InvalidTopicException.code(),
         TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions.code(),
-        TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor.code(),
+        TopicError::InvalidReplicationFactor(_) | TopicError::ReplicationFactorTooLarge(..) => {
+            ResponseError::InvalidReplicationFactor.code()
+        }
         TopicError::InvalidConfig(..) => ResponseError::InvalidConfig.code(),
         TopicError::Storage(e) => crate::error_map::storage_produce_code(e),
         TopicError::Cluster(_) => ResponseError::NotController.code(),
