@@ -337,6 +337,19 @@ impl Partition {
             .unwrap_or_else(|e| Err(StorageError::InvalidConfig(e.to_string())))
     }
 
+    /// A replicated partition (cluster::replica): everything applied is committed — on a
+    /// majority's fsynced Raft logs — so the high watermark moves to the log end at once; this
+    /// replica's own copy is fsynced later (`flush`) and rebuilt from the Raft log after a crash.
+    pub fn publish_committed(&self) {
+        let mut log = self.log();
+        let leo = log.log_end_offset();
+        if leo > log.high_watermark() {
+            log.set_high_watermark(leo);
+        }
+        drop(log);
+        self.hw_changed.notify_waiters();
+    }
+
     /// Periodic flush for the Interval policy (and the recovery-point checkpoint).
     pub fn flush(&self) -> Result<(), StorageError> {
         let end = self.flusher.written_end();
