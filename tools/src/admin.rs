@@ -20,6 +20,9 @@ pub enum TopicsCmd {
         name: String,
         #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
         partitions: i32,
+        /// Replicas per partition (cluster mode; -1: the broker's default.replication.factor).
+        #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+        replication_factor: i16,
         /// Topic config, repeatable: --config retention.ms=3600000
         #[arg(long = "config", value_name = "KEY=VALUE")]
         configs: Vec<String>,
@@ -194,11 +197,11 @@ pub async fn topics(bootstrap: &str, cmd: TopicsCmd) -> Result<(serde_json::Valu
             });
             Ok((j, lines.join("\n")))
         }
-        TopicsCmd::Create { name, partitions, configs } => {
+        TopicsCmd::Create { name, partitions, replication_factor, configs } => {
             let mut ct = create_topics_request::CreatableTopic::default();
             ct.name = TopicName(s(&name));
             ct.num_partitions = partitions;
-            ct.replication_factor = -1;
+            ct.replication_factor = replication_factor;
             for kv in &configs {
                 let (k, v) = split_config(kv)?;
                 let mut c = create_topics_request::CreatableTopicConfig::default();
