@@ -182,6 +182,11 @@ pub const SETTINGS: &[Setting] = &[
         help: "partitions of the internal transaction-state log (fixed at first use)",
     },
     Setting {
+        name: "transaction.state.log.replication.factor",
+        default: "3",
+        help: "cluster mode: replicas of each transaction-state partition (at most the voters; 1: not replicated)",
+    },
+    Setting {
         name: "transaction.max.timeout.ms",
         default: "900000",
         help: "longest transaction timeout a producer may ask for",
@@ -646,6 +651,11 @@ pub fn resolve(
                 },
             )?,
             segment_bytes: 104_857_600,
+            replication_factor: parse(
+                "transaction.state.log.replication.factor",
+                get("transaction.state.log.replication.factor"),
+                |x: &i32| if (1..=7).contains(x) { Ok(()) } else { Err("must be between 1 and 7".into()) },
+            )?,
             max_timeout_ms: parse("transaction.max.timeout.ms", get("transaction.max.timeout.ms"), positive_i32)?,
             id_expiration_ms: parse("transactional.id.expiration.ms", get("transactional.id.expiration.ms"), positive)?,
             abort_check_interval_ms: parse::<i64>(

@@ -109,6 +109,13 @@ fn main() -> ExitCode {
                         return ExitCode::from(1);
                     }
                     sluice_broker::cluster::replica::spawn_membership_driver(&node);
+                    if let Err(e) =
+                        sluice_broker::txn::TxnCoordinator::enable_replication(&state, &node, &dir.join("replicas"))
+                            .await
+                    {
+                        eprintln!("sluice: transaction log replication: {e}");
+                        return ExitCode::from(1);
+                    }
                     state
                         .producer_ids
                         .use_source(Box::new(sluice_broker::cluster::QuorumBlocks(node.clone(), state.config.node_id)));

@@ -705,3 +705,131 @@ async fn a_partition_moves_to_other_brokers_without_losing_a_record() {
     assert_eq!(unique.len(), seen.len(), "duplicates");
     assert!(acked.is_subset(&unique), "missing: {:?}", acked.difference(&unique).take(10).collect::<Vec<_>>());
 }
+
+/// The broker coordinating transactional id `id` (FindCoordinator through `b`; -1 if none).
+async fn txn_coordinator(b: &Broker, id: &str) -> i32 {
+    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
+    let mut r = kafka_protocol::messages::FindCoordinatorRequest::default();
+    r.key = kafka_protocol::protocol::StrBytes::from_string(id.to_string());
+    r.key_type = 1;
+    match conn.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(r)).await {
+        Ok(ResponseKind::FindCoordinator(r)) if r.error_code == 0 => r.node_id.0,
+        _ => -1,
+    }
+}
+
+/// The transaction coordinator fails over: its log is replicated (one Raft group per
+/// transaction-log partition), so when the coordinator's broker is killed with SIGKILL another
+/// replica takes over with the same producer id and epoch, finishes what was decided, and the
+/// librdkafka transactional producer carries on. read_committed sees every committed
+/// transaction whole and nothing of an aborted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transaction_coordinator_fails_over_to_another_broker() {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::message::Message;
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer as _, ThreadedProducer};
+    let mut c = Cluster::start();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("ledger2", 3, 3, &[]).await.unwrap();
+    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let t0 = Instant::now();
+    let coordinator = loop {
+        let id = txn_coordinator(&c.brokers[0], "failover-txn").await;
+        if id > 0 {
+            break id;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let b2 = bootstrap.clone();
+    let producer = tokio::task::spawn_blocking(move || {
+        let p: ThreadedProducer<DefaultProducerContext> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &b2)
+            .set("transactional.id", "failover-txn")
+            .set("transaction.timeout.ms", "60000")
+            .set("message.timeout.ms", "60000")
+            .create()
+            .unwrap();
+        p.init_transactions(Duration::from_secs(30)).unwrap();
+        let (mut committed, mut aborted) = (Vec::new(), Vec::new());
+        for n in 0..40 {
+            if n == 10 {
+                let _ = tx.send(()); // the test kills the coordinator now
+            }
+            p.begin_transaction().unwrap();
+            for i in 0..10 {
+                let v = format!("t{n}-{i}");
+                p.send(BaseRecord::<(), _>::to("ledger2").partition(i % 3).payload(&v)).map_err(|(e, _)| e).unwrap();
+            }
+            let mut outcome = p.commit_transaction(Duration::from_secs(30));
+            // a commit cut off by the failover is retried (librdkafka: retriable) or aborted
+            for _ in 0..5 {
+                match &outcome {
+                    Err(rdkafka::error::KafkaError::Transaction(e)) if e.is_retriable() => {
+                        std::thread::sleep(Duration::from_millis(500));
+                        outcome = p.commit_transaction(Duration::from_secs(30));
+                    }
+                    _ => break,
+                }
+            }
+            match outcome {
+                Ok(()) => committed.push(n),
+                Err(rdkafka::error::KafkaError::Transaction(e)) if e.txn_requires_abort() => {
+                    p.abort_transaction(Duration::from_secs(30)).unwrap();
+                    aborted.push(n);
+                }
+                Err(e) => panic!("transaction {n}: {e}"),
+            }
+        }
+        (committed, aborted)
+    });
+    rx.recv().unwrap();
+    let victim = usize::try_from(coordinator - 1).unwrap();
+    c.brokers[victim].kill9();
+    let killed = Instant::now();
+    let (committed, aborted) = producer.await.unwrap();
+    eprintln!("{} committed, {} aborted; {:?} since the kill", committed.len(), aborted.len(), killed.elapsed());
+    assert!(committed.len() >= 35, "committed {committed:?}, aborted {aborted:?}");
+    let new = txn_coordinator(&c.brokers[(victim + 1) % 3], "failover-txn").await;
+    assert!(new > 0 && new != coordinator, "coordinator {coordinator} → {new}");
+    // read_committed: committed transactions whole, exactly once; aborted ones invisible
+    let cons: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "ledger2-check")
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset("ledger2", p, rdkafka::Offset::Beginning).unwrap();
+    }
+    cons.assign(&tpl).unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    let want = committed.len() * 10;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && seen.len() < want {
+        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+            seen.push(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
+        }
+    }
+    let quiet = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < quiet {
+        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+            seen.push(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
+        }
+    }
+    let unique: BTreeSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "duplicates in read_committed");
+    for n in &committed {
+        for i in 0..10 {
+            assert!(unique.contains(&format!("t{n}-{i}")), "committed t{n}-{i} missing");
+        }
+    }
+    for n in &aborted {
+        assert!(!seen.iter().any(|v| v.starts_with(&format!("t{n}-"))), "aborted transaction {n} visible");
+    }
+    assert_eq!(seen.len(), want, "only committed records");
+}

@@ -58,6 +58,32 @@ pub enum PartCommand {
     },
     /// A COMMIT or ABORT marker for `producer_id`.
     Marker { producer_id: i64, epoch: i16, coordinator_epoch: i32, commit: bool, now_ms: i64 },
+    /// Records for a coordinator shard's key/value log (transaction coordinator).
+    Kv { records: Vec<KvEntry>, now_ms: i64 },
+}
+
+/// One key/value record (no value: the key is deleted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvEntry {
+    #[serde(with = "b64")]
+    pub key: Vec<u8>,
+    #[serde(with = "b64opt")]
+    pub value: Option<Vec<u8>>,
+}
+
+mod b64opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => super::b64::serialize(v, s),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        use base64::Engine;
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| base64::engine::general_purpose::STANDARD.decode(t).map_err(serde::de::Error::custom)).transpose()
+    }
 }
 
 /// What applying a command did (answered to the produce or marker request on the leader).
@@ -196,13 +222,40 @@ pub async fn start(
     partition: Arc<Partition>,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
-    let ReplicaSpec { key, topic_id, replicas, initialize } = spec;
     std::fs::create_dir_all(&dir)?;
+    let sm = ReplicaSm::open(&dir, partition)?;
+    start_group(me, spec, addresses, sm, dir).await
+}
+
+/// A coordinator shard's replica: its state machine appends to the shard's key/value log
+/// through `apply` (which makes the records durable before returning).
+pub async fn start_kv(
+    me: NodeId,
+    spec: ReplicaSpec,
+    addresses: &BTreeMap<NodeId, String>,
+    apply: KvApply,
+    dir: PathBuf,
+) -> anyhow::Result<Arc<Replica>> {
+    std::fs::create_dir_all(&dir)?;
+    let sm = KvSm::open(&dir, apply)?;
+    start_group(me, spec, addresses, sm, dir).await
+}
+
+async fn start_group<SM: RaftStateMachine<PartConfig>>(
+    me: NodeId,
+    spec: ReplicaSpec,
+    addresses: &BTreeMap<NodeId, String>,
+    sm: SM,
+    dir: PathBuf,
+) -> anyhow::Result<Arc<Replica>> {
+    let ReplicaSpec { key, topic_id, replicas, initialize } = spec;
+    // coordinator shards (many, mostly idle) heartbeat half as often as partitions
+    let (heartbeat, election) = if topic_id.is_nil() { (500, 1500) } else { (250, 1000) };
     let config = openraft::Config {
         cluster_name: format!("sluice-{}-{}", key.0, key.1),
-        heartbeat_interval: 250,
-        election_timeout_min: 1000,
-        election_timeout_max: 2000,
+        heartbeat_interval: heartbeat,
+        election_timeout_min: election,
+        election_timeout_max: election * 2,
         // the partition log is the state machine: no snapshots, the Raft log is kept
         snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: u64::MAX,
@@ -211,7 +264,6 @@ pub async fn start(
     let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
     let log = LogStore::<PartConfig>::open(&dir)?;
     let initialized = log.has_vote_or_entries();
-    let sm = ReplicaSm::open(&dir, partition)?;
     let network = super::network::PartNetwork { group: key.clone() };
     let raft = PartRaft::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
     if initialize && !initialized && replicas.first().and_then(|r| NodeId::try_from(*r).ok()) == Some(me) {
@@ -226,6 +278,98 @@ pub async fn start(
         }
     }
     Ok(Arc::new(Replica { key, topic_id, raft, dir }))
+}
+
+/// Appends records to a coordinator shard's key/value log, durably.
+pub type KvApply = Arc<dyn Fn(&[crate::kvlog::KvRecord], i64) -> Result<(), String> + Send + Sync>;
+
+/// The state machine of a coordinator shard's group: its key/value log. Applying a record twice
+/// (after a crash before `applied.json`) is harmless: the latest value per key is the state.
+pub struct KvSm {
+    dir: PathBuf,
+    apply: KvApply,
+    applied: Applied,
+}
+
+impl KvSm {
+    fn open(dir: &Path, apply: KvApply) -> anyhow::Result<KvSm> {
+        let applied: Applied = match std::fs::read(dir.join(APPLIED_FILE)) {
+            Ok(b) => serde_json::from_slice(&b)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Applied::default(),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(KvSm { dir: dir.to_path_buf(), apply, applied })
+    }
+}
+
+impl RaftStateMachine<PartConfig> for KvSm {
+    type SnapshotBuilder = NoSnapshots;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>> {
+        Ok((self.applied.last_applied, self.applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<PartResult>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<PartConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<_> = entries.into_iter().collect();
+        let mut out = Vec::with_capacity(entries.len());
+        tokio::task::block_in_place(|| {
+            for e in entries {
+                self.applied.last_applied = Some(e.log_id);
+                out.push(match e.payload {
+                    EntryPayload::Normal(PartCommand::Kv { records, now_ms }) => {
+                        let recs: Vec<crate::kvlog::KvRecord> = records
+                            .into_iter()
+                            .map(|r| (bytes::Bytes::from(r.key), r.value.map(bytes::Bytes::from)))
+                            .collect();
+                        match (self.apply)(&recs, now_ms) {
+                            Ok(()) => PartResult::Done,
+                            Err(message) => {
+                                PartResult::Error { code: ResponseError::CoordinatorNotAvailable.code(), message }
+                            }
+                        }
+                    }
+                    EntryPayload::Normal(_) => PartResult::Error {
+                        code: ResponseError::InvalidRequest.code(),
+                        message: "not a coordinator command".into(),
+                    },
+                    EntryPayload::Blank => PartResult::Done,
+                    EntryPayload::Membership(m) => {
+                        self.applied.membership = StoredMembership::new(Some(e.log_id), m);
+                        PartResult::Done
+                    }
+                });
+            }
+            let bytes = serde_json::to_vec(&self.applied).map_err(io_err)?;
+            sluice_storage::sidefile::write_atomic(&self.dir.join(APPLIED_FILE), &bytes).map_err(io_err)
+        })?;
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        NoSnapshots(self.applied.clone())
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        _meta: &SnapshotMeta<NodeId, BasicNode>,
+        _snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        Err(io_err(std::io::Error::other("coordinator replicas do not install snapshots (the Raft log is kept)")))
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<PartConfig>>, StorageError<NodeId>> {
+        Ok(None)
+    }
 }
 
 /// Reassignment, on each partition group's leader: when the image assigns the partition to
@@ -405,6 +549,13 @@ impl ReplicaSm {
                     }
                 }
             }
+            PartCommand::Kv { .. } => (
+                PartResult::Error {
+                    code: ResponseError::InvalidRequest.code(),
+                    message: "not a partition command".into(),
+                },
+                0,
+            ),
             PartCommand::Marker { producer_id, epoch, coordinator_epoch, commit, now_ms } => {
                 if replaying {
                     return (self.match_stored(&[], Some(producer_id)).unwrap_or_default(), 0);

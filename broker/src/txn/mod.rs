@@ -36,6 +36,8 @@ pub struct TxnSettings {
     pub partitions: i32,
     /// `transaction.state.log.segment.bytes`
     pub segment_bytes: u64,
+    /// `transaction.state.log.replication.factor` (cluster mode; capped at the voters)
+    pub replication_factor: i32,
     /// `transaction.max.timeout.ms`
     pub max_timeout_ms: i32,
     /// `transactional.id.expiration.ms`
@@ -53,6 +55,7 @@ impl Default for TxnSettings {
         TxnSettings {
             partitions: 50,
             segment_bytes: 104_857_600,
+            replication_factor: 3,
             max_timeout_ms: 900_000,
             id_expiration_ms: 7 * 24 * 3600 * 1000,
             abort_check_interval_ms: 10_000,
@@ -64,6 +67,40 @@ impl Default for TxnSettings {
 struct Shard {
     log: KvLog,
     txns: HashMap<String, TxnMetadata>,
+    /// Replicated (cluster mode): this broker leads the shard's Raft group and has loaded its
+    /// state from the replicated log. Always true otherwise.
+    loaded: bool,
+    /// Replicated: the Raft term this broker leads the shard in — the coordinator epoch its
+    /// markers carry (rises with every new leader, so a deposed one is fenced).
+    epoch: i32,
+}
+
+/// Cluster mode with `transaction.state.log.replication.factor` > 1: each shard's log is
+/// replicated by a Raft group; the shard's coordinator is that group's leader.
+pub struct TxnReplication {
+    /// The replicas of each shard (from the voters, fixed).
+    pub replicas: Vec<Vec<i32>>,
+    /// This broker's replica of each shard, if it is one.
+    pub groups: Vec<Option<Arc<crate::cluster::replica::Replica>>>,
+}
+
+/// What to wait on before acting on a logged transition.
+enum TxnWait {
+    Local(Durable),
+    Raft(crate::cluster::replica::PendingWrite),
+}
+
+async fn wait_logged(w: TxnWait) -> Result<(), ()> {
+    match w {
+        TxnWait::Local(d) => crate::group::wait_durable(d).await.map_err(|_| ()),
+        TxnWait::Raft(p) => match p.wait(Duration::from_secs(10)).await {
+            crate::cluster::replica::PartResult::Done => Ok(()),
+            other => {
+                tracing::warn!("transaction log write not committed: {other:?}");
+                Err(())
+            }
+        },
+    }
 }
 
 fn key(id: &str) -> Bytes {
@@ -89,6 +126,7 @@ pub struct TxnCoordinator {
     /// coordinator of every id; with a cluster it becomes the partition leader's epoch).
     pub coordinator_epoch: i32,
     shards: Vec<Mutex<Shard>>,
+    replication: std::sync::OnceLock<TxnReplication>,
 }
 
 /// What a request's decision led to.
@@ -126,6 +164,8 @@ impl TxnCoordinator {
             let mut shard = Shard {
                 log: KvLog::new(data_dir.join(format!("{TXN_TOPIC}-{i}")), base, settings.segment_bytes),
                 txns: HashMap::new(),
+                loaded: true,
+                epoch: coordinator_epoch,
             };
             for (k, v) in shard.log.read_all()? {
                 match decode(&k, v.as_deref()) {
@@ -140,12 +180,125 @@ impl TxnCoordinator {
             }
             shards.push(Mutex::new(shard));
         }
-        Ok(TxnCoordinator { settings, coordinator_epoch, shards })
+        Ok(TxnCoordinator { settings, coordinator_epoch, shards, replication: std::sync::OnceLock::new() })
+    }
+
+    fn shard_index(&self, id: &str) -> usize {
+        (partition_for(id, self.settings.partitions) as usize).min(self.shards.len() - 1)
     }
 
     fn shard(&self, id: &str) -> MutexGuard<'_, Shard> {
-        let i = partition_for(id, self.settings.partitions) as usize;
-        self.shards[i.min(self.shards.len() - 1)].lock().unwrap_or_else(|e| e.into_inner())
+        self.shard_at(self.shard_index(id))
+    }
+
+    fn shard_at(&self, i: usize) -> MutexGuard<'_, Shard> {
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Is the transaction log replicated (cluster mode, replication factor > 1)?
+    pub fn replication(&self) -> Option<&TxnReplication> {
+        self.replication.get()
+    }
+
+    /// Replicated: the broker leading shard `p`'s group (as this broker knows it).
+    pub fn shard_owner(&self, p: i32) -> Option<i32> {
+        let r = self.replication.get()?;
+        let i = usize::try_from(p).ok()?;
+        match r.groups.get(i)? {
+            Some(g) => g.leader(),
+            None => r.replicas.get(i)?.first().copied(),
+        }
+    }
+
+    /// The coordinator epoch markers for `id` carry.
+    pub fn epoch_for(&self, id: &str) -> i32 {
+        if self.replication.get().is_some() {
+            self.shard(id).epoch
+        } else {
+            self.coordinator_epoch
+        }
+    }
+
+    /// Log records for shard `i` (under its lock): appended locally, or proposed to the shard's
+    /// Raft group — the caller waits on the result outside the lock.
+    fn log_write(
+        &self,
+        i: usize,
+        shard: &mut Shard,
+        records: &[crate::kvlog::KvRecord],
+        now: i64,
+    ) -> Result<TxnWait, ResponseError> {
+        let Some(r) = self.replication.get() else {
+            return shard.log.append(records, now).map(TxnWait::Local).map_err(|e| {
+                tracing::error!(shard = i, "transaction log append failed: {e}");
+                ResponseError::CoordinatorNotAvailable
+            });
+        };
+        if !shard.loaded {
+            return Err(ResponseError::NotCoordinator);
+        }
+        let group = r.groups.get(i).and_then(|g| g.clone()).ok_or(ResponseError::NotCoordinator)?;
+        let records = records
+            .iter()
+            .map(|(k, v)| crate::cluster::replica::KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) })
+            .collect();
+        group
+            .propose(crate::cluster::replica::PartCommand::Kv { records, now_ms: now })
+            .map(TxnWait::Raft)
+            .map_err(|_| ResponseError::NotCoordinator)
+    }
+
+    /// Applied on every replica of shard `i` (the Raft state machine): append durably. The
+    /// in-memory state is loaded from this log when the replica becomes the shard's leader.
+    pub fn apply_replicated(&self, i: usize, records: &[crate::kvlog::KvRecord], now: i64) -> Result<(), String> {
+        let mut shard = self.shards.get(i).ok_or("no such shard")?.lock().unwrap_or_else(|e| e.into_inner());
+        match shard.log.append(records, now).map_err(|e| e.to_string())? {
+            Some((flusher, end)) => flusher.sync_to(end).map(|_| ()).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    /// Replicated: this broker now leads shard `i` in `term`, with every earlier entry applied:
+    /// load its state from the log. Returns the ids whose transactions await their markers.
+    fn load_shard(&self, i: usize, term: i32) -> Vec<String> {
+        let mut shard = self.shard_at(i);
+        let records = match shard.log.read_all() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(shard = i, "cannot load the transaction log: {e}");
+                return Vec::new();
+            }
+        };
+        shard.txns.clear();
+        for (k, v) in records {
+            match decode(&k, v.as_deref()) {
+                Some((id, Some(m))) => {
+                    shard.txns.insert(id, m);
+                }
+                Some((id, None)) => {
+                    shard.txns.remove(&id);
+                }
+                None => {}
+            }
+        }
+        shard.loaded = true;
+        shard.epoch = term;
+        tracing::info!(shard = i, term, ids = shard.txns.len(), "leading transaction-log partition");
+        shard
+            .txns
+            .iter()
+            .filter(|(_, m)| matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    fn unload_shard(&self, i: usize) {
+        let mut shard = self.shard_at(i);
+        if shard.loaded {
+            tracing::info!(shard = i, "no longer leading transaction-log partition");
+        }
+        shard.loaded = false;
+        shard.txns.clear();
     }
 
     pub fn limits(&self) -> TxnLimits {
@@ -161,7 +314,11 @@ impl TxnCoordinator {
     }
 
     pub fn get(&self, id: &str) -> Option<TxnMetadata> {
-        self.shard(id).txns.get(id).cloned()
+        let shard = self.shard(id);
+        if !shard.loaded {
+            return None;
+        }
+        shard.txns.get(id).cloned()
     }
 
     /// Every id with its metadata (ListTransactions).
@@ -171,6 +328,9 @@ impl TxnCoordinator {
             .iter()
             .flat_map(|s| {
                 let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                if !s.loaded {
+                    return Vec::new();
+                }
                 s.txns.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>()
             })
             .collect();
@@ -190,6 +350,9 @@ impl TxnCoordinator {
         partition: i32,
     ) -> Result<(), ResponseError> {
         let shard = self.shard(id);
+        if !shard.loaded {
+            return Err(ResponseError::NotCoordinator);
+        }
         let Some(m) = shard.txns.get(id) else { return Err(ResponseError::InvalidProducerIdMapping) };
         if m.producer_id != pid {
             return Err(ResponseError::InvalidProducerIdMapping);
@@ -215,9 +378,9 @@ impl TxnCoordinator {
     ) -> Result<(), ResponseError> {
         let now = crate::handlers::now_ms();
         let (d, durable) = self.decide(id, |m| machine::add_to_txn(m, pid, epoch, parts, group, now), now)?;
-        if let Some((f, end)) = durable {
-            tokio::task::block_in_place(|| f.sync_to(end)).map_err(|_| ResponseError::CoordinatorNotAvailable)?;
-        }
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+        tokio::task::block_in_place(|| handle.block_on(wait_logged(durable)))
+            .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
         match d {
             Decision::Refuse(e) => Err(e),
             Decision::Unchanged | Decision::Apply(_) => Ok(()),
@@ -230,22 +393,23 @@ impl TxnCoordinator {
         id: &str,
         f: impl FnOnce(Option<&TxnMetadata>) -> Decision,
         now: i64,
-    ) -> Result<(Decision, Durable), ResponseError> {
-        let mut shard = self.shard(id);
+    ) -> Result<(Decision, TxnWait), ResponseError> {
+        let i = self.shard_index(id);
+        let mut shard = self.shard_at(i);
+        if !shard.loaded {
+            return Err(ResponseError::NotCoordinator);
+        }
         let d = f(shard.txns.get(id));
         let durable = match &d {
             Decision::Apply(t) => {
                 if t.markers.is_some() {
                     self.failpoint("txn.before_prepare");
                 }
-                let wait = shard.log.append(&[encode(id, Some(&t.next))], now).map_err(|e| {
-                    tracing::error!(txn = id, "transaction log append failed: {e}");
-                    ResponseError::CoordinatorNotAvailable
-                })?;
+                let wait = self.log_write(i, &mut shard, &[encode(id, Some(&t.next))], now)?;
                 shard.txns.insert(id.to_string(), t.next.clone());
                 wait
             }
-            _ => None,
+            _ => TxnWait::Local(None),
         };
         Ok((d, durable))
     }
@@ -257,7 +421,7 @@ impl TxnCoordinator {
             Ok(x) => x,
             Err(e) => return Outcome::Refused(e),
         };
-        if crate::group::wait_durable(durable).await.is_err() {
+        if wait_logged(durable).await.is_err() {
             return Outcome::Refused(ResponseError::CoordinatorNotAvailable);
         }
         match d {
@@ -290,8 +454,12 @@ impl TxnCoordinator {
     pub async fn check_timeouts(state: &Arc<BrokerState>) {
         let now = crate::handlers::now_ms();
         let mut due = Vec::new();
-        for s in &state.txns.shards {
+        let mut waits = Vec::new();
+        for (i, s) in state.txns.shards.iter().enumerate() {
             let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            if !s.loaded {
+                continue;
+            }
             let expired: Vec<String> = s
                 .txns
                 .iter()
@@ -299,8 +467,9 @@ impl TxnCoordinator {
                 .map(|(k, _)| k.clone())
                 .collect();
             for id in expired {
-                if s.log.append(&[encode(&id, None)], now).is_ok() {
+                if let Ok(w) = state.txns.log_write(i, &mut s, &[encode(&id, None)], now) {
                     s.txns.remove(&id);
+                    waits.push(w);
                     tracing::info!(txn = %id, "transactional id expired");
                 }
             }
@@ -309,6 +478,9 @@ impl TxnCoordinator {
                     due.push(id.clone());
                 }
             }
+        }
+        for w in waits {
+            let _ = wait_logged(w).await;
         }
         for id in due {
             tracing::info!(txn = %id, "aborting a transaction open past its timeout");
@@ -325,8 +497,11 @@ impl TxnCoordinator {
     }
 
     /// After a restart: finish every transaction whose decision was logged but whose markers
-    /// may not all be written.
+    /// may not all be written. (Replicated: done per shard when this broker starts leading it.)
     pub async fn recover(state: &Arc<BrokerState>) {
+        if Self::will_replicate(&state.config) {
+            return;
+        }
         let pending: Vec<(String, TxnMetadata)> = state
             .txns
             .all()
@@ -334,6 +509,105 @@ impl TxnCoordinator {
             .filter(|(_, m)| matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort))
             .collect();
         for (id, m) in pending {
+            Self::recover_one(state, &id, m).await;
+        }
+    }
+
+    /// Cluster mode with a replicated transaction log?
+    pub fn will_replicate(config: &crate::config::Config) -> bool {
+        config.voters.len() >= 2 && config.txns.replication_factor >= 2
+    }
+
+    /// Replicate the transaction log (cluster mode): one Raft group per shard over
+    /// `min(transaction.state.log.replication.factor, voters)` voters (spread in id order); each
+    /// shard's coordinator is its group's leader, which loads the shard's state from the log when
+    /// it takes over and finishes the transactions that were awaiting markers.
+    pub async fn enable_replication(
+        state: &Arc<BrokerState>,
+        node: &Arc<crate::cluster::ClusterNode>,
+        dir: &Path,
+    ) -> anyhow::Result<()> {
+        use crate::cluster::replica::{start_kv, KvApply, ReplicaSpec};
+        if !Self::will_replicate(&state.config) {
+            return Ok(());
+        }
+        let txns = &state.txns;
+        let ids: Vec<i32> = node.voters.keys().filter_map(|v| i32::try_from(*v).ok()).collect();
+        let rf = usize::try_from(txns.settings.replication_factor).unwrap_or(1).min(ids.len());
+        let me = state.config.node_id;
+        let n = txns.shards.len();
+        let replicas: Vec<Vec<i32>> = (0..n).map(|i| (0..rf).map(|k| ids[(i + k) % ids.len()]).collect()).collect();
+        for i in 0..n {
+            txns.unload_shard(i);
+        }
+        let mut groups = Vec::with_capacity(n);
+        for (i, r) in replicas.iter().enumerate() {
+            if !r.contains(&me) {
+                groups.push(None);
+                continue;
+            }
+            let weak = Arc::downgrade(state);
+            let apply: KvApply = Arc::new(move |records, now| match weak.upgrade() {
+                Some(st) => st.txns.apply_replicated(i, records, now),
+                None => Err("the broker is shutting down".into()),
+            });
+            let spec = ReplicaSpec {
+                key: (TXN_TOPIC.to_string(), i as i32),
+                topic_id: uuid::Uuid::nil(),
+                replicas: r.clone(),
+                initialize: true,
+            };
+            let g = start_kv(node.node_id, spec, &node.voters, apply, dir.join(format!("{TXN_TOPIC}-{i}"))).await?;
+            node.replicas.write().unwrap_or_else(|e| e.into_inner()).insert(g.key.clone(), g.clone());
+            groups.push(Some(g));
+        }
+        let watch: Vec<(usize, Arc<crate::cluster::replica::Replica>)> =
+            groups.iter().enumerate().filter_map(|(i, g)| g.clone().map(|g| (i, g))).collect();
+        if txns.replication.set(TxnReplication { replicas, groups }).is_err() {
+            anyhow::bail!("transaction log replication started twice");
+        }
+        for (i, g) in watch {
+            let weak = Arc::downgrade(state);
+            tokio::spawn(async move {
+                let mut rx = g.raft.metrics();
+                let mut leading = false;
+                loop {
+                    let (is_leader, caught_up, term) = {
+                        let m = rx.borrow();
+                        let applied_term = m.last_applied.map(|l| l.leader_id.term);
+                        (m.current_leader == Some(m.id), applied_term == Some(m.current_term), m.current_term)
+                    };
+                    let Some(st) = weak.upgrade() else { return };
+                    if is_leader && caught_up && !leading {
+                        leading = true;
+                        let epoch = i32::try_from(term).unwrap_or(i32::MAX);
+                        let pending = tokio::task::block_in_place(|| st.txns.load_shard(i, epoch));
+                        for id in pending {
+                            let st = st.clone();
+                            tokio::spawn(async move {
+                                if let Some(m) = st.txns.get(&id) {
+                                    TxnCoordinator::recover_one(&st, &id, m).await;
+                                }
+                            });
+                        }
+                    } else if !is_leader && leading {
+                        leading = false;
+                        st.txns.unload_shard(i);
+                    }
+                    drop(st);
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Finish one transaction found in PrepareCommit/PrepareAbort: its markers, then its completion.
+    async fn recover_one(state: &Arc<BrokerState>, id: &str, m: TxnMetadata) {
+        {
+            let id = id.to_string();
             let commit = m.state == TxnState::PrepareCommit;
             tracing::info!(txn = %id, commit, "completing a transaction decided before the restart");
             let mut done = m.clone();
@@ -427,7 +701,7 @@ async fn write_marker_remote(
     m.producer_id = ProducerId(pid);
     m.producer_epoch = epoch;
     m.transaction_result = commit;
-    m.coordinator_epoch = state.txns.coordinator_epoch;
+    m.coordinator_epoch = state.txns.epoch_for(id);
     m.topics = vec![t];
     let mut req = WriteTxnMarkersRequest::default();
     req.markers = vec![m];
@@ -493,7 +767,7 @@ async fn write_marker_until_durable(state: &Arc<BrokerState>, id: &str, topic: &
                 let cmd = PartCommand::Marker {
                     producer_id: pid,
                     epoch,
-                    coordinator_epoch: state.txns.coordinator_epoch,
+                    coordinator_epoch: state.txns.epoch_for(id),
                     commit,
                     now_ms: crate::handlers::now_ms(),
                 };
@@ -523,7 +797,7 @@ async fn write_marker_until_durable(state: &Arc<BrokerState>, id: &str, topic: &
             return;
         };
         let now = crate::handlers::now_ms();
-        let header = MarkerHeader { epoch, coordinator_epoch: state.txns.coordinator_epoch, commit, timestamp: now };
+        let header = MarkerHeader { epoch, coordinator_epoch: state.txns.epoch_for(id), commit, timestamp: now };
         let part = p.clone();
         let written = tokio::task::spawn_blocking(move || part.write_marker(pid, &header, now))
             .await
@@ -594,14 +868,21 @@ async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnM
     while tasks.join_next().await.is_some() {}
     let now = crate::handlers::now_ms();
     let wait = {
-        let mut shard = state.txns.shard(id);
+        let i = state.txns.shard_index(id);
+        let mut shard = state.txns.shard_at(i);
         let prev = shard.txns.get(id).map(|x| x.state);
-        assert!(m.complete.state.may_follow(prev), "completion of {id} from {prev:?}");
-        let w = shard.log.append(&[encode(id, Some(&m.complete))], now)?;
+        if !m.complete.state.may_follow(prev) {
+            // replicated: leadership moved meanwhile; the new leader completes it
+            return Err(StorageError::InvalidConfig(format!("completion of {id} from {prev:?}: no longer leading")));
+        }
+        let w = state
+            .txns
+            .log_write(i, &mut shard, &[encode(id, Some(&m.complete))], now)
+            .map_err(|e| StorageError::InvalidConfig(format!("{e:?}")))?;
         shard.txns.insert(id.to_string(), m.complete.clone());
         w
     };
-    crate::group::wait_durable(wait).await?;
+    wait_logged(wait).await.map_err(|_| StorageError::InvalidConfig("completion not logged".into()))?;
     let outcome = if m.commit { "commit" } else { "abort" };
     ::metrics::counter!(crate::metrics::TRANSACTIONS_TOTAL, "outcome" => outcome).increment(1);
     Ok(m.complete)
