@@ -165,6 +165,11 @@ pub const SETTINGS: &[Setting] = &[
         default: "50",
         help: "partitions of the internal offsets log (fixed at first use)",
     },
+    Setting {
+        name: "offsets.topic.replication.factor",
+        default: "3",
+        help: "cluster mode: replicas of each offsets-log partition (at most the voters; 1: not replicated)",
+    },
     Setting { name: "offsets.topic.segment.bytes", default: "104857600", help: "segment size of the offsets log" },
     Setting {
         name: "offset.metadata.max.bytes",
@@ -592,6 +597,11 @@ pub fn resolve(
                     }
                 })? as usize,
             },
+            replication_factor: parse(
+                "offsets.topic.replication.factor",
+                get("offsets.topic.replication.factor"),
+                |x: &i32| if (1..=7).contains(x) { Ok(()) } else { Err("must be between 1 and 7".into()) },
+            )?,
             partitions: parse("offsets.topic.num.partitions", get("offsets.topic.num.partitions"), |x: &i32| {
                 if (1..=1000).contains(x) {
                     Ok(())

@@ -26,6 +26,59 @@ pub type KvRecord = (Bytes, Option<Bytes>);
 /// What to wait on for durability: the log's flusher and the end offset written.
 pub type Durable = Option<(Arc<Flusher>, i64)>;
 
+/// What to wait on before acting on a coordinator-log write: a local fsync, or (cluster mode,
+/// replicated coordinator log) the Raft commit of the proposed records.
+pub enum LogWait {
+    Local(Durable),
+    Raft(crate::cluster::replica::PendingWrite),
+}
+
+impl LogWait {
+    pub fn none() -> LogWait {
+        LogWait::Local(None)
+    }
+
+    pub fn is_none(&self) -> bool {
+        matches!(self, LogWait::Local(None))
+    }
+
+    /// `self` unless it waits on nothing (a later write's wait covers the earlier ones: the
+    /// local log fsyncs in order, Raft commits in order).
+    pub fn or(self, other: LogWait) -> LogWait {
+        if self.is_none() {
+            other
+        } else {
+            self
+        }
+    }
+
+    pub async fn wait(self) -> Result<(), StorageError> {
+        match self {
+            LogWait::Local(None) => Ok(()),
+            LogWait::Local(Some((f, end))) => tokio::task::spawn_blocking(move || f.sync_to(end).map(|_| ()))
+                .await
+                .unwrap_or_else(|_| Err(StorageError::InvalidConfig("fsync task failed".into()))),
+            LogWait::Raft(p) => match p.wait(std::time::Duration::from_secs(10)).await {
+                crate::cluster::replica::PartResult::Done => Ok(()),
+                other => Err(StorageError::InvalidConfig(format!("coordinator log write not committed: {other:?}"))),
+            },
+        }
+    }
+
+    /// [`LogWait::wait`] from blocking code.
+    pub fn wait_blocking(self) -> Result<(), StorageError> {
+        match self {
+            LogWait::Local(None) => Ok(()),
+            LogWait::Local(Some((f, end))) => f.sync_to(end).map(|_| ()),
+            raft => {
+                let handle = tokio::runtime::Handle::try_current()
+                    .map_err(|e| StorageError::InvalidConfig(format!("no runtime: {e}")))?;
+                tokio::task::block_in_place(|| handle.block_on(raft.wait()))
+            }
+        }
+    }
+}
+
 pub struct KvLog {
     dir: PathBuf,
     config: LogConfig,

@@ -116,6 +116,13 @@ fn main() -> ExitCode {
                         eprintln!("sluice: transaction log replication: {e}");
                         return ExitCode::from(1);
                     }
+                    if let Err(e) =
+                        sluice_broker::group::GroupCoordinator::enable_replication(&state, &node, &dir.join("replicas"))
+                            .await
+                    {
+                        eprintln!("sluice: offsets log replication: {e}");
+                        return ExitCode::from(1);
+                    }
                     state
                         .producer_ids
                         .use_source(Box::new(sluice_broker::cluster::QuorumBlocks(node.clone(), state.config.node_id)));

@@ -269,6 +269,12 @@ impl BrokerState {
         let partitions = if key_type == 1 { self.config.txns.partitions } else { self.config.groups.partitions };
         let p = crate::group::codec::partition_for(key, partitions);
         let image = c.image();
+        if key_type == 0 && self.groups.is_replicated() {
+            // the leader of the key's offsets-log partition (None while it elects one)
+            let owner = self.groups.shard_owner(p)?;
+            let b = image.brokers.get(&owner)?;
+            return Some((b.node_id, b.host.clone(), b.port));
+        }
         if key_type == 1 && self.txns.replication().is_some() {
             // the leader of the key's transaction-log partition (None while it elects one)
             let owner = self.txns.shard_owner(p)?;

@@ -708,10 +708,15 @@ async fn a_partition_moves_to_other_brokers_without_losing_a_record() {
 
 /// The broker coordinating transactional id `id` (FindCoordinator through `b`; -1 if none).
 async fn txn_coordinator(b: &Broker, id: &str) -> i32 {
+    find_coordinator(b, id, 1).await
+}
+
+/// FindCoordinator for a group (0) or transactional id (1) through `b`; -1 if none.
+async fn find_coordinator(b: &Broker, key: &str, key_type: i8) -> i32 {
     let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
     let mut r = kafka_protocol::messages::FindCoordinatorRequest::default();
-    r.key = kafka_protocol::protocol::StrBytes::from_string(id.to_string());
-    r.key_type = 1;
+    r.key = kafka_protocol::protocol::StrBytes::from_string(key.to_string());
+    r.key_type = key_type;
     match conn.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(r)).await {
         Ok(ResponseKind::FindCoordinator(r)) if r.error_code == 0 => r.node_id.0,
         _ => -1,
@@ -832,4 +837,97 @@ async fn the_transaction_coordinator_fails_over_to_another_broker() {
         assert!(!seen.iter().any(|v| v.starts_with(&format!("t{n}-"))), "aborted transaction {n} visible");
     }
     assert_eq!(seen.len(), want, "only committed records");
+}
+
+/// The group coordinator fails over: the offsets log is replicated, so after the coordinator's
+/// broker is killed with SIGKILL another replica coordinates the group with its committed
+/// offsets: a new member resumes exactly where the first one committed (nothing read twice,
+/// nothing skipped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_coordinator_fails_over_with_the_committed_offsets() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+    use rdkafka::message::Message;
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer as _, ThreadedProducer};
+    let mut c = Cluster::start();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("grp", 3, 3, &[]).await.unwrap();
+    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let b2 = bootstrap.clone();
+    tokio::task::spawn_blocking(move || {
+        let p: ThreadedProducer<DefaultProducerContext> =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", &b2).set("acks", "all").create().unwrap();
+        for i in 0..300 {
+            let v = i.to_string();
+            p.send(BaseRecord::<(), _>::to("grp").partition(i % 3).payload(&v)).map_err(|(e, _)| e).unwrap();
+        }
+        p.flush(Duration::from_secs(30)).unwrap();
+    })
+    .await
+    .unwrap();
+    let t0 = Instant::now();
+    let coordinator = loop {
+        let id = find_coordinator(&c.brokers[0], "failover-group", 0).await;
+        if id > 0 {
+            break id;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no group coordinator");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let consumer = |bootstrap: String| -> BaseConsumer {
+        let cons: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", "failover-group")
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "10000")
+            .create()
+            .unwrap();
+        cons.subscribe(&["grp"]).unwrap();
+        cons
+    };
+    let b1 = bootstrap.clone();
+    let first: Vec<usize> = tokio::task::spawn_blocking(move || {
+        let cons = consumer(b1);
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen.len() < 150 && Instant::now() < deadline {
+            if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+                seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
+            }
+        }
+        cons.commit_consumer_state(CommitMode::Sync).unwrap();
+        seen
+    })
+    .await
+    .unwrap();
+    assert_eq!(first.len(), 150);
+    c.brokers[usize::try_from(coordinator - 1).unwrap()].kill9();
+    let b3 = bootstrap.clone();
+    let second: Vec<usize> = tokio::task::spawn_blocking(move || {
+        let cons = consumer(b3);
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen.len() < 150 && Instant::now() < deadline {
+            if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+                seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
+            }
+        }
+        let quiet = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < quiet {
+            if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+                seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
+            }
+        }
+        seen
+    })
+    .await
+    .unwrap();
+    let new = find_coordinator(&c.brokers[usize::try_from(coordinator % 3).unwrap()], "failover-group", 0).await;
+    assert!(new > 0 && new != coordinator, "coordinator {coordinator} → {new}");
+    let a: BTreeSet<usize> = first.iter().copied().collect();
+    let b: BTreeSet<usize> = second.iter().copied().collect();
+    assert_eq!(b.len(), second.len(), "the second member read something twice");
+    assert!(a.is_disjoint(&b), "read again after the failover: {:?}", a.intersection(&b).take(10).collect::<Vec<_>>());
+    assert_eq!(a.len() + b.len(), 300, "first {} + second {}", a.len(), b.len());
 }

@@ -18,12 +18,12 @@ pub mod codec;
 pub mod consumer;
 pub mod machine;
 
-use crate::kvlog::{Durable, KvLog, KvRecord};
+use crate::kvlog::{KvLog, KvRecord, LogWait};
 use bytes::Bytes;
 use codec::{Entry, StoredGroup, StoredMember, StoredOffset};
 use kafka_protocol::error::ResponseError;
 use machine::{CommittedOffset, Effect, Group, GroupSettings, GroupState, JoinArgs, JoinResult, SyncArgs, SyncResult};
-use sluice_storage::{Flusher, LogConfig, StorageError};
+use sluice_storage::{LogConfig, StorageError};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,6 +38,8 @@ pub struct CoordinatorSettings {
     pub group: GroupSettings,
     /// `offsets.topic.num.partitions`
     pub partitions: i32,
+    /// `offsets.topic.replication.factor` (cluster mode; capped at the voters)
+    pub replication_factor: i32,
     /// `offsets.topic.segment.bytes`
     pub segment_bytes: u64,
     /// `offset.metadata.max.bytes`
@@ -55,6 +57,7 @@ impl Default for CoordinatorSettings {
         CoordinatorSettings {
             group: GroupSettings::default(),
             partitions: 50,
+            replication_factor: 3,
             segment_bytes: 104_857_600,
             metadata_max_bytes: 4096,
             retention_ms: 7 * 24 * 3600 * 1000,
@@ -72,6 +75,10 @@ type Waiters<T> = HashMap<(String, String), oneshot::Sender<T>>;
 pub struct Shard {
     index: i32,
     log: KvLog,
+    /// Cluster mode, replicated offsets log: this broker's replica of the shard's Raft group.
+    replica: Option<Arc<crate::cluster::replica::Replica>>,
+    /// Replicated: this broker leads the shard and has loaded it. Always true otherwise.
+    loaded: bool,
     pub groups: HashMap<String, Group>,
     join_waiters: Waiters<JoinResult>,
     sync_waiters: Waiters<SyncResult>,
@@ -80,27 +87,24 @@ pub struct Shard {
 /// Answers to deliver once `durable` (if any) is reached.
 #[must_use]
 pub struct Deliveries {
-    durable: Option<(Arc<Flusher>, i64)>,
+    durable: LogWait,
     joins: Vec<(oneshot::Sender<JoinResult>, JoinResult)>,
     syncs: Vec<(oneshot::Sender<SyncResult>, SyncResult)>,
 }
 
 impl Deliveries {
     fn none() -> Deliveries {
-        Deliveries { durable: None, joins: Vec::new(), syncs: Vec::new() }
+        Deliveries { durable: LogWait::none(), joins: Vec::new(), syncs: Vec::new() }
     }
 
     /// Wait for durability (blocking), then answer. Returns whether the store succeeded.
-    pub fn finish_blocking(self) -> bool {
-        let ok = match &self.durable {
-            Some((f, end)) => match f.sync_to(*end) {
-                Ok(_) => true,
-                Err(e) => {
-                    tracing::error!("offsets log fsync failed: {e}");
-                    false
-                }
-            },
-            None => true,
+    pub fn finish_blocking(mut self) -> bool {
+        let ok = match std::mem::replace(&mut self.durable, LogWait::none()).wait_blocking() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!("offsets log write failed: {e}");
+                false
+            }
         };
         for (tx, mut r) in self.joins {
             if !ok {
@@ -147,9 +151,20 @@ impl Shard {
     }
 
     /// Append entries (in order) and return what to wait on for their durability.
-    fn append(&mut self, entries: &[Entry], now: i64) -> Result<Durable, StorageError> {
+    fn append(&mut self, entries: &[Entry], now: i64) -> Result<LogWait, StorageError> {
         let records: Vec<KvRecord> = entries.iter().map(codec::encode).collect();
-        self.log.append(&records, now)
+        let Some(replica) = self.replica.clone() else { return self.log.append(&records, now).map(LogWait::Local) };
+        if !self.loaded {
+            return Err(StorageError::InvalidConfig("this broker does not coordinate this shard".into()));
+        }
+        let records = records
+            .iter()
+            .map(|(k, v)| crate::cluster::replica::KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) })
+            .collect();
+        replica
+            .propose(crate::cluster::replica::PartCommand::Kv { records, now_ms: now })
+            .map(LogWait::Raft)
+            .map_err(|code| StorageError::InvalidConfig(format!("not the shard's leader ({code})")))
     }
 
     fn group_entry(&self, g: &Group) -> Entry {
@@ -193,7 +208,7 @@ impl Shard {
                     let Some(g) = self.groups.get(group_id) else { continue };
                     let entry = self.group_entry(g);
                     match self.append(&[entry], now) {
-                        Ok(w) => d.durable = w.or(d.durable),
+                        Ok(w) => d.durable = w.or(std::mem::replace(&mut d.durable, LogWait::none())),
                         Err(e) => {
                             tracing::error!(group = group_id, "storing group metadata failed: {e}");
                             store_failed = true;
@@ -365,6 +380,8 @@ impl OffsetToCommit {
 }
 
 pub struct GroupCoordinator {
+    /// Cluster mode, replicated offsets log: the replicas of each shard.
+    replication: std::sync::OnceLock<Vec<Vec<i32>>>,
     pub settings: CoordinatorSettings,
     shards: Vec<Mutex<Shard>>,
 }
@@ -404,6 +421,8 @@ impl GroupCoordinator {
             let mut shard = Shard {
                 index: i,
                 log: KvLog::new(dir.clone(), base, settings.segment_bytes),
+                replica: None,
+                loaded: true,
                 groups: HashMap::new(),
                 join_waiters: HashMap::new(),
                 sync_waiters: HashMap::new(),
@@ -414,7 +433,137 @@ impl GroupCoordinator {
             }
             shards.push(Mutex::new(shard));
         }
-        Ok(GroupCoordinator { settings, shards })
+        Ok(GroupCoordinator { settings, shards, replication: std::sync::OnceLock::new() })
+    }
+
+    /// Is the offsets log replicated (cluster mode, replication factor > 1)?
+    pub fn is_replicated(&self) -> bool {
+        self.replication.get().is_some()
+    }
+
+    /// Replicated: the broker leading shard `p`'s group (as this broker knows it).
+    pub fn shard_owner(&self, p: i32) -> Option<i32> {
+        let assignment = self.replication.get()?;
+        let i = usize::try_from(p).ok()?;
+        let replica = self.shards.get(i)?.lock().unwrap_or_else(|e| e.into_inner()).replica.clone();
+        match replica {
+            Some(r) => r.leader(),
+            None => assignment.get(i)?.first().copied(),
+        }
+    }
+
+    /// Applied on every replica of shard `i` (its Raft state machine): append durably. The
+    /// groups are loaded from this log when the replica becomes the shard's leader.
+    pub fn apply_replicated(&self, i: usize, records: &[KvRecord], now: i64) -> Result<(), String> {
+        let mut shard = self.shards.get(i).ok_or("no such shard")?.lock().unwrap_or_else(|e| e.into_inner());
+        match shard.log.append(records, now).map_err(|e| e.to_string())? {
+            Some((flusher, end)) => flusher.sync_to(end).map(|_| ()).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    /// Replicated: drop shard `i`'s in-memory groups (parked joins and syncs are told
+    /// NOT_COORDINATOR) and, when `lead`, reload them from the replicated log.
+    fn reset_shard(&self, i: usize, lead: bool, now: i64) {
+        let Some(lock) = self.shards.get(i) else { return };
+        let mut shard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, tx) in shard.join_waiters.drain() {
+            let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, ""));
+        }
+        for (_, tx) in shard.sync_waiters.drain() {
+            let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
+        }
+        shard.groups.clear();
+        shard.loaded = false;
+        if lead {
+            match shard.load(now) {
+                Ok(n) => {
+                    shard.loaded = true;
+                    tracing::info!(
+                        shard = i,
+                        records = n,
+                        groups = shard.groups.len(),
+                        "leading offsets-log partition"
+                    );
+                }
+                Err(e) => tracing::error!(shard = i, "cannot load the offsets log: {e}"),
+            }
+        }
+    }
+
+    /// Replicate the offsets log (cluster mode): one Raft group per shard over
+    /// `min(offsets.topic.replication.factor, voters)` voters; each shard's coordinator is its
+    /// group's leader, which reloads the shard's groups and offsets when it takes over.
+    pub async fn enable_replication(
+        state: &Arc<crate::state::BrokerState>,
+        node: &Arc<crate::cluster::ClusterNode>,
+        dir: &Path,
+    ) -> anyhow::Result<()> {
+        use crate::cluster::replica::{start_kv, KvApply, ReplicaSpec};
+        let groups = &state.groups;
+        let ids: Vec<i32> = node.voters.keys().filter_map(|v| i32::try_from(*v).ok()).collect();
+        let rf = usize::try_from(groups.settings.replication_factor).unwrap_or(1).min(ids.len());
+        if rf < 2 {
+            return Ok(());
+        }
+        let me = state.config.node_id;
+        let n = groups.shards.len();
+        let assignment: Vec<Vec<i32>> = (0..n).map(|i| (0..rf).map(|k| ids[(i + k) % ids.len()]).collect()).collect();
+        let now = crate::handlers::now_ms();
+        let mut watch = Vec::new();
+        for (i, r) in assignment.iter().enumerate() {
+            groups.reset_shard(i, false, now);
+            if !r.contains(&me) {
+                continue;
+            }
+            let weak = Arc::downgrade(state);
+            let apply: KvApply = Arc::new(move |records, now| match weak.upgrade() {
+                Some(st) => st.groups.apply_replicated(i, records, now),
+                None => Err("the broker is shutting down".into()),
+            });
+            let spec = ReplicaSpec {
+                key: (OFFSETS_TOPIC.to_string(), i as i32),
+                topic_id: uuid::Uuid::nil(),
+                replicas: r.clone(),
+                initialize: true,
+            };
+            let g = start_kv(node.node_id, spec, &node.voters, apply, dir.join(format!("{OFFSETS_TOPIC}-{i}"))).await?;
+            node.replicas.write().unwrap_or_else(|e| e.into_inner()).insert(g.key.clone(), g.clone());
+            groups.shards[i].lock().unwrap_or_else(|e| e.into_inner()).replica = Some(g.clone());
+            watch.push((i, g));
+        }
+        if groups.replication.set(assignment).is_err() {
+            anyhow::bail!("offsets log replication started twice");
+        }
+        for (i, g) in watch {
+            let weak = Arc::downgrade(state);
+            tokio::spawn(async move {
+                let mut rx = g.raft.metrics();
+                let mut leading = false;
+                loop {
+                    let (is_leader, caught_up) = {
+                        let m = rx.borrow();
+                        (
+                            m.current_leader == Some(m.id),
+                            m.last_applied.map(|l| l.leader_id.term) == Some(m.current_term),
+                        )
+                    };
+                    let Some(st) = weak.upgrade() else { return };
+                    if is_leader && caught_up && !leading {
+                        leading = true;
+                        tokio::task::block_in_place(|| st.groups.reset_shard(i, true, crate::handlers::now_ms()));
+                    } else if !is_leader && leading {
+                        leading = false;
+                        st.groups.reset_shard(i, false, crate::handlers::now_ms());
+                    }
+                    drop(st);
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Ok(())
     }
 
     pub fn partition_for(&self, group: &str) -> i32 {
@@ -526,7 +675,7 @@ impl GroupCoordinator {
         generation: i32,
         offsets: Vec<OffsetToCommit>,
         now: i64,
-    ) -> Result<Option<(Arc<Flusher>, i64)>, ResponseError> {
+    ) -> Result<LogWait, ResponseError> {
         let mut shard = self.shard(group_id);
         if !shard.groups.contains_key(group_id) && generation >= 0 {
             return Err(ResponseError::IllegalGeneration);
@@ -570,7 +719,7 @@ impl GroupCoordinator {
         generation: i32,
         offsets: Vec<OffsetToCommit>,
         now: i64,
-    ) -> Result<Durable, ResponseError> {
+    ) -> Result<LogWait, ResponseError> {
         let mut shard = self.shard(group_id);
         shard.check_group(group_id, now, |g| g.validate_txn_offset_commit(member_id, instance_id, generation))?;
         let entries: Vec<Entry> = offsets
@@ -594,8 +743,11 @@ impl GroupCoordinator {
     }
 
     /// The marker for `pid`'s transaction reached this group: commit or drop its offsets.
-    pub fn complete_txn(&self, group_id: &str, pid: i64, commit: bool, now: i64) -> Result<Durable, ResponseError> {
+    pub fn complete_txn(&self, group_id: &str, pid: i64, commit: bool, now: i64) -> Result<LogWait, ResponseError> {
         let mut shard = self.shard(group_id);
+        if !shard.loaded {
+            return Err(ResponseError::NotCoordinator);
+        }
         let entry = Entry::TxnEnd { group: group_id.to_string(), producer_id: pid, commit };
         let wait = shard.append(&[entry], now).map_err(|e| {
             tracing::error!(group = group_id, "txn offset completion failed: {e}");
@@ -616,11 +768,15 @@ impl GroupCoordinator {
         pid: i64,
         commit: bool,
         now: i64,
-    ) -> Result<Option<Durable>, ResponseError> {
+    ) -> Result<Option<LogWait>, ResponseError> {
         let Some(lock) = usize::try_from(partition).ok().and_then(|i| self.shards.get(i)) else {
             return Err(ResponseError::UnknownTopicOrPartition);
         };
         let mut shard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if !shard.loaded {
+            // replicated: another broker leads this offsets-log partition (or is taking over)
+            return Err(ResponseError::NotCoordinator);
+        }
         let groups: Vec<String> =
             shard.groups.values().filter(|g| g.pending_txn.contains_key(&pid)).map(|g| g.id.clone()).collect();
         if groups.is_empty() {
@@ -686,7 +842,7 @@ impl GroupCoordinator {
         group_id: &str,
         topics: Vec<(String, Vec<i32>)>,
         now: i64,
-    ) -> Result<(Vec<(String, Vec<(i32, i16)>)>, Option<(Arc<Flusher>, i64)>), ResponseError> {
+    ) -> Result<(Vec<(String, Vec<(i32, i16)>)>, LogWait), ResponseError> {
         let mut shard = self.shard(group_id);
         let Some(g) = shard.groups.get(group_id) else {
             return Err(ResponseError::GroupIdNotFound);
@@ -735,7 +891,7 @@ impl GroupCoordinator {
     }
 
     /// DeleteGroups for one group.
-    pub fn delete_group(&self, group_id: &str, now: i64) -> Result<Option<(Arc<Flusher>, i64)>, ResponseError> {
+    pub fn delete_group(&self, group_id: &str, now: i64) -> Result<LogWait, ResponseError> {
         let mut shard = self.shard(group_id);
         let Some(g) = shard.groups.get_mut(group_id) else {
             return Err(ResponseError::GroupIdNotFound);
@@ -779,6 +935,9 @@ impl GroupCoordinator {
     pub fn tick(&self, now: i64) -> Vec<Deliveries> {
         let mut out = Vec::new();
         for mut shard in self.shards() {
+            if !shard.loaded {
+                continue;
+            }
             let ids: Vec<String> = shard.groups.keys().cloned().collect();
             for id in ids {
                 let Some(g) = shard.groups.get_mut(&id) else { continue };
@@ -804,6 +963,9 @@ impl GroupCoordinator {
     pub fn maintain(&self, now: i64) {
         let retention = self.settings.retention_ms;
         for mut shard in self.shards() {
+            if !shard.loaded {
+                continue;
+            }
             let mut entries = Vec::new();
             let mut dead = Vec::new();
             for g in shard.groups.values_mut() {
@@ -833,12 +995,14 @@ impl GroupCoordinator {
             }
             if !entries.is_empty() {
                 match shard.append(&entries, now) {
-                    Ok(Some((f, end))) => {
+                    // replicated: the commit is not awaited under the shard's lock (applying it
+                    // takes that lock); a lost expiry is redone next time
+                    Ok(LogWait::Local(Some((f, end)))) => {
                         if let Err(e) = f.sync_to(end) {
                             tracing::error!(shard = shard.index, "offsets log fsync failed: {e}");
                         }
                     }
-                    Ok(None) => {}
+                    Ok(_) => {}
                     Err(e) => tracing::error!(shard = shard.index, "offset expiry failed: {e}"),
                 }
             }
@@ -884,14 +1048,9 @@ fn count_rebalances(before: u64, after: u64) {
     }
 }
 
-/// Wait for an offsets-log write (blocking thread).
-pub async fn wait_durable(wait: Option<(Arc<Flusher>, i64)>) -> Result<(), StorageError> {
-    match wait {
-        None => Ok(()),
-        Some((f, end)) => tokio::task::spawn_blocking(move || f.sync_to(end).map(|_| ()))
-            .await
-            .unwrap_or_else(|_| Err(StorageError::InvalidConfig("fsync task failed".into()))),
-    }
+/// Wait for an offsets-log write (a local fsync on a blocking thread, or a Raft commit).
+pub async fn wait_durable(wait: LogWait) -> Result<(), StorageError> {
+    wait.wait().await
 }
 
 /// Member metadata as bytes for responses.
@@ -916,8 +1075,8 @@ mod tests {
         let o =
             OffsetToCommit { topic: "t".into(), partition, offset, leader_epoch: 0, metadata: format!("m{offset}") };
         let wait = c.commit_offsets(group, "", None, -1, vec![o], now).unwrap();
-        let (f, end) = wait.unwrap();
-        f.sync_to(end).unwrap();
+        assert!(!wait.is_none());
+        wait.wait_blocking().unwrap();
     }
 
     fn offsets(c: &GroupCoordinator, group: &str) -> Vec<(i32, i64)> {
@@ -969,7 +1128,7 @@ mod tests {
                 commit(&c, "simple", (i % 4) as i32, i, 10 + i);
             }
             commit(&c, "gone", 0, 1, 5000);
-            assert!(c.delete_group("gone", 5001).unwrap().is_some());
+            assert!(!c.delete_group("gone", 5001).unwrap().is_none());
             let shard = c.partition_for("simple") as usize;
             let (_, before) = c.shards[shard].lock().unwrap().log.log_start_and_segments().unwrap();
             c.maintain(6000);

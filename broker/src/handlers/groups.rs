@@ -287,7 +287,7 @@ pub fn offset_commit(state: &BrokerState, req: OffsetCommitRequest) -> Reply {
     let outcome = if group_id.is_empty() {
         Err(ResponseError::InvalidGroupId)
     } else if to_commit.is_empty() {
-        Ok(None)
+        Ok(crate::kvlog::LogWait::none())
     } else {
         state.groups.commit_offsets(
             &group_id,

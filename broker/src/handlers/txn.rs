@@ -251,7 +251,7 @@ pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetC
         };
         let outcome = check.and_then(|()| {
             if to_commit.is_empty() {
-                Ok(None)
+                Ok(crate::kvlog::LogWait::none())
             } else {
                 st.groups.commit_txn_offsets(
                     &group_id,

@@ -24,7 +24,7 @@ enum Staged {
         sync: bool,
     },
     /// A marker on the offsets log: pending transactional offsets completed.
-    Offsets(Option<crate::kvlog::Durable>),
+    Offsets(Option<crate::kvlog::LogWait>),
     /// Proposed to a replicated partition's Raft group.
     Replicated(crate::cluster::replica::PendingWrite),
 }

@@ -13,7 +13,7 @@
 pub mod machine;
 
 use crate::group::codec::partition_for;
-use crate::kvlog::{Durable, KvLog};
+use crate::kvlog::KvLog;
 use crate::partition::producer_state::MarkerHeader;
 use crate::partition::AppendError;
 use crate::state::BrokerState;
@@ -85,22 +85,10 @@ pub struct TxnReplication {
 }
 
 /// What to wait on before acting on a logged transition.
-enum TxnWait {
-    Local(Durable),
-    Raft(crate::cluster::replica::PendingWrite),
-}
+use crate::kvlog::LogWait as TxnWait;
 
 async fn wait_logged(w: TxnWait) -> Result<(), ()> {
-    match w {
-        TxnWait::Local(d) => crate::group::wait_durable(d).await.map_err(|_| ()),
-        TxnWait::Raft(p) => match p.wait(Duration::from_secs(10)).await {
-            crate::cluster::replica::PartResult::Done => Ok(()),
-            other => {
-                tracing::warn!("transaction log write not committed: {other:?}");
-                Err(())
-            }
-        },
-    }
+    w.wait().await.map_err(|e| tracing::warn!("transaction log write: {e}"))
 }
 
 fn key(id: &str) -> Bytes {
@@ -821,16 +809,31 @@ async fn write_marker_until_durable(state: &Arc<BrokerState>, id: &str, topic: &
     }
 }
 
-async fn complete_group_until_durable(state: &Arc<BrokerState>, id: &str, group: &str, pid: i64, commit: bool) {
+/// Complete `pid`'s pending offsets in `group`, retried until durable: at the group's
+/// coordinator — this broker, or another one through a marker on the group's offsets-log
+/// partition — looked up again on every attempt (it may move while a leader is elected).
+async fn complete_group_until_durable(state: &Arc<BrokerState>, id: &str, group: &str, header: (i64, i16, bool)) {
+    let (pid, _, commit) = header;
     let mut backoff = Duration::from_millis(50);
     loop {
-        match state.groups.complete_txn(group, pid, commit, crate::handlers::now_ms()) {
-            Ok(w) => {
-                if crate::group::wait_durable(w).await.is_ok() {
+        let owner = state.coordinator_owner(0, group);
+        match owner {
+            Some((o, host, port)) if o != state.config.node_id => {
+                let partition = crate::group::codec::partition_for(group, state.config.groups.partitions);
+                let addr = format!("{host}:{port}");
+                if write_marker_remote(state, &addr, id, crate::group::OFFSETS_TOPIC, partition, header).await {
                     return;
                 }
             }
-            Err(e) => tracing::error!(txn = id, group, "completing transactional offsets failed: {e:?}"),
+            None if state.cluster.get().is_some() => {} // its coordinator is being elected
+            _ => match state.groups.complete_txn(group, pid, commit, crate::handlers::now_ms()) {
+                Ok(w) => {
+                    if crate::group::wait_durable(w).await.is_ok() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::warn!(txn = id, group, "completing transactional offsets failed: {e:?}"),
+            },
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -845,25 +848,9 @@ async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnM
         tasks.spawn(async move { write_marker_until_durable(&st, &id, &topic, index, header).await });
     }
     for g in m.groups.clone() {
-        let (st, id, pid, commit) = (state.clone(), id.to_string(), m.producer_id, m.commit);
+        let (st, id) = (state.clone(), id.to_string());
         let header = (m.producer_id, m.producer_epoch, m.commit);
-        match state.coordinator_owner(0, &g).filter(|(owner, _, _)| *owner != state.config.node_id) {
-            // the group's coordinator is another broker: a marker on its offsets-log partition
-            Some((_, host, port)) => {
-                let partition = crate::group::codec::partition_for(&g, state.config.groups.partitions);
-                tasks.spawn(async move {
-                    let addr = format!("{host}:{port}");
-                    let mut backoff = Duration::from_millis(50);
-                    while !write_marker_remote(&st, &addr, &id, crate::group::OFFSETS_TOPIC, partition, header).await {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                    }
-                });
-            }
-            None => {
-                tasks.spawn(async move { complete_group_until_durable(&st, &id, &g, pid, commit).await });
-            }
-        }
+        tasks.spawn(async move { complete_group_until_durable(&st, &id, &g, header).await });
     }
     while tasks.join_next().await.is_some() {}
     let now = crate::handlers::now_ms();
