@@ -95,6 +95,11 @@ pub const SETTINGS: &[Setting] = &[
     Setting { name: "log.dirs", default: "./sluice-data", help: "data directory" },
     Setting { name: "node.id", default: "1", help: "this broker's id" },
     Setting {
+        name: "controller.listener",
+        default: "",
+        help: "cluster mode: this broker's Raft address (ip:port) when it joins a running cluster and is not one of controller.quorum.voters",
+    },
+    Setting {
         name: "controller.quorum.voters",
         default: "",
         help: "cluster mode: id@host:port,... the Raft address of every voter of the metadata quorum (empty: single node)",
@@ -225,6 +230,8 @@ pub struct Config {
     pub listeners: Vec<crate::security::ListenerConfig>,
     /// Cluster mode: the voters of the metadata quorum (empty: a single node).
     pub voters: BTreeMap<u64, String>,
+    /// Cluster mode: this broker's Raft address if it is not among the voters (joining later).
+    pub controller_listener: Option<String>,
     pub security: crate::security::SecuritySettings,
     pub listener: SocketAddr,
     pub advertised_host: String,
@@ -525,6 +532,19 @@ pub fn resolve(
     };
     Ok(Config {
         voters,
+        controller_listener: {
+            let (v, src) = get("controller.listener");
+            let v = v.trim().to_string();
+            if !v.is_empty() && v.parse::<std::net::SocketAddr>().is_err() {
+                return Err(ConfigError::Invalid {
+                    name: "controller.listener".into(),
+                    value: v,
+                    origin: src,
+                    reason: "expected ip:port".into(),
+                });
+            }
+            (!v.is_empty()).then_some(v)
+        },
         listeners,
         security,
         listener,

@@ -81,6 +81,9 @@ pub fn dispatch_from(state: &Arc<BrokerState>, mut req: Request, session: &Sessi
         RequestKind::ListPartitionReassignments(r) => {
             Reply::now(ResponseKind::ListPartitionReassignments(handlers::reassign::list(state, r)))
         }
+        RequestKind::UnregisterBroker(r) => {
+            Reply::now(ResponseKind::UnregisterBroker(handlers::reassign::unregister(state, r)))
+        }
         RequestKind::InitProducerId(r) if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) => {
             handlers::txn::init_producer_id(state, version, r)
         }
@@ -277,6 +280,11 @@ mod tests {
                 let mut r = AlterPartitionReassignmentsRequest::default();
                 r.topics = vec![t];
                 RequestKind::AlterPartitionReassignments(r)
+            }
+            ApiKey::UnregisterBroker => {
+                let mut r = UnregisterBrokerRequest::default();
+                r.broker_id = BrokerId(7);
+                RequestKind::UnregisterBroker(r)
             }
             ApiKey::ListPartitionReassignments => {
                 RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default())
@@ -559,6 +567,7 @@ mod tests {
                     .chain(r.responses.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)))
                     .collect(),
                 ResponseKind::ListPartitionReassignments(r) => vec![r.error_code],
+                ResponseKind::UnregisterBroker(r) => vec![r.error_code],
                 ResponseKind::InitProducerId(r) => vec![r.error_code],
                 ResponseKind::DescribeProducers(r) => {
                     r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()

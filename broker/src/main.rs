@@ -101,7 +101,8 @@ fn main() -> ExitCode {
                 .flat_map(|(u, creds)| creds.into_iter().map(move |(m, c)| (u.clone(), m, c)))
                 .collect();
             let imported_acls = if first_join { state.security.acls.all() } else { Vec::new() };
-            match sluice_broker::cluster::ClusterNode::start(id, state.config.voters.clone(), &dir).await {
+            let own = state.config.controller_listener.clone();
+            match sluice_broker::cluster::ClusterNode::start(id, state.config.voters.clone(), own, &dir).await {
                 Ok(node) => {
                     let _ = state.cluster.set(node.clone());
                     if let Err(e) = sluice_broker::cluster::spawn_reconciler(&state, node.clone(), &dir) {

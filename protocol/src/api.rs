@@ -48,6 +48,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::AlterPartitionReassignments, 0, 1),
     api(ApiKey::ListPartitionReassignments, 0, 0),
+    api(ApiKey::UnregisterBroker, 0, 0),
     api(ApiKey::InitProducerId, 0, 4),
     api(ApiKey::DescribeProducers, 0, 0),
     api(ApiKey::FindCoordinator, 0, 4),

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 struct Cluster {
     brokers: Vec<Broker>,
+    voters: String,
 }
 
 impl Cluster {
@@ -25,7 +26,7 @@ impl Cluster {
                 Broker::start_on(free_port(), &["--node-id", &id, "--controller-quorum-voters", &voters])
             })
             .collect();
-        Cluster { brokers }
+        Cluster { brokers, voters }
     }
 }
 
@@ -930,4 +931,93 @@ async fn the_group_coordinator_fails_over_with_the_committed_offsets() {
     assert_eq!(b.len(), second.len(), "the second member read something twice");
     assert!(a.is_disjoint(&b), "read again after the failover: {:?}", a.intersection(&b).take(10).collect::<Vec<_>>());
     assert_eq!(a.len() + b.len(), 300, "first {} + second {}", a.len(), b.len());
+}
+
+/// A fourth broker joins the running cluster (`controller.listener`: its own Raft address), takes
+/// a partition's replica through a reassignment and serves it; after its replica is moved away
+/// it is removed (`sluicectl cluster remove-broker`, UnregisterBroker) and no longer listed. A
+/// configured voter cannot be removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_joins_a_running_cluster_and_leaves_it() {
+    let mut c = Cluster::start();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let raft4 = format!("127.0.0.1:{}", free_port());
+    c.brokers.push(Broker::start_on(
+        free_port(),
+        &["--node-id", "4", "--controller-quorum-voters", &c.voters, "--controller-listener", &raft4],
+    ));
+    let (controller, took) = agreed_controller(&c, &[0, 1, 2, 3], 4, -1).await;
+    eprintln!("broker 4 listed by all four after {took:?} (controller {controller})");
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[3].bootstrap())).unwrap();
+    admin.create_topic("joined", 1, 3, &[]).await.unwrap();
+    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let t0 = Instant::now();
+    while rdkafka_leader(&bootstrap, "joined") <= 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..20 {
+        let code = produce_code(
+            &c.brokers[usize::try_from(rdkafka_leader(&bootstrap, "joined") - 1).unwrap()],
+            "joined",
+            5000,
+        )
+        .await;
+        assert_eq!(code, 0);
+    }
+    // move the partition onto broker 4 (first: its preferred leader) and two of the others
+    ctl_json(&c.brokers[0], &["cluster", "reassign", "--topic", "joined", "--partition", "0", "--replicas", "4,1,2"]);
+    let t0 = Instant::now();
+    loop {
+        let r = ctl_json(&c.brokers[0], &["cluster", "reassignments"]);
+        if r["reassignments"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the move onto broker 4 did not finish: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ctl_json(&c.brokers[0], &["cluster", "elect-leaders", "--topic", "joined"]);
+    let t0 = Instant::now();
+    while rdkafka_leader(&bootstrap, "joined") != 4 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "broker 4 does not lead its partition");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(produce_code(&c.brokers[3], "joined", 5000).await, 0, "broker 4 takes writes as leader");
+    let d = ctl_json(&c.brokers[3], &["cluster", "describe"]);
+    let p = d["partitions"].as_array().unwrap().iter().find(|p| p["topic"] == "joined").unwrap().clone();
+    assert_eq!(p["lag"]["4"], 0, "{p}");
+    // a broker holding replicas, or a configured voter, is not removed
+    let held = std::process::Command::new(sluice_tests::sluicectl_bin())
+        .args(["--bootstrap-server", &c.brokers[0].bootstrap(), "cluster", "remove-broker", "--id", "4"])
+        .output()
+        .unwrap();
+    assert!(!held.status.success() && String::from_utf8_lossy(&held.stderr).contains("joined-0"));
+    let voter = std::process::Command::new(sluice_tests::sluicectl_bin())
+        .args(["--bootstrap-server", &c.brokers[0].bootstrap(), "cluster", "remove-broker", "--id", "1"])
+        .output()
+        .unwrap();
+    assert!(!voter.status.success() && String::from_utf8_lossy(&voter.stderr).contains("controller.quorum.voters"));
+    // move it away, then remove broker 4
+    ctl_json(&c.brokers[0], &["cluster", "reassign", "--topic", "joined", "--partition", "0", "--replicas", "1,2,3"]);
+    let t0 = Instant::now();
+    loop {
+        let r = ctl_json(&c.brokers[0], &["cluster", "reassignments"]);
+        if r["reassignments"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the move off broker 4 did not finish: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ctl_json(&c.brokers[0], &["cluster", "remove-broker", "--id", "4"]);
+    c.brokers[3].kill9();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let t0 = Instant::now();
+    loop {
+        let l = rdkafka_leader(&c.brokers[0].bootstrap(), "joined");
+        if l > 0 && produce_code(&c.brokers[usize::try_from(l - 1).unwrap()], "joined", 5000).await == 0 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the partition does not take writes after broker 4 left");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

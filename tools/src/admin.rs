@@ -499,6 +499,20 @@ pub async fn reassign(
     }
 }
 
+/// `sluicectl cluster remove-broker --id N` (UnregisterBroker).
+pub async fn remove_broker(bootstrap: &str, id: i32) -> Result<(serde_json::Value, String)> {
+    let conn = crate::security::connect(bootstrap).await?;
+    let mut r = UnregisterBrokerRequest::default();
+    r.broker_id = BrokerId(id);
+    match conn.call(ApiKey::UnregisterBroker, 0, RequestKind::UnregisterBroker(r)).await? {
+        ResponseKind::UnregisterBroker(resp) => {
+            check(resp.error_code, &format!("remove broker {id}"), resp.error_message.as_ref())?;
+            Ok((json!({"removed": id}), format!("Broker {id} left the cluster.")))
+        }
+        _ => bail!("unexpected response to UnregisterBroker"),
+    }
+}
+
 /// `sluicectl cluster reassignments`: moves in progress.
 pub async fn reassignments(bootstrap: &str) -> Result<(serde_json::Value, String)> {
     let conn = crate::security::connect(bootstrap).await?;

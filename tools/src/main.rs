@@ -141,6 +141,12 @@ enum ClusterCmd {
     },
     /// Partition moves in progress.
     Reassignments,
+    /// Remove a broker that joined the running cluster (kafka-cluster unregister --id N); move
+    /// its partition replicas away first.
+    RemoveBroker {
+        #[arg(long)]
+        id: i32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -427,6 +433,9 @@ fn main() -> ExitCode {
         Cmd::Cluster { cmd: ClusterCmd::Describe } => run_admin(cli.output, admin::cluster(&cli.bootstrap_server)),
         Cmd::Cluster { cmd: ClusterCmd::Reassign { topic, partition, replicas } } => {
             run_admin(cli.output, admin::reassign(&cli.bootstrap_server, &topic, partition, &replicas))
+        }
+        Cmd::Cluster { cmd: ClusterCmd::RemoveBroker { id } } => {
+            run_admin(cli.output, admin::remove_broker(&cli.bootstrap_server, id))
         }
         Cmd::Cluster { cmd: ClusterCmd::Reassignments } => {
             run_admin(cli.output, admin::reassignments(&cli.bootstrap_server))

@@ -31,6 +31,10 @@ pub enum Command {
         port: i32,
         cluster_id: String,
     },
+    /// A broker left the cluster (`UnregisterBroker`): no longer listed.
+    UnregisterBroker {
+        node_id: i32,
+    },
     /// Hand out the next block of producer ids (never handed out twice, across failovers).
     AllocateProducerIds {
         node_id: i32,
@@ -179,6 +183,10 @@ impl MetadataImage {
                     self.cluster_id = cluster_id.clone();
                 }
                 self.brokers.insert(*node_id, BrokerInfo { node_id: *node_id, host: host.clone(), port: *port });
+                CommandResult::Done
+            }
+            Command::UnregisterBroker { node_id } => {
+                self.brokers.remove(node_id);
                 CommandResult::Done
             }
             Command::AllocateProducerIds { count, .. } => {
@@ -364,6 +372,8 @@ pub struct ClusterNode {
     pub voters: BTreeMap<NodeId, String>,
     /// Bumped after every applied batch of entries (the broker reconciles its topics).
     pub changed: tokio::sync::watch::Receiver<u64>,
+    /// This broker's Raft address.
+    pub own_addr: String,
     /// This broker's replicas of replicated partitions (replication factor > 1).
     pub replicas: RwLock<std::collections::HashMap<replica::GroupKey, Arc<replica::Replica>>>,
 }
@@ -374,12 +384,18 @@ impl ClusterNode {
     pub async fn start(
         node_id: NodeId,
         voters: BTreeMap<NodeId, String>,
+        own_addr: Option<String>,
         dir: &std::path::Path,
     ) -> anyhow::Result<Arc<ClusterNode>> {
-        let addr = voters
-            .get(&node_id)
-            .ok_or_else(|| anyhow::anyhow!("node.id {node_id} is not among controller.quorum.voters"))?
-            .clone();
+        let joining = !voters.contains_key(&node_id);
+        let addr = match (voters.get(&node_id), &own_addr) {
+            (Some(a), _) => a.clone(),
+            (None, Some(a)) => a.clone(),
+            (None, None) => anyhow::bail!(
+                "node.id {node_id} is not among controller.quorum.voters: give controller.listener (this broker's \
+                 Raft address) to join a running cluster"
+            ),
+        };
         std::fs::create_dir_all(dir)?;
         let config = openraft::Config {
             cluster_name: "sluice".into(),
@@ -399,8 +415,34 @@ impl ClusterNode {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen for Raft on {addr}: {e}"))?;
-        let node = Arc::new(ClusterNode { node_id, raft, image, voters, changed, replicas: Default::default() });
+        let node = Arc::new(ClusterNode {
+            node_id,
+            raft,
+            image,
+            voters,
+            changed,
+            replicas: Default::default(),
+            own_addr: addr.clone(),
+        });
         tokio::spawn(network::serve(listener, node.clone()));
+        if !initialized && joining {
+            // a broker added to a running cluster: ask the voters until the leader adds it
+            let n = node.clone();
+            tokio::spawn(async move {
+                loop {
+                    for (id, a) in &n.voters {
+                        match network::join(a, n.node_id, &n.own_addr).await {
+                            Ok(()) => {
+                                tracing::info!("joined the metadata quorum (through voter {id})");
+                                return;
+                            }
+                            Err(e) => tracing::debug!("joining through voter {id}: {e}"),
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            });
+        }
         if !initialized && voters_min(&node.voters) == Some(node_id) {
             let members: BTreeMap<NodeId, openraft::BasicNode> =
                 node.voters.iter().map(|(id, a)| (*id, openraft::BasicNode { addr: a.clone() })).collect();
@@ -415,6 +457,78 @@ impl ClusterNode {
     /// The current leader (the controller), if known.
     pub fn leader(&self) -> Option<NodeId> {
         self.raft.metrics().borrow().current_leader
+    }
+
+    /// The Raft address of broker `id`: a configured voter's, or one the quorum's membership
+    /// holds (brokers that joined later).
+    pub fn addr_of(&self, id: NodeId) -> Option<String> {
+        if let Some(a) = self.voters.get(&id) {
+            return Some(a.clone());
+        }
+        let m = self.raft.metrics().borrow().membership_config.clone();
+        m.membership().get_node(&id).map(|n| n.addr.clone())
+    }
+
+    /// Every known broker's Raft address.
+    pub fn addresses(&self) -> BTreeMap<NodeId, String> {
+        let mut out = self.voters.clone();
+        let m = self.raft.metrics().borrow().membership_config.clone();
+        for (id, n) in m.membership().nodes() {
+            out.entry(*id).or_insert_with(|| n.addr.clone());
+        }
+        out
+    }
+
+    /// On the leader: add broker `id` (Raft address `addr`) to the metadata quorum — as a
+    /// learner until it has caught up, then as a voter. Elsewhere: forwarded to the leader.
+    pub async fn add_broker(&self, id: NodeId, addr: &str) -> anyhow::Result<()> {
+        match self.leader() {
+            Some(l) if l == self.node_id => {
+                let node = openraft::BasicNode { addr: addr.to_string() };
+                tokio::time::timeout(Duration::from_secs(120), self.raft.add_learner(id, node, true))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("broker {id} did not catch up within 120 s"))?
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let add = openraft::ChangeMembers::AddVoterIds(std::iter::once(id).collect());
+                tokio::time::timeout(Duration::from_secs(30), self.raft.change_membership(add, false))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("membership change not committed within 30 s"))?
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                tracing::info!("broker {id} ({addr}) joined the metadata quorum");
+                Ok(())
+            }
+            Some(l) => {
+                let a = self.addr_of(l).ok_or_else(|| anyhow::anyhow!("leader {l} has no known address"))?;
+                network::join(&a, id, addr).await
+            }
+            None => anyhow::bail!("no leader yet"),
+        }
+    }
+
+    /// On the leader: remove broker `id` from the metadata quorum and the broker list.
+    /// Elsewhere: forwarded to the leader.
+    pub async fn remove_broker(&self, id: NodeId) -> anyhow::Result<()> {
+        match self.leader() {
+            Some(l) if l == self.node_id => {
+                let m = self.raft.metrics().borrow().membership_config.clone();
+                if m.membership().voter_ids().any(|v| v == id) {
+                    let remove = openraft::ChangeMembers::RemoveVoters(std::iter::once(id).collect());
+                    tokio::time::timeout(Duration::from_secs(30), self.raft.change_membership(remove, false))
+                        .await
+                        .map_err(|_| anyhow::anyhow!("membership change not committed within 30 s"))?
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                }
+                let node_id = i32::try_from(id)?;
+                self.write(Command::UnregisterBroker { node_id }, Duration::from_secs(10)).await?;
+                tracing::info!("broker {id} left the cluster");
+                Ok(())
+            }
+            Some(l) => {
+                let a = self.addr_of(l).ok_or_else(|| anyhow::anyhow!("leader {l} has no known address"))?;
+                network::leave(&a, id).await
+            }
+            None => anyhow::bail!("no leader yet"),
+        }
     }
 
     /// This broker's replica of a partition, if the partition is replicated and has one here.
@@ -439,8 +553,8 @@ impl ClusterNode {
                     Some(l) if l == self.node_id => {
                         self.raft.client_write(cmd.clone()).await.map(|r| r.data).map_err(|e| anyhow::anyhow!("{e}"))
                     }
-                    Some(l) => match self.voters.get(&l) {
-                        Some(addr) => network::forward(addr, &cmd).await,
+                    Some(l) => match self.addr_of(l) {
+                        Some(addr) => network::forward(&addr, &cmd).await,
                         None => Err(anyhow::anyhow!("leader {l} has no known address")),
                     },
                     None => Err(anyhow::anyhow!("no leader yet")),

@@ -33,6 +33,10 @@ enum Rpc {
     PartSnapshot(GroupKey, InstallSnapshotRequest<PartConfig>),
     /// Stand for election in a partition's group now (ElectLeaders: the preferred replica).
     PartElect(GroupKey),
+    /// A broker joining a running cluster asks to be added (id, Raft address).
+    Join(NodeId, String),
+    /// Remove a broker from the quorum and the broker list (UnregisterBroker).
+    Leave(NodeId),
 }
 
 async fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
@@ -192,6 +196,21 @@ impl RaftNetwork<PartConfig> for PartPeer {
     }
 }
 
+/// Ask the voter at `addr` to add broker `id` (Raft address `own`) to the cluster.
+pub async fn join(addr: &str, id: NodeId, own: &str) -> anyhow::Result<()> {
+    let mut conn = None;
+    let answer: Result<(), String> =
+        exchange(&mut conn, addr, &Rpc::Join(id, own.to_string()), Duration::from_secs(150)).await?;
+    answer.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
+}
+
+/// Ask the voter at `addr` to remove broker `id` from the cluster.
+pub async fn leave(addr: &str, id: NodeId) -> anyhow::Result<()> {
+    let mut conn = None;
+    let answer: Result<(), String> = exchange(&mut conn, addr, &Rpc::Leave(id), Duration::from_secs(60)).await?;
+    answer.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
+}
+
 /// Ask broker `target` to stand for election in `topic`/`partition`'s Raft group.
 pub async fn elect(node: &ClusterNode, target: NodeId, topic: &str, partition: i32) -> anyhow::Result<()> {
     let key: GroupKey = (topic.to_string(), partition);
@@ -199,9 +218,9 @@ pub async fn elect(node: &ClusterNode, target: NodeId, topic: &str, partition: i
         let rep = node.replica(&key).ok_or_else(|| anyhow::anyhow!("no replica of {topic}-{partition} here"))?;
         return rep.raft.trigger().elect().await.map_err(|e| anyhow::anyhow!("{e}"));
     }
-    let addr = node.voters.get(&target).ok_or_else(|| anyhow::anyhow!("broker {target} has no Raft address"))?;
+    let addr = node.addr_of(target).ok_or_else(|| anyhow::anyhow!("broker {target} has no Raft address"))?;
     let mut conn = None;
-    let answer: Result<(), String> = exchange(&mut conn, addr, &Rpc::PartElect(key), Duration::from_secs(5)).await?;
+    let answer: Result<(), String> = exchange(&mut conn, &addr, &Rpc::PartElect(key), Duration::from_secs(5)).await?;
     answer.map_err(|e| anyhow::anyhow!("broker {target}: {e}"))
 }
 
@@ -253,6 +272,14 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                             Some(rep) => rep.raft.trigger().elect().await.map_err(|e| e.to_string()),
                             None => Err(format!("no replica of {}-{} here", g.0, g.1)),
                         };
+                        serde_json::to_vec(&r)
+                    }
+                    Rpc::Join(id, addr) => {
+                        let r: Result<(), String> = node.add_broker(id, &addr).await.map_err(|e| e.to_string());
+                        serde_json::to_vec(&r)
+                    }
+                    Rpc::Leave(id) => {
+                        let r: Result<(), String> = node.remove_broker(id).await.map_err(|e| e.to_string());
                         serde_json::to_vec(&r)
                     }
                     Rpc::Forward(c) => {

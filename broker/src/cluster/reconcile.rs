@@ -188,7 +188,7 @@ impl Reconciler {
             };
             let dir = self.replicas_dir.join(format!("{id}-{}", key.1));
             let spec = super::replica::ReplicaSpec { key: key.clone(), topic_id: id, replicas, initialize };
-            let started = handle.block_on(super::replica::start(node.node_id, spec, &node.voters, partition, dir));
+            let started = handle.block_on(super::replica::start(node.node_id, spec, &node.addresses(), partition, dir));
             match started {
                 Ok(r) => {
                     node.replicas.write().unwrap_or_else(|e| e.into_inner()).insert(key, r);

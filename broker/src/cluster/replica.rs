@@ -419,9 +419,9 @@ async fn move_replicas(node: &super::ClusterNode, r: &Replica, target: &[i32]) -
     let voters = r.voters();
     for id in target.iter().filter(|id| !voters.contains(id)) {
         let nid = NodeId::try_from(*id)?;
-        let addr = node.voters.get(&nid).ok_or_else(|| anyhow::anyhow!("broker {id} has no Raft address"))?;
+        let addr = node.addr_of(nid).ok_or_else(|| anyhow::anyhow!("broker {id} has no Raft address"))?;
         // blocking: returns once the learner has caught up with the leader's log
-        tokio::time::timeout(Duration::from_secs(300), r.raft.add_learner(nid, BasicNode { addr: addr.clone() }, true))
+        tokio::time::timeout(Duration::from_secs(300), r.raft.add_learner(nid, BasicNode { addr }, true))
             .await
             .map_err(|_| anyhow::anyhow!("broker {id} did not catch up within 300 s"))?
             .map_err(|e| anyhow::anyhow!("adding broker {id}: {e}"))?;

@@ -112,3 +112,55 @@ pub fn list(state: &BrokerState, req: ListPartitionReassignmentsRequest) -> List
     }
     resp
 }
+
+const BROKER_ID_NOT_REGISTERED: i16 = 102;
+
+/// UnregisterBroker (v0, `kafka-cluster unregister --id N`): remove a broker that joined a
+/// running cluster (with `controller.listener`) from the metadata quorum and the broker list.
+/// Refused for the configured voters (they hold the coordinators' replicas) and for a broker
+/// that still holds partition replicas (move them first: `sluicectl cluster reassign`).
+pub fn unregister(state: &BrokerState, req: UnregisterBrokerRequest) -> UnregisterBrokerResponse {
+    let mut resp = UnregisterBrokerResponse::default();
+    let id = req.broker_id.0;
+    let refuse = |mut r: UnregisterBrokerResponse, code: i16, m: String| {
+        r.error_code = code;
+        r.error_message = Some(sb(&m));
+        r
+    };
+    let Some(node) = state.cluster.get() else {
+        return refuse(resp, ResponseError::InvalidRequest.code(), "a single broker is not a cluster".into());
+    };
+    let image = node.image();
+    if !image.brokers.contains_key(&id) {
+        return refuse(resp, BROKER_ID_NOT_REGISTERED, format!("broker {id} is not registered"));
+    }
+    if u64::try_from(id).is_ok_and(|v| node.voters.contains_key(&v)) {
+        return refuse(
+            resp,
+            ResponseError::InvalidRequest.code(),
+            format!("broker {id} is one of controller.quorum.voters (coordinator replicas live there); only brokers that joined later can be removed"),
+        );
+    }
+    let held: Vec<String> = image
+        .topics
+        .iter()
+        .flat_map(|(n, t)| {
+            t.replicas.iter().enumerate().filter(|(_, r)| r.contains(&id)).map(move |(p, _)| format!("{n}-{p}"))
+        })
+        .collect();
+    if !held.is_empty() {
+        return refuse(
+            resp,
+            ResponseError::InvalidRequest.code(),
+            format!("broker {id} still holds replicas of {} (move them first): {}", held.len(), held.join(", ")),
+        );
+    }
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return refuse(resp, ResponseError::UnknownServerError.code(), "no runtime".into());
+    };
+    let done = tokio::task::block_in_place(|| handle.block_on(node.remove_broker(u64::try_from(id).unwrap_or(0))));
+    if let Err(e) = done {
+        resp = refuse(resp, ResponseError::RequestTimedOut.code(), e.to_string());
+    }
+    resp
+}

@@ -283,6 +283,14 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
             }
             Gate::Deny(Box::new(ResponseKind::AlterPartitionReassignments(x)))
         }
+        RequestKind::UnregisterBroker(_) => {
+            if c.cluster(Op::Alter) {
+                return Gate::Pass;
+            }
+            let mut x = UnregisterBrokerResponse::default();
+            x.error_code = E::ClusterAuthorizationFailed.code();
+            Gate::Deny(Box::new(ResponseKind::UnregisterBroker(x)))
+        }
         RequestKind::ListPartitionReassignments(_) => {
             if c.cluster(Op::Describe) {
                 return Gate::Pass;
