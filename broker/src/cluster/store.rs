@@ -47,11 +47,23 @@ struct Meta {
     last_purged: Option<LogId<NodeId>>,
 }
 
+/// Where one entry's line is in the log file (entries are read back on demand, not kept in
+/// memory: a partition's Raft log holds every batch).
+#[derive(Clone, Copy)]
+struct Slot {
+    log_id: LogId<NodeId>,
+    pos: u64,
+    len: usize,
+}
+
 struct LogInner<C: Logged> {
     dir: PathBuf,
-    entries: BTreeMap<u64, Entry<C>>,
+    entries: BTreeMap<u64, Slot>,
     meta: Meta,
+    /// Appends (O_APPEND) and reads (pread) on the log file.
     file: std::fs::File,
+    end: u64,
+    _entries: std::marker::PhantomData<C>,
 }
 
 /// The durable Raft log (cheap to clone: a handle).
@@ -69,26 +81,51 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError<NodeId>> {
     sluice_storage::sidefile::write_atomic(path, bytes).map_err(io_err)
 }
 
-impl<C: Logged> LogInner<C> {
+fn open_log_file(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new().create(true).read(true).append(true).open(path)
+}
+
+impl<C: Logged> LogInner<C>
+where
+    Entry<C>: Serialize + serde::de::DeserializeOwned,
+{
     fn save_meta(&self) -> Result<(), StorageError<NodeId>> {
         write_atomic(&self.dir.join(META_FILE), &serde_json::to_vec(&self.meta).map_err(io_err)?)
     }
 
-    /// Rewrite the whole log file from memory (after a truncate or purge; the log is small).
+    fn line(&self, slot: &Slot) -> Result<Vec<u8>, StorageError<NodeId>> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; slot.len];
+        self.file.read_exact_at(&mut buf, slot.pos).map_err(io_err)?;
+        Ok(buf)
+    }
+
+    fn read_entry(&self, slot: &Slot) -> Result<Entry<C>, StorageError<NodeId>> {
+        serde_json::from_slice(&self.line(slot)?).map_err(io_err)
+    }
+
+    /// Rewrite the log file with the entries kept (after a purge: the metadata log only).
     fn rewrite(&mut self) -> Result<(), StorageError<NodeId>> {
         let mut text = Vec::new();
-        for e in self.entries.values() {
-            serde_json::to_writer(&mut text, e).map_err(io_err)?;
-            text.push(b'\n');
+        let mut slots = BTreeMap::new();
+        for (i, slot) in &self.entries {
+            let line = self.line(slot)?;
+            slots.insert(*i, Slot { log_id: slot.log_id, pos: text.len() as u64, len: line.len() });
+            text.extend_from_slice(&line);
         }
         let path = self.dir.join(LOG_FILE);
         write_atomic(&path, &text)?;
-        self.file = std::fs::OpenOptions::new().append(true).open(&path).map_err(io_err)?;
+        self.file = open_log_file(&path).map_err(io_err)?;
+        self.end = text.len() as u64;
+        self.entries = slots;
         Ok(())
     }
 }
 
-impl<C: Logged> LogStore<C> {
+impl<C: Logged> LogStore<C>
+where
+    Entry<C>: Serialize + serde::de::DeserializeOwned,
+{
     pub fn open(dir: &Path) -> anyhow::Result<LogStore<C>> {
         let meta: Meta = match std::fs::read(dir.join(META_FILE)) {
             Ok(b) => serde_json::from_slice(&b)?,
@@ -96,34 +133,45 @@ impl<C: Logged> LogStore<C> {
             Err(e) => return Err(e.into()),
         };
         let path = dir.join(LOG_FILE);
-        let text = match std::fs::read(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
+        let file = open_log_file(&path)?;
+        let total = file.metadata()?.len();
         let mut entries = BTreeMap::new();
-        let mut good = 0usize;
-        for line in text.split_inclusive(|b| *b == b'\n') {
-            // a line without its newline, or one that does not parse, is a torn write: stop
-            if !line.ends_with(b"\n") {
-                break;
-            }
-            match serde_json::from_slice::<Entry<C>>(line) {
-                Ok(e) => {
-                    entries.insert(e.log_id.index, e);
-                    good += line.len();
+        let mut good = 0u64;
+        {
+            use std::io::BufRead;
+            let mut reader = std::io::BufReader::with_capacity(1 << 20, &file);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let n = reader.read_until(b'\n', &mut line)?;
+                // a line without its newline, or one that does not parse, is a torn write: stop
+                if n == 0 || !line.ends_with(b"\n") {
+                    break;
                 }
-                Err(_) => break,
+                match serde_json::from_slice::<Entry<C>>(&line) {
+                    Ok(e) => {
+                        entries.insert(e.log_id.index, Slot { log_id: e.log_id, pos: good, len: n });
+                        good += n as u64;
+                    }
+                    Err(_) => break,
+                }
             }
         }
-        if good < text.len() {
-            tracing::warn!("{}: dropping {} bytes of a torn last entry", path.display(), text.len() - good);
-            let f = std::fs::OpenOptions::new().write(true).open(&path)?;
-            f.set_len(good as u64)?;
-            f.sync_all()?;
+        if good < total {
+            tracing::warn!("{}: dropping {} bytes of a torn last entry", path.display(), total - good);
+            file.set_len(good)?;
+            file.sync_all()?;
         }
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
-        Ok(LogStore { inner: Arc::new(Mutex::new(LogInner { dir: dir.to_path_buf(), entries, meta, file })) })
+        Ok(LogStore {
+            inner: Arc::new(Mutex::new(LogInner {
+                dir: dir.to_path_buf(),
+                entries,
+                meta,
+                file,
+                end: good,
+                _entries: std::marker::PhantomData,
+            })),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LogInner<C>> {
@@ -145,7 +193,8 @@ where
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry<C>>, StorageError<NodeId>> {
-        Ok(self.lock().entries.range(range).map(|(_, e)| e.clone()).collect())
+        let g = self.lock();
+        g.entries.range(range).map(|(_, slot)| g.read_entry(slot)).collect()
     }
 }
 
@@ -157,7 +206,7 @@ where
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<NodeId>> {
         let g = self.lock();
-        let last = g.entries.values().next_back().map(|e| e.log_id).or(g.meta.last_purged);
+        let last = g.entries.values().next_back().map(|s| s.log_id).or(g.meta.last_purged);
         Ok(LogState { last_purged_log_id: g.meta.last_purged, last_log_id: last })
     }
 
@@ -194,15 +243,22 @@ where
         let mut bytes = Vec::new();
         let mut new = Vec::new();
         for e in entries {
+            let pos = bytes.len();
             serde_json::to_writer(&mut bytes, &e).map_err(io_err)?;
             bytes.push(b'\n');
-            new.push(e);
+            new.push((e.log_id, pos, bytes.len() - pos));
         }
         let result = g.file.write_all(&bytes).and_then(|_| g.file.sync_data());
         if result.is_ok() {
-            for e in new {
-                g.entries.insert(e.log_id.index, e);
+            let base = g.end;
+            for (log_id, pos, len) in new {
+                g.entries.insert(log_id.index, Slot { log_id, pos: base + pos as u64, len });
             }
+            g.end += bytes.len() as u64;
+        } else {
+            // the file may hold part of the write: cut it back so the next append lines up
+            let end = g.end;
+            let _ = g.file.set_len(end);
         }
         let failed = result.as_ref().err().map(|e| std::io::Error::new(e.kind(), e.to_string()));
         callback.log_io_completed(result);
@@ -214,8 +270,13 @@ where
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut g = self.lock();
-        g.entries.retain(|i, _| *i < log_id.index);
-        g.rewrite()
+        let cut = g.entries.range(log_id.index..).next().map(|(_, s)| s.pos);
+        if let Some(pos) = cut {
+            g.file.set_len(pos).and_then(|_| g.file.sync_data()).map_err(io_err)?;
+            g.end = pos;
+            g.entries.retain(|i, _| *i < log_id.index);
+        }
+        Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
