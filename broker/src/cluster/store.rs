@@ -60,8 +60,8 @@ struct LogInner<C: Logged> {
     dir: PathBuf,
     entries: BTreeMap<u64, Slot>,
     meta: Meta,
-    /// Appends (O_APPEND) and reads (pread) on the log file.
-    file: std::fs::File,
+    /// Appends (O_APPEND) and reads (pread) on the log file; shared with the fsync tasks.
+    file: Arc<std::fs::File>,
     end: u64,
     _entries: std::marker::PhantomData<C>,
 }
@@ -115,7 +115,7 @@ where
         }
         let path = self.dir.join(LOG_FILE);
         write_atomic(&path, &text)?;
-        self.file = open_log_file(&path).map_err(io_err)?;
+        self.file = Arc::new(open_log_file(&path).map_err(io_err)?);
         self.end = text.len() as u64;
         self.entries = slots;
         Ok(())
@@ -167,7 +167,7 @@ where
                 dir: dir.to_path_buf(),
                 entries,
                 meta,
-                file,
+                file: Arc::new(file),
                 end: good,
                 _entries: std::marker::PhantomData,
             })),
@@ -248,24 +248,28 @@ where
             bytes.push(b'\n');
             new.push((e.log_id, pos, bytes.len() - pos));
         }
-        let result = g.file.write_all(&bytes).and_then(|_| g.file.sync_data());
-        if result.is_ok() {
-            let base = g.end;
-            for (log_id, pos, len) in new {
-                g.entries.insert(log_id.index, Slot { log_id, pos: base + pos as u64, len });
-            }
-            g.end += bytes.len() as u64;
-        } else {
+        // written now, in order (page cache); fsynced on a blocking thread, and openraft told
+        // the entries are durable only then — the Raft task (and its runtime thread) does not
+        // wait for the disk. An fsync covers every write before it, so completions in any order
+        // are correct.
+        let written = (&*g.file).write_all(&bytes);
+        if let Err(e) = written {
             // the file may hold part of the write: cut it back so the next append lines up
             let end = g.end;
             let _ = g.file.set_len(end);
+            let reported = std::io::Error::new(e.kind(), e.to_string());
+            callback.log_io_completed(Err(e));
+            return Err(io_err(reported));
         }
-        let failed = result.as_ref().err().map(|e| std::io::Error::new(e.kind(), e.to_string()));
-        callback.log_io_completed(result);
-        match failed {
-            Some(e) => Err(io_err(e)),
-            None => Ok(()),
+        let base = g.end;
+        for (log_id, pos, len) in new {
+            g.entries.insert(log_id.index, Slot { log_id, pos: base + pos as u64, len });
         }
+        g.end += bytes.len() as u64;
+        let file = g.file.clone();
+        drop(g);
+        tokio::task::spawn_blocking(move || callback.log_io_completed(file.sync_data()));
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
