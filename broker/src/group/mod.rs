@@ -539,25 +539,24 @@ impl GroupCoordinator {
             let weak = Arc::downgrade(state);
             tokio::spawn(async move {
                 let mut rx = g.raft.metrics();
-                let mut leading = false;
                 loop {
-                    let (is_leader, caught_up) = {
+                    // ready: leading, with every entry of its log applied
+                    let (is_leader, ready) = {
                         let m = rx.borrow();
-                        (
-                            m.current_leader == Some(m.id),
-                            m.last_applied.map(|l| l.leader_id.term) == Some(m.current_term),
-                        )
+                        let applied = m.last_applied;
+                        let all_applied = applied.map(|l| l.index) >= m.last_log_index;
+                        let this_term = applied.map(|l| l.leader_id.term) == Some(m.current_term);
+                        (m.current_leader == Some(m.id), all_applied && this_term)
                     };
                     let Some(st) = weak.upgrade() else { return };
-                    if is_leader && caught_up && !leading {
-                        leading = true;
+                    let loaded = st.groups.shards[i].lock().unwrap_or_else(|e| e.into_inner()).loaded;
+                    if is_leader && ready && !loaded {
                         tokio::task::block_in_place(|| st.groups.reset_shard(i, true, crate::handlers::now_ms()));
-                    } else if !is_leader && leading {
-                        leading = false;
+                    } else if !is_leader && loaded {
                         st.groups.reset_shard(i, false, crate::handlers::now_ms());
                     }
                     drop(st);
-                    if rx.changed().await.is_err() {
+                    if let Ok(Err(_)) = tokio::time::timeout(std::time::Duration::from_secs(1), rx.changed()).await {
                         return;
                     }
                 }

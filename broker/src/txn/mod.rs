@@ -280,6 +280,15 @@ impl TxnCoordinator {
             .collect()
     }
 
+    /// Replicated: a logged transition of `id` was not confirmed committed — drop its shard
+    /// (reloaded from the log by the leadership watcher once everything proposed is applied).
+    fn forget_after_failed_write(&self, id: &str) {
+        if self.replication.get().is_some() {
+            tracing::warn!(txn = id, "transaction log write not confirmed; reloading the shard");
+            self.unload_shard(self.shard_index(id));
+        }
+    }
+
     fn unload_shard(&self, i: usize) {
         let mut shard = self.shard_at(i);
         if shard.loaded {
@@ -410,6 +419,10 @@ impl TxnCoordinator {
             Err(e) => return Outcome::Refused(e),
         };
         if wait_logged(durable).await.is_err() {
+            // replicated: the write may still commit later; the in-memory state no longer
+            // follows the log, so drop the shard and reload it once the log is applied (the
+            // reload finishes whatever it finds decided)
+            state.txns.forget_after_failed_write(id);
             return Outcome::Refused(ResponseError::CoordinatorNotAvailable);
         }
         match d {
@@ -558,16 +571,19 @@ impl TxnCoordinator {
             let weak = Arc::downgrade(state);
             tokio::spawn(async move {
                 let mut rx = g.raft.metrics();
-                let mut leading = false;
                 loop {
-                    let (is_leader, caught_up, term) = {
+                    // ready: leading, with every entry of its log applied (its own term's too),
+                    // so the state loaded is exactly what the log holds
+                    let (is_leader, ready, term) = {
                         let m = rx.borrow();
-                        let applied_term = m.last_applied.map(|l| l.leader_id.term);
-                        (m.current_leader == Some(m.id), applied_term == Some(m.current_term), m.current_term)
+                        let applied = m.last_applied;
+                        let all_applied = applied.map(|l| l.index) >= m.last_log_index;
+                        let this_term = applied.map(|l| l.leader_id.term) == Some(m.current_term);
+                        (m.current_leader == Some(m.id), all_applied && this_term, m.current_term)
                     };
                     let Some(st) = weak.upgrade() else { return };
-                    if is_leader && caught_up && !leading {
-                        leading = true;
+                    let loaded = st.txns.shard_at(i).loaded;
+                    if is_leader && ready && !loaded {
                         let epoch = i32::try_from(term).unwrap_or(i32::MAX);
                         let pending = tokio::task::block_in_place(|| st.txns.load_shard(i, epoch));
                         for id in pending {
@@ -578,12 +594,13 @@ impl TxnCoordinator {
                                 }
                             });
                         }
-                    } else if !is_leader && leading {
-                        leading = false;
+                    } else if !is_leader && loaded {
                         st.txns.unload_shard(i);
                     }
                     drop(st);
-                    if rx.changed().await.is_err() {
+                    // re-checked at least every second (a shard dropped after a failed write
+                    // is reloaded once its log is applied)
+                    if let Ok(Err(_)) = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await {
                         return;
                     }
                 }
@@ -869,7 +886,10 @@ async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnM
         shard.txns.insert(id.to_string(), m.complete.clone());
         w
     };
-    wait_logged(wait).await.map_err(|_| StorageError::InvalidConfig("completion not logged".into()))?;
+    if wait_logged(wait).await.is_err() {
+        state.txns.forget_after_failed_write(id);
+        return Err(StorageError::InvalidConfig("completion not logged".into()));
+    }
     let outcome = if m.commit { "commit" } else { "abort" };
     ::metrics::counter!(crate::metrics::TRANSACTIONS_TOTAL, "outcome" => outcome).increment(1);
     Ok(m.complete)
