@@ -213,7 +213,7 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                                 // replicated: checked and written on every replica once a
                                 // majority has it (cluster::replica)
                                 let verified = transactional(&buf).is_some_and(|(pid, e)| verify(pid, e).is_ok());
-                                let cmd = PartCommand::Produce { batch: buf.to_vec(), now_ms: now, verified };
+                                let cmd = PartCommand::Produce { batch: Vec::from(buf), now_ms: now, verified };
                                 match rep.propose(cmd) {
                                     Ok(write) => Staged::Replicated {
                                         write,
