@@ -148,7 +148,7 @@ impl Partition {
         )
         .map_err(|e| AppendError::Storage(StorageError::InvalidConfig(format!("marker batch: {e}"))))?;
         let mut buf = batch.to_vec();
-        let (info, _log_start, sync) = self.append(&mut buf, now_ms).map_err(AppendError::Storage)?;
+        let (info, _log_start, sync) = self.append(&mut buf, now_ms, false).map_err(AppendError::Storage)?;
         if info.rolled {
             self.snapshot(&producers, info.first_offset);
         }
@@ -223,7 +223,7 @@ impl Partition {
             Ok((pid, hdr)) if pid != NO_PRODUCER_ID => (pid, hdr),
             _ => {
                 let producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
-                let (info, log_start, sync) = self.append(batch, now_ms).map_err(AppendError::Storage)?;
+                let (info, log_start, sync) = self.append(batch, now_ms, false).map_err(AppendError::Storage)?;
                 if info.rolled {
                     self.snapshot(&producers, info.first_offset);
                 }
@@ -254,13 +254,13 @@ impl Partition {
                         return Err(AppendError::Refused(r));
                     }
                 }
-                let (info, log_start, sync) = self.append(batch, now_ms).map_err(AppendError::Storage)?;
+                let opens_txn = hdr.transactional && producers.get(&pid).is_none_or(|e| e.txn_first_offset.is_none());
+                let (info, log_start, sync) = self.append(batch, now_ms, opens_txn).map_err(AppendError::Storage)?;
                 if info.rolled {
                     // the state before this batch = the state for every offset below the new segment
                     self.snapshot(&producers, info.first_offset);
                 }
                 let entry = producers.remove(&pid);
-                let opens_txn = hdr.transactional && entry.as_ref().is_none_or(|e| e.txn_first_offset.is_none());
                 let mut entry = producer_state::apply(entry, &hdr, info.first_offset, info.last_offset);
                 // Expiry is judged by when the broker last heard from the producer, not by record
                 // timestamps alone: a producer writing old timestamps must not lose its state.
@@ -299,9 +299,22 @@ impl Partition {
 
     /// Stage 1 of produce: validate and write (ordered with other appends to this partition).
     /// Returns what was stored, the log start offset, and whether durability must be awaited.
-    pub fn append(&self, batches: &mut [u8], now_ms: i64) -> Result<(AppendInfo, i64, bool), StorageError> {
+    ///
+    /// `opens_txn`: the batch opens a transaction. The LSO is lowered to its first offset while
+    /// the log lock is still held — before anything (this call under the Interval policy, a
+    /// concurrent group-commit fsync under Sync, a replica's publish) can move the high
+    /// watermark past it — so a read_committed fetch never sees it before its marker.
+    fn append(
+        &self,
+        batches: &mut [u8],
+        now_ms: i64,
+        opens_txn: bool,
+    ) -> Result<(AppendInfo, i64, bool), StorageError> {
         let mut log = self.log();
         let info = log.append(batches, now_ms, Some(0))?;
+        if opens_txn {
+            self.first_unstable.fetch_min(info.first_offset, Ordering::AcqRel);
+        }
         let log_start = log.log_start_offset();
         match log.config().flush {
             FlushPolicy::Sync => Ok((info, log_start, true)),
@@ -751,6 +764,61 @@ mod tests {
         // a zombie's marker (older epoch) is refused
         let m = MarkerHeader { epoch: -1, coordinator_epoch: 0, commit: true, timestamp: 0 };
         assert!(matches!(p.write_marker(7, &m, 0), Err(AppendError::Refused(Refusal::InvalidProducerEpoch { .. }))));
+    }
+
+    /// A read_committed fetch racing the append of a batch that opens a transaction must never
+    /// see that batch before its marker: the LSO has to be lowered before the high watermark
+    /// covers the batch (a CI Jepsen run caught librdkafka reading an aborted record once).
+    /// Every transaction here is aborted, so any data record a read returns must be listed
+    /// as aborted.
+    #[test]
+    fn reads_racing_appends_never_see_an_open_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig {
+            segment_bytes: 1 << 30,
+            retention_ms: -1,
+            flush: FlushPolicy::Interval { interval_ms: 60_000 },
+            ..LogConfig::default()
+        };
+        let p = Arc::new(Partition::new(
+            "t".into(),
+            0,
+            Log::open(dir.path(), cfg).unwrap(),
+            Arc::new(tokio::sync::Notify::new()),
+        ));
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (p, done) = (p.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut from = 0i64;
+                let mut reads = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    let out = p.read(from, 1 << 20, true, true).unwrap();
+                    reads += 1;
+                    for item in iter_batches(&out.records) {
+                        let (_, v) = item.unwrap();
+                        if v.is_transactional() && !v.is_control() {
+                            let listed = out
+                                .aborted
+                                .iter()
+                                .any(|(pid, first)| *pid == v.producer_id() && *first <= v.base_offset());
+                            assert!(listed, "read an open or aborted transaction's batch at {}", v.base_offset());
+                        }
+                        from = v.last_offset() + 1;
+                    }
+                }
+                reads
+            })
+        };
+        for seq in 0..5_000i32 {
+            let mut b = txn_batch(7, 0, seq, 1);
+            p.append_batch_in_txn(&mut b, 0, Some(&|_, _| Ok(()))).unwrap();
+            let m = MarkerHeader { epoch: 0, coordinator_epoch: 0, commit: false, timestamp: 5 };
+            p.write_marker(7, &m, 0).unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        let reads = reader.join().expect("the reader saw no open transaction");
+        assert!(reads > 100, "the reader raced the writer ({reads} reads)");
     }
 
     #[test]
