@@ -163,3 +163,66 @@ fn pipe_responses(mut from: TcpStream, mut to: TcpStream, f: Arc<Faults>, rng: A
     let _ = to.shutdown(Shutdown::Both);
     let _ = from.shutdown(Shutdown::Both);
 }
+
+/// A proxy on every directed broker-to-broker Raft link of an `n`-broker cluster, so faults can
+/// cut the network *between* brokers (clients keep reaching every broker). Broker `i` (0-based,
+/// node id `i + 1`) is started with `--controller-quorum-voters` = [`Links::voters_for`]`(i)`:
+/// itself at its own Raft port, every peer `j` through the proxy of link `i → j` (the broker
+/// dials a peer at the address its own voter list names). A link carries the requests of its
+/// dialling broker and their responses, so blackholing `i → j` and `j → i` cuts the pair.
+pub struct Links {
+    raft_ports: Vec<u16>,
+    /// `(from, to)` → the proxy `from` dials to reach `to`.
+    proxies: std::collections::BTreeMap<(usize, usize), Proxy>,
+}
+
+impl Links {
+    /// Free Raft ports for `n` brokers and a proxy on each directed link between them.
+    pub fn new(n: usize, seed: u64) -> std::io::Result<Links> {
+        let raft_ports: Vec<u16> = (0..n).map(|_| crate::free_port()).collect();
+        let mut proxies = std::collections::BTreeMap::new();
+        for from in 0..n {
+            for to in (0..n).filter(|t| *t != from) {
+                let s = seed.wrapping_mul(31).wrapping_add((from * n + to) as u64);
+                proxies.insert((from, to), Proxy::start(raft_ports[to], s)?);
+            }
+        }
+        Ok(Links { raft_ports, proxies })
+    }
+
+    /// Broker `i`'s `controller.quorum.voters`.
+    pub fn voters_for(&self, i: usize) -> String {
+        (0..self.raft_ports.len())
+            .map(|j| {
+                let port = if j == i { self.raft_ports[j] } else { self.proxies[&(i, j)].port };
+                format!("{}@127.0.0.1:{port}", j + 1)
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Cut broker `i` off from every other broker (both directions); other links stay up.
+    pub fn isolate(&self, i: usize) {
+        for ((from, to), p) in &self.proxies {
+            if *from == i || *to == i {
+                p.faults.blackhole.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// True if some link is cut.
+    pub fn any_cut(&self) -> bool {
+        self.proxies.values().any(|p| p.faults.blackhole.load(Ordering::Relaxed))
+    }
+
+    /// Restore every link. Connections opened while it was cut are closed first (a blackhole
+    /// drops bytes mid-frame, so they cannot carry on); the brokers reconnect.
+    pub fn heal(&self) {
+        for p in self.proxies.values() {
+            if p.faults.blackhole.load(Ordering::Relaxed) {
+                p.cut_all();
+                p.faults.blackhole.store(false, Ordering::Relaxed);
+            }
+        }
+    }
+}

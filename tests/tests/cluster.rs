@@ -6,6 +6,7 @@
 
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, RequestKind, ResponseKind};
 use sluice_client::{Admin, ClientConfig, Connection};
+use sluice_tests::proxy::Links;
 use sluice_tests::{free_port, Broker};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -27,6 +28,19 @@ impl Cluster {
             })
             .collect();
         Cluster { brokers, voters }
+    }
+
+    /// Three brokers whose Raft traffic runs through a proxy per link, so a test can cut the
+    /// network between brokers (see [`Links`]).
+    fn start_linked(seed: u64) -> (Cluster, Links) {
+        let links = Links::new(3, seed).unwrap();
+        let brokers = (0..3)
+            .map(|i| {
+                let (id, voters) = ((i + 1).to_string(), links.voters_for(i));
+                Broker::start_on(free_port(), &["--node-id", &id, "--controller-quorum-voters", &voters])
+            })
+            .collect();
+        (Cluster { brokers, voters: links.voters_for(0) }, links)
     }
 }
 
@@ -586,6 +600,124 @@ async fn a_leader_without_a_majority_of_replicas_cannot_acknowledge() {
             break;
         }
         assert!(Instant::now() < deadline, "no acknowledgement after the followers came back");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The log end of partition 0 of `topic` in broker `b`'s own replica (ListOffsets as replica
+/// -2, which any replica answers); -1 if it cannot tell.
+async fn replica_end(b: &Broker, topic: &str) -> i64 {
+    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
+    let mut p = kafka_protocol::messages::list_offsets_request::ListOffsetsPartition::default();
+    p.partition_index = 0;
+    p.timestamp = -1;
+    let mut t = kafka_protocol::messages::list_offsets_request::ListOffsetsTopic::default();
+    t.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.into()));
+    t.partitions = vec![p];
+    let mut r = kafka_protocol::messages::ListOffsetsRequest::default();
+    r.replica_id = kafka_protocol::messages::BrokerId(-2);
+    r.topics = vec![t];
+    match conn.call(ApiKey::ListOffsets, 4, RequestKind::ListOffsets(r)).await {
+        Ok(ResponseKind::ListOffsets(r)) => {
+            let p = &r.topics[0].partitions[0];
+            if p.error_code == 0 {
+                p.offset
+            } else {
+                -1
+            }
+        }
+        _ => -1,
+    }
+}
+
+/// A network partition *between brokers* (proxies on every Raft link; clients still reach every
+/// broker): the partition's leader, cut off from both followers — a minority of one — cannot
+/// acknowledge acks=all; the two others elect a new leader that does; once the network heals
+/// the old leader rejoins as a follower and every replica holds exactly the acknowledged
+/// records (the write the old leader took but could not commit is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_other_brokers_cannot_acknowledge_and_the_majority_goes_on() {
+    let (c, links) = Cluster::start_linked(11);
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("cut", 1, 3, &[]).await.unwrap();
+    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let t0 = Instant::now();
+    let leader = loop {
+        let l = rdkafka_leader(&bootstrap, "cut");
+        if l > 0 {
+            break usize::try_from(l - 1).unwrap();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no leader elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut acked = 0i64;
+    for _ in 0..5 {
+        assert_eq!(produce_code(&c.brokers[leader], "cut", 5000).await, 0);
+        acked += 1;
+    }
+
+    links.isolate(leader);
+    let started = Instant::now();
+    let code = produce_code(&c.brokers[leader], "cut", 2000).await;
+    assert_ne!(code, 0, "a leader cut off from its followers acknowledged acks=all");
+    assert!(started.elapsed() < Duration::from_secs(10), "the refusal is bounded by the request timeout");
+    // the majority side elects a leader among itself and takes writes
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let t0 = Instant::now();
+    let new_leader = loop {
+        let mut found = None;
+        for &i in &others {
+            if produce_code(&c.brokers[i], "cut", 3000).await == 0 {
+                found = Some(i);
+                break;
+            }
+        }
+        if let Some(i) = found {
+            acked += 1;
+            break i;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the majority did not elect a new leader");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("broker {} cut off; broker {} leads after {:?}", leader + 1, new_leader + 1, t0.elapsed());
+    for _ in 0..4 {
+        assert_eq!(produce_code(&c.brokers[new_leader], "cut", 5000).await, 0);
+        acked += 1;
+    }
+    // still cut off, the old leader acknowledges nothing
+    assert_ne!(produce_code(&c.brokers[leader], "cut", 1000).await, 0, "the cut-off broker acknowledged");
+
+    links.heal();
+    let t0 = Instant::now();
+    loop {
+        let mut ends = Vec::new();
+        for b in &c.brokers {
+            ends.push(replica_end(b, "cut").await);
+        }
+        if ends.iter().all(|e| *e == acked) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "replicas did not converge on the {acked} acknowledged records: {ends:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // and the partition takes writes again
+    let t0 = Instant::now();
+    loop {
+        let mut ok = false;
+        for b in &c.brokers {
+            if produce_code(b, "cut", 3000).await == 0 {
+                ok = true;
+                break;
+            }
+        }
+        if ok {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no acknowledgement after healing");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

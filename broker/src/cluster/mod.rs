@@ -410,8 +410,9 @@ impl ClusterNode {
         let (changed_tx, changed) = tokio::sync::watch::channel(0u64);
         let sm = store::StateMachine::open(dir, image.clone(), changed_tx)?;
         let initialized = log.has_vote_or_entries();
-        let raft =
-            Raft::new(node_id, config, network::Network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
+        let raft = Raft::new(node_id, config, network::Network { book: Arc::new(voters.clone()) }, log, sm)
+            .await
+            .map_err(|e| anyhow::anyhow!("raft: {e}"))?;
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen for Raft on {addr}: {e}"))?;

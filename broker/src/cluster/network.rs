@@ -89,13 +89,25 @@ async fn exchange<R: DeserializeOwned>(
 }
 
 /// Creates connections to peers (openraft calls it per target).
-pub struct Network;
+///
+/// A peer is reached at the address *this* broker's `controller.quorum.voters` gives for it,
+/// not the one in the group's membership (which the initializing broker wrote): each broker
+/// may name its peers differently — e.g. through a proxy per link, so faults can cut the
+/// network between two brokers. Brokers that joined later are reached at their membership
+/// address.
+pub struct Network {
+    pub book: Arc<std::collections::BTreeMap<NodeId, String>>,
+}
+
+fn resolve(book: &std::collections::BTreeMap<NodeId, String>, target: NodeId, node: &BasicNode) -> String {
+    book.get(&target).cloned().unwrap_or_else(|| node.addr.clone())
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
-        Peer { target, addr: node.addr.clone(), conn: None }
+        Peer { target, addr: resolve(&self.book, target, node), conn: None }
     }
 }
 
@@ -152,15 +164,20 @@ impl RaftNetwork<TypeConfig> for Peer {
 }
 
 /// Connections for one partition's Raft group (same port, the group named in each RPC).
+/// Like [`Network`], for one partition's (or coordinator shard's) Raft group.
 pub struct PartNetwork {
     pub group: GroupKey,
+    pub book: Arc<std::collections::BTreeMap<NodeId, String>>,
 }
 
 impl RaftNetworkFactory<PartConfig> for PartNetwork {
     type Network = PartPeer;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PartPeer {
-        PartPeer { group: self.group.clone(), peer: Peer { target, addr: node.addr.clone(), conn: None } }
+        PartPeer {
+            group: self.group.clone(),
+            peer: Peer { target, addr: resolve(&self.book, target, node), conn: None },
+        }
     }
 }
 

@@ -264,7 +264,7 @@ async fn start_group<SM: RaftStateMachine<PartConfig>>(
     let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
     let log = LogStore::<PartConfig>::open(&dir)?;
     let initialized = log.has_vote_or_entries();
-    let network = super::network::PartNetwork { group: key.clone() };
+    let network = super::network::PartNetwork { group: key.clone(), book: Arc::new(addresses.clone()) };
     let raft = PartRaft::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
     if initialize && !initialized && replicas.first().and_then(|r| NodeId::try_from(*r).ok()) == Some(me) {
         let mut members = BTreeMap::new();
