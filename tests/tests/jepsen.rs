@@ -1,6 +1,6 @@
 //! The Jepsen-style harness in CI (issue 9): a quick profile of several seeds with every fault
 //! (broker kill -9 and SIGSTOP, connection cuts, blackholes, delays, client kill -9 and
-//! SIGSTOP, zombies), over the transactional, idempotent and consume-transform-produce
+//! SIGSTOP, zombies; on three brokers also network partitions between them), over the transactional, idempotent and consume-transform-produce
 //! workloads, each run checked to zero anomalies;
 //! and proof that the harness finds real bugs — against a deliberately broken broker that
 //! ignores the LSO for read_committed, the checker must flag precommitted / intermediate reads.
@@ -115,17 +115,31 @@ fn the_checker_catches_a_broker_that_ignores_the_lso() {
     );
 }
 
-/// Three brokers in cluster mode (partitions, group and transaction coordinators spread over
-/// them; markers and KIP-890 verification between brokers), faults on a random broker each
-/// time: transactional and consume-transform-produce workloads show no anomaly.
+/// Three brokers in cluster mode (replicated partitions and coordinators; markers and KIP-890
+/// verification between brokers), faults on a random broker each time — including network
+/// partitions between the brokers (one cut off from the other two through the Raft link
+/// proxies): transactional and consume-transform-produce workloads show no anomaly.
 #[test]
 fn a_three_broker_cluster_under_faults_shows_no_anomaly() {
-    let (runs, secs): (Vec<(&str, &str)>, &str) = if long() {
-        (vec![("txn", "31"), ("txn", "32"), ("chain", "33"), ("idempotent", "34")], "120")
+    // every fault, and a run where network partitions between the brokers (one broker cut off
+    // from the other two, clients still reaching it) are the main fault
+    const ALL: &str = "kill,pause,cut,blackhole,delay,client-kill,client-pause,partition";
+    const SPLIT: &str = "partition,kill,pause";
+    let (runs, secs): (Vec<(&str, &str, &str)>, &str) = if long() {
+        (
+            vec![
+                ("txn", "31", ALL),
+                ("txn", "32", SPLIT),
+                ("chain", "33", ALL),
+                ("chain", "35", SPLIT),
+                ("idempotent", "34", ALL),
+            ],
+            "120",
+        )
     } else {
-        (vec![("txn", "5"), ("chain", "7")], "15")
+        (vec![("txn", "5", ALL), ("chain", "7", ALL), ("txn", "9", SPLIT)], "15")
     };
-    for (workload, seed) in runs {
+    for (workload, seed, nemesis) in runs {
         let (code, out) = jepsen(&[
             "--nodes",
             "3",
@@ -138,9 +152,12 @@ fn a_three_broker_cluster_under_faults_shows_no_anomaly() {
             "--fault-interval",
             "2",
             "--nemesis",
-            "kill,pause,cut,blackhole,delay,client-kill,client-pause",
+            nemesis,
         ]);
         assert_eq!(code, 0, "{workload} seed {seed}: anomalies or no progress:\n{out}");
         assert!(!out.contains("faults injected: 0"), "faults were injected");
+        if nemesis == SPLIT {
+            assert!(out.contains("after partition:"), "brokers were partitioned from each other:\n{out}");
+        }
     }
 }

@@ -16,7 +16,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use sluice_client::{ClientConfig, Consumer, Producer, ProducerRecord};
 use sluice_tests::jepsen::checker::{self, Report, ANOMALIES};
 use sluice_tests::jepsen::history::{self, Micro, Op, OpFn, OpType};
-use sluice_tests::proxy::Proxy;
+use sluice_tests::proxy::{Links, Proxy};
 use sluice_tests::Broker;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -109,6 +109,9 @@ enum Fault {
     /// A zombie: SIGSTOP a worker mid-run, start a new instance with its transactional id,
     /// then SIGCONT the old one (it must be fenced and stop).
     Zombie,
+    /// Cut one broker off from the other brokers (every Raft link to and from it, through
+    /// the link proxies); clients still reach it. Cluster runs only.
+    Partition,
 }
 
 #[derive(clap::Args, Clone)]
@@ -162,7 +165,7 @@ struct RunArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "kill,pause,cut,blackhole,delay,client-kill,client-pause,zombie"
+        default_value = "kill,pause,cut,blackhole,delay,client-kill,client-pause,zombie,partition"
     )]
     nemesis: Vec<Fault>,
     /// Seconds between faults (a fault lasts up to this long too).
@@ -244,6 +247,8 @@ struct Node {
 /// The brokers, shared by the nemesis and the drain.
 struct Cluster {
     nodes: Vec<Node>,
+    /// Proxies on the brokers' Raft links (cluster runs).
+    links: Option<Links>,
 }
 
 impl Cluster {
@@ -252,6 +257,9 @@ impl Cluster {
     }
 
     fn heal(&self) {
+        if let Some(l) = &self.links {
+            l.heal();
+        }
         for n in &self.nodes {
             let f = &n.proxy.faults;
             f.blackhole.store(false, Ordering::Relaxed);
@@ -729,6 +737,11 @@ async fn nemesis(
             Fault::Cut => node.proxy.cut_all(),
             Fault::Blackhole => node.proxy.faults.blackhole.store(true, Ordering::Relaxed),
             Fault::Delay => node.proxy.faults.delay_ms.store(rng.gen_range(50..300), Ordering::Relaxed),
+            Fault::Partition => {
+                if let Some(l) = &cluster.links {
+                    l.isolate(i);
+                }
+            }
             Fault::None | Fault::ClientKill | Fault::ClientPause | Fault::Zombie => {}
         }
         tokio::time::sleep(hold).await;
@@ -844,8 +857,10 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let n = args.nodes.max(1);
-    let raft: Vec<u16> = (0..n).map(|_| sluice_tests::free_port()).collect();
-    let voters = raft.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
+    if n == 1 {
+        args.nemesis.retain(|f| *f != Fault::Partition); // no links between brokers to cut
+    }
+    let links = if n > 1 { Some(Links::new(n, args.seed).map_err(|e| e.to_string())?) } else { None };
     let mut nodes = Vec::new();
     for i in 0..n {
         let proxy = Proxy::start(0, args.seed.wrapping_add(i as u64)).map_err(|e| e.to_string())?;
@@ -864,7 +879,7 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
                 "--node-id".into(),
                 (i + 1).to_string(),
                 "--controller-quorum-voters".into(),
-                voters.clone(),
+                links.as_ref().map(|l| l.voters_for(i)).unwrap_or_default(),
             ]);
         }
         broker_args.extend(args.broker_args.iter().cloned());
@@ -873,7 +888,7 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
         proxy.set_target(broker.port);
         nodes.push(Node { broker: Mutex::new(broker), proxy });
     }
-    let cluster = Arc::new(Cluster { nodes });
+    let cluster = Arc::new(Cluster { nodes, links });
     if n > 1 {
         rt.block_on(wait_for_cluster(&cluster, n))?;
     }
