@@ -1,4 +1,4 @@
-//! Raft RPCs between brokers: one request per frame (4-byte big-endian length, then JSON),
+//! Raft RPCs between brokers: one request per frame (4-byte big-endian length, then bincode),
 //! answered in order on the same connection. Besides openraft's AppendEntries, Vote and
 //! InstallSnapshot, a follower forwards metadata writes to the leader (`Forward`).
 
@@ -66,7 +66,7 @@ async fn exchange<R: DeserializeOwned>(
     rpc: &Rpc,
     ttl: Duration,
 ) -> std::io::Result<R> {
-    let body = serde_json::to_vec(rpc).map_err(std::io::Error::other)?;
+    let body = bincode::serialize(rpc).map_err(std::io::Error::other)?;
     let run = async {
         if conn.is_none() {
             let s = TcpStream::connect(addr).await?;
@@ -76,7 +76,7 @@ async fn exchange<R: DeserializeOwned>(
         let s = conn.as_mut().ok_or_else(|| std::io::Error::other("no connection"))?;
         write_frame(s, &body).await?;
         let answer = read_frame(s).await?;
-        serde_json::from_slice(&answer).map_err(std::io::Error::other)
+        bincode::deserialize(&answer).map_err(std::io::Error::other)
     };
     let result = match tokio::time::timeout(ttl, run).await {
         Ok(r) => r,
@@ -261,7 +261,7 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
             let _ = socket.set_nodelay(true);
             loop {
                 let Ok(frame) = read_frame(&mut socket).await else { return };
-                let rpc: Rpc = match serde_json::from_slice(&frame) {
+                let rpc: Rpc = match bincode::deserialize(&frame) {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::warn!(%peer, "bad Raft RPC: {e}; closing");
@@ -269,19 +269,19 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     }
                 };
                 let answer = match rpc {
-                    Rpc::Append(r) => serde_json::to_vec(&node.raft.append_entries(r).await),
-                    Rpc::Vote(r) => serde_json::to_vec(&node.raft.vote(r).await),
-                    Rpc::Snapshot(r) => serde_json::to_vec(&node.raft.install_snapshot(r).await),
+                    Rpc::Append(r) => bincode::serialize(&node.raft.append_entries(r).await),
+                    Rpc::Vote(r) => bincode::serialize(&node.raft.vote(r).await),
+                    Rpc::Snapshot(r) => bincode::serialize(&node.raft.install_snapshot(r).await),
                     Rpc::PartAppend(g, r) => match node.replica(&g) {
-                        Some(rep) => serde_json::to_vec(&rep.raft.append_entries(r).await),
+                        Some(rep) => bincode::serialize(&rep.raft.append_entries(r).await),
                         None => return, // not (yet) a replica here: the caller sees a network error
                     },
                     Rpc::PartVote(g, r) => match node.replica(&g) {
-                        Some(rep) => serde_json::to_vec(&rep.raft.vote(r).await),
+                        Some(rep) => bincode::serialize(&rep.raft.vote(r).await),
                         None => return,
                     },
                     Rpc::PartSnapshot(g, r) => match node.replica(&g) {
-                        Some(rep) => serde_json::to_vec(&rep.raft.install_snapshot(r).await),
+                        Some(rep) => bincode::serialize(&rep.raft.install_snapshot(r).await),
                         None => return,
                     },
                     Rpc::PartElect(g) => {
@@ -289,15 +289,15 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                             Some(rep) => rep.raft.trigger().elect().await.map_err(|e| e.to_string()),
                             None => Err(format!("no replica of {}-{} here", g.0, g.1)),
                         };
-                        serde_json::to_vec(&r)
+                        bincode::serialize(&r)
                     }
                     Rpc::Join(id, addr) => {
                         let r: Result<(), String> = node.add_broker(id, &addr).await.map_err(|e| e.to_string());
-                        serde_json::to_vec(&r)
+                        bincode::serialize(&r)
                     }
                     Rpc::Leave(id) => {
                         let r: Result<(), String> = node.remove_broker(id).await.map_err(|e| e.to_string());
-                        serde_json::to_vec(&r)
+                        bincode::serialize(&r)
                     }
                     Rpc::Forward(c) => {
                         let r: Result<CommandResult, String> =
@@ -305,7 +305,7 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                                 Ok(r) => r.map(|r| r.data).map_err(|e| e.to_string()),
                                 Err(_) => Err("no majority answered within 5 s".into()),
                             };
-                        serde_json::to_vec(&r)
+                        bincode::serialize(&r)
                     }
                 };
                 let Ok(answer) = answer else { return };

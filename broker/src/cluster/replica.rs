@@ -72,17 +72,28 @@ pub struct KvEntry {
 }
 
 mod b64opt {
-    use serde::{Deserialize, Deserializer, Serializer};
+    use super::b64::Raw;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
     pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         match v {
-            Some(v) => super::b64::serialize(v, s),
+            // JSON (the Raft log files): the bare base64 string, or null
+            Some(v) if s.is_human_readable() => super::b64::serialize(v, s),
+            Some(v) => s.serialize_some(&Raw(v.clone())),
             None => s.serialize_none(),
         }
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
         use base64::Engine;
+        if !d.is_human_readable() {
+            return Ok(Option::<Raw>::deserialize(d)?.map(|r| r.0));
+        }
         let text: Option<String> = Option::deserialize(d)?;
         text.map(|t| base64::engine::general_purpose::STANDARD.decode(t).map_err(serde::de::Error::custom)).transpose()
+    }
+    impl Serialize for Raw {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(&self.0)
+        }
     }
 }
 
@@ -97,15 +108,46 @@ pub enum PartResult {
     Error { code: i16, message: String },
 }
 
+/// Bytes as base64 text in human-readable formats (the JSON Raft log files) and as raw bytes in
+/// binary ones (bincode RPC frames between brokers: no encoding cost).
 mod b64 {
     use base64::Engine;
     use serde::{Deserialize, Deserializer, Serializer};
     pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
+        if s.is_human_readable() {
+            s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
+        } else {
+            s.serialize_bytes(v)
+        }
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        if !d.is_human_readable() {
+            return Ok(Raw::deserialize(d)?.0);
+        }
         let text = String::deserialize(d)?;
         base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+
+    /// Raw bytes for binary formats.
+    pub struct Raw(pub Vec<u8>);
+
+    impl<'de> Deserialize<'de> for Raw {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Raw, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Raw;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("bytes")
+                }
+                fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Raw, E> {
+                    Ok(Raw(v.to_vec()))
+                }
+                fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Raw, E> {
+                    Ok(Raw(v))
+                }
+            }
+            d.deserialize_byte_buf(V)
+        }
     }
 }
 
@@ -692,6 +734,32 @@ mod tests {
     use openraft::CommittedLeaderId;
     use sluice_protocol::batch::{BatchBuilder, NewRecord};
     use sluice_storage::{Log, LogConfig};
+
+    /// Commands keep their JSON form in the Raft log files (base64 bytes, a bare string or null
+    /// for an optional value) and travel as raw bytes in bincode RPC frames; both round-trip.
+    #[test]
+    fn commands_round_trip_as_json_and_as_bincode() {
+        let cmds = vec![
+            PartCommand::Produce { batch: vec![0, 1, 2, 255], now_ms: 7, verified: true },
+            PartCommand::Kv {
+                records: vec![
+                    KvEntry { key: b"k".to_vec(), value: Some(vec![9; 3]) },
+                    KvEntry { key: vec![], value: None },
+                ],
+                now_ms: 8,
+            },
+            PartCommand::Marker { producer_id: 4, epoch: 2, coordinator_epoch: 1, commit: false, now_ms: 9 },
+        ];
+        let json = serde_json::to_string(&cmds).unwrap();
+        assert!(json.contains(r#""batch":"AAEC/w==""#) && json.contains(r#""value":"CQkJ""#), "{json}");
+        assert!(json.contains(r#""value":null"#), "{json}");
+        assert_eq!(serde_json::from_str::<Vec<PartCommand>>(&json).unwrap(), cmds);
+        let bin = bincode::serialize(&cmds).unwrap();
+        assert!(bin.windows(4).any(|w| w == [0, 1, 2, 255]), "bytes travel raw");
+        assert_eq!(bincode::deserialize::<Vec<PartCommand>>(&bin).unwrap(), cmds);
+        // a truncated frame is an error, not a panic
+        assert!(bincode::deserialize::<Vec<PartCommand>>(&bin[..bin.len() - 3]).is_err());
+    }
 
     fn open_partition(dir: &Path) -> Arc<Partition> {
         let log = Log::open(dir, LogConfig { retention_ms: -1, ..LogConfig::default() }).unwrap();
