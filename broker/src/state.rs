@@ -305,14 +305,17 @@ impl BrokerState {
     }
 
     /// Cluster mode: who leads `topic`/`index` and its leader epoch. A replicated partition's
-    /// leader is its Raft group's (-1 while it elects one; epoch = the Raft term); otherwise the
-    /// assigned broker (epoch 0). `None`: unknown here (or single-node mode).
+    /// leader is its Raft group's (-1 while it elects one; epoch = the Raft term) — on a broker
+    /// that is not one of its replicas, the leader the group last published to the metadata
+    /// quorum; otherwise the assigned broker (epoch 0). `None`: unknown here (or single-node mode).
     pub fn partition_leader(&self, topic: &str, index: i32) -> Option<(i32, i32)> {
         let c = self.cluster.get()?;
         if let Some(r) = c.replica(&(topic.to_string(), index)) {
             return Some((r.leader().unwrap_or(-1), r.term()));
         }
-        c.image().leader(topic, index).map(|l| (l, 0))
+        // not a replica here: the leader its group last published, else the preferred one
+        let image = c.image();
+        image.published_leader(topic, index).or_else(|| image.leader(topic, index).map(|l| (l, 0)))
     }
 
     /// The cluster id clients see: the quorum's (the first registered broker's) in cluster

@@ -732,6 +732,71 @@ fn ctl_json(b: &Broker, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The leader of `topic`/0 as broker `b` reports it in Metadata (-1: none or no answer).
+async fn metadata_leader(b: &Broker, topic: &str) -> i32 {
+    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
+    let mut t = kafka_protocol::messages::metadata_request::MetadataRequestTopic::default();
+    t.name = Some(kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.into())));
+    let mut r = kafka_protocol::messages::MetadataRequest::default();
+    r.topics = Some(vec![t]);
+    match conn.call(ApiKey::Metadata, 9, RequestKind::Metadata(r)).await {
+        Ok(ResponseKind::Metadata(m)) => {
+            m.topics.first().and_then(|t| t.partitions.first()).map(|p| p.leader_id.0).unwrap_or(-1)
+        }
+        _ => -1,
+    }
+}
+
+/// A broker that is not a replica of a partition still reports its actual leader: each new
+/// leader of a partition's Raft group publishes itself to the metadata quorum. The partition is
+/// shrunk from three replicas to {another, the leader} — the leader keeps leading but is no
+/// longer the preferred replica — and the dropped broker reports the leader, not the preferred.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_outside_a_partitions_replicas_reports_its_actual_leader() {
+    let c = Cluster::start();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("led", 1, 3, &[]).await.unwrap();
+    let t0 = Instant::now();
+    let leader = loop {
+        let l = metadata_leader(&c.brokers[0], "led").await;
+        if l > 0 {
+            break l;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no leader elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let other = (1..=3).find(|b| *b != leader).unwrap();
+    let outsider = (1..=3).find(|b| *b != leader && *b != other).unwrap();
+    let replicas = format!("{other},{leader}");
+    ctl_json(&c.brokers[0], &["cluster", "reassign", "--topic", "led", "--partition", "0", "--replicas", &replicas]);
+    let t0 = Instant::now();
+    loop {
+        let r = ctl_json(&c.brokers[0], &["cluster", "reassignments"]);
+        if r["reassignments"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the move did not finish: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let outside = &c.brokers[usize::try_from(outsider - 1).unwrap()];
+    let t0 = Instant::now();
+    loop {
+        // the leader as the replicas see it (it may have changed during the move)
+        let actual = metadata_leader(&c.brokers[usize::try_from(other - 1).unwrap()], "led").await;
+        let seen = metadata_leader(outside, "led").await;
+        if actual > 0 && seen == actual {
+            eprintln!("preferred {other}, leader {actual}, broker {outsider} (not a replica) reports {seen}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "broker {outsider} reports leader {seen}, the replicas {actual} (preferred {other})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Moving a partition's replicas (kafka-reassign-partitions' API): a partition on two brokers
 /// moves to another pair while librdkafka keeps producing with acks=all; the new replica
 /// catches up through the partition's Raft group, the old one leaves, and after the broker that

@@ -71,6 +71,15 @@ pub enum Command {
         partition: i32,
         replicas: Vec<i32>,
     },
+    /// A replicated partition's Raft group elected `leader` in `term` (published by the new
+    /// leader, so brokers that are not replicas route clients to it as well).
+    PartitionLeader {
+        name: String,
+        id: uuid::Uuid,
+        partition: i32,
+        leader: i32,
+        term: i32,
+    },
     /// Replace a topic's config overrides.
     SetTopicConfigs {
         name: String,
@@ -130,6 +139,9 @@ pub struct TopicInfo {
     /// new one (only the first replica at creation does).
     #[serde(default)]
     pub moved: std::collections::BTreeSet<i32>,
+    /// The last leader each replicated partition's group published: (leader, Raft term).
+    #[serde(default)]
+    pub leaders: BTreeMap<i32, (i32, i32)>,
 }
 
 openraft::declare_raft_types!(
@@ -219,6 +231,7 @@ impl MetadataImage {
                         configs: configs.clone(),
                         moving: BTreeMap::new(),
                         moved: Default::default(),
+                        leaders: BTreeMap::new(),
                     },
                 );
                 CommandResult::Done
@@ -285,6 +298,15 @@ impl MetadataImage {
                 }
                 CommandResult::Done
             }
+            Command::PartitionLeader { name, id, partition, leader, term } => {
+                if let Some(t) = self.topics.get_mut(name).filter(|t| t.id == *id) {
+                    let newer = t.leaders.get(partition).is_none_or(|(_, known)| *term >= *known);
+                    if newer && usize::try_from(*partition).is_ok_and(|p| p < t.replicas.len()) {
+                        t.leaders.insert(*partition, (*leader, *term));
+                    }
+                }
+                CommandResult::Done
+            }
             Command::SetTopicConfigs { name, configs } => match self.topics.get_mut(name) {
                 Some(t) => {
                     t.configs = configs.clone();
@@ -344,6 +366,14 @@ impl MetadataImage {
     /// (`BrokerState::partition_leader`).
     pub fn leader(&self, topic: &str, p: i32) -> Option<i32> {
         self.topics.get(topic)?.replicas.get(usize::try_from(p).ok()?)?.first().copied()
+    }
+
+    /// The leader (and Raft term) partition `p` of `topic` last published, if it is still one
+    /// of the partition's replicas.
+    pub fn published_leader(&self, topic: &str, p: i32) -> Option<(i32, i32)> {
+        let t = self.topics.get(topic)?;
+        let (leader, term) = *t.leaders.get(&p)?;
+        t.replicas.get(usize::try_from(p).ok()?)?.contains(&leader).then_some((leader, term))
     }
 }
 

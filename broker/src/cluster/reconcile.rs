@@ -10,7 +10,7 @@ use super::MetadataImage;
 use crate::state::BrokerState;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
 pub struct Reconciler {
@@ -191,10 +191,49 @@ impl Reconciler {
             let started = handle.block_on(super::replica::start(node.node_id, spec, &node.addresses(), partition, dir));
             match started {
                 Ok(r) => {
-                    node.replicas.write().unwrap_or_else(|e| e.into_inner()).insert(key, r);
+                    node.replicas.write().unwrap_or_else(|e| e.into_inner()).insert(key, r.clone());
+                    handle.spawn(publish_leadership(Arc::downgrade(node), r));
                 }
                 Err(e) => tracing::error!(topic = key.0.as_str(), partition = key.1, "cannot start replica: {e}"),
             }
+        }
+    }
+}
+
+/// While `r` runs: each time this broker becomes its group's leader (a new term), publish that
+/// to the metadata quorum, so brokers that are not replicas route clients here too.
+async fn publish_leadership(node: std::sync::Weak<super::ClusterNode>, r: Arc<super::replica::Replica>) {
+    let mut rx = r.raft.metrics();
+    let mut published: Option<u64> = None;
+    loop {
+        let (me, leader, term) = {
+            let m = rx.borrow();
+            (m.id, m.current_leader, m.current_term)
+        };
+        if leader == Some(me) && published != Some(term) {
+            let Some(n) = node.upgrade() else { return };
+            if !n.replica(&r.key).is_some_and(|cur| Arc::ptr_eq(&cur, &r)) {
+                return; // stopped (moved away, topic deleted)
+            }
+            let cmd = super::Command::PartitionLeader {
+                name: r.key.0.clone(),
+                id: r.topic_id,
+                partition: r.key.1,
+                leader: i32::try_from(me).unwrap_or(-1),
+                term: i32::try_from(term).unwrap_or(i32::MAX),
+            };
+            match n.write(cmd, std::time::Duration::from_secs(10)).await {
+                Ok(_) => published = Some(term),
+                Err(e) => {
+                    tracing::debug!(topic = r.key.0.as_str(), partition = r.key.1, "leadership not published: {e}");
+                    drop(n);
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+        }
+        if rx.changed().await.is_err() {
+            return; // the group shut down
         }
     }
 }
