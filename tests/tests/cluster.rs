@@ -534,6 +534,24 @@ async fn a_replicated_partition_keeps_every_acknowledged_record_when_its_leader_
     assert!(d.is_ok(), "{d:?}");
 }
 
+/// Once the three brokers agree on a controller: create `topic` with one partition on all three
+/// and wait until it has a leader; the leader's index in `c.brokers`.
+async fn replicated_topic(c: &Cluster, topic: &str) -> usize {
+    agreed_controller(c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic(topic, 1, 3, &[]).await.unwrap();
+    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let t0 = Instant::now();
+    loop {
+        let l = rdkafka_leader(&bootstrap, topic);
+        if l > 0 {
+            return usize::try_from(l - 1).unwrap();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no leader elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Produce one record to `topic`/0 at `b` with acks=all and the given timeout; the error code.
 async fn produce_code(b: &Broker, topic: &'static str, timeout_ms: i32) -> i16 {
     let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
@@ -562,19 +580,7 @@ async fn produce_code(b: &Broker, topic: &'static str, timeout_ms: i32) -> i16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_without_a_majority_of_replicas_cannot_acknowledge() {
     let c = Cluster::start();
-    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
-    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
-    admin.create_topic("majority", 1, 3, &[]).await.unwrap();
-    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
-    let t0 = Instant::now();
-    let leader = loop {
-        let l = rdkafka_leader(&bootstrap, "majority");
-        if l > 0 {
-            break usize::try_from(l - 1).unwrap();
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no leader elected");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let leader = replicated_topic(&c, "majority").await;
     let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     assert_eq!(produce_code(&c.brokers[leader], "majority", 5000).await, 0);
     c.brokers[followers[0]].pause();
@@ -638,19 +644,7 @@ async fn replica_end(b: &Broker, topic: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_from_the_other_brokers_cannot_acknowledge_and_the_majority_goes_on() {
     let (c, links) = Cluster::start_linked(11);
-    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
-    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
-    admin.create_topic("cut", 1, 3, &[]).await.unwrap();
-    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
-    let t0 = Instant::now();
-    let leader = loop {
-        let l = rdkafka_leader(&bootstrap, "cut");
-        if l > 0 {
-            break usize::try_from(l - 1).unwrap();
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no leader elected");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let leader = replicated_topic(&c, "cut").await;
     let mut acked = 0i64;
     for _ in 0..5 {
         assert_eq!(produce_code(&c.brokers[leader], "cut", 5000).await, 0);
@@ -754,18 +748,7 @@ async fn metadata_leader(b: &Broker, topic: &str) -> i32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_outside_a_partitions_replicas_reports_its_actual_leader() {
     let c = Cluster::start();
-    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
-    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
-    admin.create_topic("led", 1, 3, &[]).await.unwrap();
-    let t0 = Instant::now();
-    let leader = loop {
-        let l = metadata_leader(&c.brokers[0], "led").await;
-        if l > 0 {
-            break l;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no leader elected");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let leader = i32::try_from(replicated_topic(&c, "led").await + 1).unwrap();
     let other = (1..=3).find(|b| *b != leader).unwrap();
     let outsider = (1..=3).find(|b| *b != leader && *b != other).unwrap();
     let replicas = format!("{other},{leader}");

@@ -124,7 +124,9 @@ fn a_three_broker_cluster_under_faults_shows_no_anomaly() {
     // every fault, and a run where network partitions between the brokers (one broker cut off
     // from the other two, clients still reaching it) are the main fault
     const ALL: &str = "kill,pause,cut,blackhole,delay,client-kill,client-pause,partition";
-    const SPLIT: &str = "partition,kill,pause";
+    // (the seeded schedule picks faults by position: with seed 9 this order starts with two
+    // partitions, well inside the 15 s of the quick profile)
+    const SPLIT: &str = "pause,kill,partition";
     let (runs, secs): (Vec<(&str, &str, &str)>, &str) = if long() {
         (
             vec![
