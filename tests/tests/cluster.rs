@@ -1115,8 +1115,7 @@ async fn the_group_coordinator_fails_over_with_the_committed_offsets() {
 
 /// A fourth broker joins the running cluster (`controller.listener`: its own Raft address), takes
 /// a partition's replica through a reassignment and serves it; after its replica is moved away
-/// it is removed (`sluicectl cluster remove-broker`, UnregisterBroker) and no longer listed. A
-/// configured voter cannot be removed.
+/// it is removed (`sluicectl cluster remove-broker`, UnregisterBroker) and no longer listed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_joins_a_running_cluster_and_leaves_it() {
     let mut c = Cluster::start();
@@ -1172,11 +1171,6 @@ async fn a_broker_joins_a_running_cluster_and_leaves_it() {
         .output()
         .unwrap();
     assert!(!held.status.success() && String::from_utf8_lossy(&held.stderr).contains("joined-0"));
-    let voter = std::process::Command::new(sluice_tests::sluicectl_bin())
-        .args(["--bootstrap-server", &c.brokers[0].bootstrap(), "cluster", "remove-broker", "--id", "1"])
-        .output()
-        .unwrap();
-    assert!(!voter.status.success() && String::from_utf8_lossy(&voter.stderr).contains("controller.quorum.voters"));
     // move it away, then remove broker 4
     ctl_json(&c.brokers[0], &["cluster", "reassign", "--topic", "joined", "--partition", "0", "--replicas", "1,2,3"]);
     let t0 = Instant::now();
@@ -1200,4 +1194,108 @@ async fn a_broker_joins_a_running_cluster_and_leaves_it() {
         assert!(t0.elapsed() < Duration::from_secs(30), "the partition does not take writes after broker 4 left");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The voters of the last membership in a coordinator shard group's Raft log on broker `b`.
+fn shard_voters(b: &Broker, group: &str) -> BTreeSet<u64> {
+    let path = b.data_dir.join("__cluster").join("replicas").join(group).join("raft-log.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let last = text.lines().rev().find(|l| l.contains("\"Membership\"")).unwrap_or("{}");
+    let v: serde_json::Value = serde_json::from_str(last).unwrap();
+    v["payload"]["Membership"]["configs"]
+        .as_array()
+        .and_then(|c| c.last())
+        .and_then(|c| c.as_array())
+        .map(|ids| ids.iter().filter_map(|i| i.as_u64()).collect())
+        .unwrap_or_default()
+}
+
+/// One of the configured voters is removed (`cluster remove-broker`): every broker first drops
+/// it from the coordinator shard groups it leads (their Raft logs end with a membership without
+/// it), then it leaves the metadata quorum and the broker list. With it stopped, the two others
+/// agree on a controller, and transactions and group commits keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_voter_is_removed_and_the_coordinators_carry_on() {
+    let mut c = Cluster::start();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("kept", 1, 2, &[]).await.unwrap();
+    let t_start = Instant::now();
+    // keep the topic off broker 3 (refused while it holds a replica)
+    let refused = std::process::Command::new(sluice_tests::sluicectl_bin())
+        .args(["--bootstrap-server", &c.brokers[0].bootstrap(), "cluster", "remove-broker", "--id", "3"])
+        .output()
+        .unwrap();
+    let d = ctl_json(&c.brokers[0], &["cluster", "describe"]);
+    let on3 = d["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["topic"] == "kept" && p["replicas"].as_array().unwrap().iter().any(|r| r.as_i64() == Some(3)));
+    if on3 {
+        assert!(!refused.status.success(), "removed while holding a replica");
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("kept-0"));
+        ctl_json(&c.brokers[0], &["cluster", "reassign", "--topic", "kept", "--partition", "0", "--replicas", "1,2"]);
+        let t0 = Instant::now();
+        while !ctl_json(&c.brokers[0], &["cluster", "reassignments"])["reassignments"].as_array().unwrap().is_empty() {
+            assert!(t0.elapsed() < Duration::from_secs(60), "the move did not finish");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        ctl_json(&c.brokers[0], &["cluster", "remove-broker", "--id", "3"]);
+    } else {
+        assert!(refused.status.success(), "{}", String::from_utf8_lossy(&refused.stderr));
+    }
+    eprintln!("broker 3 removed after {:?}", t_start.elapsed());
+    for g in ["__transaction_state-0", "__consumer_offsets-0"] {
+        for b in &c.brokers[..2] {
+            let v = shard_voters(b, g);
+            assert_eq!(v, BTreeSet::from([1, 2]), "{g} on {}: voters {v:?}", b.bootstrap());
+        }
+    }
+    c.brokers[2].kill9();
+    agreed_controller(&c, &[0, 1], 2, -1).await;
+
+    // a transactional producer and a group's committed offsets, on the two brokers left
+    use rdkafka::producer::Producer as _;
+    let bootstrap = format!("{},{}", c.brokers[0].bootstrap(), c.brokers[1].bootstrap());
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("transactional.id", "after-removal")
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    for t in 0..3 {
+        producer.begin_transaction().unwrap();
+        for i in 0..5 {
+            let v = format!("{t}-{i}");
+            producer
+                .send(rdkafka::producer::FutureRecord::<(), _>::to("kept").payload(&v), Duration::from_secs(10))
+                .await
+                .unwrap();
+        }
+        producer.commit_transaction(Duration::from_secs(30)).unwrap();
+    }
+    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "after-removal")
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    use rdkafka::consumer::Consumer as _;
+    consumer.subscribe(&["kept"]).unwrap();
+    let mut n = 0;
+    let t0 = Instant::now();
+    while n < 15 {
+        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(200)) {
+            n += 1;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "read {n} of 15 committed records");
+    }
+    consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync).unwrap();
+    eprintln!("transactions and group commits done after {:?}", t_start.elapsed());
+    let committed = consumer.committed(Duration::from_secs(10)).unwrap();
+    let at = committed.elements().first().map(|e| e.offset());
+    assert!(matches!(at, Some(rdkafka::Offset::Offset(o)) if o >= 15), "committed {at:?}");
 }

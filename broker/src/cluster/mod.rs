@@ -536,11 +536,94 @@ impl ClusterNode {
         }
     }
 
-    /// On the leader: remove broker `id` from the metadata quorum and the broker list.
+    /// Drop broker `id` from every coordinator shard group this broker is a member of: the
+    /// groups this broker leads remove it (joint consensus; a leader may remove itself and
+    /// step down), the others are waited for (their leaders do the same). Within 50 s.
+    pub async fn drop_from_coordinators(&self, id: NodeId) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(50);
+        let member = i32::try_from(id)?;
+        loop {
+            let groups: Vec<Arc<replica::Replica>> = self
+                .replicas
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .filter(|r| r.topic_id.is_nil() && r.voters().contains(&member))
+                // the broker leaving waits only for the groups it leads: it is not told of the
+                // final membership of the others (it is no longer in it)
+                .filter(|r| id != self.node_id || r.leader() == Some(member))
+                .cloned()
+                .collect();
+            if groups.is_empty() {
+                return Ok(());
+            }
+            // the groups led here change their membership all at once
+            let me = i32::try_from(self.node_id).ok();
+            let changes: Vec<_> = groups
+                .iter()
+                .filter(|g| g.leader() == me)
+                .map(|g| {
+                    let g = g.clone();
+                    tokio::spawn(async move {
+                        let remove = openraft::ChangeMembers::RemoveVoters(std::iter::once(id).collect());
+                        let r = tokio::time::timeout(Duration::from_secs(10), g.raft.change_membership(remove, false));
+                        match r.await {
+                            Ok(Ok(_)) => {
+                                tracing::info!(group = g.key.0.as_str(), shard = g.key.1, "broker {id} removed")
+                            }
+                            Ok(Err(e)) => {
+                                tracing::info!(group = g.key.0.as_str(), shard = g.key.1, "removing {id}: {e}")
+                            }
+                            Err(_) => {
+                                tracing::info!(group = g.key.0.as_str(), shard = g.key.1, "removing {id}: timed out")
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for c in changes {
+                let _ = c.await;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let left: Vec<String> = groups.iter().map(|g| format!("{}-{}", g.key.0, g.key.1)).collect();
+                anyhow::bail!("broker {id} is still a voter of coordinator groups {}", left.join(", "));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// On the leader: remove broker `id` from the metadata quorum and the broker list — one of
+    /// the configured voters after every broker dropped it from the coordinator shard groups.
     /// Elsewhere: forwarded to the leader.
     pub async fn remove_broker(&self, id: NodeId) -> anyhow::Result<()> {
         match self.leader() {
             Some(l) if l == self.node_id => {
+                if self.voters.contains_key(&id) {
+                    // every broker (the one leaving too) shrinks the coordinator groups it leads,
+                    // at the same time (each waits for the groups the others lead)
+                    let registered = self.image();
+                    let remote: Vec<(NodeId, tokio::task::JoinHandle<anyhow::Result<()>>)> = self
+                        .addresses()
+                        .into_iter()
+                        .filter(|(b, _)| *b != self.node_id)
+                        .filter(|(b, _)| i32::try_from(*b).is_ok_and(|b| registered.brokers.contains_key(&b)))
+                        .map(|(b, addr)| {
+                            (b, tokio::spawn(async move { network::drop_from_coordinators(&addr, id).await }))
+                        })
+                        .collect();
+                    // (the broker leaving cannot see the groups it was dropped from change further)
+                    let local = self.drop_from_coordinators(id).await;
+                    let mut failed = local.err().filter(|_| self.node_id != id).map(|e| (self.node_id, e));
+                    for (b, h) in remote {
+                        let r = h.await.map_err(|e| anyhow::anyhow!("{e}")).and_then(|r| r);
+                        if let (Err(e), true) = (r, b != id) {
+                            failed.get_or_insert((b, e));
+                        }
+                    }
+                    if let Some((b, e)) = failed {
+                        anyhow::bail!("broker {b} could not drop broker {id} from the coordinators: {e}");
+                    }
+                }
                 let m = self.raft.metrics().borrow().membership_config.clone();
                 if m.membership().voter_ids().any(|v| v == id) {
                     let remove = openraft::ChangeMembers::RemoveVoters(std::iter::once(id).collect());

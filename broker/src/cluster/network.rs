@@ -37,6 +37,9 @@ enum Rpc {
     Join(NodeId, String),
     /// Remove a broker from the quorum and the broker list (UnregisterBroker).
     Leave(NodeId),
+    /// Drop a broker from every coordinator shard group this broker is a member of (the groups
+    /// it leads change their membership; it waits for the others).
+    DropFromCoordinators(NodeId),
 }
 
 async fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
@@ -228,6 +231,14 @@ pub async fn leave(addr: &str, id: NodeId) -> anyhow::Result<()> {
     answer.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
 }
 
+/// Ask the broker at `addr` to drop broker `id` from the coordinator shard groups it is in.
+pub async fn drop_from_coordinators(addr: &str, id: NodeId) -> anyhow::Result<()> {
+    let mut conn = None;
+    let answer: Result<(), String> =
+        exchange(&mut conn, addr, &Rpc::DropFromCoordinators(id), Duration::from_secs(60)).await?;
+    answer.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
+}
+
 /// Ask broker `target` to stand for election in `topic`/`partition`'s Raft group.
 pub async fn elect(node: &ClusterNode, target: NodeId, topic: &str, partition: i32) -> anyhow::Result<()> {
     let key: GroupKey = (topic.to_string(), partition);
@@ -297,6 +308,10 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     }
                     Rpc::Leave(id) => {
                         let r: Result<(), String> = node.remove_broker(id).await.map_err(|e| e.to_string());
+                        bincode::serialize(&r)
+                    }
+                    Rpc::DropFromCoordinators(id) => {
+                        let r: Result<(), String> = node.drop_from_coordinators(id).await.map_err(|e| e.to_string());
                         bincode::serialize(&r)
                     }
                     Rpc::Forward(c) => {

@@ -134,12 +134,8 @@ pub fn unregister(state: &BrokerState, req: UnregisterBrokerRequest) -> Unregist
     if !image.brokers.contains_key(&id) {
         return refuse(resp, BROKER_ID_NOT_REGISTERED, format!("broker {id} is not registered"));
     }
-    if u64::try_from(id).is_ok_and(|v| node.voters.contains_key(&v)) {
-        return refuse(
-            resp,
-            ResponseError::InvalidRequest.code(),
-            format!("broker {id} is one of controller.quorum.voters (coordinator replicas live there); only brokers that joined later can be removed"),
-        );
+    if image.brokers.len() < 2 {
+        return refuse(resp, ResponseError::InvalidRequest.code(), format!("broker {id} is the last broker"));
     }
     let held: Vec<String> = image
         .topics
