@@ -574,6 +574,21 @@ async fn produce_code(b: &Broker, topic: &'static str, timeout_ms: i32) -> i16 {
     }
 }
 
+/// Produce one acks=all record to `topic`/0 at each of `among` in turn until one acknowledges
+/// (within 30 s); its index. `when` names the moment for the failure message.
+async fn acknowledged_by_one_of(c: &Cluster, among: &[usize], topic: &'static str, when: &str) -> usize {
+    let t0 = Instant::now();
+    loop {
+        for &i in among {
+            if produce_code(&c.brokers[i], topic, 3000).await == 0 {
+                return i;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no acknowledgement {when}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// acks=all needs a majority of the partition's replicas: with one follower frozen (SIGSTOP)
 /// the leader still acknowledges; with both frozen — the leader alone, a minority — it
 /// cannot (REQUEST_TIMED_OUT), and acknowledges again once they are back.
@@ -592,22 +607,8 @@ async fn a_leader_without_a_majority_of_replicas_cannot_acknowledge() {
     assert!(started.elapsed() < Duration::from_secs(10), "the refusal is bounded by the request timeout");
     c.brokers[followers[0]].resume();
     c.brokers[followers[1]].resume();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        // the leader may have changed while it was cut off: ask every broker
-        let mut ok = false;
-        for b in &c.brokers {
-            if produce_code(b, "majority", 5000).await == 0 {
-                ok = true;
-                break;
-            }
-        }
-        if ok {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no acknowledgement after the followers came back");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // the leader may have changed while it was cut off: ask every broker
+    acknowledged_by_one_of(&c, &[0, 1, 2], "majority", "after the followers came back").await;
 }
 
 /// The log end of partition 0 of `topic` in broker `b`'s own replica (ListOffsets as replica
@@ -659,21 +660,8 @@ async fn a_leader_cut_off_from_the_other_brokers_cannot_acknowledge_and_the_majo
     // the majority side elects a leader among itself and takes writes
     let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     let t0 = Instant::now();
-    let new_leader = loop {
-        let mut found = None;
-        for &i in &others {
-            if produce_code(&c.brokers[i], "cut", 3000).await == 0 {
-                found = Some(i);
-                break;
-            }
-        }
-        if let Some(i) = found {
-            acked += 1;
-            break i;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "the majority did not elect a new leader");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let new_leader = acknowledged_by_one_of(&c, &others, "cut", "from the majority side").await;
+    acked += 1;
     eprintln!("broker {} cut off; broker {} leads after {:?}", leader + 1, new_leader + 1, t0.elapsed());
     for _ in 0..4 {
         assert_eq!(produce_code(&c.brokers[new_leader], "cut", 5000).await, 0);
@@ -699,21 +687,7 @@ async fn a_leader_cut_off_from_the_other_brokers_cannot_acknowledge_and_the_majo
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // and the partition takes writes again
-    let t0 = Instant::now();
-    loop {
-        let mut ok = false;
-        for b in &c.brokers {
-            if produce_code(b, "cut", 3000).await == 0 {
-                ok = true;
-                break;
-            }
-        }
-        if ok {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no acknowledgement after healing");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    acknowledged_by_one_of(&c, &[0, 1, 2], "cut", "after healing").await;
 }
 
 fn ctl_json(b: &Broker, args: &[&str]) -> serde_json::Value {
@@ -724,6 +698,19 @@ fn ctl_json(b: &Broker, args: &[&str]) -> serde_json::Value {
         .unwrap();
     assert!(out.status.success(), "sluicectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Wait (up to 60 s) until broker `b` lists no reassignment in progress; `failure` otherwise.
+async fn reassignments_done(b: &Broker, failure: &str) {
+    let t0 = Instant::now();
+    loop {
+        let r = ctl_json(b, &["cluster", "reassignments"]);
+        if r["reassignments"].as_array().unwrap().is_empty() {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "{failure}: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The leader of `topic`/0 as broker `b` reports it in Metadata (-1: none or no answer).
@@ -753,15 +740,7 @@ async fn a_broker_outside_a_partitions_replicas_reports_its_actual_leader() {
     let outsider = (1..=3).find(|b| *b != leader && *b != other).unwrap();
     let replicas = format!("{other},{leader}");
     ctl_json(&c.brokers[0], &["cluster", "reassign", "--topic", "led", "--partition", "0", "--replicas", &replicas]);
-    let t0 = Instant::now();
-    loop {
-        let r = ctl_json(&c.brokers[0], &["cluster", "reassignments"]);
-        if r["reassignments"].as_array().unwrap().is_empty() {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "the move did not finish: {r}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    reassignments_done(&c.brokers[0], "the move did not finish").await;
     let outside = &c.brokers[usize::try_from(outsider - 1).unwrap()];
     let t0 = Instant::now();
     loop {
@@ -836,15 +815,7 @@ async fn a_partition_moves_to_other_brokers_without_losing_a_record() {
     ctl_json(&c.brokers[2], &["cluster", "reassign", "--topic", "moving", "--partition", "0", "--replicas", &replicas]);
     // writes carry on during the move
     let during = send(500..1000);
-    let t0 = Instant::now();
-    loop {
-        let r = ctl_json(&c.brokers[0], &["cluster", "reassignments"]);
-        if r["reassignments"].as_array().unwrap().is_empty() {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "the move did not finish: {r}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    reassignments_done(&c.brokers[0], "the move did not finish").await;
     for (i, d) in during {
         if matches!(d.await, Ok(Ok(_))) {
             acked.insert(i);
@@ -1146,15 +1117,7 @@ async fn a_broker_joins_a_running_cluster_and_leaves_it() {
     }
     // move the partition onto broker 4 (first: its preferred leader) and two of the others
     ctl_json(&c.brokers[0], &["cluster", "reassign", "--topic", "joined", "--partition", "0", "--replicas", "4,1,2"]);
-    let t0 = Instant::now();
-    loop {
-        let r = ctl_json(&c.brokers[0], &["cluster", "reassignments"]);
-        if r["reassignments"].as_array().unwrap().is_empty() {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "the move onto broker 4 did not finish: {r}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    reassignments_done(&c.brokers[0], "the move onto broker 4 did not finish").await;
     ctl_json(&c.brokers[0], &["cluster", "elect-leaders", "--topic", "joined"]);
     let t0 = Instant::now();
     while rdkafka_leader(&bootstrap, "joined") != 4 {
@@ -1173,15 +1136,7 @@ async fn a_broker_joins_a_running_cluster_and_leaves_it() {
     assert!(!held.status.success() && String::from_utf8_lossy(&held.stderr).contains("joined-0"));
     // move it away, then remove broker 4
     ctl_json(&c.brokers[0], &["cluster", "reassign", "--topic", "joined", "--partition", "0", "--replicas", "1,2,3"]);
-    let t0 = Instant::now();
-    loop {
-        let r = ctl_json(&c.brokers[0], &["cluster", "reassignments"]);
-        if r["reassignments"].as_array().unwrap().is_empty() {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "the move off broker 4 did not finish: {r}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    reassignments_done(&c.brokers[0], "the move off broker 4 did not finish").await;
     ctl_json(&c.brokers[0], &["cluster", "remove-broker", "--id", "4"]);
     c.brokers[3].kill9();
     agreed_controller(&c, &[0, 1, 2], 3, -1).await;
@@ -1236,11 +1191,7 @@ async fn a_configured_voter_is_removed_and_the_coordinators_carry_on() {
         assert!(!refused.status.success(), "removed while holding a replica");
         assert!(String::from_utf8_lossy(&refused.stderr).contains("kept-0"));
         ctl_json(&c.brokers[0], &["cluster", "reassign", "--topic", "kept", "--partition", "0", "--replicas", "1,2"]);
-        let t0 = Instant::now();
-        while !ctl_json(&c.brokers[0], &["cluster", "reassignments"])["reassignments"].as_array().unwrap().is_empty() {
-            assert!(t0.elapsed() < Duration::from_secs(60), "the move did not finish");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        reassignments_done(&c.brokers[0], "the move off broker 3 did not finish").await;
         ctl_json(&c.brokers[0], &["cluster", "remove-broker", "--id", "3"]);
     } else {
         assert!(refused.status.success(), "{}", String::from_utf8_lossy(&refused.stderr));
