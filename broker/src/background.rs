@@ -1,7 +1,8 @@
 //! Periodic work: interval flushes (`log.flush.policy=interval`), recovery-point checkpoints,
 //! retention (`log.retention.check.interval.ms`), group timers (every 100 ms: join/sync
-//! deadlines, session expiry), and offset expiry with offsets-log compaction
-//! (`offsets.retention.check.interval.ms`).
+//! deadlines, session expiry), offset expiry with offsets-log compaction
+//! (`offsets.retention.check.interval.ms`), and transaction timeouts with transaction-log
+//! compaction (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
 
 use crate::state::BrokerState;
 use sluice_storage::FlushPolicy;
@@ -66,6 +67,8 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
             _ = txn_tick.tick() => {
                 let st = state.clone();
                 tokio::spawn(async move { crate::txn::TxnCoordinator::check_timeouts(&st).await });
+                let st = state.clone();
+                let _ = tokio::task::spawn_blocking(move || st.txns.compact_logs(crate::handlers::now_ms())).await;
             }
             _ = offsets_tick.tick() => {
                 let st = state.clone();

@@ -54,7 +54,7 @@ pub fn batch_code(e: &BatchError) -> i16 {
         | BatchError::InvalidLength(_)
         | BatchError::MalformedRecord(_)
         | BatchError::Compression(_) => ResponseError::CorruptMessage.code(),
-        BatchError::InvalidRecordCount(_) => ResponseError::InvalidRecord.code(),
+        BatchError::InvalidRecordCount(_) | BatchError::InvalidRecords(_) => ResponseError::InvalidRecord.code(),
         BatchError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat.code(),
         BatchError::UnknownCompression(_) => ResponseError::UnsupportedCompressionType.code(),
     }

@@ -84,6 +84,8 @@ pub struct KvLog {
     config: LogConfig,
     log: Option<Log>,
     records_since_compaction: u64,
+    /// Live keys found by the last fold ([`KvLog::compact_folding`]).
+    live_at_last_fold: u64,
 }
 
 impl KvLog {
@@ -95,7 +97,7 @@ impl KvLog {
         config.retention_ms = -1;
         config.retention_bytes = -1;
         config.flush = FlushPolicy::Sync;
-        KvLog { dir, config, log: None, records_since_compaction: 0 }
+        KvLog { dir, config, log: None, records_since_compaction: 0, live_at_last_fold: 0 }
     }
 
     pub fn dir(&self) -> &Path {
@@ -177,8 +179,31 @@ impl KvLog {
         n >= COMPACT_MIN_RECORDS && n > 2 * live_keys as u64
     }
 
+    /// Compaction for an owner that keeps no state of its own here (a replica of a coordinator
+    /// log it does not lead): when enough was appended since the last look, fold the log itself —
+    /// the newest value of each key, deleted keys dropped, in the order keys were last written —
+    /// and, if that is less than half of it, re-append the live records and drop the rest.
+    /// Returns the live records kept, if it compacted. Blocking.
+    pub fn compact_folding(&mut self, now: i64) -> Result<Option<usize>, StorageError> {
+        let n = self.records_since_compaction;
+        if n < COMPACT_MIN_RECORDS || n <= 2 * self.live_at_last_fold {
+            return Ok(None);
+        }
+        let records = self.read_all()?;
+        let total = records.len() as u64;
+        let live = fold(records);
+        self.live_at_last_fold = live.len() as u64;
+        if total <= 2 * live.len() as u64 {
+            return Ok(None);
+        }
+        self.compact(&live, now)?;
+        Ok(Some(live.len()))
+    }
+
     /// Re-append the live state and drop everything before it (blocking: waits for the fsync).
+    /// The active segment is rolled first, so every segment of the old records is deleted.
     pub fn compact(&mut self, live: &[KvRecord], now: i64) -> Result<(), StorageError> {
+        self.log()?.roll()?;
         let start = self.log()?.log_end_offset();
         if let Some((flusher, end)) = self.append(live, now)? {
             let durable = flusher.sync_to(end)?;
@@ -198,8 +223,66 @@ impl KvLog {
         }
     }
 
+    /// Bytes on disk in the log's segments.
+    pub fn size_bytes(&mut self) -> u64 {
+        self.log().map(|l| l.size_bytes()).unwrap_or(0)
+    }
+
     #[cfg(test)]
     pub fn log_start_and_segments(&self) -> Option<(i64, usize)> {
         self.log.as_ref().map(|l| (l.log_start_offset(), l.segment_count()))
+    }
+}
+
+/// The newest value of each key, without deleted keys, ordered by each key's last write.
+pub fn fold(records: Vec<KvRecord>) -> Vec<KvRecord> {
+    let mut last: std::collections::HashMap<Bytes, usize> = std::collections::HashMap::new();
+    for (i, (k, _)) in records.iter().enumerate() {
+        last.insert(k.clone(), i);
+    }
+    records
+        .into_iter()
+        .enumerate()
+        .filter(|(i, (k, v))| v.is_some() && last.get(k) == Some(i))
+        .map(|(_, r)| r)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(k: &str, v: Option<&str>) -> KvRecord {
+        (Bytes::copy_from_slice(k.as_bytes()), v.map(|v| Bytes::copy_from_slice(v.as_bytes())))
+    }
+
+    #[test]
+    fn fold_keeps_the_newest_value_and_drops_deleted_keys() {
+        let out = fold(vec![rec("a", Some("1")), rec("b", Some("1")), rec("a", Some("2")), rec("b", None)]);
+        assert_eq!(out, vec![rec("a", Some("2"))]);
+    }
+
+    #[test]
+    fn folding_compaction_bounds_the_log_and_keeps_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = LogConfig::default();
+        let mut log = KvLog::new(dir.path().join("kv"), &base, 1 << 20);
+        for i in 0..5_000u32 {
+            let key = format!("id-{}", i % 10);
+            let (f, end) = log.append(&[rec(&key, Some(&format!("v{i}")))], 0).unwrap().unwrap();
+            f.sync_to(end).unwrap();
+        }
+        log.append(&[rec("id-9", None)], 0).unwrap();
+        let before = log.size_bytes();
+        assert_eq!(log.compact_folding(0).unwrap(), Some(9));
+        let after = log.size_bytes();
+        assert!(after * 10 < before, "{after} bytes left of {before}");
+        assert_eq!(log.compact_folding(0).unwrap(), None, "nothing new to compact");
+        drop(log); // unclean: reopen reads the compacted log
+        let mut log = KvLog::new(dir.path().join("kv"), &base, 1 << 20);
+        let mut state = fold(log.read_all().unwrap());
+        state.sort();
+        let want: Vec<KvRecord> = (0..9).map(|k| rec(&format!("id-{k}"), Some(&format!("v{}", 4990 + k)))).collect();
+        assert_eq!(state, want);
     }
 }

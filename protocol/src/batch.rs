@@ -80,6 +80,23 @@ pub enum BatchError {
     UnknownCompression(i16),
     #[error("compression error: {0}")]
     Compression(String),
+    /// The batch's header and its records disagree, or a record is not well-formed (Kafka's
+    /// `InvalidRecordException`: INVALID_RECORD).
+    #[error("invalid records: {0}")]
+    InvalidRecords(String),
+}
+
+/// What [`BatchView::validate_records`] found in one pass over a batch's records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordsSummary {
+    /// Records encoded (equal to the header's count and `lastOffsetDelta + 1`).
+    pub count: i32,
+    /// The newest record timestamp (`-1` if every timestamp is negative).
+    pub max_timestamp: i64,
+    /// Offset delta of the first record carrying `max_timestamp` (0 if none does).
+    pub offset_delta_of_max: i32,
+    /// Whether some record has a null key (refused on compacted topics).
+    pub has_null_key: bool,
 }
 
 /// Compression codec from the low three attribute bits.
@@ -340,6 +357,56 @@ impl<'a> BatchView<'a> {
         Ok(out)
     }
 
+    /// Kafka's `LogValidator` checks of a produced batch's records, in one pass that allocates
+    /// nothing for an uncompressed batch (a compressed one is decompressed once): at least one
+    /// record; the header's record count equal to `lastOffsetDelta + 1` and to the records
+    /// actually encoded, with nothing after the last; every record well-formed (its fields
+    /// exactly fill its length); offset deltas 0, 1, 2, … in order (Kafka rewrites out-of-order
+    /// deltas of compressed batches and keeps those of uncompressed ones; Sluice refuses both,
+    /// so no two records can ever claim one offset). The CRC is not checked here.
+    pub fn validate_records(&self) -> Result<RecordsSummary, BatchError> {
+        let count = self.records_count();
+        if count < 1 {
+            return Err(BatchError::InvalidRecords(format!("a batch must hold at least one record, not {count}")));
+        }
+        let delta = self.last_offset_delta();
+        if i64::from(delta) + 1 != i64::from(count) {
+            return Err(BatchError::InvalidRecords(format!(
+                "inconsistent batch offset range: last offset delta {delta} with {count} records"
+            )));
+        }
+        let raw = crate::compression::decompress(self.compression()?, self.records_bytes())?;
+        let mut cur: &[u8] = &raw;
+        let mut summary = RecordsSummary { count, max_timestamp: -1, offset_delta_of_max: 0, has_null_key: false };
+        let base_ts = self.base_timestamp();
+        for i in 0..count {
+            if cur.is_empty() {
+                return Err(BatchError::InvalidRecords(format!("the header counts {count} records, {i} are encoded")));
+            }
+            let (r, used) = skip_record(cur)?;
+            if r.offset_delta != i64::from(i) {
+                return Err(BatchError::InvalidRecords(format!(
+                    "record {i} has offset delta {}, expected {i}",
+                    r.offset_delta
+                )));
+            }
+            let ts = base_ts.wrapping_add(r.timestamp_delta);
+            if ts > summary.max_timestamp {
+                summary.max_timestamp = ts;
+                summary.offset_delta_of_max = i;
+            }
+            summary.has_null_key |= r.null_key;
+            cur = &cur[used..];
+        }
+        if !cur.is_empty() {
+            return Err(BatchError::InvalidRecords(format!(
+                "{} bytes after the {count} records the header counts",
+                cur.len()
+            )));
+        }
+        Ok(summary)
+    }
+
     /// For a control batch: its marker, decoded from the first record's key and value.
     pub fn control_marker(&self) -> Result<Option<ControlMarker>, BatchError> {
         if !self.is_control() {
@@ -469,6 +536,62 @@ fn read_varint(cur: &mut &[u8]) -> Result<i64, BatchError> {
     Ok(v)
 }
 
+/// The fields of one record that validation needs.
+struct SkippedRecord {
+    timestamp_delta: i64,
+    offset_delta: i64,
+    null_key: bool,
+}
+
+/// Walk one record without copying anything; returns what validation needs and the bytes it
+/// spans. Its fields must exactly fill its declared length (Kafka's "Invalid record size").
+fn skip_record(buf: &[u8]) -> Result<(SkippedRecord, usize), BatchError> {
+    let bad = |what: &str| BatchError::InvalidRecords(what.to_string());
+    let (len, n) = varint::decode_varint(buf).ok_or_else(|| bad("bad record length"))?;
+    if len < 1 || (buf.len() - n) < len as usize {
+        return Err(bad("record length beyond the batch"));
+    }
+    let total = n + len as usize;
+    let mut cur = &buf[n + 1..total]; // after the attributes byte
+    let field = |cur: &mut &[u8]| -> Result<i64, BatchError> {
+        let (v, used) = varint::decode_varint(cur).ok_or_else(|| bad("malformed record field"))?;
+        *cur = &cur[used..];
+        Ok(v)
+    };
+    let skip = |cur: &mut &[u8], len: i64| -> Result<(), BatchError> {
+        if len < -1 || (len > 0 && cur.len() < len as usize) {
+            return Err(bad("record field longer than its record"));
+        }
+        if len > 0 {
+            *cur = &cur[len as usize..];
+        }
+        Ok(())
+    };
+    let timestamp_delta = field(&mut cur)?;
+    let offset_delta = field(&mut cur)?;
+    let key_len = field(&mut cur)?;
+    skip(&mut cur, key_len)?;
+    let value_len = field(&mut cur)?;
+    skip(&mut cur, value_len)?;
+    let headers = field(&mut cur)?;
+    if headers < 0 || headers as usize > cur.len() {
+        return Err(bad("invalid header count"));
+    }
+    for _ in 0..headers {
+        let k = field(&mut cur)?;
+        if k < 0 {
+            return Err(bad("null header key"));
+        }
+        skip(&mut cur, k)?;
+        let v = field(&mut cur)?;
+        skip(&mut cur, v)?;
+    }
+    if !cur.is_empty() {
+        return Err(bad("record fields do not fill the record's length"));
+    }
+    Ok((SkippedRecord { timestamp_delta, offset_delta, null_key: key_len < 0 }, total))
+}
+
 impl Record {
     /// Decode one record from `buf`; returns it and the bytes consumed.
     pub fn decode(buf: &[u8], base_offset: i64, base_timestamp: i64) -> Result<(Record, usize), BatchError> {
@@ -507,7 +630,8 @@ impl Record {
         for _ in 0..hcount {
             let klen = read_varint(&mut cur)?;
             let k = take_bytes(&mut cur, klen, slice)?.ok_or(BatchError::MalformedRecord("null header key"))?;
-            let key = String::from_utf8(k.to_vec()).map_err(|_| BatchError::MalformedRecord("header key utf8"))?;
+            // lossy, as Kafka's `Utils.utf8`: a stored record must never stop a reader
+            let key = String::from_utf8_lossy(&k).into_owned();
             let vlen = read_varint(&mut cur)?;
             let value = take_bytes(&mut cur, vlen, slice)?;
             headers.push(Header { key, value });
@@ -761,6 +885,86 @@ mod tests {
         }
     }
 
+    /// Rewrite header field `at` (4 bytes) and fix the CRC, as a malicious producer would.
+    fn with_i32(b: &[u8], at: usize, v: i32) -> Vec<u8> {
+        let mut m = b.to_vec();
+        m[at..at + 4].copy_from_slice(&v.to_be_bytes());
+        let crc = crc32c::crc32c(&m[OFF_ATTRIBUTES..]);
+        m[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        m
+    }
+
+    fn three(c: Compression) -> Vec<u8> {
+        BatchBuilder { compression: c, ..Default::default() }
+            .build(&[rec(100, Some(b"a"), Some(b"1")), rec(400, Some(b"b"), Some(b"2")), rec(250, None, Some(b"3"))])
+            .unwrap()
+            .to_vec()
+    }
+
+    #[test]
+    fn validation_accepts_what_clients_build_and_summarises_it() {
+        for c in [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+            let b = three(c);
+            let (v, _) = BatchView::parse(&b).unwrap();
+            let s = v.validate_records().unwrap();
+            assert_eq!(s, RecordsSummary { count: 3, max_timestamp: 400, offset_delta_of_max: 1, has_null_key: true });
+        }
+    }
+
+    #[test]
+    fn validation_refuses_a_header_that_disagrees_with_its_records() {
+        for c in [Compression::None, Compression::Lz4] {
+            let b = three(c);
+            // three records claiming one offset ("one offset, two values")
+            let delta0 = with_i32(&b, OFF_LAST_OFFSET_DELTA, 0);
+            // offsets burnt beyond the records
+            let delta999 = with_i32(&b, OFF_LAST_OFFSET_DELTA, 999);
+            // a count larger, or smaller, than the records encoded (delta kept consistent)
+            let more = with_i32(&with_i32(&b, OFF_RECORDS_COUNT, 4), OFF_LAST_OFFSET_DELTA, 3);
+            let fewer = with_i32(&with_i32(&b, OFF_RECORDS_COUNT, 2), OFF_LAST_OFFSET_DELTA, 1);
+            let none = with_i32(&with_i32(&b, OFF_RECORDS_COUNT, 0), OFF_LAST_OFFSET_DELTA, -1);
+            for (what, bad) in [("delta 0", delta0), ("delta 999", delta999), ("count 4", more), ("count 2", fewer)] {
+                let (v, _) = BatchView::parse(&bad).unwrap();
+                assert!(
+                    matches!(v.validate_records(), Err(BatchError::InvalidRecords(_))),
+                    "{c:?} {what}: {:?}",
+                    v.validate_records()
+                );
+            }
+            assert!(BatchView::parse(&none).is_err() || BatchView::parse(&none).unwrap().0.validate_records().is_err());
+        }
+    }
+
+    #[test]
+    fn validation_refuses_repeated_offset_deltas_and_ragged_records() {
+        // records built by hand: deltas 0, 0
+        let mut body = Vec::new();
+        for _ in 0..2 {
+            let r = [0u8, 0, 0, 1, 2, b'v'];
+            varint::put_varint(&mut body, r.len() as i64);
+            body.extend_from_slice(&r);
+        }
+        let b = BatchBuilder::default().build(&[rec(1, None, None), rec(1, None, None)]).unwrap().to_vec();
+        let mut m = b[..BATCH_HEADER_BYTES].to_vec();
+        m.extend_from_slice(&body);
+        let len = (m.len() - LOG_OVERHEAD_BYTES) as i32;
+        let m = with_i32(&m, OFF_LENGTH, len);
+        let (v, _) = BatchView::parse(&m).unwrap();
+        assert!(matches!(v.validate_records(), Err(BatchError::InvalidRecords(_))), "{:?}", v.validate_records());
+        // a record whose length covers a byte its fields do not use
+        let mut body = Vec::new();
+        let r = [0u8, 0, 0, 1, 2, b'v', 0, 0xff];
+        varint::put_varint(&mut body, r.len() as i64);
+        body.extend_from_slice(&r);
+        let one = BatchBuilder::default().build(&[rec(1, None, None)]).unwrap().to_vec();
+        let mut m = one[..BATCH_HEADER_BYTES].to_vec();
+        m.extend_from_slice(&body);
+        let len = (m.len() - LOG_OVERHEAD_BYTES) as i32;
+        let m = with_i32(&m, OFF_LENGTH, len);
+        let (v, _) = BatchView::parse(&m).unwrap();
+        assert!(matches!(v.validate_records(), Err(BatchError::InvalidRecords(_))), "{:?}", v.validate_records());
+    }
+
     proptest! {
         #[test]
         fn parse_never_panics(data in proptest::collection::vec(any::<u8>(), 0..300)) {
@@ -768,6 +972,35 @@ mod tests {
                 let _ = v.records_shared(&Bytes::copy_from_slice(&data));
                 let _ = v.records();
                 let _ = v.control_marker();
+            }
+        }
+
+        #[test]
+        fn validation_never_panics_and_agrees_with_decoding(
+            data in proptest::collection::vec(any::<u8>(), 0..300),
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+        ) {
+            let base = three(Compression::None);
+            let mut m = base.clone();
+            for (at, x) in flips {
+                let i = BATCH_HEADER_BYTES.min(m.len() - 1) + at % (m.len() - BATCH_HEADER_BYTES);
+                m[i] ^= x;
+            }
+            m.extend_from_slice(&data[..data.len() % 3]);
+            let len = (m.len() - LOG_OVERHEAD_BYTES) as i32;
+            let m = with_i32(&m, OFF_LENGTH, len);
+            if let Ok((v, _)) = BatchView::parse(&m) {
+                if let Ok(s) = v.validate_records() {
+                    // whatever validation accepts decodes into exactly that many records
+                    let recs = v.records().unwrap();
+                    prop_assert_eq!(recs.len() as i32, s.count);
+                    for (i, r) in recs.iter().enumerate() {
+                        prop_assert_eq!(r.offset, i as i64);
+                    }
+                }
+            }
+            if let Ok((v, _)) = BatchView::parse(&data) {
+                let _ = v.validate_records();
             }
         }
 

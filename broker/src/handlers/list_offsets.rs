@@ -36,15 +36,17 @@ pub fn handle(state: &BrokerState, version: i16, req: ListOffsetsRequest) -> Lis
                     let bound = if debugging {
                         log.log_end_offset()
                     } else if read_committed {
-                        part.last_stable_offset_given(log.high_watermark())
+                        part.last_stable_offset_of(&log)
                     } else {
                         log.high_watermark()
                     };
                     match p.timestamp {
                         EARLIEST => pr.offset = log.log_start_offset(),
                         LATEST => pr.offset = bound,
+                        // as Kafka's `fetchOffsetForTimestamp`: only an offset the isolation
+                        // level may read (an open transaction's is not answered to read_committed)
                         MAX_TIMESTAMP => {
-                            if let Some((ts, off)) = log.max_timestamp() {
+                            if let Some((ts, off)) = log.max_timestamp().filter(|(_, off)| *off < bound) {
                                 pr.timestamp = ts;
                                 pr.offset = off;
                             }

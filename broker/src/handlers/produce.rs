@@ -53,8 +53,8 @@ fn restamp(buf: &mut [u8], now: i64) {
     }
 }
 
-/// Kafka's rule for produce v3+: exactly one v2 batch per partition. Header and lengths only:
-/// the log validates the CRC (once) when it appends.
+/// Kafka's rule for produce v3+: exactly one v2 batch per partition, whose header agrees with
+/// its records (`BatchView::validate_records`). The log validates the CRC (once) when it appends.
 fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
     let v = BatchView::parse_unchecked_crc(bytes).map_err(|e| (error_map::batch_code(&e), e.to_string()))?;
     if v.size() != bytes.len() {
@@ -66,6 +66,9 @@ fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
     if v.producer_id() != NO_PRODUCER_ID && (v.producer_epoch() < 0 || v.base_sequence() < 0) {
         return Err((ResponseError::InvalidRecord.code(), "an idempotent batch needs an epoch and a sequence".into()));
     }
+    // the header's offset range, its record count and the records encoded must agree before
+    // anything is appended: offsets, sequences and the LSO are all derived from the header
+    v.validate_records().map_err(|e| (error_map::batch_code(&e), e.to_string()))?;
     Ok(())
 }
 
@@ -93,9 +96,29 @@ fn transactional(batch: &[u8]) -> Option<(i64, i16)> {
     v.is_transactional().then(|| (v.producer_id(), v.producer_epoch()))
 }
 
+/// The produce answer for a transaction coordinator's refusal of a batch (verification or the
+/// implicit add of transaction version 2), as Kafka's `AddPartitionsToTxnManager` and
+/// `ReplicaManager` translate them: a fenced epoch is INVALID_PRODUCER_EPOCH, a coordinator
+/// that cannot answer now is the retriable NOT_ENOUGH_REPLICAS (older clients do not retry the
+/// coordinator errors), anything else as it is.
+fn verification_code(code: i16) -> i16 {
+    match ResponseError::try_from_code(code) {
+        Some(ResponseError::ProducerFenced) => ResponseError::InvalidProducerEpoch.code(),
+        Some(
+            ResponseError::ConcurrentTransactions
+            | ResponseError::NetworkException
+            | ResponseError::CoordinatorLoadInProgress
+            | ResponseError::CoordinatorNotAvailable
+            | ResponseError::NotCoordinator,
+        ) => ResponseError::NotEnoughReplicas.code(),
+        _ => code,
+    }
+}
+
 /// KIP-890 across brokers: ask the coordinator (AddPartitionsToTxn v4, verify_only) whether
 /// `pid`/`epoch`'s ongoing transaction holds this partition. Blocking (a produce handler).
-fn verify_remote(addr: &str, id: &str, pid: i64, epoch: i16, topic: &str, partition: i32) -> bool {
+/// `Err` carries the coordinator's code (NETWORK_EXCEPTION if it could not be asked).
+fn verify_remote(addr: &str, id: &str, pid: i64, epoch: i16, topic: &str, partition: i32) -> Result<(), i16> {
     use kafka_protocol::messages::*;
     let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
     t.name = TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.to_string()));
@@ -108,7 +131,8 @@ fn verify_remote(addr: &str, id: &str, pid: i64, epoch: i16, topic: &str, partit
     x.topics = vec![t];
     let mut req = AddPartitionsToTxnRequest::default();
     req.transactions = vec![x];
-    let Ok(handle) = tokio::runtime::Handle::try_current() else { return false };
+    let unreachable = ResponseError::NetworkException.code();
+    let Ok(handle) = tokio::runtime::Handle::try_current() else { return Err(unreachable) };
     let call = crate::cluster::network::kafka_call(
         addr,
         ApiKey::AddPartitionsToTxn,
@@ -118,15 +142,19 @@ fn verify_remote(addr: &str, id: &str, pid: i64, epoch: i16, topic: &str, partit
     );
     match tokio::task::block_in_place(|| handle.block_on(call)) {
         Ok(ResponseKind::AddPartitionsToTxn(r)) => {
-            r.error_code == 0
-                && r.results_by_transaction.iter().all(|x| {
-                    x.topic_results.iter().all(|t| t.results_by_partition.iter().all(|p| p.partition_error_code == 0))
-                })
+            if r.error_code != 0 {
+                return Err(r.error_code);
+            }
+            let codes = r.results_by_transaction.iter().flat_map(|x| x.topic_results.iter());
+            match codes.flat_map(|t| t.results_by_partition.iter()).find(|p| p.partition_error_code != 0) {
+                Some(p) => Err(p.partition_error_code),
+                None => Ok(()),
+            }
         }
-        Ok(_) => false,
+        Ok(_) => Err(unreachable),
         Err(e) => {
             tracing::warn!(txn = id, "transaction verification with {addr} failed: {e}");
-            false
+            Err(unreachable)
         }
     }
 }
@@ -183,17 +211,19 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                                 }
                                 _ => Ok(()),
                             };
+                            let mut remote_refusal = None;
                             if let (Some(id), Some((pid, epoch))) = (&txn_id, transactional(&buf)) {
                                 if let Some(addr) = remote_coordinator(state, id) {
-                                    if !partition.is_verified(pid, epoch)
-                                        && verify_remote(&addr, id, pid, epoch, &name, p.index)
-                                    {
-                                        partition.mark_verified(pid, epoch);
+                                    if !partition.is_verified(pid, epoch) {
+                                        match verify_remote(&addr, id, pid, epoch, &name, p.index) {
+                                            Ok(()) => partition.mark_verified(pid, epoch),
+                                            Err(code) => remote_refusal = Some(code),
+                                        }
                                     }
                                 }
                             }
                             let verify = |pid: i64, epoch: i16| match (&txn_id, implicit) {
-                                (_, Err(e)) => Err(e.code()),
+                                (_, Err(e)) => Err(verification_code(e.code())),
                                 // cluster mode with the coordinator on another broker: it
                                 // confirmed the partition before the append (below), and no
                                 // marker has been written here since
@@ -201,25 +231,36 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                                     if partition.is_verified(pid, epoch) {
                                         Ok(())
                                     } else {
-                                        Err(ResponseError::InvalidTxnState.code())
+                                        let code = remote_refusal.unwrap_or(ResponseError::InvalidTxnState.code());
+                                        Err(verification_code(code))
                                     }
                                 }
-                                (Some(id), Ok(())) => {
-                                    state.txns.verify_partition(id, pid, epoch, &name, p.index).map_err(|e| e.code())
-                                }
+                                (Some(id), Ok(())) => state
+                                    .txns
+                                    .verify_partition(id, pid, epoch, &name, p.index)
+                                    .map_err(|e| verification_code(e.code())),
                                 (None, Ok(())) => Err(ResponseError::InvalidTxnState.code()),
                             };
                             if let Some(rep) = state.replica(&name, p.index) {
                                 // replicated: checked and written on every replica once a
                                 // majority has it (cluster::replica)
-                                let verified = transactional(&buf).is_some_and(|(pid, e)| verify(pid, e).is_ok());
+                                let verdict = transactional(&buf).map(|(pid, e)| verify(pid, e));
+                                let verified = matches!(verdict, Some(Ok(())));
                                 let cmd = PartCommand::Produce { batch: Vec::from(buf), now_ms: now, verified };
-                                match rep.propose(cmd) {
-                                    Ok(write) => Staged::Replicated {
-                                        write,
-                                        append_time: if log_append_time { now } else { -1 },
+                                match verdict {
+                                    // fenced, or the coordinator cannot answer now: refused as
+                                    // on one broker (not-in-transaction is decided when applied:
+                                    // an exact retry of a stored batch is still a duplicate)
+                                    Some(Err(code)) if code != ResponseError::InvalidTxnState.code() => {
+                                        Staged::Error(code, None)
+                                    }
+                                    _ => match rep.propose(cmd) {
+                                        Ok(write) => Staged::Replicated {
+                                            write,
+                                            append_time: if log_append_time { now } else { -1 },
+                                        },
+                                        Err(code) => Staged::Error(code, None),
                                     },
-                                    Err(code) => Staged::Error(code, None),
                                 }
                             } else {
                                 match partition.append_batch_in_txn(&mut buf, now, Some(&verify)) {

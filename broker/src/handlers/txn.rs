@@ -27,32 +27,37 @@ fn valid_id(id: &str) -> bool {
     !id.is_empty()
 }
 
+/// Allocates a producer id only when the coordinator's decision needs one (a new id, or a
+/// rotation at epoch exhaustion), as Kafka's `producerIdManager.generateProducerId` calls.
+fn fresh_pid(state: &BrokerState) -> impl FnMut() -> Result<i64, ResponseError> + '_ {
+    move || {
+        state.producer_ids.next().map_err(|e| {
+            tracing::error!("cannot allocate a producer id: {e}");
+            ResponseError::KafkaStorageError
+        })
+    }
+}
+
 pub fn init_producer_id(state: &Arc<BrokerState>, version: i16, req: InitProducerIdRequest) -> Reply {
     let id = req.transactional_id.as_ref().map(|t| t.to_string()).unwrap_or_default();
     let expected = (version >= 3 && req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
     let timeout = req.transaction_timeout_ms;
-    let fresh = state.producer_ids.next();
     let st = state.clone();
     let fut: LaterReply = Box::pin(async move {
         let mut r = InitProducerIdResponse::default();
         r.producer_id = ProducerId(-1);
         r.producer_epoch = -1;
-        let fresh = match fresh {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::error!("cannot allocate a producer id: {e}");
-                r.error_code = ResponseError::KafkaStorageError.code();
-                return ResponseKind::InitProducerId(r);
-            }
-        };
         if !valid_id(&id) {
             r.error_code = ResponseError::InvalidRequest.code();
             return ResponseKind::InitProducerId(r);
         }
         let limits = st.txns.limits();
         let now = now_ms();
-        match TxnCoordinator::run(&st, &id, |m| machine::init_producer_id(m, timeout, expected, fresh, limits, now))
-            .await
+        let mut fresh = fresh_pid(&st);
+        match TxnCoordinator::run(&st, &id, |m| {
+            machine::init_producer_id(m, timeout, expected, &mut fresh, limits, now)
+        })
+        .await
         {
             Outcome::Done(m) => {
                 r.producer_id = ProducerId(m.producer_id);
@@ -191,15 +196,14 @@ pub fn end_txn(state: &Arc<BrokerState>, version: i16, req: EndTxnRequest) -> Re
     let id = req.transactional_id.to_string();
     let (pid, epoch, commit) = (req.producer_id.0, req.producer_epoch, req.committed);
     let tv2 = version >= 5;
-    let fresh = if tv2 { state.producer_ids.next().ok() } else { None };
     let st = state.clone();
     let fut: LaterReply = Box::pin(async move {
         let mut resp = EndTxnResponse::default();
         resp.producer_id = ProducerId(-1);
         resp.producer_epoch = -1;
         let now = now_ms();
-        let fresh = fresh.unwrap_or(-1);
-        match TxnCoordinator::run(&st, &id, |m| machine::end_txn(m, pid, epoch, commit, tv2, fresh, now)).await {
+        let mut fresh = fresh_pid(&st);
+        match TxnCoordinator::run(&st, &id, |m| machine::end_txn(m, pid, epoch, commit, tv2, &mut fresh, now)).await {
             Outcome::Refused(e) => resp.error_code = code(e, version, 2),
             Outcome::Done(m) if tv2 => {
                 // the producer's id and epoch for its next transaction

@@ -109,15 +109,19 @@ impl Partition {
         }
     }
 
-    /// The last stable offset: min(first offset of the oldest open transaction, high watermark).
+    /// The last stable offset: min(first offset of the oldest open transaction, high watermark),
+    /// never below the log start offset.
     pub fn last_stable_offset(&self) -> i64 {
-        let hw = self.log().high_watermark();
-        self.last_stable_offset_given(hw)
+        let log = self.log();
+        self.last_stable_offset_of(&log)
     }
 
-    /// The LSO for a high watermark the caller already read (while holding the log lock).
-    pub fn last_stable_offset_given(&self, hw: i64) -> i64 {
-        self.first_unstable.load(Ordering::Acquire).min(hw)
+    /// The LSO for a log the caller has locked. Kafka keeps `logStart ≤ LSO ≤ HW`: when
+    /// DeleteRecords or retention removed the first batch of a transaction that is still open,
+    /// the LSO is the log start (an offset Fetch serves), not the transaction's first offset.
+    pub fn last_stable_offset_of(&self, log: &Log) -> i64 {
+        let hw = log.high_watermark();
+        self.first_unstable.load(Ordering::Acquire).min(hw).max(log.log_start_offset().min(hw))
     }
 
     /// Write a COMMIT or ABORT marker for producer `pid` (WriteTxnMarkers), closing its open
@@ -164,6 +168,12 @@ impl Partition {
         drop(producers);
         self.hw_changed.notify_waiters();
         Ok(MarkerWritten { offset: info.first_offset, sync })
+    }
+
+    /// Has producer `pid` an open transaction here?
+    pub fn has_open_transaction(&self, pid: i64) -> bool {
+        let producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
+        producers.get(&pid).is_some_and(|e| e.txn_first_offset.is_some())
     }
 
     /// Every producer's state on this partition (DescribeProducers).
@@ -405,11 +415,10 @@ impl Partition {
     /// Publish this partition's offsets and producer count as gauges.
     pub fn record_gauges(&self) {
         let producers = self.producers.lock().unwrap_or_else(|e| e.into_inner()).len();
-        let (leo, hw) = {
+        let (leo, hw, lso) = {
             let log = self.log();
-            (log.log_end_offset(), log.high_watermark())
+            (log.log_end_offset(), log.high_watermark(), self.last_stable_offset_of(&log))
         };
-        let lso = self.first_unstable.load(Ordering::Acquire).min(hw);
         let labels = [("topic", self.topic.clone()), ("partition", self.index.to_string())];
         ::metrics::gauge!(crate::metrics::LOG_END_OFFSET, &labels).set(leo as f64);
         ::metrics::gauge!(crate::metrics::HIGH_WATERMARK, &labels).set(hw as f64);
@@ -434,7 +443,7 @@ impl Partition {
     ) -> Result<ReadOutcome, StorageError> {
         let log = self.log();
         let hw = log.high_watermark();
-        let lso = self.first_unstable.load(Ordering::Acquire).min(hw);
+        let lso = self.last_stable_offset_of(&log);
         let upper = if read_committed && !IGNORE_LSO.load(Ordering::Relaxed) { lso } else { hw };
         let records = log.read(offset, max_bytes, Some(upper), min_one)?;
         let aborted = if read_committed && !records.is_empty() {
@@ -764,6 +773,28 @@ mod tests {
         // a zombie's marker (older epoch) is refused
         let m = MarkerHeader { epoch: -1, coordinator_epoch: 0, commit: true, timestamp: 0 };
         assert!(matches!(p.write_marker(7, &m, 0), Err(AppendError::Refused(Refusal::InvalidProducerEpoch { .. }))));
+    }
+
+    /// Kafka keeps `logStart ≤ LSO ≤ HW`: DeleteRecords past the first batch of a transaction
+    /// that is still open must not leave the LSO at an offset Fetch refuses.
+    #[test]
+    fn the_lso_never_falls_below_the_log_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path());
+        append_durably(&p, txn_batch(7, 0, 0, 1)); // 0: opens 7's transaction
+        append_durably(&p, batch(1, 0, 0, 1)); // 1
+        append_durably(&p, batch(1, 0, 1, 1)); // 2
+        assert_eq!(p.last_stable_offset(), 0);
+        p.log().delete_records(2).unwrap();
+        assert_eq!(p.log().log_start_offset(), 2);
+        assert_eq!(p.last_stable_offset(), 2, "clamped to the log start");
+        let (offs, out) = offsets_read(&p, 2, true);
+        assert!(offs.is_empty(), "the open transaction still holds back read_committed: {offs:?}");
+        assert_eq!(out.last_stable_offset, 2);
+        marker(&p, 7, 0, true); // 3
+        assert_eq!(p.last_stable_offset(), 4);
+        let (offs, _) = offsets_read(&p, 2, true);
+        assert_eq!(offs, vec![2, 3]);
     }
 
     /// A read_committed fetch racing the append of a batch that opens a transaction must never

@@ -8,7 +8,8 @@
 //! - Ongoing ← Empty, Ongoing, CompleteCommit, CompleteAbort (AddPartitionsToTxn/AddOffsetsToTxn);
 //! - PrepareCommit ← Ongoing (EndTxn commit);
 //! - PrepareAbort ← Ongoing (EndTxn abort, timeout, or a new instance's InitProducerId: the
-//!   epoch is bumped first, which fences the old instance);
+//!   epoch is bumped first, which fences the old instance); with transaction version 2 also
+//!   ← Empty, CompleteCommit, CompleteAbort (an abort with no partition added, Kafka 4.x);
 //! - CompleteCommit ← PrepareCommit; CompleteAbort ← PrepareAbort (all markers durable);
 //! - Dead ← Empty, CompleteCommit, CompleteAbort (`transactional.id.expiration.ms`).
 
@@ -47,7 +48,9 @@ impl TxnState {
         match self {
             Empty => matches!(prev, Empty | CompleteCommit | CompleteAbort),
             Ongoing => matches!(prev, Empty | Ongoing | CompleteCommit | CompleteAbort),
-            PrepareCommit | PrepareAbort => prev == Ongoing,
+            PrepareCommit => prev == Ongoing,
+            // transaction version 2 may abort with no partition added (Kafka 4.x)
+            PrepareAbort => matches!(prev, Ongoing | Empty | CompleteCommit | CompleteAbort),
             CompleteCommit => prev == PrepareCommit,
             CompleteAbort => prev == PrepareAbort,
             Dead => matches!(prev, Empty | CompleteCommit | CompleteAbort),
@@ -60,6 +63,10 @@ impl TxnState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnMetadata {
     pub producer_id: i64,
+    /// The producer id before the last transition (Kafka's `prevProducerId`): after a rotation
+    /// at epoch exhaustion, a retry carrying the old id is recognised.
+    #[serde(default = "no_producer_id")]
+    pub prev_producer_id: i64,
     pub producer_epoch: i16,
     /// The epoch before the last bump: a retried InitProducerId (KIP-360) carrying it is
     /// answered with the current one instead of being fenced.
@@ -108,7 +115,23 @@ pub struct TxnLimits {
     pub max_timeout_ms: i32,
 }
 
-fn apply(prev: Option<&TxnMetadata>, next: TxnMetadata, markers: Option<Markers>) -> Decision {
+fn no_producer_id() -> i64 {
+    -1
+}
+
+/// Kafka's `isEpochExhausted`: no client is handed an epoch above `Short.MAX_VALUE - 1`, so the
+/// coordinator can always fence it with one more.
+pub fn epoch_exhausted(epoch: i16) -> bool {
+    epoch >= i16::MAX - 1
+}
+
+/// A never-used producer id, allocated only when one is needed (a new transactional id, or a
+/// rotation at epoch exhaustion).
+pub type FreshPid<'a> = &'a mut dyn FnMut() -> Result<i64, ResponseError>;
+
+fn apply(prev: Option<&TxnMetadata>, mut next: TxnMetadata, markers: Option<Markers>) -> Decision {
+    // Kafka's `prevProducerId`: the id before this transition
+    next.prev_producer_id = prev.map(|p| p.producer_id).unwrap_or(-1);
     assert!(
         next.state.may_follow(prev.map(|p| p.state)),
         "illegal transaction transition {:?} -> {:?}",
@@ -127,6 +150,7 @@ fn fence_and_abort(m: &TxnMetadata, now: i64) -> (TxnMetadata, Markers) {
     next.last_update_ms = now;
     let mut complete = next.clone();
     complete.state = TxnState::CompleteAbort;
+    complete.prev_producer_id = next.producer_id;
     complete.partitions.clear();
     complete.groups.clear();
     let markers = Markers {
@@ -140,13 +164,13 @@ fn fence_and_abort(m: &TxnMetadata, now: i64) -> (TxnMetadata, Markers) {
     (next, markers)
 }
 
-/// InitProducerId with a transactional id. `fresh_pid` is a never-used producer id the
-/// runtime allocated in case one is needed (new id, or epoch exhaustion).
+/// InitProducerId with a transactional id (Kafka's `prepareInitProducerIdTransit`). `expected`
+/// is the producer's current id and epoch (KIP-360, v3+) when it asks for a bump after an error.
 pub fn init_producer_id(
     cur: Option<&TxnMetadata>,
     timeout_ms: i32,
     expected: Option<(i64, i16)>,
-    fresh_pid: i64,
+    fresh_pid: FreshPid<'_>,
     limits: TxnLimits,
     now: i64,
 ) -> Decision {
@@ -154,8 +178,13 @@ pub fn init_producer_id(
         return Decision::Refuse(ResponseError::InvalidTransactionTimeout);
     }
     let Some(m) = cur else {
+        let producer_id = match fresh_pid() {
+            Ok(p) => p,
+            Err(e) => return Decision::Refuse(e),
+        };
         let next = TxnMetadata {
-            producer_id: fresh_pid,
+            producer_id,
+            prev_producer_id: -1,
             producer_epoch: 0,
             last_producer_epoch: -1,
             timeout_ms,
@@ -168,12 +197,11 @@ pub fn init_producer_id(
         return apply(None, next, None);
     };
     if let Some((pid, epoch)) = expected {
-        let current = pid == m.producer_id && epoch == m.producer_epoch;
-        let retry = pid == m.producer_id && epoch == m.last_producer_epoch && m.state == TxnState::Empty;
-        if retry {
-            return Decision::Unchanged; // the bump this producer asked for already happened
-        }
-        if !current {
+        // Kafka's `isValidProducerId`: the current id, or the id before a rotation when the
+        // request carries an exhausted epoch (a retry of the bump that rotated it)
+        let valid =
+            m.producer_epoch < 0 || pid == m.producer_id || (pid == m.prev_producer_id && epoch_exhausted(epoch));
+        if !valid {
             return Decision::Refuse(ResponseError::ProducerFenced);
         }
     }
@@ -192,13 +220,32 @@ pub fn init_producer_id(
         }
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Dead => {
             let mut next = m.clone();
-            if m.producer_epoch >= i16::MAX - 1 {
-                next.producer_id = fresh_pid;
+            if epoch_exhausted(m.producer_epoch) && expected.is_none_or(|(_, e)| e == m.producer_epoch) {
+                // rotation: a new id at epoch 0
+                next.producer_id = match fresh_pid() {
+                    Ok(p) => p,
+                    Err(e) => return Decision::Refuse(e),
+                };
                 next.producer_epoch = 0;
-                next.last_producer_epoch = -1;
+                next.last_producer_epoch = if expected.is_some() { m.producer_epoch } else { -1 };
             } else {
-                next.last_producer_epoch = m.producer_epoch;
-                next.producer_epoch = m.producer_epoch + 1;
+                // Kafka's `prepareIncrementProducerEpoch`
+                match expected {
+                    None => {
+                        next.producer_epoch = m.producer_epoch + 1;
+                        next.last_producer_epoch = -1;
+                    }
+                    Some((_, e)) if m.producer_epoch < 0 || e == m.producer_epoch => {
+                        next.producer_epoch = m.producer_epoch + 1;
+                        next.last_producer_epoch = m.producer_epoch;
+                    }
+                    // a retry of a bump that happened (its answer was lost): the current epoch
+                    Some((_, e)) if e == m.last_producer_epoch && m.state == TxnState::Empty => {
+                        return Decision::Unchanged
+                    }
+                    Some((_, e)) if e == m.last_producer_epoch => {}
+                    Some(_) => return Decision::Refuse(ResponseError::ProducerFenced),
+                }
             }
             next.timeout_ms = timeout_ms;
             next.state = TxnState::Empty;
@@ -264,32 +311,18 @@ pub fn add_to_txn(
 
 /// EndTxn. A retry of a decided outcome is answered with it; it never flips a decision.
 ///
-/// Transaction version 2 (`tv2`: EndTxn v5+, KIP-890 part 2): the epoch is bumped with every
-/// transaction — the markers carry the new epoch and the answer hands it to the producer — so a
-/// delayed request or batch of a finished transaction is fenced instead of landing on the next
-/// one. A retry with the previous epoch of a completed transaction gets the outcome again.
-/// `fresh_pid` replaces the producer id when the epoch is exhausted.
+/// Transaction version 2 (`tv2`: EndTxn v5+, KIP-890 part 2): see [`end_txn_v2`].
 pub fn end_txn(
     cur: Option<&TxnMetadata>,
     pid: i64,
     epoch: i16,
     commit: bool,
     tv2: bool,
-    fresh_pid: i64,
+    fresh_pid: FreshPid<'_>,
     now: i64,
 ) -> Decision {
     if tv2 {
-        if let Some(m) = cur {
-            let done = if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
-            let preparing = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
-            let retry = m.producer_id == pid && epoch == m.last_producer_epoch && epoch != m.producer_epoch;
-            if retry && m.state == done {
-                return Decision::Unchanged;
-            }
-            if retry && m.state == preparing {
-                return Decision::Refuse(ResponseError::ConcurrentTransactions);
-            }
-        }
+        return end_txn_v2(cur, pid, epoch, commit, fresh_pid, now);
     }
     let m = match check_producer(cur, pid, epoch) {
         Ok(m) => m,
@@ -297,23 +330,15 @@ pub fn end_txn(
     };
     match (m.state, commit) {
         (TxnState::Ongoing, _) => {
+            let state = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
             let mut next = m.clone();
-            next.state = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
+            next.state = state;
             next.last_update_ms = now;
-            if tv2 {
-                next.last_producer_epoch = m.producer_epoch;
-                next.producer_epoch = m.producer_epoch.saturating_add(1);
-            }
             let mut complete = next.clone();
             complete.state = if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
+            complete.prev_producer_id = next.producer_id;
             complete.partitions.clear();
             complete.groups.clear();
-            if tv2 && next.producer_epoch >= i16::MAX - 1 {
-                // epoch exhausted: the next transaction gets a new producer id
-                complete.producer_id = fresh_pid;
-                complete.producer_epoch = 0;
-                complete.last_producer_epoch = -1;
-            }
             let markers = Markers {
                 commit,
                 producer_id: m.producer_id,
@@ -328,6 +353,90 @@ pub fn end_txn(
         (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
             Decision::Refuse(ResponseError::ConcurrentTransactions)
         }
+        _ => Decision::Refuse(ResponseError::InvalidTxnState),
+    }
+}
+
+/// EndTxn with transaction version 2, as Kafka 4.x's `endTransaction`: every transaction ends
+/// with an epoch bump — the markers carry the new epoch and the answer hands it to the producer
+/// — so a delayed request or batch of a finished transaction is fenced instead of landing on
+/// the next one. A retry (the epoch just before the bump, or the old id after a rotation) gets
+/// the outcome again. An abort with no partition added (states Empty, CompleteCommit,
+/// CompleteAbort) goes through PrepareAbort too, with nothing to mark, and bumps the epoch. When
+/// the current epoch is exhausted, the markers carry `i16::MAX` and the next transaction gets a
+/// new producer id at epoch 0.
+fn end_txn_v2(
+    cur: Option<&TxnMetadata>,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+    fresh_pid: FreshPid<'_>,
+    now: i64,
+) -> Decision {
+    use TxnState::*;
+    let Some(m) = cur else { return Decision::Refuse(ResponseError::InvalidProducerIdMapping) };
+    let retry_on_overflow = m.prev_producer_id == pid && epoch == i16::MAX - 1 && m.producer_epoch == 0;
+    let retry_on_bump = i32::from(m.producer_epoch) == i32::from(epoch) + 1;
+    if m.producer_id != pid && !retry_on_overflow {
+        return Decision::Refuse(ResponseError::InvalidProducerIdMapping);
+    }
+    let valid_epoch = match m.state {
+        Ongoing | Empty | Dead => epoch == m.producer_epoch,
+        PrepareCommit | PrepareAbort => retry_on_bump,
+        CompleteCommit | CompleteAbort => retry_on_bump || retry_on_overflow || epoch == m.producer_epoch,
+    };
+    if !valid_epoch {
+        return Decision::Refuse(ResponseError::ProducerFenced);
+    }
+    let retry = retry_on_bump || retry_on_overflow;
+    let mut prepare = |state: TxnState, no_partition_added: bool| -> Decision {
+        let rotate_to = if epoch_exhausted(m.producer_epoch) {
+            match fresh_pid() {
+                Ok(p) => Some(p),
+                Err(e) => return Decision::Refuse(e),
+            }
+        } else {
+            None
+        };
+        let mut next = m.clone();
+        next.state = state;
+        next.last_producer_epoch = m.producer_epoch;
+        next.producer_epoch = m.producer_epoch.saturating_add(1);
+        if no_partition_added {
+            next.txn_start_ms = now;
+            next.partitions.clear();
+            next.groups.clear();
+        }
+        next.last_update_ms = now;
+        let mut complete = next.clone();
+        complete.state = if state == PrepareCommit { CompleteCommit } else { CompleteAbort };
+        complete.prev_producer_id = next.producer_id;
+        complete.partitions.clear();
+        complete.groups.clear();
+        if let Some(p) = rotate_to {
+            complete.producer_id = p;
+            complete.producer_epoch = 0;
+            // what the client last saw before the rotation (Kafka's `prepareComplete`)
+            complete.last_producer_epoch = m.producer_epoch;
+        }
+        let markers = Markers {
+            commit: state == PrepareCommit,
+            producer_id: m.producer_id,
+            producer_epoch: next.producer_epoch,
+            partitions: next.partitions.clone(),
+            groups: next.groups.clone(),
+            complete,
+        };
+        apply(Some(m), next, Some(markers))
+    };
+    match (m.state, commit) {
+        (Ongoing, true) => prepare(PrepareCommit, false),
+        (Ongoing, false) => prepare(PrepareAbort, false),
+        (CompleteCommit, true) | (CompleteAbort, false) if retry => Decision::Unchanged,
+        (CompleteCommit, true) => Decision::Refuse(ResponseError::InvalidTxnState),
+        (CompleteCommit, false) if retry => Decision::Refuse(ResponseError::InvalidTxnState),
+        (CompleteCommit | CompleteAbort | Empty, false) => prepare(PrepareAbort, true),
+        (PrepareCommit, true) | (PrepareAbort, false) => Decision::Refuse(ResponseError::ConcurrentTransactions),
         _ => Decision::Refuse(ResponseError::InvalidTxnState),
     }
 }
@@ -353,6 +462,11 @@ mod tests {
 
     const LIMITS: TxnLimits = TxnLimits { max_timeout_ms: 900_000 };
 
+    /// A producer id source handing out `p` (any number of times).
+    fn pid(p: i64) -> impl FnMut() -> Result<i64, ResponseError> {
+        move || Ok(p)
+    }
+
     fn applied(d: Decision) -> Transition {
         match d {
             Decision::Apply(t) => *t,
@@ -361,7 +475,7 @@ mod tests {
     }
 
     fn new_txn() -> TxnMetadata {
-        applied(init_producer_id(None, 60_000, None, 77, LIMITS, 0)).next
+        applied(init_producer_id(None, 60_000, None, &mut pid(77), LIMITS, 0)).next
     }
 
     #[test]
@@ -375,7 +489,7 @@ mod tests {
         assert_eq!(add_to_txn(Some(&m), 77, 0, &[("t".into(), 1)], None, 11), Decision::Unchanged);
         let m = applied(add_to_txn(Some(&m), 77, 0, &[], Some("g"), 12)).next;
         assert_eq!(m.txn_start_ms, 10, "adding to an ongoing transaction keeps its start");
-        let t = applied(end_txn(Some(&m), 77, 0, true, false, 0, 20));
+        let t = applied(end_txn(Some(&m), 77, 0, true, false, &mut pid(0), 20));
         assert_eq!(t.next.state, TxnState::PrepareCommit);
         let mk = t.markers.unwrap();
         assert!(mk.commit);
@@ -384,11 +498,11 @@ mod tests {
         assert_eq!(mk.complete.state, TxnState::CompleteCommit);
         let prepared = t.next;
         assert_eq!(
-            end_txn(Some(&prepared), 77, 0, true, false, 0, 21),
+            end_txn(Some(&prepared), 77, 0, true, false, &mut pid(0), 21),
             Decision::Refuse(ResponseError::ConcurrentTransactions)
         );
         assert_eq!(
-            end_txn(Some(&prepared), 77, 0, false, false, 0, 21),
+            end_txn(Some(&prepared), 77, 0, false, false, &mut pid(0), 21),
             Decision::Refuse(ResponseError::InvalidTxnState)
         );
         assert_eq!(
@@ -397,11 +511,14 @@ mod tests {
         );
         let done = mk.complete;
         assert_eq!(
-            end_txn(Some(&done), 77, 0, true, false, 0, 22),
+            end_txn(Some(&done), 77, 0, true, false, &mut pid(0), 22),
             Decision::Unchanged,
             "a retried commit gets the outcome"
         );
-        assert_eq!(end_txn(Some(&done), 77, 0, false, false, 0, 22), Decision::Refuse(ResponseError::InvalidTxnState));
+        assert_eq!(
+            end_txn(Some(&done), 77, 0, false, false, &mut pid(0), 22),
+            Decision::Refuse(ResponseError::InvalidTxnState)
+        );
         // the next transaction starts fresh
         let t = applied(add_to_txn(Some(&done), 77, 0, &[("u".into(), 0)], None, 30));
         assert_eq!(t.next.partitions.len(), 1);
@@ -412,16 +529,19 @@ mod tests {
     fn a_new_instance_fences_the_old_and_aborts_its_transaction() {
         let m = new_txn();
         let m = applied(add_to_txn(Some(&m), 77, 0, &[("t".into(), 0)], None, 10)).next;
-        let t = applied(init_producer_id(Some(&m), 60_000, None, 99, LIMITS, 20));
+        let t = applied(init_producer_id(Some(&m), 60_000, None, &mut pid(99), LIMITS, 20));
         assert_eq!(t.reply_error, Some(ResponseError::ConcurrentTransactions));
         assert_eq!(t.next.state, TxnState::PrepareAbort);
         assert_eq!(t.next.producer_epoch, 1, "bumped before the abort markers: the old instance is fenced");
         let mk = t.markers.unwrap();
         assert_eq!((mk.commit, mk.producer_epoch), (false, 1));
         // the old instance's requests are fenced from now on
-        assert_eq!(end_txn(Some(&t.next), 77, 0, true, false, 0, 21), Decision::Refuse(ResponseError::ProducerFenced));
+        assert_eq!(
+            end_txn(Some(&t.next), 77, 0, true, false, &mut pid(0), 21),
+            Decision::Refuse(ResponseError::ProducerFenced)
+        );
         // once aborted, the new instance's retry gets the next epoch
-        let t = applied(init_producer_id(Some(&mk.complete), 60_000, None, 99, LIMITS, 30));
+        let t = applied(init_producer_id(Some(&mk.complete), 60_000, None, &mut pid(99), LIMITS, 30));
         assert_eq!((t.next.producer_id, t.next.producer_epoch, t.next.state), (77, 2, TxnState::Empty));
         assert_eq!(
             add_to_txn(Some(&t.next), 77, 1, &[("t".into(), 0)], None, 31),
@@ -437,45 +557,136 @@ mod tests {
         let t = applied(timeout(&m, 61_001).unwrap());
         assert_eq!((t.next.state, t.next.producer_epoch), (TxnState::PrepareAbort, 1));
         assert_eq!(
-            init_producer_id(None, 900_001, None, 5, LIMITS, 0),
+            init_producer_id(None, 900_001, None, &mut pid(5), LIMITS, 0),
             Decision::Refuse(ResponseError::InvalidTransactionTimeout)
         );
         assert_eq!(add_to_txn(None, 1, 0, &[], None, 0), Decision::Refuse(ResponseError::InvalidProducerIdMapping));
         assert_eq!(
-            end_txn(Some(&m), 78, 0, true, false, 0, 0),
+            end_txn(Some(&m), 78, 0, true, false, &mut pid(0), 0),
             Decision::Refuse(ResponseError::InvalidProducerIdMapping)
         );
         let empty = new_txn();
-        assert_eq!(end_txn(Some(&empty), 77, 0, true, false, 0, 0), Decision::Refuse(ResponseError::InvalidTxnState));
+        assert_eq!(
+            end_txn(Some(&empty), 77, 0, true, false, &mut pid(0), 0),
+            Decision::Refuse(ResponseError::InvalidTxnState)
+        );
     }
 
     #[test]
     fn transaction_version_2_bumps_the_epoch_per_transaction() {
         let m = new_txn();
         let m = applied(add_to_txn(Some(&m), 77, 0, &[("t".into(), 0)], None, 1)).next;
-        let t = applied(end_txn(Some(&m), 77, 0, true, true, 99, 2));
+        let t = applied(end_txn(Some(&m), 77, 0, true, true, &mut pid(99), 2));
         assert_eq!((t.next.producer_epoch, t.next.last_producer_epoch), (1, 0));
         let mk = t.markers.unwrap();
         assert_eq!(mk.producer_epoch, 1, "markers carry the new epoch");
         let done = mk.complete;
         assert_eq!((done.producer_id, done.producer_epoch, done.state), (77, 1, TxnState::CompleteCommit));
-        // a retried EndTxn with the old epoch gets the outcome; the opposite outcome is fenced
-        assert_eq!(end_txn(Some(&done), 77, 0, true, true, 99, 3), Decision::Unchanged);
-        assert_eq!(end_txn(Some(&done), 77, 0, false, true, 99, 3), Decision::Refuse(ResponseError::ProducerFenced));
+        // a retried EndTxn with the old epoch gets the outcome; the opposite outcome is refused
+        // as Kafka 4.x refuses it (INVALID_TXN_STATE)
+        assert_eq!(end_txn(Some(&done), 77, 0, true, true, &mut pid(99), 3), Decision::Unchanged);
+        assert_eq!(
+            end_txn(Some(&done), 77, 0, false, true, &mut pid(99), 3),
+            Decision::Refuse(ResponseError::InvalidTxnState)
+        );
         // the next transaction runs on epoch 1; a delayed EndTxn of the previous one cannot end it
         let next = applied(add_to_txn(Some(&done), 77, 1, &[("t".into(), 0)], None, 4)).next;
-        assert_eq!(end_txn(Some(&next), 77, 0, true, true, 99, 5), Decision::Refuse(ResponseError::ProducerFenced));
+        assert_eq!(
+            end_txn(Some(&next), 77, 0, true, true, &mut pid(99), 5),
+            Decision::Refuse(ResponseError::ProducerFenced)
+        );
         assert_eq!(
             add_to_txn(Some(&next), 77, 0, &[("t".into(), 1)], None, 5),
             Decision::Refuse(ResponseError::ProducerFenced)
         );
-        // exhausting the epoch rotates the producer id
-        let mut old = next.clone();
-        old.producer_epoch = i16::MAX - 2;
-        let t = applied(end_txn(Some(&old), 77, i16::MAX - 2, false, true, 99, 6));
+    }
+
+    /// A producer id source that fails the test if it is asked.
+    fn no_pid() -> impl FnMut() -> Result<i64, ResponseError> {
+        || panic!("no producer id may be allocated here")
+    }
+
+    #[test]
+    fn transaction_version_2_aborts_with_no_partition_added() {
+        // Empty (right after InitProducerId): PrepareAbort with nothing to mark, epoch bumped
+        let m = new_txn();
+        let t = applied(end_txn(Some(&m), 77, 0, false, true, &mut no_pid(), 10));
+        assert_eq!((t.next.state, t.next.producer_epoch, t.next.txn_start_ms), (TxnState::PrepareAbort, 1, 10));
         let mk = t.markers.unwrap();
-        assert_eq!((mk.producer_id, mk.producer_epoch), (77, i16::MAX - 1));
-        assert_eq!((mk.complete.producer_id, mk.complete.producer_epoch), (99, 0));
+        assert!(mk.partitions.is_empty() && mk.groups.is_empty() && !mk.commit);
+        let aborted = mk.complete;
+        assert_eq!((aborted.state, aborted.producer_epoch), (TxnState::CompleteAbort, 1));
+        // its retry gets the outcome; a commit in Empty is refused
+        assert_eq!(end_txn(Some(&aborted), 77, 0, false, true, &mut no_pid(), 11), Decision::Unchanged);
+        assert_eq!(
+            end_txn(Some(&m), 77, 0, true, true, &mut no_pid(), 11),
+            Decision::Refuse(ResponseError::InvalidTxnState)
+        );
+        // CompleteAbort and CompleteCommit with the current epoch: a new empty abort
+        let t = applied(end_txn(Some(&aborted), 77, 1, false, true, &mut no_pid(), 12));
+        assert_eq!((t.next.state, t.next.producer_epoch), (TxnState::PrepareAbort, 2));
+        let open = applied(add_to_txn(Some(&aborted), 77, 1, &[("t".into(), 0)], None, 13)).next;
+        let committed = applied(end_txn(Some(&open), 77, 1, true, true, &mut no_pid(), 14)).markers.unwrap().complete;
+        assert_eq!((committed.state, committed.producer_epoch), (TxnState::CompleteCommit, 2));
+        let t = applied(end_txn(Some(&committed), 77, 2, false, true, &mut no_pid(), 15));
+        assert_eq!((t.next.state, t.next.producer_epoch), (TxnState::PrepareAbort, 3));
+        // transaction version 1 keeps Kafka's old answer
+        assert_eq!(
+            end_txn(Some(&m), 77, 0, false, false, &mut no_pid(), 16),
+            Decision::Refuse(ResponseError::InvalidTxnState)
+        );
+    }
+
+    #[test]
+    fn transaction_version_2_rotates_at_kafkas_boundary_and_answers_retries() {
+        let mut m = applied(add_to_txn(Some(&new_txn()), 77, 0, &[("t".into(), 0)], None, 1)).next;
+        // 32765 is not exhausted: a plain bump to 32766, no id consumed
+        m.producer_epoch = i16::MAX - 2;
+        let t = applied(end_txn(Some(&m), 77, i16::MAX - 2, true, true, &mut no_pid(), 2));
+        let done = t.markers.unwrap().complete;
+        assert_eq!((done.producer_id, done.producer_epoch), (77, i16::MAX - 1));
+        // 32766 is: markers at 32767, the next transaction on a new id at epoch 0
+        let open = applied(add_to_txn(Some(&done), 77, i16::MAX - 1, &[("t".into(), 0)], None, 3)).next;
+        let t = applied(end_txn(Some(&open), 77, i16::MAX - 1, true, true, &mut pid(99), 4));
+        let mk = t.markers.unwrap();
+        assert_eq!((mk.producer_id, mk.producer_epoch), (77, i16::MAX));
+        let rotated = mk.complete;
+        assert_eq!((rotated.producer_id, rotated.producer_epoch, rotated.prev_producer_id), (99, 0, 77));
+        // a retry with the old id and epoch is answered with the new ones (retryOnOverflow)
+        assert_eq!(end_txn(Some(&rotated), 77, i16::MAX - 1, true, true, &mut no_pid(), 5), Decision::Unchanged);
+        assert_eq!(
+            end_txn(Some(&rotated), 77, i16::MAX - 1, false, true, &mut no_pid(), 5),
+            Decision::Refuse(ResponseError::InvalidTxnState)
+        );
+        assert_eq!(
+            end_txn(Some(&rotated), 78, i16::MAX - 1, true, true, &mut no_pid(), 5),
+            Decision::Refuse(ResponseError::InvalidProducerIdMapping)
+        );
+    }
+
+    #[test]
+    fn init_producer_id_retries_straddling_a_rotation_and_consumes_ids_only_then() {
+        let mut m = new_txn();
+        // a bump allocates nothing
+        let bumped = applied(init_producer_id(Some(&m), 60_000, Some((77, 0)), &mut no_pid(), LIMITS, 1)).next;
+        assert_eq!((bumped.producer_id, bumped.producer_epoch), (77, 1));
+        // at 32766 (Kafka's exhaustion) the id rotates
+        m.producer_epoch = i16::MAX - 1;
+        let rotated =
+            applied(init_producer_id(Some(&m), 60_000, Some((77, i16::MAX - 1)), &mut pid(99), LIMITS, 2)).next;
+        assert_eq!((rotated.producer_id, rotated.producer_epoch, rotated.prev_producer_id), (99, 0, 77));
+        // the same request retried (its answer was lost) gets the new id, not PRODUCER_FENCED
+        let again = init_producer_id(Some(&rotated), 60_000, Some((77, i16::MAX - 1)), &mut no_pid(), LIMITS, 3);
+        assert_eq!(again, Decision::Unchanged);
+        // an old id with an epoch that is not exhausted is a zombie
+        assert_eq!(
+            init_producer_id(Some(&rotated), 60_000, Some((77, 5)), &mut no_pid(), LIMITS, 3),
+            Decision::Refuse(ResponseError::ProducerFenced)
+        );
+        // 32765 bumps to 32766 without rotating
+        m.producer_epoch = i16::MAX - 2;
+        let t = applied(init_producer_id(Some(&m), 60_000, None, &mut no_pid(), LIMITS, 4)).next;
+        assert_eq!((t.producer_id, t.producer_epoch), (77, i16::MAX - 1));
     }
 
     #[test]
@@ -490,16 +701,19 @@ mod tests {
     #[test]
     fn kip360_retries_and_epoch_exhaustion() {
         let m = new_txn();
-        let bumped = applied(init_producer_id(Some(&m), 60_000, Some((77, 0)), 99, LIMITS, 5)).next;
+        let bumped = applied(init_producer_id(Some(&m), 60_000, Some((77, 0)), &mut pid(99), LIMITS, 5)).next;
         assert_eq!(bumped.producer_epoch, 1);
-        assert_eq!(init_producer_id(Some(&bumped), 60_000, Some((77, 0)), 99, LIMITS, 6), Decision::Unchanged);
         assert_eq!(
-            init_producer_id(Some(&bumped), 60_000, Some((77, 7)), 99, LIMITS, 6),
+            init_producer_id(Some(&bumped), 60_000, Some((77, 0)), &mut pid(99), LIMITS, 6),
+            Decision::Unchanged
+        );
+        assert_eq!(
+            init_producer_id(Some(&bumped), 60_000, Some((77, 7)), &mut pid(99), LIMITS, 6),
             Decision::Refuse(ResponseError::ProducerFenced)
         );
         let mut old = bumped.clone();
         old.producer_epoch = i16::MAX - 1;
-        let t = applied(init_producer_id(Some(&old), 60_000, None, 99, LIMITS, 7));
+        let t = applied(init_producer_id(Some(&old), 60_000, None, &mut pid(99), LIMITS, 7));
         assert_eq!((t.next.producer_id, t.next.producer_epoch), (99, 0));
     }
 }

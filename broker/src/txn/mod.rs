@@ -14,7 +14,7 @@ pub mod machine;
 
 use crate::group::codec::partition_for;
 use crate::kvlog::KvLog;
-use crate::partition::producer_state::MarkerHeader;
+use crate::partition::producer_state::{MarkerHeader, Refusal};
 use crate::partition::AppendError;
 use crate::state::BrokerState;
 use bytes::Bytes;
@@ -335,9 +335,11 @@ impl TxnCoordinator {
         out
     }
 
-    /// KIP-890 part 1, single node: may `pid`/`epoch` write a transactional batch to this
-    /// partition? Only while its transaction is Ongoing and holds the partition. Called under
-    /// the partition's producer-state lock, so a marker cannot slip in between.
+    /// KIP-890 part 1: may `pid`/`epoch` write a transactional batch to this partition? Only
+    /// with the coordinator's current epoch (PRODUCER_FENCED otherwise; the produce path answers
+    /// INVALID_PRODUCER_EPOCH, as Kafka's `AddPartitionsToTxnManager`), while its transaction is
+    /// Ongoing and holds the partition. Called under the partition's producer-state lock on a
+    /// single node, so a marker cannot slip in between.
     pub fn verify_partition(
         &self,
         id: &str,
@@ -354,8 +356,13 @@ impl TxnCoordinator {
         if m.producer_id != pid {
             return Err(ResponseError::InvalidProducerIdMapping);
         }
-        if epoch < m.producer_epoch {
-            return Err(ResponseError::InvalidProducerEpoch);
+        // equal, as Kafka's `handleVerifyPartitionsInTransaction`: a batch with a *higher* epoch
+        // than the coordinator's would make the partition refuse this transaction's marker
+        if epoch != m.producer_epoch {
+            return Err(ResponseError::ProducerFenced);
+        }
+        if matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+            return Err(ResponseError::ConcurrentTransactions);
         }
         if m.state != TxnState::Ongoing || !m.partitions.contains(&(topic.to_string(), partition)) {
             return Err(ResponseError::InvalidTxnState);
@@ -493,6 +500,20 @@ impl TxnCoordinator {
             .await;
             if let Outcome::Refused(e) = outcome {
                 tracing::warn!(txn = %id, "timeout abort failed: {e:?}");
+            }
+        }
+    }
+
+    /// Bound every shard's log (Kafka compacts `__transaction_state`): once it holds more than
+    /// twice the records its ids need, keep only each id's newest record. Every replica of a
+    /// replicated shard does this to its own copy, leader or not. Blocking.
+    pub fn compact_logs(&self, now: i64) {
+        for (i, s) in self.shards.iter().enumerate() {
+            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            match s.log.compact_folding(now) {
+                Ok(Some(live)) => tracing::info!(shard = i, live, "compacted transaction log"),
+                Ok(None) => {}
+                Err(e) => tracing::error!(shard = i, "transaction log compaction failed: {e}"),
             }
         }
     }
@@ -687,8 +708,40 @@ fn marker_target(state: &BrokerState, topic: &str, index: i32) -> MarkerTarget {
     }
 }
 
-/// Send the marker to the partition's leader (WriteTxnMarkers v1). `Ok(true)`: durable there or
-/// refused for good (a newer epoch or coordinator; the partition is gone); `Ok(false)`: retry.
+/// What became of one marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkerDone {
+    /// Durable, or nothing of the transaction can be open there (the partition is gone, or it
+    /// holds no open transaction of the producer): the transaction may complete.
+    Written,
+    /// A newer coordinator wrote to the partition: this one must not complete the transaction
+    /// (the newer one finishes it).
+    Fenced,
+    /// Not written yet: try again.
+    Retry,
+}
+
+/// A marker was refused with INVALID_PRODUCER_EPOCH at a partition this broker holds: harmless
+/// if the producer has no open transaction there (nothing to close), otherwise the transaction
+/// must not be called complete — its data would stay open behind the LSO for ever.
+fn refused_epoch(state: &BrokerState, id: &str, topic: &str, index: i32, pid: i64) -> MarkerDone {
+    let open = state.partition(topic, index).is_some_and(|p| p.has_open_transaction(pid));
+    if open {
+        tracing::error!(
+            txn = id,
+            topic,
+            partition = index,
+            pid,
+            "marker refused (older producer epoch) while the transaction is open there; retrying"
+        );
+        MarkerDone::Retry
+    } else {
+        tracing::warn!(txn = id, topic, partition = index, pid, "marker refused; nothing of the transaction is open");
+        MarkerDone::Written
+    }
+}
+
+/// Send the marker to the partition's leader (WriteTxnMarkers v1).
 async fn write_marker_remote(
     state: &BrokerState,
     addr: &str,
@@ -696,7 +749,7 @@ async fn write_marker_remote(
     topic: &str,
     index: i32,
     h: (i64, i16, bool),
-) -> bool {
+) -> MarkerDone {
     use kafka_protocol::messages::*;
     let (pid, epoch, commit) = h;
     let mut t = write_txn_markers_request::WritableTxnMarkerTopic::default();
@@ -729,34 +782,45 @@ async fn write_marker_remote(
         Ok(_) => -1,
         Err(e) => {
             tracing::warn!(txn = id, topic, partition = index, "marker to {addr}: {e}");
-            return false;
+            return MarkerDone::Retry;
         }
     };
     match ResponseError::try_from_code(code) {
-        None if code == 0 => true,
-        Some(
-            ResponseError::InvalidProducerEpoch
-            | ResponseError::TransactionCoordinatorFenced
-            | ResponseError::UnknownTopicOrPartition,
-        ) => {
-            tracing::warn!(txn = id, topic, partition = index, code, "marker refused by {addr}");
-            true
+        None if code == 0 => MarkerDone::Written,
+        Some(ResponseError::UnknownTopicOrPartition) => {
+            tracing::warn!(txn = id, topic, partition = index, "marker skipped: {addr} has no such partition");
+            MarkerDone::Written
         }
+        Some(ResponseError::TransactionCoordinatorFenced) => {
+            tracing::warn!(txn = id, topic, partition = index, "marker refused by {addr}: a newer coordinator");
+            MarkerDone::Fenced
+        }
+        // INVALID_PRODUCER_EPOCH included: whether the transaction is open there is not known
+        // here, and completing it while it is would leave its data open for ever
         _ => {
             tracing::warn!(txn = id, topic, partition = index, code, "marker to {addr} failed; retrying");
-            false
+            MarkerDone::Retry
         }
     }
 }
 
-async fn write_marker_until_durable(state: &Arc<BrokerState>, id: &str, topic: &str, index: i32, h: (i64, i16, bool)) {
+/// Write one marker, retried until it is durable (or nothing of the transaction can be open
+/// there); `MarkerDone::Fenced` if a newer coordinator has written to the partition.
+async fn write_marker_until_durable(
+    state: &Arc<BrokerState>,
+    id: &str,
+    topic: &str,
+    index: i32,
+    h: (i64, i16, bool),
+) -> MarkerDone {
     let (pid, epoch, commit) = h;
     let mut backoff = Duration::from_millis(50);
     loop {
         match marker_target(state, topic, index) {
             MarkerTarget::Remote(addr) => {
-                if write_marker_remote(state, &addr, id, topic, index, h).await {
-                    return;
+                let done = write_marker_remote(state, &addr, id, topic, index, h).await;
+                if done != MarkerDone::Retry {
+                    return done;
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -785,11 +849,19 @@ async fn write_marker_until_durable(state: &Arc<BrokerState>, id: &str, topic: &
                     PartResult::Error { code, message } if code == -1 || code == 6 || code == 7 => {
                         tracing::warn!(txn = id, topic, partition = index, "replicated marker: {message}; retrying");
                     }
-                    PartResult::Error { message, .. } => {
+                    PartResult::Error { code, message } => {
                         tracing::warn!(txn = id, topic, partition = index, "marker refused: {message}");
-                        return;
+                        match ResponseError::try_from_code(code) {
+                            Some(ResponseError::TransactionCoordinatorFenced) => return MarkerDone::Fenced,
+                            Some(ResponseError::InvalidProducerEpoch) => {
+                                if refused_epoch(state, id, topic, index, pid) == MarkerDone::Written {
+                                    return MarkerDone::Written;
+                                }
+                            }
+                            _ => return MarkerDone::Written,
+                        }
                     }
-                    _ => return,
+                    _ => return MarkerDone::Written,
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -799,7 +871,7 @@ async fn write_marker_until_durable(state: &Arc<BrokerState>, id: &str, topic: &
         }
         let Some(p) = state.partition(topic, index) else {
             tracing::warn!(txn = id, topic, partition = index, "marker skipped: partition is gone");
-            return;
+            return MarkerDone::Written;
         };
         let now = crate::handlers::now_ms();
         let header = MarkerHeader { epoch, coordinator_epoch: state.txns.epoch_for(id), commit, timestamp: now };
@@ -809,13 +881,17 @@ async fn write_marker_until_durable(state: &Arc<BrokerState>, id: &str, topic: &
             .unwrap_or_else(|e| Err(AppendError::Storage(StorageError::InvalidConfig(e.to_string()))));
         match written {
             Ok(w) => match p.wait_durable_async(w.offset + 1, w.sync).await {
-                Ok(()) => return,
+                Ok(()) => return MarkerDone::Written,
                 Err(e) => tracing::error!(txn = id, topic, partition = index, "marker fsync failed: {e}"),
             },
-            Err(AppendError::Refused(r)) => {
-                // the partition has seen a newer epoch or coordinator: nothing of ours is open
-                tracing::warn!(txn = id, topic, partition = index, "marker refused: {r:?}");
-                return;
+            Err(AppendError::Refused(Refusal::CoordinatorFenced { current, got })) => {
+                tracing::warn!(txn = id, topic, partition = index, current, got, "marker refused: a newer coordinator");
+                return MarkerDone::Fenced;
+            }
+            Err(AppendError::Refused(_)) => {
+                if refused_epoch(state, id, topic, index, pid) == MarkerDone::Written {
+                    return MarkerDone::Written;
+                }
             }
             Err(AppendError::Storage(e)) => {
                 tracing::error!(txn = id, topic, partition = index, "marker write failed: {e}")
@@ -838,7 +914,9 @@ async fn complete_group_until_durable(state: &Arc<BrokerState>, id: &str, group:
             Some((o, host, port)) if o != state.config.node_id => {
                 let partition = crate::group::codec::partition_for(group, state.config.groups.partitions);
                 let addr = format!("{host}:{port}");
-                if write_marker_remote(state, &addr, id, crate::group::OFFSETS_TOPIC, partition, header).await {
+                if write_marker_remote(state, &addr, id, crate::group::OFFSETS_TOPIC, partition, header).await
+                    != MarkerDone::Retry
+                {
                     return;
                 }
             }
@@ -857,7 +935,9 @@ async fn complete_group_until_durable(state: &Arc<BrokerState>, id: &str, group:
     }
 }
 
-/// Write every marker (in parallel, each retried until durable), then log the completion.
+/// Write every marker (in parallel, each retried until durable), then log the completion —
+/// never while a marker is missing: a partition that refused one because a newer coordinator
+/// wrote to it leaves the transaction to that coordinator.
 async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnMetadata, StorageError> {
     let mut tasks = tokio::task::JoinSet::new();
     for (topic, index) in m.partitions.clone() {
@@ -867,9 +947,18 @@ async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnM
     for g in m.groups.clone() {
         let (st, id) = (state.clone(), id.to_string());
         let header = (m.producer_id, m.producer_epoch, m.commit);
-        tasks.spawn(async move { complete_group_until_durable(&st, &id, &g, header).await });
+        tasks.spawn(async move {
+            complete_group_until_durable(&st, &id, &g, header).await;
+            MarkerDone::Written
+        });
     }
-    while tasks.join_next().await.is_some() {}
+    let mut fenced = false;
+    while let Some(done) = tasks.join_next().await {
+        fenced |= !matches!(done, Ok(MarkerDone::Written));
+    }
+    if fenced {
+        return Err(StorageError::InvalidConfig(format!("markers of {id} refused: a newer coordinator owns it")));
+    }
     let now = crate::handlers::now_ms();
     let wait = {
         let i = state.txns.shard_index(id);

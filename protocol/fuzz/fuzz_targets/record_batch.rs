@@ -1,5 +1,5 @@
 //! Any bytes as record batches: parse, iterate, decode records (with decompression) and
-//! control markers. Must never panic.
+//! control markers, validate as produce does. Must never panic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
@@ -14,5 +14,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(view) = sluice_protocol::batch::BatchView::parse_unchecked_crc(data) {
         let _ = view.records();
         let _ = view.control_marker();
+        // what produce validation accepts must decode into exactly that many records
+        if let Ok(summary) = view.validate_records() {
+            let records = view.records().expect("a validated batch decodes");
+            assert_eq!(records.len() as i32, summary.count);
+        }
     }
 });
