@@ -12,6 +12,7 @@
 
 pub mod jepsen;
 pub mod proxy;
+pub mod raw;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -49,9 +49,19 @@ fn count(stdout: &str, anomaly: &str) -> usize {
 fn transactions_under_faults_show_no_anomaly() {
     let (seeds, secs) = if long() { (vec!["11", "12", "13", "14", "15"], "120") } else { (vec!["1", "2"], "12") };
     for seed in seeds {
-        let (code, out) = jepsen(&["--workload", "txn", "--seed", seed, "--time-limit", secs, "--fault-interval", "2"]);
+        // seed 2 (and every long run) with the bad producer alongside: its malformed and
+        // out-of-spec batches are all refused and change nothing for the others
+        let bad = seed != "1";
+        let mut args = vec!["--workload", "txn", "--seed", seed, "--time-limit", secs, "--fault-interval", "2"];
+        if bad {
+            args.push("--bad-producer");
+        }
+        let (code, out) = jepsen(&args);
         assert_eq!(code, 0, "seed {seed}: anomalies or no progress:\n{out}");
         assert!(out.contains("faults injected: ") && !out.contains("faults injected: 0"), "faults were injected");
+        if bad {
+            assert!(out.contains(" 0 accepted"), "the bad producer ran and nothing of it was accepted:\n{out}");
+        }
     }
 }
 
@@ -142,7 +152,7 @@ fn a_three_broker_cluster_under_faults_shows_no_anomaly() {
         (vec![("txn", "5", ALL), ("chain", "7", ALL), ("txn", "9", SPLIT)], "15")
     };
     for (workload, seed, nemesis) in runs {
-        let (code, out) = jepsen(&[
+        let mut args = vec![
             "--nodes",
             "3",
             "--workload",
@@ -155,7 +165,12 @@ fn a_three_broker_cluster_under_faults_shows_no_anomaly() {
             "2",
             "--nemesis",
             nemesis,
-        ]);
+        ];
+        // the transactional runs with every fault also carry the bad producer
+        if workload == "txn" && nemesis == ALL {
+            args.push("--bad-producer");
+        }
+        let (code, out) = jepsen(&args);
         assert_eq!(code, 0, "{workload} seed {seed}: anomalies or no progress:\n{out}");
         assert!(!out.contains("faults injected: 0"), "faults were injected");
         if nemesis == SPLIT {

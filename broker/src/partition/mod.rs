@@ -242,7 +242,21 @@ impl Partition {
             }
         };
         let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
-        match producer_state::check(producers.get(&pid), &hdr) {
+        let plan = producer_state::check(producers.get(&pid), &hdr);
+        // A transactional batch is verified first (as Kafka verifies before the append), so a
+        // fenced producer is told so whatever this partition knows of it; an exact retry of a
+        // stored batch is still answered as the duplicate it is.
+        if hdr.transactional && !matches!(plan, Plan::Duplicate { .. }) {
+            let Some(verify) = verify else {
+                return Err(AppendError::Refused(Refusal::InvalidTxnState));
+            };
+            if let Err(code) = verify(pid, hdr.epoch) {
+                let r = Refusal::TxnVerification(code);
+                Self::count_refusal(&r);
+                return Err(AppendError::Refused(r));
+            }
+        }
+        match plan {
             Plan::Reject(r) => {
                 Self::count_refusal(&r);
                 Err(AppendError::Refused(r))
@@ -254,16 +268,6 @@ impl Partition {
                 Ok(Appended::Duplicate { first_offset, last_offset, log_start: log.log_start_offset(), sync })
             }
             Plan::Append => {
-                if hdr.transactional {
-                    let Some(verify) = verify else {
-                        return Err(AppendError::Refused(Refusal::InvalidTxnState));
-                    };
-                    if let Err(code) = verify(pid, hdr.epoch) {
-                        let r = Refusal::TxnVerification(code);
-                        Self::count_refusal(&r);
-                        return Err(AppendError::Refused(r));
-                    }
-                }
                 let opens_txn = hdr.transactional && producers.get(&pid).is_none_or(|e| e.txn_first_offset.is_none());
                 let (info, log_start, sync) = self.append(batch, now_ms, opens_txn).map_err(AppendError::Storage)?;
                 if info.rolled {

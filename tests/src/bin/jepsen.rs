@@ -183,6 +183,12 @@ struct RunArgs {
     /// Run the librdkafka read_committed reader alongside (an independent view).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     librdkafka_reader: bool,
+    /// Run a bad producer alongside (its own process id, 3000): malformed batches (a header
+    /// that disagrees with its records) and out-of-spec transactional batches (a higher epoch
+    /// than the coordinator's, Produce v12 with a fenced epoch), every one recorded as failed —
+    /// a read of any of its values is an aborted read — and any of them accepted fails the run.
+    #[arg(long)]
+    bad_producer: bool,
     /// Brokers: 1, or a cluster (cluster mode: a metadata quorum of all of them, partitions
     /// spread over them), each behind its own proxy; broker faults hit one chosen at random.
     #[arg(long, default_value_t = 1)]
@@ -831,6 +837,122 @@ async fn drain(cluster: &Cluster, keys: i32, topics: &[&str], rec: &Recorder) ->
     Ok(())
 }
 
+/// What the bad producer did.
+#[derive(Default)]
+struct BadReport {
+    attempts: usize,
+    /// Answered with an error, as they must be.
+    refused: usize,
+    /// What a broker accepted that it must refuse.
+    accepted: Vec<String>,
+}
+
+/// History process of the bad producer.
+const BAD_PROCESS: i64 = 3000;
+/// Its values: far above every worker's (process × 10^9 + n, chain outputs + 10^15).
+const BAD_VALUES: i64 = 8_000_000_000_000_000_000;
+
+/// The bad producer (`--bad-producer`): until `stop`, sends what no correct client sends, on
+/// the workload's topic, through the same proxies (and faults) as the workers. Every send is
+/// recorded as failed — none may ever be read — except that a legitimate transactional batch
+/// it aborts on purpose is recorded as failed only once the abort is confirmed.
+async fn bad_producer(bootstrap: String, keys: i32, seed: u64, rec: Arc<Recorder>, stop: Arc<AtomicBool>) -> BadReport {
+    use sluice_protocol::batch::Compression;
+    use sluice_tests::raw;
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xbad);
+    let mut report = BadReport::default();
+    let mut next = BAD_VALUES;
+    let addrs: Vec<String> = bootstrap.split(',').map(str::to_string).collect();
+    let mut conn: Option<sluice_client::Connection> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let c = match &conn {
+            Some(c) if !c.is_closed() => c,
+            _ => {
+                let addr = &addrs[rng.gen_range(0..addrs.len())];
+                match sluice_client::Connection::connect(addr, "jepsen-bad", 1).await {
+                    Ok(c) => conn.insert(c),
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let key = rng.gen_range(0..keys);
+        let vals: Vec<(i64, String)> = (0..3)
+            .map(|_| {
+                next += 1;
+                (1_000, next.to_string())
+            })
+            .collect();
+        let sends: Vec<Micro> =
+            vals.iter().map(|(_, v)| Micro::Send { key, value: v.parse().unwrap_or(-1), offset: None }).collect();
+        rec.push(BAD_PROCESS, OpType::Invoke, OpFn::Txn, sends.clone(), None, None);
+        let case = rng.gen_range(0..3);
+        // (what was sent, its answer; `None`: no answer) for batches that must be refused
+        let mut must_refuse: Vec<(String, Option<i16>)> = Vec::new();
+        let mut aborted_ok = true;
+        match case {
+            0 => {
+                let m = raw::MALFORMATIONS[rng.gen_range(0..raw::MALFORMATIONS.len())];
+                let compression = if rng.gen_bool(0.5) { Compression::Lz4 } else { Compression::None };
+                let pid = match raw::init_producer_id(c, 4, None, None).await {
+                    Ok((0, pid, _)) if rng.gen_bool(0.5) => pid,
+                    _ => -1,
+                };
+                let good = raw::batch(pid, 0, 0, false, &vals, compression);
+                let answer = raw::produce(c, 9, None, TOPIC, key, raw::malformed(&good, m)).await.ok().map(|a| a.0);
+                must_refuse.push((format!("{m:?} {compression:?} pid {pid}"), answer));
+            }
+            1 => {
+                // transaction version 1, a batch with a higher epoch than the coordinator's
+                let txn = "jepsen-bad-epoch";
+                if let Ok((0, pid, e)) = raw::init_producer_id_timeout(c, 3, Some(txn), None, 2_000).await {
+                    if raw::add_partitions(c, txn, pid, e, TOPIC, &[key]).await.ok() == Some(0) {
+                        let b = raw::batch(pid, e.saturating_add(5), 0, true, &vals, Compression::None);
+                        let answer = raw::produce(c, 9, Some(txn), TOPIC, key, b).await.ok().map(|a| a.0);
+                        must_refuse.push((format!("epoch {} over the coordinator's {e}", e.saturating_add(5)), answer));
+                    }
+                    let _ = raw::end_txn(c, 3, txn, pid, e, false).await;
+                }
+            }
+            _ => {
+                // transaction version 2: a batch, aborted; then a late batch with the fenced
+                // epoch (refused); then an abort with nothing added
+                let txn = "jepsen-bad-v12";
+                aborted_ok = false;
+                if let Ok((0, pid, e)) = raw::init_producer_id_timeout(c, 4, Some(txn), None, 2_000).await {
+                    let b = raw::batch(pid, e, 0, true, &vals[..1], Compression::None);
+                    let first = raw::produce(c, 12, Some(txn), TOPIC, key, b).await.ok().map(|a| a.0);
+                    if let Ok((0, _, e1)) = raw::end_txn(c, 5, txn, pid, e, false).await {
+                        aborted_ok = true;
+                        let late = raw::batch(pid, e, 1, true, &vals[1..], Compression::None);
+                        let answer = raw::produce(c, 12, Some(txn), TOPIC, key, late).await.ok().map(|a| a.0);
+                        must_refuse.push((format!("Produce v12 with epoch {e} after {e1}"), answer));
+                        let _ = raw::end_txn(c, 5, txn, pid, e1, false).await;
+                    } else if first != Some(0) {
+                        aborted_ok = true; // never written
+                    }
+                }
+            }
+        }
+        report.attempts += must_refuse.len();
+        for (what, answer) in must_refuse {
+            match answer {
+                Some(0) => report.accepted.push(what),
+                Some(_) => report.refused += 1,
+                None => conn = None,
+            }
+        }
+        // every value must stay invisible; an abort that was not confirmed leaves the first
+        // batch's fate unknown (the coordinator's timeout aborts it)
+        let kind = if aborted_ok { OpType::Fail } else { OpType::Info };
+        rec.push(BAD_PROCESS, kind, OpFn::Txn, sends, None, Some(format!("bad producer case {case}")));
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(20..120))).await;
+    }
+    report
+}
+
 fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -915,9 +1037,17 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
             std::thread::spawn(move || rdkafka_reader(c, k, r, s))
         });
         let nem = tokio::spawn(nemesis(args.clone(), cluster.clone(), workers.clone(), rec.clone(), stop.clone()));
+        let bad = args.bad_producer.then(|| {
+            let (b, r, s) = (cluster.bootstrap(), rec.clone(), stop.clone());
+            tokio::spawn(bad_producer(b, args.keys, args.seed, r, s))
+        });
         tokio::time::sleep(Duration::from_secs(args.time_limit)).await;
         stop.store(true, Ordering::Relaxed);
         let healed = nem.await.unwrap_or_default();
+        let bad = match bad {
+            Some(b) => Some(b.await.unwrap_or_default()),
+            None => None,
+        };
         let c = cluster.clone();
         let _ = tokio::task::spawn_blocking(move || c.heal()).await;
         let w = workers.clone();
@@ -928,8 +1058,9 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
         if let Some(r) = reader {
             let _ = tokio::task::spawn_blocking(move || r.join()).await;
         }
-        healed
+        (healed, bad)
     });
+    let (healed, bad) = healed;
     let topics: &[&str] = if args.workload == Workload::Chain { &[TOPIC, OUT_TOPIC] } else { &[TOPIC] };
     let drained = rt.block_on(drain(&cluster, args.keys, topics, &rec));
     let ops = rec.ops.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -1003,7 +1134,18 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
     if !progress {
         println!("  no operation succeeded: the run proves nothing");
     }
-    Ok(report.valid() && drained.is_ok() && progress)
+    let mut bad_ok = true;
+    if let Some(b) = &bad {
+        println!("  bad producer: {} attempts, {} refused, {} accepted", b.attempts, b.refused, b.accepted.len());
+        for what in b.accepted.iter().take(5) {
+            println!("    accepted: {what}");
+        }
+        bad_ok = b.accepted.is_empty() && b.refused > 0;
+        if b.refused == 0 {
+            println!("  the bad producer reached no broker: the run proves nothing about it");
+        }
+    }
+    Ok(report.valid() && drained.is_ok() && progress && bad_ok)
 }
 
 fn main() -> ExitCode {
