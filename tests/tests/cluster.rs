@@ -18,13 +18,20 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Cluster {
+        Self::start_with(&[])
+    }
+
+    /// Three brokers, each also given `extra` flags.
+    fn start_with(extra: &[&str]) -> Cluster {
         let raft: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let voters =
             raft.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
         let brokers = (0..3)
             .map(|i| {
                 let id = (i + 1).to_string();
-                Broker::start_on(free_port(), &["--node-id", &id, "--controller-quorum-voters", &voters])
+                let mut args = vec!["--node-id", &id, "--controller-quorum-voters", &voters];
+                args.extend_from_slice(extra);
+                Broker::start_on(free_port(), &args)
             })
             .collect();
         Cluster { brokers, voters }
@@ -989,6 +996,76 @@ async fn the_transaction_coordinator_fails_over_to_another_broker() {
         assert!(!seen.iter().any(|v| v.starts_with(&format!("t{n}-"))), "aborted transaction {n} visible");
     }
     assert_eq!(seen.len(), want, "only committed records");
+}
+
+/// Bytes of the segment files (`*.log`) in `dir`.
+fn segment_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+        .sum()
+}
+
+/// The replicated transaction-state log is compacted on every replica (each folds its own
+/// copy), and the coordinator that takes over after a kill -9 reloads the compacted log with
+/// the id's state intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replicated_transaction_log_is_compacted_on_every_replica_and_fails_over() {
+    use sluice_tests::raw;
+    let mut c = Cluster::start_with(&[
+        "--transaction-state-log-num-partitions",
+        "1",
+        "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+        "200",
+    ]);
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let txn = "compact-cluster";
+    let t0 = Instant::now();
+    let coordinator = loop {
+        let id = txn_coordinator(&c.brokers[0], txn).await;
+        if id > 0 {
+            break id;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let victim = usize::try_from(coordinator - 1).unwrap();
+    let conn = Connection::connect(&c.brokers[victim].bootstrap(), "compact", 1).await.unwrap();
+    let (err, pid, mut epoch) = raw::init_producer_id(&conn, 4, Some(txn), None).await.unwrap();
+    assert_eq!(err, 0);
+    // 1,500 empty aborts: 3,000 records (~1 MB uncompacted) in the shard's log on each replica
+    for _ in 0..1_500 {
+        let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
+        assert_eq!(err, 0);
+        epoch = next;
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for (i, b) in c.brokers.iter().enumerate() {
+        let bytes = segment_bytes(&b.data_dir.join("__transaction_state-0"));
+        assert!(bytes > 0 && bytes <= 400_000, "broker {}: {bytes} bytes of transaction log", i + 1);
+    }
+    drop(conn);
+    c.brokers[victim].kill9();
+    let t1 = Instant::now();
+    let other = (victim + 1) % 3;
+    let (new, conn) = loop {
+        let id = txn_coordinator(&c.brokers[other], txn).await;
+        if id > 0 && id != coordinator {
+            let b = &c.brokers[usize::try_from(id - 1).unwrap()];
+            if let Ok(conn) = Connection::connect(&b.bootstrap(), "compact", 1).await {
+                if raw::describe_txn(&conn, txn).await.is_ok_and(|d| d.0 == "CompleteAbort") {
+                    break (id, conn);
+                }
+            }
+        }
+        assert!(t1.elapsed() < Duration::from_secs(60), "no new coordinator with the id's state");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(raw::describe_txn(&conn, txn).await.unwrap(), ("CompleteAbort".into(), pid, epoch), "on {new}");
+    let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
+    assert_eq!((err, next), (0, epoch + 1), "the new coordinator carries on from the compacted log");
 }
 
 /// The group coordinator fails over: the offsets log is replicated, so after the coordinator's

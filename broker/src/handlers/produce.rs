@@ -68,7 +68,15 @@ fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
     }
     // the header's offset range, its record count and the records encoded must agree before
     // anything is appended: offsets, sequences and the LSO are all derived from the header
-    v.validate_records().map_err(|e| (error_map::batch_code(&e), e.to_string()))?;
+    if let Err(e) = v.validate_records() {
+        // Kafka checks the CRC first: a corrupt batch is CORRUPT_MESSAGE whatever its records
+        // look like (computed only here, so a valid batch's CRC is still checked once, by the log)
+        if v.compute_crc() != v.crc() {
+            let e = sluice_protocol::batch::BatchError::CrcMismatch { stored: v.crc(), computed: v.compute_crc() };
+            return Err((error_map::batch_code(&e), e.to_string()));
+        }
+        return Err((error_map::batch_code(&e), e.to_string()));
+    }
     Ok(())
 }
 
