@@ -17,7 +17,7 @@ fn payload(seed: &mut u64, n: usize) -> Vec<u8> {
             *seed ^= *seed >> 7;
             *seed ^= *seed << 17;
             // half random, half repeated: compressible like real payloads
-            if *seed % 2 == 0 {
+            if (*seed).is_multiple_of(2) {
                 (*seed >> 24) as u8
             } else {
                 b'a'
