@@ -60,6 +60,17 @@ pub fn jepsen_bin() -> PathBuf {
     BIN.get_or_init(|| build_bin("sluice-tests", "jepsen")).clone()
 }
 
+/// Bytes of the segment files (`*.log`) in a partition or internal-log directory (its indexes
+/// are preallocated, so their length says nothing about what the log holds).
+pub fn segment_file_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+        .sum()
+}
+
 /// A free TCP port on 127.0.0.1 (the listener is closed before returning; races are unlikely
 /// on a test machine and show up as a clear bind error).
 pub fn free_port() -> u16 {

@@ -998,16 +998,6 @@ async fn the_transaction_coordinator_fails_over_to_another_broker() {
     assert_eq!(seen.len(), want, "only committed records");
 }
 
-/// Bytes of the segment files (`*.log`) in `dir`.
-fn segment_bytes(dir: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
-        .sum()
-}
-
 /// The replicated transaction-state log is compacted on every replica (each folds its own
 /// copy), and the coordinator that takes over after a kill -9 reloads the compacted log with
 /// the id's state intact.
@@ -1043,7 +1033,7 @@ async fn the_replicated_transaction_log_is_compacted_on_every_replica_and_fails_
     }
     tokio::time::sleep(Duration::from_millis(800)).await;
     for (i, b) in c.brokers.iter().enumerate() {
-        let bytes = segment_bytes(&b.data_dir.join("__transaction_state-0"));
+        let bytes = sluice_tests::segment_file_bytes(&b.data_dir.join("__transaction_state-0"));
         assert!(bytes > 0 && bytes <= 400_000, "broker {}: {bytes} bytes of transaction log", i + 1);
     }
     drop(conn);

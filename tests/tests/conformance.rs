@@ -334,17 +334,6 @@ fn max_timestamp_does_not_reveal_an_open_transaction() {
     });
 }
 
-/// Bytes of the segment files (`*.log`) in `dir` (indexes are preallocated, so their length
-/// says nothing about what the log holds).
-fn dir_bytes(dir: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
-        .sum()
-}
-
 /// The transaction-state log keeps what each id needs (Kafka compacts `__transaction_state`):
 /// 2,000 transactions of one id leave a small log, and a restart reloads the id's state.
 #[test]
@@ -372,7 +361,7 @@ fn the_transaction_log_is_compacted_and_reloads_after_a_restart() {
     // uncompacted; compaction runs once 1,000 records were appended beyond twice the live ids,
     // so at most ~1,000 records plus the live one remain
     std::thread::sleep(Duration::from_millis(600));
-    let bytes = dir_bytes(&shard);
+    let bytes = sluice_tests::segment_file_bytes(&shard);
     assert!(bytes <= 400_000, "the transaction log holds {bytes} bytes for one id");
     b.kill9();
     b.spawn();
