@@ -105,10 +105,11 @@ fn transactional(batch: &[u8]) -> Option<(i64, i16)> {
 }
 
 /// The produce answer for a transaction coordinator's refusal of a batch (verification or the
-/// implicit add of transaction version 2), as Kafka's `AddPartitionsToTxnManager` and
-/// `ReplicaManager` translate them: a fenced epoch is INVALID_PRODUCER_EPOCH, a coordinator
-/// that cannot answer now is the retriable NOT_ENOUGH_REPLICAS (older clients do not retry the
-/// coordinator errors), anything else as it is.
+/// implicit add of transaction version 2): a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka's
+/// `AddPartitionsToTxnManager` answers it. A coordinator that cannot answer now (ending the
+/// transaction, moving, unreachable) is INVALID_TXN_STATE, so the client aborts and starts over
+/// at once; Kafka answers the retriable NOT_ENOUGH_REPLICAS there, which makes a client retry
+/// the batch until its delivery timeout while the coordinator is away (decision 0011).
 fn verification_code(code: i16) -> i16 {
     match ResponseError::try_from_code(code) {
         Some(ResponseError::ProducerFenced) => ResponseError::InvalidProducerEpoch.code(),
@@ -118,7 +119,7 @@ fn verification_code(code: i16) -> i16 {
             | ResponseError::CoordinatorLoadInProgress
             | ResponseError::CoordinatorNotAvailable
             | ResponseError::NotCoordinator,
-        ) => ResponseError::NotEnoughReplicas.code(),
+        ) => ResponseError::InvalidTxnState.code(),
         _ => code,
     }
 }
