@@ -938,31 +938,27 @@ mod tests {
     #[test]
     fn validation_refuses_repeated_offset_deltas_and_ragged_records() {
         // records built by hand: deltas 0, 0
-        let mut body = Vec::new();
-        for _ in 0..2 {
-            let r = [0u8, 0, 0, 1, 2, b'v'];
-            varint::put_varint(&mut body, r.len() as i64);
-            body.extend_from_slice(&r);
-        }
-        let b = BatchBuilder::default().build(&[rec(1, None, None), rec(1, None, None)]).unwrap().to_vec();
-        let mut m = b[..BATCH_HEADER_BYTES].to_vec();
-        m.extend_from_slice(&body);
-        let len = (m.len() - LOG_OVERHEAD_BYTES) as i32;
-        let m = with_i32(&m, OFF_LENGTH, len);
+        let m = hand_built(&[&[0u8, 0, 0, 1, 2, b'v'], &[0u8, 0, 0, 1, 2, b'v']]);
         let (v, _) = BatchView::parse(&m).unwrap();
         assert!(matches!(v.validate_records(), Err(BatchError::InvalidRecords(_))), "{:?}", v.validate_records());
         // a record whose length covers a byte its fields do not use
-        let mut body = Vec::new();
-        let r = [0u8, 0, 0, 1, 2, b'v', 0, 0xff];
-        varint::put_varint(&mut body, r.len() as i64);
-        body.extend_from_slice(&r);
-        let one = BatchBuilder::default().build(&[rec(1, None, None)]).unwrap().to_vec();
-        let mut m = one[..BATCH_HEADER_BYTES].to_vec();
-        m.extend_from_slice(&body);
-        let len = (m.len() - LOG_OVERHEAD_BYTES) as i32;
-        let m = with_i32(&m, OFF_LENGTH, len);
+        let m = hand_built(&[&[0u8, 0, 0, 1, 2, b'v', 0, 0xff]]);
         let (v, _) = BatchView::parse(&m).unwrap();
         assert!(matches!(v.validate_records(), Err(BatchError::InvalidRecords(_))), "{:?}", v.validate_records());
+    }
+
+    /// A batch whose records section is `records` (each framed with its length), its header
+    /// counting them, with a valid CRC.
+    fn hand_built(records: &[&[u8]]) -> Vec<u8> {
+        let recs: Vec<NewRecord> = records.iter().map(|_| rec(1, None, None)).collect();
+        let b = BatchBuilder::default().build(&recs).unwrap().to_vec();
+        let mut m = b[..BATCH_HEADER_BYTES].to_vec();
+        for r in records {
+            varint::put_varint(&mut m, r.len() as i64);
+            m.extend_from_slice(r);
+        }
+        let len = (m.len() - LOG_OVERHEAD_BYTES) as i32;
+        with_i32(&m, OFF_LENGTH, len)
     }
 
     proptest! {

@@ -203,6 +203,19 @@ pub async fn end_txn(
     }
 }
 
+/// `n` EndTxn v5 aborts with nothing added, from `epoch`: each must succeed and bump the
+/// epoch by one. Returns the epoch after the last (`Err` text: the first one that did not).
+pub async fn abort_empty(conn: &Connection, txn: &str, pid: i64, epoch: i16, n: usize) -> Result<i16, String> {
+    let mut e = epoch;
+    for i in 0..n {
+        match end_txn(conn, 5, txn, pid, e, false).await {
+            Ok((0, _, next)) if next == e + 1 => e = next,
+            other => return Err(format!("abort {i} at epoch {e}: {other:?}")),
+        }
+    }
+    Ok(e)
+}
+
 /// ListOffsets v7 for one partition: (error, offset, timestamp).
 pub async fn list_offset(
     conn: &Connection,

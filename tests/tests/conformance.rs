@@ -215,12 +215,7 @@ fn end_txn_v5_aborts_with_nothing_added_and_consumes_no_producer_ids() {
         let (err, _, e3) = raw::end_txn(&conn, 5, txn, pid, e2, false).await.unwrap();
         assert_eq!((err, e3), (0, e2 + 1), "CompleteCommit: aborted, epoch bumped");
         assert_eq!(raw::describe_txn(&conn, txn).await.unwrap(), ("CompleteAbort".into(), pid, e3));
-        let mut e = e3;
-        for _ in 0..20 {
-            let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, e, false).await.unwrap();
-            assert_eq!((err, next), (0, e + 1));
-            e = next;
-        }
+        raw::abort_empty(&conn, txn, pid, e3, 20).await.unwrap();
         let (err, other, _) = raw::init_producer_id(&conn, 4, Some("another-id"), None).await.unwrap();
         assert_eq!((err, other), (0, pid + 1), "no producer id was used by the epoch bumps");
     });
@@ -348,14 +343,9 @@ fn the_transaction_log_is_compacted_and_reloads_after_a_restart() {
     let shard = b.data_dir.join("__transaction_state-0");
     let (pid, e) = rt().block_on(async {
         let conn = connect(&b).await;
-        let (err, pid, mut e) = raw::init_producer_id(&conn, 4, Some(txn), None).await.unwrap();
+        let (err, pid, e) = raw::init_producer_id(&conn, 4, Some(txn), None).await.unwrap();
         assert_eq!(err, 0);
-        for _ in 0..2_000 {
-            let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, e, false).await.unwrap();
-            assert_eq!(err, 0);
-            e = next;
-        }
-        (pid, e)
+        (pid, raw::abort_empty(&conn, txn, pid, e, 2_000).await.unwrap())
     });
     // 4,000 records (PrepareAbort, CompleteAbort, ~330 bytes each with their batch) are ~1.3 MB
     // uncompacted; compaction runs once 1,000 records were appended beyond twice the live ids,

@@ -71,8 +71,9 @@ fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
     if let Err(e) = v.validate_records() {
         // Kafka checks the CRC first: a corrupt batch is CORRUPT_MESSAGE whatever its records
         // look like (computed only here, so a valid batch's CRC is still checked once, by the log)
-        if v.compute_crc() != v.crc() {
-            let e = sluice_protocol::batch::BatchError::CrcMismatch { stored: v.crc(), computed: v.compute_crc() };
+        let computed = v.compute_crc();
+        if computed != v.crc() {
+            let e = sluice_protocol::batch::BatchError::CrcMismatch { stored: v.crc(), computed };
             return Err((error_map::batch_code(&e), e.to_string()));
         }
         return Err((error_map::batch_code(&e), e.to_string()));

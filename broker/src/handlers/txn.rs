@@ -29,9 +29,9 @@ fn valid_id(id: &str) -> bool {
 
 /// Allocates a producer id only when the coordinator's decision needs one (a new id, or a
 /// rotation at epoch exhaustion), as Kafka's `producerIdManager.generateProducerId` calls.
-fn fresh_pid(state: &BrokerState) -> impl FnMut() -> Result<i64, ResponseError> + '_ {
+fn fresh_pid(ids: &crate::producer_ids::ProducerIds) -> impl FnMut() -> Result<i64, ResponseError> + '_ {
     move || {
-        state.producer_ids.next().map_err(|e| {
+        ids.next().map_err(|e| {
             tracing::error!("cannot allocate a producer id: {e}");
             ResponseError::KafkaStorageError
         })
@@ -53,7 +53,7 @@ pub fn init_producer_id(state: &Arc<BrokerState>, version: i16, req: InitProduce
         }
         let limits = st.txns.limits();
         let now = now_ms();
-        let mut fresh = fresh_pid(&st);
+        let mut fresh = fresh_pid(&st.producer_ids);
         match TxnCoordinator::run(&st, &id, |m| {
             machine::init_producer_id(m, timeout, expected, &mut fresh, limits, now)
         })
@@ -202,7 +202,7 @@ pub fn end_txn(state: &Arc<BrokerState>, version: i16, req: EndTxnRequest) -> Re
         resp.producer_id = ProducerId(-1);
         resp.producer_epoch = -1;
         let now = now_ms();
-        let mut fresh = fresh_pid(&st);
+        let mut fresh = fresh_pid(&st.producer_ids);
         match TxnCoordinator::run(&st, &id, |m| machine::end_txn(m, pid, epoch, commit, tv2, &mut fresh, now)).await {
             Outcome::Refused(e) => resp.error_code = code(e, version, 2),
             Outcome::Done(m) if tv2 => {

@@ -15,7 +15,7 @@ pub mod machine;
 use crate::group::codec::partition_for;
 use crate::kvlog::KvLog;
 use crate::partition::producer_state::{MarkerHeader, Refusal};
-use crate::partition::AppendError;
+use crate::partition::{AppendError, Partition};
 use crate::state::BrokerState;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
@@ -724,8 +724,8 @@ enum MarkerDone {
 /// A marker was refused with INVALID_PRODUCER_EPOCH at a partition this broker holds: harmless
 /// if the producer has no open transaction there (nothing to close), otherwise the transaction
 /// must not be called complete — its data would stay open behind the LSO for ever.
-fn refused_epoch(state: &BrokerState, id: &str, topic: &str, index: i32, pid: i64) -> MarkerDone {
-    let open = state.partition(topic, index).is_some_and(|p| p.has_open_transaction(pid));
+fn refused_epoch(partition: Option<&Partition>, id: &str, topic: &str, index: i32, pid: i64) -> MarkerDone {
+    let open = partition.is_some_and(|p| p.has_open_transaction(pid));
     if open {
         tracing::error!(
             txn = id,
@@ -854,7 +854,8 @@ async fn write_marker_until_durable(
                         match ResponseError::try_from_code(code) {
                             Some(ResponseError::TransactionCoordinatorFenced) => return MarkerDone::Fenced,
                             Some(ResponseError::InvalidProducerEpoch) => {
-                                if refused_epoch(state, id, topic, index, pid) == MarkerDone::Written {
+                                let p = state.partition(topic, index);
+                                if refused_epoch(p.as_deref(), id, topic, index, pid) == MarkerDone::Written {
                                     return MarkerDone::Written;
                                 }
                             }
@@ -889,7 +890,7 @@ async fn write_marker_until_durable(
                 return MarkerDone::Fenced;
             }
             Err(AppendError::Refused(_)) => {
-                if refused_epoch(state, id, topic, index, pid) == MarkerDone::Written {
+                if refused_epoch(Some(&p), id, topic, index, pid) == MarkerDone::Written {
                     return MarkerDone::Written;
                 }
             }
