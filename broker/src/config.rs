@@ -197,6 +197,11 @@ pub const SETTINGS: &[Setting] = &[
         help: "cluster mode: replicas of each transaction-state partition (at most the voters; 1: not replicated)",
     },
     Setting {
+        name: "transaction.version",
+        default: "2",
+        help: "the finalized transaction.version feature (as kafka-storage format --feature): 2 lets Kafka 4.x clients use KIP-890 transactions, 1 or 0 keeps every client to version 1",
+    },
+    Setting {
         name: "transaction.max.timeout.ms",
         default: "900000",
         help: "longest transaction timeout a producer may ask for",
@@ -494,6 +499,8 @@ pub fn resolve(
         retention_bytes: parse("log.retention.bytes", get("log.retention.bytes"), ms_or_never)?,
         max_message_bytes: message_max_bytes as usize,
         flush,
+        cleanup_delete: true,
+        cleanup_compact: false,
     };
     let request_bytes_max: i64 = parse("socket.request.max.bytes", get("socket.request.max.bytes"), |x: &i64| {
         if (1024..=i64::from(i32::MAX)).contains(x) {
@@ -687,6 +694,13 @@ pub fn resolve(
                 |x: &i32| if (1..=7).contains(x) { Ok(()) } else { Err("must be between 1 and 7".into()) },
             )?,
             max_timeout_ms: parse("transaction.max.timeout.ms", get("transaction.max.timeout.ms"), positive_i32)?,
+            version: parse("transaction.version", get("transaction.version"), |x: &i16| {
+                if (0..=2).contains(x) {
+                    Ok(())
+                } else {
+                    Err("must be 0, 1 or 2".into())
+                }
+            })?,
             id_expiration_ms: parse("transactional.id.expiration.ms", get("transactional.id.expiration.ms"), positive)?,
             abort_check_interval_ms: parse::<i64>(
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms",

@@ -245,6 +245,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
                 Err(DecodeError::UnsupportedVersion { key: ApiKey::ApiVersions, correlation_id, .. }) => {
                     let body = ResponseKind::ApiVersions(crate::handlers::api_versions::response(
                         ResponseError::UnsupportedVersion.code(),
+                        state.config.txns.version,
                     ));
                     if let Some(b) = encode(ApiKey::ApiVersions, 0, correlation_id, &body) {
                         let meta = Meta {

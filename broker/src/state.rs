@@ -139,9 +139,24 @@ pub fn log_config_for(base: &LogConfig, configs: &BTreeMap<String, String>) -> R
             "segment.ms" => c.segment_ms = parse_i64(k, v, 1)?,
             "max.message.bytes" => c.max_message_bytes = parse_i64(k, v, 0)?.max(64) as usize,
             "cleanup.policy" => {
-                if v != "delete" {
-                    return Err(TopicError::InvalidConfig(k.clone(), format!("'{v}': only 'delete' is supported")));
+                // Kafka's list of `delete` and `compact`. Compaction itself is not built yet
+                // (decision 0012): a compacted topic keeps every record, which Kafka's
+                // guarantee for it (at least the newest record of each key stays) allows.
+                let (mut delete, mut compact) = (false, false);
+                for item in v.split(',').map(str::trim) {
+                    match item {
+                        "delete" => delete = true,
+                        "compact" => compact = true,
+                        _ => {
+                            return Err(TopicError::InvalidConfig(
+                                k.clone(),
+                                format!("'{v}': expected a list of delete and compact"),
+                            ))
+                        }
+                    }
                 }
+                c.cleanup_delete = delete;
+                c.cleanup_compact = compact;
             }
             "message.timestamp.type" => {
                 if v != "CreateTime" && v != "LogAppendTime" {

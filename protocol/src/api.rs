@@ -70,6 +70,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     api(ApiKey::ListTransactions, 0, 1),
     api(ApiKey::DescribeTransactions, 0, 0),
     api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    api(ApiKey::ConsumerGroupDescribe, 0, 1),
     // v0 of SaslHandshake means raw SASL tokens after it; clients use v1 + SaslAuthenticate
     api(ApiKey::SaslHandshake, 1, 1),
     api(ApiKey::SaslAuthenticate, 0, 2),

@@ -32,6 +32,12 @@ pub struct LogConfig {
     /// `max.message.bytes`: largest batch accepted (default 1 MiB + 12 bytes, like Kafka).
     pub max_message_bytes: usize,
     pub flush: FlushPolicy,
+    /// `cleanup.policy` includes `delete`: `retention.ms` and `retention.bytes` delete old
+    /// segments. A topic that is only `compact` keeps them (as Kafka: its records go only by
+    /// compaction, and by DeleteRecords).
+    pub cleanup_delete: bool,
+    /// `cleanup.policy` includes `compact`: records without a key are refused.
+    pub cleanup_compact: bool,
 }
 
 impl Default for LogConfig {
@@ -45,6 +51,8 @@ impl Default for LogConfig {
             retention_bytes: -1,
             max_message_bytes: 1024 * 1024 + 12,
             flush: FlushPolicy::Sync,
+            cleanup_delete: true,
+            cleanup_compact: false,
         }
     }
 }

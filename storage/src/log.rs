@@ -645,9 +645,11 @@ impl Log {
                 break;
             };
             let below_start = next_base <= self.log_start_offset;
-            let by_time =
-                self.config.retention_ms >= 0 && now_ms.saturating_sub(seg.max_timestamp()) > self.config.retention_ms;
-            let by_size = self.config.retention_bytes >= 0
+            let by_time = self.config.cleanup_delete
+                && self.config.retention_ms >= 0
+                && now_ms.saturating_sub(seg.max_timestamp()) > self.config.retention_ms;
+            let by_size = self.config.cleanup_delete
+                && self.config.retention_bytes >= 0
                 && self.size_bytes().saturating_sub(seg.size()) >= self.config.retention_bytes as u64;
             if !(below_start || by_time || by_size) {
                 break;

@@ -390,6 +390,36 @@ fn segment_ms_rolls_by_record_time() {
     assert_eq!(log.segment_count(), 2);
 }
 
+/// `cleanup.policy=compact` (without `delete`): retention by time and size deletes nothing, as in
+/// Kafka; DeleteRecords still moves the log start.
+#[test]
+fn a_compact_only_log_keeps_old_segments() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        segment_bytes: 500,
+        retention_ms: 60_000,
+        retention_bytes: 100,
+        cleanup_delete: false,
+        cleanup_compact: true,
+        ..small_config()
+    };
+    let mut log = Log::open(&root.path().join("p"), cfg).unwrap();
+    let now = 1_800_000_000_000i64;
+    for i in 0..12 {
+        let mut b = make_batch(1, 150, i, now - 7_200_000);
+        log.append(&mut b, now, None).unwrap();
+    }
+    let leo = log.log_end_offset();
+    log.set_high_watermark(leo);
+    let before = log.segment_count();
+    assert!(before >= 4, "{before} segments");
+    assert_eq!(log.enforce_retention(now).unwrap(), 0);
+    assert_eq!(log.segment_count(), before);
+    assert_eq!(read_all(&log, 0).len(), 12);
+    log.delete_records(5).unwrap();
+    assert_eq!(log.log_start_offset(), 5);
+}
+
 /// `retention.ms` deletes whole segments whose newest record is older, never the active one and
 /// never one reaching the high watermark.
 #[test]

@@ -137,10 +137,7 @@ async fn admin_topics_configs_partitions() {
     let bad = admin.create_topics(&[NewTopic::new("bad/name", 1, TopicReplication::Fixed(1))], &opts).await.unwrap();
     assert!(matches!(&bad[0], Err((_, rdkafka::types::RDKafkaErrorCode::InvalidTopic))), "{bad:?}");
     let bad_cfg = admin
-        .create_topics(
-            &[NewTopic::new("badcfg", 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact")],
-            &opts,
-        )
+        .create_topics(&[NewTopic::new("badcfg", 1, TopicReplication::Fixed(1)).set("cleanup.policy", "shred")], &opts)
         .await
         .unwrap();
     assert!(matches!(&bad_cfg[0], Err((_, rdkafka::types::RDKafkaErrorCode::InvalidConfig))), "{bad_cfg:?}");
@@ -258,4 +255,57 @@ fn many_partitions_interleaved() {
         assert!(offs.iter().enumerate().all(|(i, o)| *o == i as i64), "partition {part} offsets");
         assert_eq!(offs.len(), 5000);
     }
+}
+
+/// `cleanup.policy=compact` is accepted (Kafka Streams' changelogs need it) and shown; every
+/// record of a compacted topic needs a key: a keyless one is INVALID_RECORD, as in Kafka.
+#[tokio::test(flavor = "multi_thread")]
+async fn compacted_topics_refuse_records_without_a_key() {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let b = Broker::start();
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", b.bootstrap()).create().unwrap();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let r = admin
+        .create_topics(
+            &[
+                NewTopic::new("compacted", 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact"),
+                NewTopic::new("both", 1, TopicReplication::Fixed(1)).set("cleanup.policy", "delete,compact"),
+            ],
+            &opts,
+        )
+        .await
+        .unwrap();
+    assert!(r.iter().all(|x| x.is_ok()), "{r:?}");
+    let cfg = admin
+        .describe_configs(&[ResourceSpecifier::Topic("compacted"), ResourceSpecifier::Topic("both")], &opts)
+        .await
+        .unwrap();
+    let policy = |i: usize| cfg[i].as_ref().unwrap().get("cleanup.policy").and_then(|e| e.value.clone());
+    assert_eq!(policy(0).as_deref(), Some("compact"));
+    assert_eq!(policy(1).as_deref(), Some("compact,delete"));
+    let p: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .set("acks", "all")
+        .set("message.send.max.retries", "0")
+        .create()
+        .unwrap();
+    for topic in ["compacted", "both"] {
+        let keyed = p.send(FutureRecord::to(topic).key("k").payload("v"), Duration::from_secs(10)).await;
+        assert!(keyed.is_ok(), "{keyed:?}");
+        let keyless = p.send(FutureRecord::<(), _>::to(topic).payload("v"), Duration::from_secs(10)).await;
+        assert!(
+            matches!(
+                &keyless,
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::InvalidRecord),
+                    _
+                ))
+            ),
+            "{keyless:?}"
+        );
+    }
+    // a delete-policy topic takes keyless records
+    let plain = p.send(FutureRecord::<(), _>::to("plain").payload("v"), Duration::from_secs(10)).await;
+    assert!(plain.is_ok(), "{plain:?}");
 }

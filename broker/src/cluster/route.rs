@@ -154,6 +154,22 @@ fn coordinator_gate(state: &BrokerState, body: &mut RequestKind, version: i16) -
                 }
             })
         }
+        RequestKind::ConsumerGroupDescribe(r) => {
+            let away: Vec<String> = r.group_ids.iter().filter(|g| !mine(state, 0, g)).map(|g| g.to_string()).collect();
+            if away.is_empty() {
+                return Gate::Pass;
+            }
+            patch(move |resp| {
+                if let ResponseKind::ConsumerGroupDescribe(resp) = resp {
+                    for g in resp.groups.iter_mut().filter(|g| away.iter().any(|a| a == g.group_id.as_str())) {
+                        let mut x = consumer_group_describe_response::DescribedGroup::default();
+                        x.group_id = g.group_id.clone();
+                        x.error_code = NOT_COORDINATOR;
+                        *g = x;
+                    }
+                }
+            })
+        }
         RequestKind::DeleteGroups(r) => {
             let (keep, away): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut r.groups_names).into_iter().partition(|g| mine(state, 0, g));

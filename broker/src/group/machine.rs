@@ -861,6 +861,12 @@ impl Group {
         if self.state == GroupState::Dead {
             return Err(ResponseError::CoordinatorNotAvailable);
         }
+        if let Some(c) = &self.consumer {
+            if self.members.is_empty() && !(member_id.is_empty() && generation < 0) {
+                // a KIP-848 group: the member epoch stands in for the generation
+                return c.validate_commit(member_id, generation);
+            }
+        }
         if self.is_fenced(member_id, instance_id) {
             return Err(ResponseError::FencedInstanceId);
         }
@@ -1191,6 +1197,33 @@ mod tests {
         assert_eq!(g.validate_offset_commit(&a, None, 1, 0), Ok(()));
         assert_eq!(g.validate_offset_commit(&a, None, 0, 0), Err(ResponseError::IllegalGeneration));
         assert_eq!(g.validate_offset_commit("x", None, 1, 0), Err(ResponseError::UnknownMemberId));
+    }
+
+    /// KIP-848 groups: TxnOffsetCommit (sendOffsetsToTransaction of a `group.protocol=consumer`
+    /// consumer) checks the member and its epoch, not the classic generation (found by the Java
+    /// client 4.4: "The coordinator is not aware of this member").
+    #[test]
+    fn txn_offset_commits_of_a_consumer_protocol_group_check_the_member_epoch() {
+        use crate::group::consumer::{ConsumerGroup, Heartbeat};
+        let mut g = Group::new("g", 0);
+        let mut c = ConsumerGroup::default();
+        let hb = Heartbeat {
+            member_id: "m".into(),
+            member_epoch: 0,
+            instance_id: None,
+            rebalance_timeout_ms: 30_000,
+            subscribed: Some(["t".to_string()].into_iter().collect()),
+            owned: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            new_member_id: "m".into(),
+        };
+        let epoch = c.heartbeat(hb, &|t: &str| (t == "t").then_some(2), 0).unwrap().member_epoch;
+        g.consumer = Some(c);
+        assert_eq!(g.validate_txn_offset_commit("m", None, epoch), Ok(()));
+        assert_eq!(g.validate_txn_offset_commit("m", None, epoch + 1), Err(ResponseError::FencedMemberEpoch));
+        assert_eq!(g.validate_txn_offset_commit("gone", None, epoch), Err(ResponseError::UnknownMemberId));
+        assert_eq!(g.validate_txn_offset_commit("", None, -1), Ok(()), "v0-2: no member to check");
     }
 
     #[test]

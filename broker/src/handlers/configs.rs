@@ -31,7 +31,11 @@ fn effective(c: &LogConfig, overrides: &BTreeMap<String, String>) -> Vec<(String
                 "segment.bytes" => c.segment_bytes.to_string(),
                 "segment.ms" => c.segment_ms.to_string(),
                 "max.message.bytes" => c.max_message_bytes.to_string(),
-                "cleanup.policy" => "delete".to_string(),
+                "cleanup.policy" => match (c.cleanup_compact, c.cleanup_delete) {
+                    (true, true) => "compact,delete".to_string(),
+                    (true, false) => "compact".to_string(),
+                    _ => "delete".to_string(),
+                },
                 "message.timestamp.type" => overrides.get(*k).cloned().unwrap_or_else(|| "CreateTime".into()),
                 "flush.policy" => match c.flush {
                     FlushPolicy::Sync => "sync".into(),

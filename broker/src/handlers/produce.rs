@@ -55,7 +55,8 @@ fn restamp(buf: &mut [u8], now: i64) {
 
 /// Kafka's rule for produce v3+: exactly one v2 batch per partition, whose header agrees with
 /// its records (`BatchView::validate_records`). The log validates the CRC (once) when it appends.
-fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
+/// On a compacted topic every record needs a key (Kafka: INVALID_RECORD).
+fn check_batches(bytes: &[u8], compacted: bool) -> Result<(), (i16, String)> {
     let v = BatchView::parse_unchecked_crc(bytes).map_err(|e| (error_map::batch_code(&e), e.to_string()))?;
     if v.size() != bytes.len() {
         return Err((ResponseError::InvalidRecord.code(), "a partition's records must be exactly one batch".into()));
@@ -68,15 +69,21 @@ fn check_batches(bytes: &[u8]) -> Result<(), (i16, String)> {
     }
     // the header's offset range, its record count and the records encoded must agree before
     // anything is appended: offsets, sequences and the LSO are all derived from the header
-    if let Err(e) = v.validate_records() {
-        // Kafka checks the CRC first: a corrupt batch is CORRUPT_MESSAGE whatever its records
-        // look like (computed only here, so a valid batch's CRC is still checked once, by the log)
-        let computed = v.compute_crc();
-        if computed != v.crc() {
-            let e = sluice_protocol::batch::BatchError::CrcMismatch { stored: v.crc(), computed };
+    let summary = match v.validate_records() {
+        Ok(s) => s,
+        Err(e) => {
+            // Kafka checks the CRC first: a corrupt batch is CORRUPT_MESSAGE whatever its records
+            // look like (computed only here, so a valid batch's CRC is still checked once, by the log)
+            let computed = v.compute_crc();
+            if computed != v.crc() {
+                let e = sluice_protocol::batch::BatchError::CrcMismatch { stored: v.crc(), computed };
+                return Err((error_map::batch_code(&e), e.to_string()));
+            }
             return Err((error_map::batch_code(&e), e.to_string()));
         }
-        return Err((error_map::batch_code(&e), e.to_string()));
+    };
+    if compacted && summary.has_null_key {
+        return Err((ResponseError::InvalidRecord.code(), "Compacted topic cannot accept message without key".into()));
     }
     Ok(())
 }
@@ -198,13 +205,16 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
         let log_append_time = topic
             .as_ref()
             .is_some_and(|t| t.configs.get("message.timestamp.type").is_some_and(|v| v == "LogAppendTime"));
+        let compacted = topic.as_ref().is_some_and(|t| {
+            t.configs.get("cleanup.policy").is_some_and(|v| v.split(',').any(|p| p.trim() == "compact"))
+        });
         let mut parts = Vec::new();
         for p in t.partition_data {
             let s = match topic.as_ref().and_then(|t| t.partition(p.index)) {
                 None => Staged::Error(ResponseError::UnknownTopicOrPartition.code(), None),
                 Some(partition) => match p.records.as_deref() {
                     None | Some([]) => Staged::Error(ResponseError::CorruptMessage.code(), Some("no records".into())),
-                    Some(records) => match check_batches(records) {
+                    Some(records) => match check_batches(records, compacted) {
                         Err((code, msg)) => Staged::Error(code, Some(msg)),
                         Ok(()) => {
                             let mut buf = BytesMut::from(records);

@@ -255,15 +255,8 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
             incremental_alter_configs_response,
             IncrementalAlterConfigs
         ),
-        RequestKind::DescribeCluster(_) => {
-            if c.cluster(Op::Describe) {
-                return Gate::Pass;
-            }
-            let mut x = DescribeClusterResponse::default();
-            x.error_code = E::ClusterAuthorizationFailed.code();
-            x.error_message = msg("Cluster authorization failed.");
-            Gate::Deny(Box::new(ResponseKind::DescribeCluster(x)))
-        }
+        // Kafka answers DescribeCluster to any authenticated principal (as Metadata's broker list)
+        RequestKind::DescribeCluster(_) => Gate::Pass,
         RequestKind::AlterPartitionReassignments(r) => {
             if c.cluster(Op::Alter) {
                 return Gate::Pass;
@@ -499,6 +492,25 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
                     }
                 },
                 pick!(DescribeGroups),
+            )
+        }
+        RequestKind::ConsumerGroupDescribe(r) => {
+            let denied: HashSet<String> =
+                r.group_ids.iter().filter(|g| !c.ok(Op::Describe, Rt::Group, g)).map(|g| g.to_string()).collect();
+            if denied.is_empty() {
+                return Gate::Pass;
+            }
+            patch(
+                move |resp: &mut ConsumerGroupDescribeResponse| {
+                    for g in resp.groups.iter_mut().filter(|g| denied.contains(g.group_id.as_str())) {
+                        let mut x = consumer_group_describe_response::DescribedGroup::default();
+                        x.group_id = g.group_id.clone();
+                        x.error_code = E::GroupAuthorizationFailed.code();
+                        x.authorized_operations = i32::MIN;
+                        *g = x;
+                    }
+                },
+                pick!(ConsumerGroupDescribe),
             )
         }
         RequestKind::ListGroups(_) => {

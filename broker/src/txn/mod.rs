@@ -40,6 +40,8 @@ pub struct TxnSettings {
     pub replication_factor: i32,
     /// `transaction.max.timeout.ms`
     pub max_timeout_ms: i32,
+    /// `transaction.version`: the finalized feature level ApiVersions announces (0–2)
+    pub version: i16,
     /// `transactional.id.expiration.ms`
     pub id_expiration_ms: i64,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
@@ -57,6 +59,7 @@ impl Default for TxnSettings {
             segment_bytes: 104_857_600,
             replication_factor: 3,
             max_timeout_ms: 900_000,
+            version: 2,
             id_expiration_ms: 7 * 24 * 3600 * 1000,
             abort_check_interval_ms: 10_000,
             failpoints: Vec::new(),
