@@ -2,6 +2,7 @@
 # Run every Sluice test on a fresh Debian machine, installing what the tests need.
 # Usage: tests/run-all.sh            (CI: .ci/run calls exactly this)
 #        RUN_ALL_SKIP_LINT=1 tests/run-all.sh   to skip fmt/clippy locally
+#        RUN_ALL_LONG=1 tests/run-all.sh        the long profiles of the JVM and Go suites
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -18,6 +19,11 @@ command -v openssl >/dev/null || need_apt+=(openssl)  # test certificates for TL
 command -v python3 >/dev/null || need_apt+=(python3)
 python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 [ -e /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
+# the JVM suite (tests/java: Apache Kafka's Java client and Kafka Streams, from Maven Central)
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || need_apt+=(maven)
+# the Go suite (tests/go: franz-go's own tests); Debian's go fetches the toolchain go.mod names
+command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need_apt+=(golang-go)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing apt packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -59,3 +65,17 @@ log "compatibility suite (kafka-python, confluent-kafka, kcat)"
 export TEST_SLUICE_BIN="$ROOT/target/debug/sluice"
 export TEST_FAULTPROXY_BIN="$ROOT/target/debug/faultproxy"
 "$VENV/bin/python" -m pytest -q tests/compat
+
+# --- JVM: the Java client 4.x and Kafka Streams (exactly_once_v2) against real brokers ---
+log "JVM suite (kafka-clients, kafka-streams; tests/java)"
+MVN_PROFILE=()
+[ "${RUN_ALL_LONG:-0}" = 1 ] && MVN_PROFILE=(-Dsluice.long=true)
+mvn -B -q -f tests/java/pom.xml verify "${MVN_PROFILE[@]}"
+
+# --- Go: franz-go's own integration tests against a real broker ---
+log "Go suite (franz-go pkg/kgo and pkg/kadm; tests/go)"
+export PATH="$PATH:/usr/local/go/bin"
+export GOTOOLCHAIN=auto
+GO_PROFILE=()
+[ "${RUN_ALL_LONG:-0}" = 1 ] && GO_PROFILE=(--long)
+tests/go/run.sh "${GO_PROFILE[@]}"

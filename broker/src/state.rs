@@ -710,6 +710,12 @@ mod tests {
         m.insert("retention.ms".to_string(), "1000".to_string());
         assert_eq!(log_config_for(&base, &m).unwrap().retention_ms, 1000);
         m.insert("cleanup.policy".to_string(), "compact".to_string());
+        let c = log_config_for(&base, &m).unwrap();
+        assert!(c.cleanup_compact && !c.cleanup_delete, "compact only: no retention");
+        m.insert("cleanup.policy".to_string(), "compact, delete".to_string());
+        let c = log_config_for(&base, &m).unwrap();
+        assert!(c.cleanup_compact && c.cleanup_delete);
+        m.insert("cleanup.policy".to_string(), "shred".to_string());
         assert!(log_config_for(&base, &m).is_err());
         let mut m = BTreeMap::new();
         m.insert("nope".to_string(), "1".to_string());

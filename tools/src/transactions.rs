@@ -247,7 +247,7 @@ pub async fn run(bootstrap: &str, cmd: TransactionsCmd) -> Result<(serde_json::V
             let mut m = write_txn_markers_request::WritableTxnMarker::default();
             m.producer_id = x.producer_id;
             m.producer_epoch = epoch;
-            m.coordinator_epoch = x.coordinator_epoch;
+            m.coordinator_epoch = x.coordinator_epoch.max(0); // none yet: 0, as kafka-transactions abort
             m.transaction_result = false;
             m.topics = vec![mt];
             let mut r = WriteTxnMarkersRequest::default();

@@ -251,7 +251,9 @@ pub fn check(entry: Option<&ProducerEntry>, b: &BatchHeader) -> Plan {
 /// The state after `b` was appended at `[first_offset, last_offset]`. Call only after
 /// [`check`] said [`Plan::Append`] and the append succeeded.
 pub fn apply(entry: Option<ProducerEntry>, b: &BatchHeader, first_offset: i64, last_offset: i64) -> ProducerEntry {
-    let mut e = entry.unwrap_or_default();
+    // a producer no marker has reached yet has no coordinator epoch (-1, as Kafka's
+    // DescribeProducers shows it)
+    let mut e = entry.unwrap_or(ProducerEntry { coordinator_epoch: -1, ..ProducerEntry::default() });
     if e.batches.is_empty() && e.epoch != b.epoch || b.epoch > e.epoch {
         e.batches.clear();
     }
