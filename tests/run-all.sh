@@ -19,6 +19,10 @@ command -v openssl >/dev/null || need_apt+=(openssl)  # test certificates for TL
 command -v python3 >/dev/null || need_apt+=(python3)
 python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 [ -e /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
+# librdkafka's own test suite is built from the rdkafka-sys source (tests/librdkafka)
+[ -e /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev)
+command -v g++ >/dev/null || need_apt+=(g++)
+command -v make >/dev/null || need_apt+=(make)
 # the JVM suite (tests/java: Apache Kafka's Java client and Kafka Streams, from Maven Central)
 command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
@@ -71,6 +75,8 @@ log "JVM suite (kafka-clients, kafka-streams; tests/java)"
 MVN_PROFILE=()
 [ "${RUN_ALL_LONG:-0}" = 1 ] && MVN_PROFILE=(-Dsluice.long=true)
 mvn -B -q -f tests/java/pom.xml verify "${MVN_PROFILE[@]}"
+log "Flink suite (flink-connector-kafka, exactly-once sink across a task failure; tests/flink)"
+mvn -B -q -f tests/flink/pom.xml verify
 
 # --- Go: franz-go's own integration tests against a real broker ---
 log "Go suite (franz-go pkg/kgo and pkg/kadm; tests/go)"
@@ -79,3 +85,7 @@ export GOTOOLCHAIN=auto
 GO_PROFILE=()
 [ "${RUN_ALL_LONG:-0}" = 1 ] && GO_PROFILE=(--long)
 tests/go/run.sh "${GO_PROFILE[@]}"
+
+# --- librdkafka's own integration tests, built from the source rdkafka-sys carries ---
+log "librdkafka's test suite (tests/librdkafka)"
+tests/librdkafka/run.sh

@@ -308,4 +308,33 @@ async fn compacted_topics_refuse_records_without_a_key() {
     // a delete-policy topic takes keyless records
     let plain = p.send(FutureRecord::<(), _>::to("plain").payload("v"), Duration::from_secs(10)).await;
     assert!(plain.is_ok(), "{plain:?}");
+
+    // KIP-467: in one batch of keyed and keyless records, the response names the keyless ones
+    // (INVALID_RECORD); librdkafka fails the others of the batch as _INVALID_DIFFERENT_RECORD
+    let batched: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .set("acks", "all")
+        .set("linger.ms", "200")
+        .set("message.send.max.retries", "0")
+        .create()
+        .unwrap();
+    let sends: Vec<_> = (0..6)
+        .map(|i| {
+            let key = format!("k{i}");
+            let rec = FutureRecord::to("compacted").partition(0).payload("v");
+            let rec = if i % 3 == 1 { rec } else { rec.key(key.as_str()) };
+            batched.send_result(rec).map_err(|(e, _)| e).unwrap()
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for f in sends {
+        codes.push(match f.await.unwrap() {
+            Ok(_) => None,
+            Err((rdkafka::error::KafkaError::MessageProduction(code), _)) => Some(code),
+            Err(e) => panic!("{e:?}"),
+        });
+    }
+    use rdkafka::types::RDKafkaErrorCode::{InvalidDifferentRecord, InvalidRecord};
+    let want = [0, 1, 2, 3, 4, 5].map(|i| Some(if i % 3 == 1 { InvalidRecord } else { InvalidDifferentRecord }));
+    assert_eq!(codes, want.to_vec());
 }

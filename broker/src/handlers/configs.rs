@@ -13,6 +13,9 @@ use kafka_protocol::messages::{
 use sluice_storage::{FlushPolicy, LogConfig};
 use std::collections::BTreeMap;
 
+/// Topic configs whose value is a list (IncrementalAlterConfigs APPEND and SUBTRACT).
+const LIST_CONFIGS: &[&str] = &["cleanup.policy"];
+
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
 /// DescribeConfigs config sources.
@@ -173,6 +176,30 @@ pub fn incremental_alter(state: &BrokerState, req: IncrementalAlterConfigsReques
                             },
                             1 => {
                                 m.remove(&name);
+                            }
+                            // APPEND, SUBTRACT: list configs (of the topic configs Sluice
+                            // knows, `cleanup.policy`), from the current value or the default
+                            kind @ (2 | 3) if LIST_CONFIGS.contains(&name.as_str()) => {
+                                let current = m.get(&name).cloned().unwrap_or_else(|| "delete".to_string());
+                                let mut items: Vec<String> = current
+                                    .split(',')
+                                    .map(|x| x.trim().to_string())
+                                    .filter(|x| !x.is_empty())
+                                    .collect();
+                                for item in op.value.as_deref().unwrap_or_default().split(',').map(str::trim) {
+                                    if item.is_empty() {
+                                        continue;
+                                    }
+                                    if kind == 2 && !items.iter().any(|x| x == item) {
+                                        items.push(item.to_string());
+                                    } else if kind == 3 {
+                                        items.retain(|x| x != item);
+                                    }
+                                }
+                                if items.is_empty() {
+                                    return Err(TopicError::InvalidConfig(name, "the list would be empty".into()));
+                                }
+                                m.insert(name, items.join(","));
                             }
                             2 | 3 => {
                                 return Err(TopicError::InvalidConfig(

@@ -25,6 +25,9 @@ use std::sync::Arc;
 /// A partition result from stage 1: either an error already, or an append to make durable.
 enum Staged {
     Error(i16, Option<String>),
+    /// KIP-467: the batch was dropped for these records (index in the batch); the response
+    /// names them, so a client fails exactly them with the error and the others as retriable.
+    RecordErrors(i16, String, Vec<i32>),
     Appended {
         partition: Arc<Partition>,
         base_offset: i64,
@@ -55,8 +58,29 @@ fn restamp(buf: &mut [u8], now: i64) {
 
 /// Kafka's rule for produce v3+: exactly one v2 batch per partition, whose header agrees with
 /// its records (`BatchView::validate_records`). The log validates the CRC (once) when it appends.
-/// On a compacted topic every record needs a key (Kafka: INVALID_RECORD).
-fn check_batches(bytes: &[u8], compacted: bool) -> Result<(), (i16, String)> {
+/// Why a partition's records were refused: code, message, and (KIP-467) the indexes of the
+/// records at fault when the fault is theirs alone.
+type Refused = (i16, String, Vec<i32>);
+
+/// On a compacted topic every record needs a key (Kafka: INVALID_RECORD, naming the records).
+fn check_batches(bytes: &[u8], compacted: bool) -> Result<(), Refused> {
+    check_batch(bytes, compacted).map_err(|(code, msg)| {
+        let records = if msg == KEYLESS { keyless_records(bytes) } else { Vec::new() };
+        (code, msg, records)
+    })
+}
+
+const KEYLESS: &str = "Compacted topic cannot accept message without key";
+
+/// Indexes of the records without a key (the refusal path of a compacted topic only: decodes).
+fn keyless_records(bytes: &[u8]) -> Vec<i32> {
+    BatchView::parse_unchecked_crc(bytes)
+        .and_then(|v| v.records())
+        .map(|rs| (0..).zip(rs).filter(|(_, r)| r.key.is_none()).map(|(i, _)| i).collect())
+        .unwrap_or_default()
+}
+
+fn check_batch(bytes: &[u8], compacted: bool) -> Result<(), (i16, String)> {
     let v = BatchView::parse_unchecked_crc(bytes).map_err(|e| (error_map::batch_code(&e), e.to_string()))?;
     if v.size() != bytes.len() {
         return Err((ResponseError::InvalidRecord.code(), "a partition's records must be exactly one batch".into()));
@@ -83,7 +107,7 @@ fn check_batches(bytes: &[u8], compacted: bool) -> Result<(), (i16, String)> {
         }
     };
     if compacted && summary.has_null_key {
-        return Err((ResponseError::InvalidRecord.code(), "Compacted topic cannot accept message without key".into()));
+        return Err((ResponseError::InvalidRecord.code(), KEYLESS.into()));
     }
     Ok(())
 }
@@ -215,7 +239,8 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                 Some(partition) => match p.records.as_deref() {
                     None | Some([]) => Staged::Error(ResponseError::CorruptMessage.code(), Some("no records".into())),
                     Some(records) => match check_batches(records, compacted) {
-                        Err((code, msg)) => Staged::Error(code, Some(msg)),
+                        Err((code, msg, records)) if !records.is_empty() => Staged::RecordErrors(code, msg, records),
+                        Err((code, msg, _)) => Staged::Error(code, Some(msg)),
                         Ok(()) => {
                             let mut buf = BytesMut::from(records);
                             if log_append_time {
@@ -334,6 +359,21 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                         pr.error_code = code;
                         pr.base_offset = -1;
                         pr.error_message = msg.map(|m| super::sb(&m));
+                    }
+                    Staged::RecordErrors(code, msg, records) => {
+                        pr.error_code = code;
+                        pr.base_offset = -1;
+                        pr.record_errors = records
+                            .into_iter()
+                            .map(|i| {
+                                let mut e =
+                                    kafka_protocol::messages::produce_response::BatchIndexAndErrorMessage::default();
+                                e.batch_index = i;
+                                e.batch_index_error_message = Some(super::sb(&msg));
+                                e
+                            })
+                            .collect();
+                        pr.error_message = Some(super::sb(&msg));
                     }
                     Staged::Replicated { write, append_time } => match write.wait(replication_timeout).await {
                         PartResult::Appended { first, log_start, .. } => {

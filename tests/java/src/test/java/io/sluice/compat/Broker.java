@@ -74,7 +74,47 @@ public final class Broker implements AutoCloseable {
         return Path.of("..", "..", "target", "debug", "sluice").toAbsolutePath().normalize().toString();
     }
 
+    /**
+     * A cluster of `n` `sluice` processes (one metadata quorum of all of them, as in the README),
+     * every one started before any is waited for.
+     */
+    public static List<Broker> cluster(int n, String... extra) throws Exception {
+        StringBuilder voters = new StringBuilder();
+        int[] ports = new int[n];
+        for (int i = 0; i < n; i++) {
+            ports[i] = freePort();
+            voters.append(i == 0 ? "" : ",").append(i + 1).append("@127.0.0.1:").append(freePort());
+        }
+        List<Broker> out = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            List<String> flags = new ArrayList<>(List.of("--node-id", String.valueOf(i + 1),
+                    "--controller-quorum-voters", voters.toString()));
+            flags.addAll(Arrays.asList(extra));
+            Path dir = Files.createTempDirectory("sluice-java-cluster-");
+            Broker b = new Broker(dir.resolve("data"), ports[i], "PLAINTEXT://127.0.0.1:" + ports[i], flags);
+            b.spawn();
+            out.add(b);
+        }
+        for (Broker b : out) {
+            b.awaitUp();
+        }
+        return out;
+    }
+
+    public static String bootstrapOf(List<Broker> brokers) {
+        StringBuilder s = new StringBuilder();
+        for (Broker b : brokers) {
+            s.append(s.length() == 0 ? "" : ",").append(b.bootstrap());
+        }
+        return s.toString();
+    }
+
     private void launch() throws Exception {
+        spawn();
+        awaitUp();
+    }
+
+    private void spawn() throws Exception {
         Files.createDirectories(logFile.getParent());
         List<String> cmd = new ArrayList<>();
         cmd.add(binary());
@@ -92,6 +132,9 @@ public final class Broker implements AutoCloseable {
         pb.redirectErrorStream(true);
         pb.redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
         proc = pb.start();
+    }
+
+    private void awaitUp() throws Exception {
         long deadline = System.nanoTime() + 30_000_000_000L;
         while (System.nanoTime() < deadline) {
             if (!proc.isAlive()) {

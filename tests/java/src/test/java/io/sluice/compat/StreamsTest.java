@@ -35,11 +35,14 @@ class StreamsTest {
         "india", "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo"};
     static Broker broker;
     static Admin admin;
+    /** Where the test's clients and Streams JVMs connect: `broker`, or the three-broker cluster. */
+    static String bootstrap;
 
     @BeforeAll
     static void up() throws Exception {
         broker = Broker.shared();
-        admin = Clients.admin(broker.bootstrap());
+        bootstrap = broker.bootstrap();
+        admin = Clients.admin(bootstrap);
     }
 
     @AfterAll
@@ -58,7 +61,7 @@ class StreamsTest {
             ProcessBuilder pb = new ProcessBuilder(java, "-Xmx256m", "-cp", cp,
                     "-Dwc.guarantee=" + System.getProperty("wc.guarantee", "exactly_once_v2"),
                     "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", WordCountApp.class.getName(),
-                    broker.bootstrap(), appId, in, out, stateDir.toString());
+                    bootstrap, appId, in, out, stateDir.toString());
             pb.redirectErrorStream(true);
             pb.redirectOutput(ProcessBuilder.Redirect.appendTo(log.toFile()));
             proc = pb.start();
@@ -79,7 +82,7 @@ class StreamsTest {
             }
         }
         Thread t = new Thread(() -> {
-            try (KafkaProducer<String, String> p = Clients.producer(broker.bootstrap(), Map.of())) {
+            try (KafkaProducer<String, String> p = Clients.producer(bootstrap, Map.of())) {
                 for (int i = 0; i < lines; i++) {
                     p.send(new ProducerRecord<>(in, "line-" + i, line(i)));
                     if (i % 50 == 49) {
@@ -106,7 +109,7 @@ class StreamsTest {
         long deadline = System.nanoTime() + timeout.toNanos();
         while (System.nanoTime() < deadline) {
             latest.clear();
-            List<ConsumerRecord<String, String>> recs = Clients.readAll(broker.bootstrap(), out, "read_committed", 1,
+            List<ConsumerRecord<String, String>> recs = Clients.readAll(bootstrap, out, "read_committed", 1,
                     Duration.ofSeconds(20), Duration.ofMillis(500));
             for (ConsumerRecord<String, String> r : recs) {
                 latest.put(r.key(), Long.parseLong(r.value()));
@@ -206,5 +209,28 @@ class StreamsTest {
     @Test
     void twoInstancesShareTheWorkAndOneIsKilled() throws Exception {
         run(2, 1, false);
+    }
+
+    /** The long profile (-Dsluice.long=true): both cases on three brokers, replication factor 3. */
+    @Test
+    void onThreeBrokers() throws Exception {
+        org.junit.jupiter.api.Assumptions.assumeTrue(Boolean.getBoolean("sluice.long"), "long profile only");
+        org.junit.jupiter.api.Assumptions.assumeTrue(Broker.EXTERNAL == null, "needs brokers of its own");
+        List<Broker> cluster = Broker.cluster(3);
+        String single = bootstrap;
+        Admin singleAdmin = admin;
+        try {
+            bootstrap = Broker.bootstrapOf(cluster);
+            admin = Clients.admin(bootstrap);
+            run(1, 2, true);
+            run(2, 1, false);
+        } finally {
+            admin.close();
+            bootstrap = single;
+            admin = singleAdmin;
+            for (Broker b : cluster) {
+                b.close();
+            }
+        }
     }
 }
