@@ -45,7 +45,10 @@ if [ $JAVA_SUITE = 0 ]; then
   PERF="$RDK/examples/rdkafka_performance"
 fi
 PY="$ROOT/target/compat-venv/bin/python"
-[ -x "$PY" ] || PY=python3
+if [ ! -x "$PY" ]; then # the venv of tests/run-all.sh (confluent-kafka for the transactional row)
+  python3 -m venv "$ROOT/target/compat-venv"
+  "$PY" -m pip install -q --disable-pip-version-check -r tests/compat/requirements.txt
+fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() {
