@@ -159,7 +159,18 @@ fn verification_code(code: i16) -> i16 {
 /// KIP-890 across brokers: ask the coordinator (AddPartitionsToTxn v4, verify_only) whether
 /// `pid`/`epoch`'s ongoing transaction holds this partition. Blocking (a produce handler).
 /// `Err` carries the coordinator's code (NETWORK_EXCEPTION if it could not be asked).
-fn verify_remote(addr: &str, id: &str, pid: i64, epoch: i16, topic: &str, partition: i32) -> Result<(), i16> {
+/// Cluster mode: ask `id`'s coordinator on another broker (AddPartitionsToTxn v4, the
+/// broker-to-coordinator form) whether the partition is in the ongoing transaction, or, for
+/// transaction version 2's implicit add (`add`), to add it.
+fn verify_remote(
+    addr: &str,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    topic: &str,
+    partition: i32,
+    add: bool,
+) -> Result<(), i16> {
     use kafka_protocol::messages::*;
     let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
     t.name = TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.to_string()));
@@ -168,7 +179,7 @@ fn verify_remote(addr: &str, id: &str, pid: i64, epoch: i16, topic: &str, partit
     x.transactional_id = TransactionalId(kafka_protocol::protocol::StrBytes::from_string(id.to_string()));
     x.producer_id = ProducerId(pid);
     x.producer_epoch = epoch;
-    x.verify_only = true;
+    x.verify_only = !add;
     x.topics = vec![t];
     let mut req = AddPartitionsToTxnRequest::default();
     req.transactions = vec![x];
@@ -250,17 +261,21 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                             // transaction, as the coordinator sees it (KIP-890 part 1)
                             // (transaction version 2, Produce v12+: the batch itself adds the
                             // partition to the transaction first)
+                            // (cluster mode with the coordinator on another broker: the add
+                            // is asked of it below, as the verification is)
+                            let remote = txn_id.as_deref().and_then(|id| remote_coordinator(state, id));
                             let implicit = match (&txn_id, implicit_add(version, &buf)) {
-                                (Some(id), Some((pid, epoch))) => {
+                                (Some(id), Some((pid, epoch))) if remote.is_none() => {
                                     state.txns.add_blocking(id, pid, epoch, &[(name.clone(), p.index)], None)
                                 }
                                 _ => Ok(()),
                             };
                             let mut remote_refusal = None;
                             if let (Some(id), Some((pid, epoch))) = (&txn_id, transactional(&buf)) {
-                                if let Some(addr) = remote_coordinator(state, id) {
+                                if let Some(addr) = &remote {
                                     if !partition.is_verified(pid, epoch) {
-                                        match verify_remote(&addr, id, pid, epoch, &name, p.index) {
+                                        let add = implicit_add(version, &buf).is_some();
+                                        match verify_remote(addr, id, pid, epoch, &name, p.index, add) {
                                             Ok(()) => partition.mark_verified(pid, epoch),
                                             Err(code) => remote_refusal = Some(code),
                                         }

@@ -234,17 +234,29 @@ pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetC
     let generation = req.generation_id;
     let st = state.clone();
     let fut: LaterReply = Box::pin(async move {
-        if version >= 5 {
-            // transaction version 2: the commit itself adds the group to the transaction
-            let now = now_ms();
-            TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group_id), now)).await;
-        }
         // The producer must own the transactional id and have added this group (checked here
         // when this broker is also the transaction's coordinator; in cluster mode with the
-        // coordinator elsewhere, its markers decide the pending offsets' fate).
-        let remote_coordinator = st.coordinator_owner(1, &id).is_some_and(|(owner, _, _)| owner != st.config.node_id);
+        // coordinator elsewhere, by it: its markers decide the pending offsets' fate).
+        let remote = st
+            .coordinator_owner(1, &id)
+            .filter(|(owner, _, _)| *owner != st.config.node_id)
+            .map(|(_, host, port)| format!("{host}:{port}"));
+        let mut remote_refusal = None;
+        if version >= 5 {
+            // transaction version 2: the commit itself adds the group to the transaction
+            match &remote {
+                // the coordinator is another broker: AddOffsetsToTxn on its behalf
+                Some(addr) => remote_refusal = add_offsets_remote(addr, &id, pid, epoch, &group_id).await.err(),
+                None => {
+                    let now = now_ms();
+                    TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group_id), now))
+                        .await;
+                }
+            }
+        }
         let check = match st.txns.get(&id) {
-            _ if remote_coordinator => Ok(()),
+            _ if remote_refusal.is_some() => Err(remote_refusal.unwrap_or(ResponseError::InvalidTxnState)),
+            _ if remote.is_some() => Ok(()),
             None => Err(ResponseError::InvalidProducerIdMapping),
             Some(m) if m.producer_id != pid => Err(ResponseError::InvalidProducerIdMapping),
             Some(m) if m.producer_epoch != epoch => Err(ResponseError::ProducerFenced),
@@ -290,6 +302,34 @@ pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetC
         ResponseKind::TxnOffsetCommit(resp)
     });
     Reply::Later(fut)
+}
+
+/// Cluster mode, TxnOffsetCommit v5: add the group to the transaction at its coordinator on
+/// another broker (AddOffsetsToTxn v3, as the client itself does with transaction version 1).
+async fn add_offsets_remote(addr: &str, id: &str, pid: i64, epoch: i16, group: &str) -> Result<(), ResponseError> {
+    let mut r = AddOffsetsToTxnRequest::default();
+    r.transactional_id = TransactionalId(super::sb(id));
+    r.producer_id = ProducerId(pid);
+    r.producer_epoch = epoch;
+    r.group_id = GroupId(super::sb(group));
+    let call = crate::cluster::network::kafka_call(
+        addr,
+        ApiKey::AddOffsetsToTxn,
+        3,
+        RequestKind::AddOffsetsToTxn(r),
+        std::time::Duration::from_secs(5),
+    );
+    match call.await {
+        Ok(ResponseKind::AddOffsetsToTxn(resp)) if resp.error_code == 0 => Ok(()),
+        Ok(ResponseKind::AddOffsetsToTxn(resp)) => {
+            Err(ResponseError::try_from_code(resp.error_code).unwrap_or(ResponseError::InvalidTxnState))
+        }
+        Ok(_) => Err(ResponseError::CoordinatorNotAvailable),
+        Err(e) => {
+            tracing::warn!(txn = id, "adding group {group} at the coordinator {addr} failed: {e}");
+            Err(ResponseError::CoordinatorNotAvailable)
+        }
+    }
 }
 
 pub fn list(state: &BrokerState, req: ListTransactionsRequest) -> ListTransactionsResponse {
