@@ -98,6 +98,18 @@ public final class Broker implements AutoCloseable {
         for (Broker b : out) {
             b.awaitUp();
         }
+        // listening is not yet registered: wait until the metadata quorum knows every broker
+        java.util.Properties p = new java.util.Properties();
+        p.put("bootstrap.servers", bootstrapOf(out));
+        try (org.apache.kafka.clients.admin.Admin admin = org.apache.kafka.clients.admin.Admin.create(p)) {
+            long deadline = System.nanoTime() + 60_000_000_000L;
+            while (admin.describeCluster().nodes().get().size() < n) {
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException("the cluster did not register " + n + " brokers");
+                }
+                Thread.sleep(200);
+            }
+        }
         return out;
     }
 
