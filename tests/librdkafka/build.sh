@@ -13,13 +13,15 @@ if [ -z "$SRC" ]; then
   exit 1
 fi
 VER=$(basename "$(dirname "$SRC")")
-OUT="$ROOT/target/librdkafka/$VER"
+OUT="$ROOT/target/librdkafka/${VER//+/-}"
 if [ ! -f "$OUT/.configured" ]; then
   rm -rf "$OUT"
   mkdir -p "$(dirname "$OUT")"
   cp -r "$SRC" "$OUT"
-  (cd "$OUT" && ./configure --disable-gssapi --disable-curl >"$OUT/configure.log" 2>&1) || {
-    tail -n 30 "$OUT/configure.log" >&2
+  # (the log is not named configure.*: mklove, librdkafka's configure, loads every
+  # configure.NAME file beside it as a module)
+  (cd "$OUT" && ./configure --disable-gssapi --disable-curl >"$OUT/sluice-configure.out" 2>&1) || {
+    tail -n 30 "$OUT/sluice-configure.out" >&2
     exit 1
   }
   touch "$OUT/.configured"
