@@ -18,6 +18,7 @@
 # like). Each row prints MB/s of both, the ratio Sluice ÷ Kafka, each broker's RSS after the row
 # and the CPU seconds it spent in the row. Release build. Not part of CI.
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 RECORDS=200000
@@ -50,15 +51,6 @@ if [ ! -x "$PY" ]; then # the venv of tests/run-all.sh (confluent-kafka for the 
   "$PY" -m pip install -q --disable-pip-version-check -r tests/compat/requirements.txt
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 600); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listening on $1" >&2
-  return 1
-}
 
 start_kafka() { # port extra-config-line... ; sets KAFKA_PID
   local port=$1
@@ -93,7 +85,7 @@ EOF
 start_sluice() { # port extra-flags... ; sets SLUICE_PID
   local port=$1
   shift
-  env $(env | grep -o '^SLUICE_[A-Z_]*' | sed 's/^/-u /') "$ROOT/target/release/sluice" \
+  without_sluice_env "$ROOT/target/release/sluice" \
     --log-dirs "$WORK/sluice-$port" --listeners "PLAINTEXT://127.0.0.1:$port" "$@" >"$WORK/sluice-$port.log" 2>&1 &
   SLUICE_PID=$!
   PIDS+=("$SLUICE_PID")

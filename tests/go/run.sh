@@ -6,6 +6,7 @@
 # `go` from the Go module proxy (go.mod/go.sum pin it); nothing of franz-go is committed.
 # Tests excluded, and why, are listed in docs/compatibility.md ("franz-go").
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 cd "$(dirname "$0")"
 ROOT=$(cd ../.. && pwd)
 BIN=${TEST_SLUICE_BIN:-$ROOT/target/debug/sluice}
@@ -22,17 +23,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "broker on port $1 did not start" >&2
-  return 1
-}
 # every SLUICE_* variable is a broker setting: pass none of ours
-start() { env $(env | grep -o '^SLUICE_[A-Z_]*' | sed 's/^/-u /') "$BIN" "$@" & PIDS+=($!); }
+start() { without_sluice_env "$BIN" "$@" & PIDS+=($!); }
 
 run_suite() { # seeds rf records label
   local seeds=$1 rf=$2 records=$3 label=$4

@@ -7,6 +7,7 @@
 #   TESTS=0103 tests/librdkafka/run.sh one test on one broker (librdkafka's own TESTS variable)
 # The exclusions and their reasons are also in docs/compatibility.md ("librdkafka's test suite").
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 BIN=${TEST_SLUICE_BIN:-$ROOT/target/debug/sluice}
@@ -28,20 +29,11 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "broker on $1 did not start" >&2
-  return 1
-}
 start() { # name port flags...
   local name=$1 port=$2
   shift 2
   # every SLUICE_* variable is a broker setting: pass none of ours
-  env $(env | grep -o '^SLUICE_[A-Z_]*' | sed 's/^/-u /') "$BIN" --log-dirs "$WORK/$name" \
+  without_sluice_env "$BIN" --log-dirs "$WORK/$name" \
     --listeners "PLAINTEXT://127.0.0.1:$port" --group-initial-rebalance-delay-ms 0 --num-partitions 4 "$@" \
     >"$WORK/$name.log" 2>&1 &
   PIDS+=($!)

@@ -1,0 +1,19 @@
+# Shell helpers shared by the scripts that start `sluice` processes (tests/go/run.sh,
+# tests/librdkafka/run.sh, tests/bench/vs-kafka.sh). Source it; it defines functions only.
+
+# A free 127.0.0.1 port.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Wait (up to 30 s) until something listens on 127.0.0.1:$1.
+wait_port() {
+  for _ in $(seq 1 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listening on 127.0.0.1:$1" >&2
+  return 1
+}
+
+# Run a command without the caller's SLUICE_* variables (the broker takes every one as a
+# setting and refuses unknown ones).
+without_sluice_env() { env $(env | grep -o '^SLUICE_[A-Z_]*' | sed 's/^/-u /') "$@"; }
