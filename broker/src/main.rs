@@ -124,9 +124,10 @@ fn main() -> ExitCode {
                         eprintln!("sluice: offsets log replication: {e}");
                         return ExitCode::from(1);
                     }
-                    state
-                        .producer_ids
-                        .use_source(Box::new(sluice_broker::cluster::QuorumBlocks(node.clone(), state.config.node_id)));
+                    state.producer_ids.use_source(std::sync::Arc::new(sluice_broker::cluster::QuorumBlocks(
+                        node.clone(),
+                        state.config.node_id,
+                    )));
                     let l = &state.config.listeners[0];
                     let cmd = sluice_broker::cluster::Command::RegisterBroker {
                         node_id: state.config.node_id,

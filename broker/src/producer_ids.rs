@@ -4,7 +4,7 @@
 
 use sluice_storage::{sidefile, StorageError};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub const PRODUCER_IDS_FILE: &str = "__producer_ids";
 const MAGIC: [u8; 4] = *b"SLPI";
@@ -13,19 +13,70 @@ pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 
 pub struct ProducerIds {
     path: PathBuf,
-    state: Mutex<(i64, i64)>, // (next id, end of the persisted block, exclusive)
+    state: Arc<Mutex<Ids>>,
     /// Cluster mode: blocks come from the metadata quorum instead of the local file.
-    remote: std::sync::OnceLock<Box<dyn BlockSource>>,
+    remote: std::sync::OnceLock<Arc<dyn BlockSource>>,
+}
+
+#[derive(Default)]
+struct Ids {
+    /// The next id to hand out.
+    next: i64,
+    /// End (exclusive) of the current block: persisted locally, or granted by the quorum.
+    end: i64,
+    /// Cluster mode: the first id of a block already granted, taken when the current one ends.
+    spare: Option<i64>,
+    /// Cluster mode: a block request is on its way to the quorum.
+    fetching: bool,
+}
+
+/// Why no id could be handed out.
+#[derive(Debug)]
+pub enum IdError {
+    /// The local block file could not be written (KAFKA_STORAGE_ERROR).
+    Storage(StorageError),
+    /// Cluster mode: the next block has not come from the metadata quorum yet. Kafka's
+    /// `RPCProducerIdManager` answers COORDINATOR_LOAD_IN_PROGRESS then, and clients retry.
+    NotReady,
+}
+
+impl IdError {
+    /// The Kafka error a client gets (logged here when it is not a transient one).
+    pub fn code(self) -> kafka_protocol::error::ResponseError {
+        use kafka_protocol::error::ResponseError;
+        match self {
+            IdError::Storage(e) => {
+                tracing::error!("cannot allocate a producer id: {e}");
+                ResponseError::KafkaStorageError
+            }
+            IdError::NotReady => ResponseError::CoordinatorLoadInProgress,
+        }
+    }
+}
+
+impl std::fmt::Display for IdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdError::Storage(e) => write!(f, "{e}"),
+            IdError::NotReady => f.write_str("the next producer id block has not come from the metadata quorum yet"),
+        }
+    }
 }
 
 /// Where blocks come from in cluster mode (the metadata quorum): never the same block twice,
 /// whichever broker asks, across failovers.
 pub trait BlockSource: Send + Sync {
-    /// Reserve `count` ids; returns the first.
-    fn allocate(&self, count: i64) -> Result<i64, String>;
+    /// Reserve `count` ids; resolves to the first.
+    fn allocate(&self, count: i64) -> BoxFuture<Result<i64, String>>;
     /// Every id below this has been handed out to some broker.
     fn high_water(&self) -> i64;
 }
+
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
+
+/// Cluster mode asks for the next block once this few ids of the current one are left (Kafka
+/// prefetches at 90% of a block), so handing out an id never waits for the quorum.
+const PREFETCH_WHEN_LEFT: i64 = PRODUCER_ID_BLOCK_SIZE / 10;
 
 impl ProducerIds {
     pub fn open(data_dir: &Path) -> Result<ProducerIds, StorageError> {
@@ -42,14 +93,17 @@ impl ProducerIds {
             None => 0,
         };
         // Everything below the persisted end may have been handed out: start after it.
-        Ok(ProducerIds { path, state: Mutex::new((reserved_end, reserved_end)), remote: Default::default() })
+        let ids = Ids { next: reserved_end, end: reserved_end, ..Ids::default() };
+        Ok(ProducerIds { path, state: Arc::new(Mutex::new(ids)), remote: Default::default() })
     }
 
-    /// Take blocks from `source` from now on (cluster mode).
-    pub fn use_source(&self, source: Box<dyn BlockSource>) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if self.remote.set(source).is_ok() {
-            *s = (0, 0); // the next id comes from the first remote block
+    /// Take blocks from `source` from now on (cluster mode); the first block is asked for at
+    /// once. Call from within the runtime.
+    pub fn use_source(&self, source: Arc<dyn BlockSource>) {
+        let mut s = lock(&self.state);
+        if self.remote.set(source.clone()).is_ok() {
+            *s = Ids::default(); // the next id comes from the first remote block
+            prefetch(&mut s, &self.state, source.as_ref());
         }
     }
 
@@ -59,29 +113,65 @@ impl ProducerIds {
         if let Some(r) = self.remote.get() {
             return id >= 0 && id < r.high_water();
         }
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        id >= 0 && id < s.0
+        let s = lock(&self.state);
+        id >= 0 && id < s.next
     }
 
-    /// A producer id never returned before, by this process or an earlier one.
-    pub fn next(&self) -> Result<i64, StorageError> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let (Some(r), true) = (self.remote.get(), s.0 >= s.1) {
-            let first = r.allocate(PRODUCER_ID_BLOCK_SIZE).map_err(|e| StorageError::Io {
-                path: self.path.clone(),
-                source: std::io::Error::other(format!("producer id block from the metadata quorum: {e}")),
-            })?;
-            *s = (first, first + PRODUCER_ID_BLOCK_SIZE);
+    /// A producer id never returned before, by this process or an earlier one. Never waits
+    /// for the network: in cluster mode an exhausted block without a granted successor is
+    /// [`IdError::NotReady`] (and the successor is asked for).
+    pub fn next(&self) -> Result<i64, IdError> {
+        let mut s = lock(&self.state);
+        if let Some(source) = self.remote.get() {
+            if s.next >= s.end {
+                if let Some(first) = s.spare.take() {
+                    (s.next, s.end) = (first, first + PRODUCER_ID_BLOCK_SIZE);
+                }
+            }
+            if s.end - s.next <= PREFETCH_WHEN_LEFT {
+                prefetch(&mut s, &self.state, source.as_ref());
+            }
+            if s.next >= s.end {
+                return Err(IdError::NotReady);
+            }
+        } else if s.next >= s.end {
+            let end = s.end + PRODUCER_ID_BLOCK_SIZE;
+            sidefile::write_atomic(&self.path, &sidefile::encode(MAGIC, 1, &end.to_be_bytes()))
+                .map_err(IdError::Storage)?;
+            s.end = end;
         }
-        if s.0 >= s.1 {
-            let end = s.1 + PRODUCER_ID_BLOCK_SIZE;
-            sidefile::write_atomic(&self.path, &sidefile::encode(MAGIC, 1, &end.to_be_bytes()))?;
-            s.1 = end;
-        }
-        let id = s.0;
-        s.0 += 1;
+        let id = s.next;
+        s.next += 1;
         Ok(id)
     }
+}
+
+fn lock(m: &Mutex<Ids>) -> std::sync::MutexGuard<'_, Ids> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Ask the quorum for the next block in the background, unless one is granted or on its way.
+fn prefetch(s: &mut Ids, state: &Arc<Mutex<Ids>>, source: &dyn BlockSource) {
+    if s.spare.is_some() || s.fetching {
+        return;
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        tracing::error!("producer id block: no runtime to ask the metadata quorum from");
+        return;
+    };
+    s.fetching = true;
+    let state = state.clone();
+    let asked = source.allocate(PRODUCER_ID_BLOCK_SIZE);
+    rt.spawn(async move {
+        let r = asked.await;
+        let mut s = lock(&state);
+        s.fetching = false;
+        match r {
+            Ok(first) => s.spare = Some(first),
+            // the next id asked for tries again
+            Err(e) => tracing::warn!("producer id block from the metadata quorum: {e}"),
+        }
+    });
 }
 
 #[cfg(test)]
@@ -107,5 +197,73 @@ mod tests {
         assert!(c.next().unwrap() >= 3 * PRODUCER_ID_BLOCK_SIZE - 1);
         std::fs::write(dir.path().join(PRODUCER_IDS_FILE), b"junk").unwrap();
         assert!(ProducerIds::open(dir.path()).is_err(), "a damaged id file stops startup rather than risk reuse");
+    }
+
+    /// A block source that grants blocks only when the test lets it.
+    struct Gate {
+        next: Mutex<i64>,
+        open: tokio::sync::Semaphore,
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    impl BlockSource for Arc<Gate> {
+        fn allocate(&self, count: i64) -> BoxFuture<Result<i64, String>> {
+            let g = self.clone();
+            g.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move {
+                g.open.acquire().await.map_err(|e| e.to_string())?.forget();
+                let mut n = lock_i64(&g.next);
+                let first = *n;
+                *n += count;
+                Ok(first)
+            })
+        }
+        fn high_water(&self) -> i64 {
+            *lock_i64(&self.next)
+        }
+    }
+
+    fn lock_i64(m: &Mutex<i64>) -> std::sync::MutexGuard<'_, i64> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cluster mode: handing out an id never waits for the metadata quorum (a worker blocked
+    /// there, holding the coordinator's locks, once stalled a whole broker); a missing block is
+    /// COORDINATOR_LOAD_IN_PROGRESS, and the next one is asked for before the current ends.
+    #[tokio::test]
+    async fn quorum_blocks_are_fetched_ahead_and_never_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = ProducerIds::open(dir.path()).unwrap();
+        let gate = Arc::new(Gate { next: Mutex::new(5000), open: tokio::sync::Semaphore::new(0), asked: 0.into() });
+        ids.use_source(Arc::new(gate.clone()));
+        assert!(matches!(ids.next(), Err(IdError::NotReady)), "no block yet: an error, not a wait");
+        assert!(matches!(ids.next(), Err(IdError::NotReady)));
+        assert_eq!(gate.asked.load(std::sync::atomic::Ordering::SeqCst), 1, "one request on its way, not one per call");
+        gate.open.add_permits(1);
+        let first = loop {
+            tokio::task::yield_now().await;
+            if let Ok(id) = ids.next() {
+                break id;
+            }
+        };
+        assert_eq!(first, 5000);
+        // use the block up to the prefetch point: the next block is asked for, and granted
+        // before the current one runs out, so no caller ever sees NotReady
+        gate.open.add_permits(1);
+        let mut last = first;
+        for _ in 1..PRODUCER_ID_BLOCK_SIZE - PREFETCH_WHEN_LEFT + 1 {
+            last = ids.next().unwrap();
+        }
+        assert_eq!(gate.asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..PRODUCER_ID_BLOCK_SIZE {
+            let id = ids.next().unwrap();
+            assert_eq!(id, last + 1, "the second block was there when the first ran out");
+            last = id;
+        }
+        assert!(last > 5000 + PRODUCER_ID_BLOCK_SIZE, "{last}: handed out of the second block");
+        assert!(ids.was_allocated(last) && !ids.was_allocated(gate.high_water()));
     }
 }

@@ -80,20 +80,88 @@ async fn agreed_controller(c: &Cluster, running: &[usize], n: usize, not: i32) -
     }
 }
 
-async fn producer_id(b: &Broker) -> i64 {
-    let conn = Connection::connect(&b.bootstrap(), "cluster-test", 1).await.unwrap();
+/// One idempotent InitProducerId: its error code and producer id.
+async fn init_producer_id(conn: &Connection) -> (i16, i64) {
     let mut r = InitProducerIdRequest::default();
     r.transaction_timeout_ms = 60_000;
     r.transactional_id = None;
     r.producer_id = kafka_protocol::messages::ProducerId(-1);
     r.producer_epoch = -1;
     match conn.call(ApiKey::InitProducerId, 4, RequestKind::InitProducerId(r)).await.unwrap() {
-        ResponseKind::InitProducerId(r) => {
-            assert_eq!(r.error_code, 0, "InitProducerId from {}", b.bootstrap());
-            r.producer_id.0
-        }
+        ResponseKind::InitProducerId(r) => (r.error_code, r.producer_id.0),
         other => panic!("{other:?}"),
     }
+}
+
+/// A producer id from `b`, retrying COORDINATOR_LOAD_IN_PROGRESS (no block from the quorum
+/// yet) as clients do.
+async fn producer_id(b: &Broker) -> i64 {
+    let conn = Connection::connect(&b.bootstrap(), "cluster-test", 1).await.unwrap();
+    let t0 = Instant::now();
+    loop {
+        match init_producer_id(&conn).await {
+            (0, id) => return id,
+            (14, _) if t0.elapsed() < Duration::from_secs(30) => tokio::time::sleep(Duration::from_millis(50)).await,
+            (code, _) => panic!("InitProducerId from {}: error {code}", b.bootstrap()),
+        }
+    }
+}
+
+/// Producer-id blocks come from the quorum without a request ever waiting for it: many
+/// connections asking InitProducerId at once get distinct ids, and once the quorum is gone
+/// (two brokers killed) every request is still answered at once — ids from the block in hand,
+/// then COORDINATOR_LOAD_IN_PROGRESS — and the broker stays responsive. A handler that waited
+/// for the quorum on a worker thread, holding the allocator's lock, once left the other
+/// workers blocked on that lock and the runtime with none to run the quorum: the broker
+/// stopped answering (franz-go's TestTxnEtl on three brokers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_producer_id_requests_never_wait_for_the_quorum() {
+    let mut c = Cluster::start();
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    // (connections, calls each, stop at the first refusal)
+    async fn ask_all(b: &Broker, calls: usize, until_refused: bool) -> (Vec<i64>, usize) {
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let conn = Connection::connect(&b.bootstrap(), "cluster-test", 1).await.unwrap();
+            tasks.push(tokio::spawn(async move {
+                let (mut ids, mut refused) = (Vec::new(), 0);
+                for n in 0..calls {
+                    let call = init_producer_id(&conn);
+                    let Ok((code, id)) = tokio::time::timeout(Duration::from_secs(5), call).await else {
+                        panic!("InitProducerId unanswered for 5 s (call {n})");
+                    };
+                    match code {
+                        0 => ids.push(id),
+                        14 if until_refused => {
+                            refused += 1;
+                            break;
+                        }
+                        14 => tokio::time::sleep(Duration::from_millis(20)).await,
+                        _ => panic!("error {code}"),
+                    }
+                }
+                (ids, refused)
+            }));
+        }
+        let (mut ids, mut refused) = (Vec::new(), 0);
+        for t in tasks {
+            let (i, r) = t.await.unwrap();
+            ids.extend(i);
+            refused += r;
+        }
+        (ids, refused)
+    }
+    let b = 0;
+    let (mut ids, _) = ask_all(&c.brokers[b], 20, false).await;
+    // the quorum goes: the block in hand is used up, then every request is refused at once
+    c.brokers[1].kill9();
+    c.brokers[2].kill9();
+    let (more, refused) = ask_all(&c.brokers[b], 200, true).await;
+    assert!(refused > 0, "a broker without a quorum handed out {} more ids", more.len());
+    assert!(describe(&c.brokers[b]).await.is_some(), "the broker still answers");
+    ids.extend(more);
+    let distinct: BTreeSet<i64> = ids.iter().copied().collect();
+    assert_eq!(distinct.len(), ids.len(), "a producer id was handed out twice");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

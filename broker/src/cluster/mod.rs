@@ -688,19 +688,19 @@ impl ClusterNode {
     }
 }
 
-/// Producer-id blocks from the quorum (called from blocking handler code).
+/// Producer-id blocks from the quorum, asked for in the background by the allocator.
 pub struct QuorumBlocks(pub Arc<ClusterNode>, pub i32);
 
 impl crate::producer_ids::BlockSource for QuorumBlocks {
-    fn allocate(&self, count: i64) -> Result<i64, String> {
+    fn allocate(&self, count: i64) -> crate::producer_ids::BoxFuture<Result<i64, String>> {
         let node = self.0.clone();
         let cmd = Command::AllocateProducerIds { node_id: self.1, count };
-        let handle = tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?;
-        let r = tokio::task::block_in_place(|| handle.block_on(node.write(cmd, Duration::from_secs(10))));
-        match r.map_err(|e| e.to_string())? {
-            CommandResult::ProducerIds { first, .. } => Ok(first),
-            other => Err(format!("unexpected answer {other:?}")),
-        }
+        Box::pin(async move {
+            match node.write(cmd, Duration::from_secs(10)).await.map_err(|e| e.to_string())? {
+                CommandResult::ProducerIds { first, .. } => Ok(first),
+                other => Err(format!("unexpected answer {other:?}")),
+            }
+        })
     }
 
     fn high_water(&self) -> i64 {

@@ -35,10 +35,7 @@ pub fn handle(state: &BrokerState, version: i16, req: InitProducerIdRequest) -> 
             r.producer_id = ProducerId(id);
             r.producer_epoch = 0;
         }
-        Err(e) => {
-            tracing::error!("cannot allocate a producer id: {e}");
-            r.error_code = ResponseError::KafkaStorageError.code();
-        }
+        Err(e) => r.error_code = e.code().code(),
     }
     r
 }

@@ -30,12 +30,7 @@ fn valid_id(id: &str) -> bool {
 /// Allocates a producer id only when the coordinator's decision needs one (a new id, or a
 /// rotation at epoch exhaustion), as Kafka's `producerIdManager.generateProducerId` calls.
 fn fresh_pid(ids: &crate::producer_ids::ProducerIds) -> impl FnMut() -> Result<i64, ResponseError> + '_ {
-    move || {
-        ids.next().map_err(|e| {
-            tracing::error!("cannot allocate a producer id: {e}");
-            ResponseError::KafkaStorageError
-        })
-    }
+    move || ids.next().map_err(crate::producer_ids::IdError::code)
 }
 
 pub fn init_producer_id(state: &Arc<BrokerState>, version: i16, req: InitProducerIdRequest) -> Reply {
