@@ -22,10 +22,14 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.serialization.SimpleStringSchema;
+import org.apache.flink.api.connector.sink2.Committer;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.connector.base.DeliveryGuarantee;
+import org.apache.flink.connector.kafka.sink.KafkaCommittable;
 import org.apache.flink.connector.kafka.sink.KafkaRecordSerializationSchema;
 import org.apache.flink.connector.kafka.sink.KafkaSink;
+import org.apache.flink.connector.kafka.sink.internal.FlinkKafkaInternalProducer;
+import org.apache.flink.connector.kafka.sink.internal.KafkaCommitter;
 import org.apache.flink.connector.kafka.source.KafkaSource;
 import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
@@ -36,6 +40,7 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.junit.jupiter.api.AfterAll;
@@ -45,7 +50,8 @@ import org.junit.jupiter.api.Test;
 /**
  * Flink's KafkaSource -> map -> KafkaSink (EXACTLY_ONCE, checkpoints every 300 ms) on a local
  * MiniCluster against a real `sluice`: a task failure injected mid-stream restarts the job from
- * its last checkpoint, and the output read read_committed holds every input exactly once.
+ * its last checkpoint, and the output read read_committed holds every input exactly once; and
+ * the known hole of Kafka's semantics (a job down longer than the transaction timeout) shown.
  */
 class ExactlyOnceTest {
     static Process broker;
@@ -64,7 +70,9 @@ class ExactlyOnceTest {
         Path log = Path.of("target", "broker.log").toAbsolutePath();
         Files.createDirectories(log.getParent());
         ProcessBuilder pb = new ProcessBuilder(bin, "--log-dirs", dataDir.resolve("data").toString(),
-                "--listeners", "PLAINTEXT://127.0.0.1:" + port, "--group-initial-rebalance-delay-ms", "0");
+                "--listeners", "PLAINTEXT://127.0.0.1:" + port, "--group-initial-rebalance-delay-ms", "0",
+                // timed-out transactions are aborted within half a second (Kafka: 10 s)
+                "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "500");
         pb.environment().keySet().removeIf(k -> k.startsWith("SLUICE_"));
         pb.redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.appendTo(log.toFile()));
         broker = pb.start();
@@ -180,6 +188,116 @@ class ExactlyOnceTest {
         assertTrue(uncommitted >= RECORDS, "read_uncommitted sees at least as much: " + uncommitted);
     }
 
+    /**
+     * What Kafka's semantics give when the job is down longer than the transaction timeout.
+     * Flink's sink pre-commits a transaction at each checkpoint (flushes it, and stores its
+     * producer id and epoch in the checkpoint) and commits it only once the checkpoint is
+     * complete; after a failure, the job's {@link KafkaCommitter} resumes the stored
+     * transaction and commits it. Here a pre-committed transaction's producer goes away (the
+     * job fails) and the committer runs as a restored job runs it: within the timeout the
+     * data is committed, every record once; after the timeout the coordinator has aborted the
+     * transaction, the commit is refused, the committer drops it (Flink logs a warning), and
+     * the checkpoint's data is lost — the loss Flink's documentation warns of, and what
+     * KIP-939's prepared transactions (issue 21) remove. Kafka behaves the same.
+     */
+    @Test
+    void aPrecommittedTransactionIsCommittedOnRecoveryWithinItsTimeoutAndLostAfterIt() throws Exception {
+        String id = UUID.randomUUID().toString().substring(0, 8);
+        String out = "flink-timeout-" + id;
+        Properties ap = new Properties();
+        ap.put("bootstrap.servers", bootstrap);
+        try (Admin admin = Admin.create(ap)) {
+            admin.createTopics(List.of(new NewTopic(out, 1, (short) 1))).all().get();
+            // within the timeout: the restored committer commits the checkpoint's transaction
+            KafkaCommittable quick = precommitted(out, "quick-" + id, "in-time", 2000);
+            assertEquals(List.of(), commitAsRestored(quick, "quick-" + id), "committed on recovery");
+            assertEquals(100, count(read(out, "read_committed"), "in-time"), "every record once");
+
+            // down longer than transaction.timeout.ms (2 s): the coordinator aborts it first
+            KafkaCommittable late = precommitted(out, "late-" + id, "too-late", 2000);
+            long deadline = System.nanoTime() + 30_000_000_000L;
+            while (!admin.describeTransactions(List.of(late.getTransactionalId())).all().get()
+                    .get(late.getTransactionalId()).state().toString().equals("CompleteAbort")) {
+                assertTrue(System.nanoTime() < deadline, "the timed-out transaction was aborted");
+                Thread.sleep(200);
+            }
+            List<Throwable> failed = commitAsRestored(late, "late-" + id);
+            assertEquals(1, failed.size(), "the commit of the aborted transaction is refused");
+            System.err.println("commit after the timeout: " + failed.get(0));
+            assertEquals(0, count(read(out, "read_committed"), "too-late"),
+                    "the checkpoint's data is lost (Kafka semantics until KIP-939)");
+            assertEquals(100, count(read(out, "read_uncommitted"), "too-late"),
+                    "it was written, and aborted");
+        }
+    }
+
+    /** A transaction as Flink's sink leaves it at a checkpoint: 100 records, flushed, open. */
+    static KafkaCommittable precommitted(String topic, String prefix, String tag, int timeoutMs) {
+        Properties pp = sinkProducerConfig();
+        pp.put("transaction.timeout.ms", Integer.toString(timeoutMs));
+        FlinkKafkaInternalProducer<byte[], byte[]> p = new FlinkKafkaInternalProducer<>(pp, prefix + "-0-1");
+        p.initTransactions();
+        p.beginTransaction();
+        for (int i = 0; i < 100; i++) {
+            p.send(new ProducerRecord<>(topic, null, (tag + "-" + i).getBytes()));
+        }
+        p.flush(); // as the sink's writer does at a checkpoint
+        p.precommitTransaction();
+        KafkaCommittable c = new KafkaCommittable(p.getProducerId(), p.getEpoch(), p.getTransactionalId(), null);
+        p.close(Duration.ZERO); // the job fails: nothing more is sent for this transaction
+        return c;
+    }
+
+    static Properties sinkProducerConfig() {
+        Properties pp = new Properties();
+        pp.put("bootstrap.servers", bootstrap);
+        pp.put("key.serializer", ByteArraySerializer.class.getName());
+        pp.put("value.serializer", ByteArraySerializer.class.getName());
+        return pp;
+    }
+
+    /** Runs Flink's committer on `c` as a restored job does; returns the failures it signals. */
+    static List<Throwable> commitAsRestored(KafkaCommittable c, String prefix) throws Exception {
+        List<Throwable> failed = new ArrayList<>();
+        Committer.CommitRequest<KafkaCommittable> request = new Committer.CommitRequest<>() {
+            public KafkaCommittable getCommittable() {
+                return c;
+            }
+
+            public int getNumberOfRetries() {
+                return 0;
+            }
+
+            public void signalFailedWithKnownReason(Throwable t) {
+                failed.add(t);
+            }
+
+            public void signalFailedWithUnknownReason(Throwable t) {
+                failed.add(t);
+            }
+
+            public void retryLater() {
+                failed.add(new IllegalStateException("retry asked"));
+            }
+
+            public void updateAndRetryLater(KafkaCommittable k) {
+                failed.add(new IllegalStateException("retry asked"));
+            }
+
+            public void signalAlreadyCommitted() {}
+        };
+        try (KafkaCommitter committer = new KafkaCommitter(sinkProducerConfig(), prefix, 0, 2, false,
+                FlinkKafkaInternalProducer::new)) {
+            committer.commit(List.of(request));
+        }
+        return failed;
+    }
+
+    static int count(Map<String, Integer> values, String tag) {
+        return values.entrySet().stream().filter(e -> e.getKey().startsWith(tag + "-"))
+                .mapToInt(Map.Entry::getValue).sum();
+    }
+
     static Map<String, Integer> read(String topic, String isolation) {
         Properties cp = new Properties();
         cp.put("bootstrap.servers", bootstrap);
@@ -189,7 +307,8 @@ class ExactlyOnceTest {
         cp.put("enable.auto.commit", "false");
         Map<String, Integer> counts = new HashMap<>();
         try (KafkaConsumer<String, String> c = new KafkaConsumer<>(cp)) {
-            List<TopicPartition> tps = List.of(new TopicPartition(topic, 0), new TopicPartition(topic, 1));
+            List<TopicPartition> tps = new ArrayList<>();
+            c.partitionsFor(topic).forEach(pi -> tps.add(new TopicPartition(topic, pi.partition())));
             c.assign(tps);
             c.seekToBeginning(tps);
             Map<TopicPartition, Long> end = c.endOffsets(tps);
