@@ -143,6 +143,7 @@ fn transactional(batch: &[u8]) -> Option<(i64, i16)> {
 /// at once; Kafka answers the retriable NOT_ENOUGH_REPLICAS there, which makes a client retry
 /// the batch until its delivery timeout while the coordinator is away (decision 0011).
 fn verification_code(code: i16) -> i16 {
+    tracing::debug!(code, "transactional batch refused by its coordinator");
     match ResponseError::try_from_code(code) {
         Some(ResponseError::ProducerFenced) => ResponseError::InvalidProducerEpoch.code(),
         Some(
