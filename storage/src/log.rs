@@ -598,13 +598,43 @@ impl Log {
         Ok(None)
     }
 
-    /// The largest timestamp in the log and the offset of the batch that carries it.
-    pub fn max_timestamp(&self) -> Option<(i64, i64)> {
-        self.segments
-            .values()
-            .filter(|s| s.max_timestamp() >= 0)
-            .max_by_key(|s| s.max_timestamp())
-            .map(|s| (s.max_timestamp(), s.offset_of_max_timestamp()))
+    /// The largest timestamp in the log and the offset of the first *record* carrying it
+    /// (ListOffsets MAX_TIMESTAMP, as Kafka 3.8+ answers it: the record, not its batch); the
+    /// earliest such record when several share it. The segments know the batch; the batch is
+    /// read and its records searched (decompressed if need be).
+    pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>> {
+        let mut best: Option<&Segment> = None;
+        for seg in self.segments.values() {
+            // strictly greater: the earliest segment wins a tie
+            if seg.max_timestamp() >= 0 && best.is_none_or(|b| seg.max_timestamp() > b.max_timestamp()) {
+                best = Some(seg);
+            }
+        }
+        let Some(seg) = best else { return Ok(None) };
+        let (ts, batch_offset) = (seg.max_timestamp(), seg.offset_of_max_timestamp().max(self.log_start_offset));
+        let bytes = match self.read(batch_offset, 1, None, true) {
+            Ok(b) => b,
+            // trimmed by retention or DeleteRecords meanwhile: the batch's own offset
+            Err(StorageError::OffsetOutOfRange { .. }) => return Ok(Some((ts, batch_offset))),
+            Err(e) => return Err(e),
+        };
+        let corrupt = |e: batch::BatchError| StorageError::Corrupt {
+            path: seg.log_path().to_path_buf(),
+            position: 0,
+            reason: e.to_string(),
+        };
+        let (view, _) = BatchView::parse(&bytes).map_err(corrupt)?;
+        if view.is_log_append_time() || view.is_control() {
+            // every record of a log-append-time batch carries the batch's timestamp
+            return Ok(Some((ts, view.base_offset().max(batch_offset))));
+        }
+        let offset = view
+            .records()
+            .map_err(corrupt)?
+            .iter()
+            .find(|r| r.timestamp == ts && r.offset >= batch_offset)
+            .map_or(batch_offset, |r| r.offset);
+        Ok(Some((ts, offset)))
     }
 
     /// Sync everything written so far and record it as the recovery point.

@@ -160,3 +160,38 @@ fn read_all_size_after(log: &Log, base: i64) -> u64 {
         .map(|(_, v)| v.len() as u64)
         .sum()
 }
+
+/// ListOffsets MAX_TIMESTAMP as Kafka 3.8+ answers it: the offset of the *record* with the
+/// newest timestamp, not its batch's first offset (three records at +100, +400, +250 in one
+/// batch: offset 1), compressed or not; the earliest record wins a tie, across segments too.
+#[test]
+fn max_timestamp_names_the_record_that_carries_it() {
+    use sluice_protocol::batch::{BatchBuilder, Compression, NewRecord};
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(&dir.path().join("t-0"), small_config()).unwrap();
+    assert_eq!(log.max_timestamp().unwrap(), None, "an empty log has none");
+    let t0 = 1_700_000_000_000i64;
+    let recs = |deltas: &[i64]| -> Vec<NewRecord> {
+        deltas
+            .iter()
+            .map(|d| NewRecord {
+                timestamp: t0 + d,
+                value: Some(bytes::Bytes::from_static(b"v")),
+                ..Default::default()
+            })
+            .collect()
+    };
+    let mut b = BatchBuilder::default().build(&recs(&[100, 400, 250])).unwrap().to_vec();
+    log.append_durable(&mut b, t0).unwrap();
+    assert_eq!(log.max_timestamp().unwrap(), Some((t0 + 400, 1)));
+    // a newer one in an lz4 batch, at its third record (offsets 3..=6)
+    let lz4 = BatchBuilder { compression: Compression::Lz4, ..Default::default() };
+    let mut b = lz4.build(&recs(&[0, 300, 500, 500])).unwrap().to_vec();
+    log.append_durable(&mut b, t0).unwrap();
+    assert_eq!(log.max_timestamp().unwrap(), Some((t0 + 500, 5)), "the first record carrying it");
+    // the same timestamp again in a later segment: the earliest record still wins
+    log.roll().unwrap();
+    let mut b = BatchBuilder::default().build(&recs(&[500])).unwrap().to_vec();
+    log.append_durable(&mut b, t0).unwrap();
+    assert_eq!(log.max_timestamp().unwrap(), Some((t0 + 500, 5)));
+}

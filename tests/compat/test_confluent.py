@@ -122,6 +122,24 @@ def test_kill9_keeps_acknowledged_writes(broker):
     assert [m.value() for m in msgs] == values
 
 
+def test_max_timestamp_names_the_record_within_its_batch(broker):
+    """Kafka 3.8+: ListOffsets MAX_TIMESTAMP answers the offset of the record with the newest
+    timestamp, not the first offset of the batch that holds it (librdkafka 0081's check)."""
+    from confluent_kafka.admin import OffsetSpec
+    base = int(time.time() * 1000) - 10_000
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": False,
+                  "linger.ms": 1000, "batch.num.messages": 3})
+    for i, d in enumerate([100, 400, 250]):  # one batch: produced together, flushed once
+        p.produce("cmaxts", value=b"%d" % i, partition=0, timestamp=base + d)
+    p.flush(10)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    tp = TopicPartition("cmaxts", 0)
+    msgs = consume(broker, "cmaxts", 1, 3)
+    assert [m.offset() for m in msgs] == [0, 1, 2]
+    mx = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(10)
+    assert (mx.offset, mx.timestamp) == (1, base + 400)
+
+
 def test_list_offsets_delete_records_describe_cluster(broker):
     from confluent_kafka.admin import OffsetSpec
     base = int(time.time() * 1000) - 10_000

@@ -45,12 +45,15 @@ pub fn handle(state: &BrokerState, version: i16, req: ListOffsetsRequest) -> Lis
                         LATEST => pr.offset = bound,
                         // as Kafka's `fetchOffsetForTimestamp`: only an offset the isolation
                         // level may read (an open transaction's is not answered to read_committed)
-                        MAX_TIMESTAMP => {
-                            if let Some((ts, off)) = log.max_timestamp().filter(|(_, off)| *off < bound) {
+                        // (the offset of the record with the newest timestamp, as Kafka 3.8+)
+                        MAX_TIMESTAMP => match log.max_timestamp() {
+                            Ok(Some((ts, off))) if off < bound => {
                                 pr.timestamp = ts;
                                 pr.offset = off;
                             }
-                        }
+                            Ok(_) => {}
+                            Err(e) => pr.error_code = error_map::storage_read_code(&e),
+                        },
                         ts if ts >= 0 => match log.offset_for_timestamp(ts) {
                             Ok(Some((off, found_ts))) => {
                                 if off < bound {
