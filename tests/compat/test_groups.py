@@ -290,10 +290,14 @@ def test_group_admin_with_confluent(gbroker):
     w = Worker("confluent", gbroker, group, topic, "admin-w", "--max-messages", "120")
     w.wait(60)
     a = AdminClient({"bootstrap.servers": gbroker.bootstrap})
-    listed = a.list_consumer_groups().result(10)
-    assert group in [g.group_id for g in listed.valid]
+    listed = {g.group_id: g for g in a.list_consumer_groups().result(10).valid}
+    assert group in listed
+    # its members have all left: still a consumer group, not a "simple" (offsets-only) one,
+    # as Kafka keeps the protocol type (librdkafka 0081)
+    assert not listed[group].is_simple_consumer_group
     desc = a.describe_consumer_groups([group])[group].result(10)
     assert str(desc.state).endswith("EMPTY"), desc.state
+    assert not desc.is_simple_consumer_group
     offs = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
     assert sorted((tp.partition, tp.offset) for tp in offs.topic_partitions) == [(p, 10) for p in range(PARTITIONS)]
     a.delete_consumer_groups([group])[group].result(10)

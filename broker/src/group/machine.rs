@@ -582,8 +582,10 @@ impl Group {
         self.initial_delay_limit_ms = None;
         self.generation += 1;
         if self.members.is_empty() {
+            // the protocol type stays (Kafka's `initNextGeneration`): ListGroups and
+            // DescribeGroups still call an emptied consumer group `consumer`, not a "simple"
+            // offsets-only group; the next first member sets it again
             self.protocol = None;
-            self.protocol_type = None;
             self.leader = None;
             self.transition(GroupState::Empty, now);
             effects.push(Effect::Store);
@@ -1122,6 +1124,13 @@ mod tests {
         assert_eq!(g.generation, 2);
         assert!(effects.contains(&Effect::Store));
         assert_eq!(g.leave(&a, None, 2, &s).0, ResponseError::UnknownMemberId.code());
+        // still a consumer group (librdkafka 0081: Kafka keeps the type), whose next member
+        // may bring any type, as into a new group
+        assert_eq!(g.protocol_type.as_deref(), Some("consumer"));
+        let mut connect = args("", "c");
+        connect.protocol_type = "connect".into();
+        let out = g.join(connect, 1, &s);
+        assert_eq!(join_results(&out.effects)[0].1.error, ResponseError::MemberIdRequired.code());
     }
 
     #[test]
