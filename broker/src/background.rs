@@ -1,5 +1,5 @@
 //! Periodic work: interval flushes (`log.flush.policy=interval`), recovery-point checkpoints,
-//! retention (`log.retention.check.interval.ms`), group timers (every 100 ms: join/sync
+//! retention (`log.retention.check.interval.ms`), group timers (at each deadline: join/sync
 //! deadlines, session expiry), offset expiry with offsets-log compaction
 //! (`offsets.retention.check.interval.ms`), and transaction timeouts with transaction-log
 //! compaction (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
@@ -18,7 +18,11 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
     let mut flush_tick = tokio::time::interval(flush_every);
     let mut retention_tick = tokio::time::interval(Duration::from_millis(state.config.retention_check_interval_ms));
     let mut gauges_tick = tokio::time::interval(Duration::from_secs(1));
-    let mut group_tick = tokio::time::interval(Duration::from_millis(100));
+    // group timers fire at their deadline: the loop sleeps until the earliest one, waking at
+    // least every 100 ms to pick up deadlines set by requests since (each is a session or
+    // rebalance timeout away, so it is seen well before it is due)
+    let group_wake = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(group_wake);
     tokio::spawn({
         let st = state.clone();
         async move { crate::txn::TxnCoordinator::recover(&st).await }
@@ -59,10 +63,12 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
                     }
                 }).await;
             }
-            _ = group_tick.tick() => {
+            _ = &mut group_wake => {
                 for d in state.groups.tick(crate::handlers::now_ms()) {
                     tokio::spawn(d.finish());
                 }
+                let wait = state.groups.next_deadline().map_or(100, |due| (due - crate::handlers::now_ms()).clamp(1, 100));
+                group_wake.as_mut().reset(tokio::time::Instant::now() + Duration::from_millis(wait.unsigned_abs()));
             }
             _ = txn_tick.tick() => {
                 let st = state.clone();

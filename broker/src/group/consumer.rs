@@ -244,6 +244,21 @@ impl ConsumerGroup {
         gone.len()
     }
 
+    /// When [`ConsumerGroup::tick`] next removes a member, if nothing else happens first.
+    pub fn next_deadline(&self, session_timeout_ms: i64) -> Option<i64> {
+        self.members
+            .values()
+            .map(|m| {
+                let session = m.last_heartbeat_ms + session_timeout_ms + 1;
+                if m.revoking.is_empty() {
+                    session
+                } else {
+                    session.min(m.revoking_since_ms + i64::from(m.rebalance_timeout_ms) + 1)
+                }
+            })
+            .min()
+    }
+
     /// OffsetCommit by a member (v9+: the member epoch in place of the generation).
     pub fn validate_commit(&self, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
         if member_id.is_empty() && epoch < 0 {

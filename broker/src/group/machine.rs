@@ -803,6 +803,23 @@ impl Group {
         effects
     }
 
+    /// When [`Group::tick`] next has something to do (the earliest join or sync deadline,
+    /// session expiry or lapsed pending member id), so the coordinator can wake exactly then
+    /// rather than poll. `None`: nothing is scheduled.
+    pub fn next_deadline(&self) -> Option<i64> {
+        let pending = self.pending_members.values().copied().min();
+        let join = self.join_deadline_ms.filter(|_| self.state == GroupState::PreparingRebalance);
+        let sync = self.sync_deadline_ms.filter(|_| self.state == GroupState::CompletingRebalance);
+        // a session has expired once more than its timeout has passed since the last heartbeat
+        let sessions = self
+            .members
+            .values()
+            .filter(|m| !m.awaiting_join && !m.awaiting_sync)
+            .map(|m| m.last_heartbeat_ms + i64::from(m.session_timeout_ms) + 1)
+            .min();
+        [pending, join, sync, sessions].into_iter().flatten().min()
+    }
+
     /// Members of the KIP-848 consumer protocol are in the group.
     pub fn has_consumer_members(&self) -> bool {
         self.consumer.as_ref().is_some_and(|c| !c.members.is_empty())
@@ -1110,6 +1127,32 @@ mod tests {
         assert_eq!(r[0].0, b);
         assert_eq!(r[0].1.leader, b, "a new leader is chosen when the old one is gone");
         assert!(!g.members.contains_key(&a));
+    }
+
+    /// The coordinator wakes at `next_deadline` (no polling tick): each timer must be due
+    /// exactly then — nothing a millisecond before, the expiry at it (librdkafka 0081 deletes a
+    /// group right when its static members' sessions end).
+    #[test]
+    fn next_deadline_is_exactly_when_tick_acts() {
+        let s = settings();
+        let mut g = Group::new("g", 0);
+        assert_eq!(g.next_deadline(), None, "an empty group has no timer");
+        let (a, _) = join_new(&mut g, "a", 0);
+        // a joined and is waiting for SyncGroup: the sync deadline (its session timeout)
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        let sync_due = g.next_deadline().unwrap();
+        assert!(g.tick(sync_due - 1, &s).is_empty());
+        sync(&mut g, &a, None, 1, None, None, vec![], 0);
+        assert_eq!(g.state, GroupState::Stable);
+        // stable: the member's session, from its last heartbeat
+        assert_eq!(g.heartbeat(&a, None, 1, 4_000), 0);
+        let due = g.next_deadline().unwrap();
+        assert_eq!(due, 4_000 + 10_000 + 1);
+        assert!(g.tick(due - 1, &s).is_empty() && g.members.contains_key(&a), "not a millisecond early");
+        let effects = g.tick(due, &s);
+        assert!(!g.members.contains_key(&a), "expired at its deadline: {effects:?}");
+        assert_eq!(g.state, GroupState::Empty);
+        assert_eq!(g.next_deadline(), None);
     }
 
     #[test]

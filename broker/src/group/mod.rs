@@ -930,7 +930,25 @@ impl GroupCoordinator {
         out
     }
 
-    /// Timers of every group (every ~100 ms): returns the answers to deliver.
+    /// The earliest moment [`GroupCoordinator::tick`] has work, over every loaded group.
+    pub fn next_deadline(&self) -> Option<i64> {
+        let consumer_timeout = i64::from(self.settings.consumer_session_timeout_ms);
+        self.shards()
+            .filter(|s| s.loaded)
+            .filter_map(|s| {
+                s.groups
+                    .values()
+                    .filter_map(|g| {
+                        let consumer = g.consumer.as_ref().and_then(|c| c.next_deadline(consumer_timeout));
+                        [g.next_deadline(), consumer].into_iter().flatten().min()
+                    })
+                    .min()
+            })
+            .min()
+    }
+
+    /// Timers of every group, run when [`GroupCoordinator::next_deadline`] is due (and at
+    /// least every 100 ms, to pick up deadlines set since): returns the answers to deliver.
     pub fn tick(&self, now: i64) -> Vec<Deliveries> {
         let mut out = Vec::new();
         for mut shard in self.shards() {
