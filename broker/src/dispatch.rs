@@ -3,6 +3,7 @@
 //! checks that every row of the table has an arm.
 
 use crate::handlers::{self, Reply};
+use crate::security::acl::{self, ResourceType as Rt};
 use crate::security::authz::Gate;
 use crate::security::Session;
 use crate::state::BrokerState;
@@ -46,7 +47,20 @@ pub fn dispatch_from(state: &Arc<BrokerState>, mut req: Request, session: &Sessi
             Reply::now(ResponseKind::ApiVersions(handlers::api_versions::response(0, state.config.txns.version)))
         }
         RequestKind::Metadata(r) => {
-            Reply::now(ResponseKind::Metadata(handlers::metadata::handle(state, &session.listener, version, r)))
+            let (topic_ops, cluster_ops) =
+                (r.include_topic_authorized_operations, r.include_cluster_authorized_operations);
+            let mut resp = handlers::metadata::handle(state, &session.listener, version, r);
+            let sec = &state.security;
+            if topic_ops {
+                for t in resp.topics.iter_mut().filter(|t| t.error_code == 0) {
+                    let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+                    t.topic_authorized_operations = sec.authorized_operations(session, Rt::Topic, &name);
+                }
+            }
+            if cluster_ops {
+                resp.cluster_authorized_operations = sec.authorized_operations(session, Rt::Cluster, acl::CLUSTER);
+            }
+            Reply::now(ResponseKind::Metadata(resp))
         }
         RequestKind::Produce(r) => handlers::produce::handle(state, version, r),
         RequestKind::Fetch(r) => handlers::fetch::handle(state, version, r),
@@ -68,9 +82,14 @@ pub fn dispatch_from(state: &Arc<BrokerState>, mut req: Request, session: &Sessi
         RequestKind::IncrementalAlterConfigs(r) => {
             Reply::now(ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(state, r)))
         }
-        RequestKind::DescribeCluster(_) => Reply::now(ResponseKind::DescribeCluster(
-            handlers::describe_cluster::describe_cluster(state, &session.listener),
-        )),
+        RequestKind::DescribeCluster(r) => {
+            let mut resp = handlers::describe_cluster::describe_cluster(state, &session.listener);
+            if r.include_cluster_authorized_operations {
+                resp.cluster_authorized_operations =
+                    state.security.authorized_operations(session, Rt::Cluster, acl::CLUSTER);
+            }
+            Reply::now(ResponseKind::DescribeCluster(resp))
+        }
         RequestKind::DescribeLogDirs(r) => {
             Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_cluster::describe_log_dirs(state, r)))
         }
@@ -111,10 +130,22 @@ pub fn dispatch_from(state: &Arc<BrokerState>, mut req: Request, session: &Sessi
         }
         RequestKind::OffsetDelete(r) => handlers::groups::offset_delete(state, r),
         RequestKind::DescribeGroups(r) => {
-            Reply::now(ResponseKind::DescribeGroups(handlers::groups::describe(state, r)))
+            let ops = r.include_authorized_operations;
+            let mut resp = handlers::groups::describe(state, r);
+            for g in resp.groups.iter_mut().filter(|g| ops && g.error_code == 0) {
+                g.authorized_operations =
+                    state.security.authorized_operations(session, Rt::Group, &g.group_id.to_string());
+            }
+            Reply::now(ResponseKind::DescribeGroups(resp))
         }
         RequestKind::ConsumerGroupDescribe(r) => {
-            Reply::now(ResponseKind::ConsumerGroupDescribe(handlers::groups::consumer_describe(state, r)))
+            let ops = r.include_authorized_operations;
+            let mut resp = handlers::groups::consumer_describe(state, r);
+            for g in resp.groups.iter_mut().filter(|g| ops && g.error_code == 0) {
+                g.authorized_operations =
+                    state.security.authorized_operations(session, Rt::Group, &g.group_id.to_string());
+            }
+            Reply::now(ResponseKind::ConsumerGroupDescribe(resp))
         }
         RequestKind::ListGroups(r) => Reply::now(ResponseKind::ListGroups(handlers::groups::list(state, r))),
         RequestKind::DeleteGroups(r) => handlers::groups::delete(state, r),

@@ -140,6 +140,35 @@ def test_max_timestamp_names_the_record_within_its_batch(broker):
     assert (mx.offset, mx.timestamp) == (1, base + 400)
 
 
+def test_authorized_operations_without_an_authorizer(broker):
+    """KIP-430: asked for, the authorized operations are every operation of the resource
+    type when no authorizer is configured (librdkafka 0081: 8 for a topic, 7 for the
+    cluster; 3 for a group)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+    produce(broker, "cops", [b"x"])
+    consume(broker, "cops", 1, 1)  # its group "compat" now exists
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cops-g", "auto.offset.reset": "earliest"})
+    c.subscribe(["cops"])
+    deadline = time.time() + 20
+    while time.time() < deadline and c.poll(0.5) is None:
+        pass
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic = admin.describe_topics(TopicCollection(["cops"]), include_authorized_operations=True)["cops"].result(10)
+    assert set(topic.authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER,
+        AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}, topic.authorized_operations
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(10)
+    assert set(cluster.authorized_operations) == {
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER, AclOperation.DESCRIBE}, cluster.authorized_operations
+    group = admin.describe_consumer_groups(["cops-g"], include_authorized_operations=True)["cops-g"].result(10)
+    assert set(group.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}
+    c.close()
+    # not asked for: none
+    assert not admin.describe_cluster().result(10).authorized_operations
+
+
 def test_list_offsets_delete_records_describe_cluster(broker):
     from confluent_kafka.admin import OffsetSpec
     base = int(time.time() * 1000) - 10_000

@@ -245,6 +245,16 @@ def test_read_acl_on_topic_and_group(secure):
         # bob may see the topic (metadata, offsets) but not read it
         allow("User:bob", ResourceType.TOPIC, "ledger", AclOperation.DESCRIBE),
     ])
+    # KIP-430: each principal is told what it may do (Read implies Describe, as in Kafka)
+    from confluent_kafka import TopicCollection
+
+    def topic_ops(user):
+        a = AdminClient(secure.confluent("SASL_PLAINTEXT", user))
+        d = a.describe_topics(TopicCollection(["ledger"]), include_authorized_operations=True)["ledger"].result(10)
+        return set(d.authorized_operations)
+    assert topic_ops("bob") == {AclOperation.DESCRIBE}
+    assert topic_ops("alice") == {AclOperation.READ, AclOperation.DESCRIBE}
+    assert len(topic_ops("admin")) == 8, "a super user may do everything"
     bob = Consumer(secure.confluent("SASL_PLAINTEXT", "bob", **{"group.id": "bob-g", "enable.auto.commit": False}))
     bob.assign([TopicPartition("ledger", 0, OFFSET_BEGINNING)])
     seen_error = None

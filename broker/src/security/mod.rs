@@ -175,6 +175,32 @@ impl Security {
         Some(IpPermit { security: self.clone(), ip })
     }
 
+    /// Kafka's `authorizedOperations` (KIP-430): the bitfield (bit = ACL operation code) of the
+    /// operations the resource type supports that `session` may perform on it — all of them
+    /// without an authorizer. Topic: 8 operations, group: 3, cluster: 7, as Kafka's
+    /// `AclEntry.supportedOperations`.
+    pub fn authorized_operations(&self, session: &Session, rtype: acl::ResourceType, name: &str) -> i32 {
+        use acl::Operation as O;
+        let supported: &[O] = match rtype {
+            acl::ResourceType::Topic => {
+                &[O::Read, O::Write, O::Create, O::Delete, O::Alter, O::Describe, O::DescribeConfigs, O::AlterConfigs]
+            }
+            acl::ResourceType::Group => &[O::Read, O::Describe, O::Delete],
+            acl::ResourceType::Cluster => &[
+                O::Create,
+                O::ClusterAction,
+                O::DescribeConfigs,
+                O::AlterConfigs,
+                O::IdempotentWrite,
+                O::Alter,
+                O::Describe,
+            ],
+            acl::ResourceType::TransactionalId => &[O::Describe, O::Write],
+            _ => &[],
+        };
+        supported.iter().filter(|op| self.allowed(session, **op, rtype, name)).fold(0, |bits, op| bits | 1 << op.code())
+    }
+
     /// Is `principal` (from `host`) allowed `op` on the resource? Always true without an
     /// authorizer.
     pub fn allowed(&self, session: &Session, op: acl::Operation, rtype: acl::ResourceType, name: &str) -> bool {
