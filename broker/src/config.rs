@@ -126,6 +126,43 @@ pub const SETTINGS: &[Setting] = &[
         help: "sync: fsync (group commit) before acknowledging; interval: fsync every log.flush.interval.ms",
     },
     Setting { name: "log.flush.interval.ms", default: "1000", help: "fsync interval for log.flush.policy=interval" },
+    Setting {
+        name: "log.cleanup.policy",
+        default: "delete",
+        help: "default cleanup.policy of topics: delete, compact or both",
+    },
+    Setting {
+        name: "compression.type",
+        default: "producer",
+        help: "default compression.type of topics: producer (keep the producer's) or a codec to recompress to",
+    },
+    Setting { name: "compression.gzip.level", default: "-1", help: "gzip level when recompressing (-1 or 1-9)" },
+    Setting { name: "compression.zstd.level", default: "3", help: "zstd level when recompressing (-131072 to 22)" },
+    Setting {
+        name: "log.message.timestamp.type",
+        default: "CreateTime",
+        help: "default message.timestamp.type of topics: CreateTime or LogAppendTime",
+    },
+    Setting {
+        name: "log.message.timestamp.before.max.ms",
+        default: "9223372036854775807",
+        help: "CreateTime records older than this (ms) are refused with INVALID_TIMESTAMP",
+    },
+    Setting {
+        name: "log.message.timestamp.after.max.ms",
+        default: "3600000",
+        help: "CreateTime records further in the future than this (ms) are refused with INVALID_TIMESTAMP",
+    },
+    Setting {
+        name: "min.insync.replicas",
+        default: "1",
+        help: "default min.insync.replicas of topics: replicas an acks=all write needs",
+    },
+    Setting {
+        name: "replica.lag.time.max.ms",
+        default: "30000",
+        help: "a follower that has not caught up for this long is out of sync (for min.insync.replicas)",
+    },
     Setting { name: "max.connections", default: "10000", help: "open connections allowed" },
     Setting { name: "log.format", default: "text", help: "broker log lines as text or json (filter with SLUICE_LOG)" },
     Setting {
@@ -258,6 +295,8 @@ pub struct Config {
     pub groups: crate::group::CoordinatorSettings,
     pub offsets_retention_check_interval_ms: u64,
     pub txns: crate::txn::TxnSettings,
+    /// `replica.lag.time.max.ms`: a follower behind the leader for longer is out of sync.
+    pub replica_lag_time_max_ms: u64,
     /// Every setting's resolved value as text (for DescribeConfigs).
     pub values: BTreeMap<String, String>,
 }
@@ -537,6 +576,12 @@ pub fn resolve(
             reason,
         })?
     };
+    let values: BTreeMap<String, String> = SETTINGS.iter().map(|s| (s.name.to_string(), get(s.name).0)).collect();
+    // the broker-level defaults of topic configs, with Kafka's validation of the topic config
+    if let Err((name, value, reason)) = crate::topic_config::check_broker_defaults(&values) {
+        let origin = get(&name).1;
+        return Err(ConfigError::Invalid { name, value, origin, reason });
+    }
     Ok(Config {
         voters,
         controller_listener: {
@@ -722,7 +767,9 @@ pub fn resolve(
                 list
             },
         },
-        values: SETTINGS.iter().map(|s| (s.name.to_string(), get(s.name).0)).collect(),
+        replica_lag_time_max_ms: parse::<i64>("replica.lag.time.max.ms", get("replica.lag.time.max.ms"), positive)?
+            as u64,
+        values,
     })
 }
 

@@ -33,4 +33,5 @@ pub mod producer_ids;
 pub mod security;
 pub mod server;
 pub mod state;
+pub mod topic_config;
 pub mod txn;

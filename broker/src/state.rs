@@ -7,8 +7,9 @@
 
 use crate::config::Config;
 use crate::partition::Partition;
+use crate::topic_config::TopicSettings;
 use serde::{Deserialize, Serialize};
-use sluice_storage::{DirLock, FlushPolicy, Log, LogConfig, StorageError};
+use sluice_storage::{DirLock, Log, StorageError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -18,18 +19,6 @@ pub const METADATA_FILE: &str = "__sluice_metadata.json";
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Names of internal logs kept in the data directory; no user topic may take them.
 pub const RESERVED_TOPICS: &[&str] = &[crate::group::OFFSETS_TOPIC, crate::txn::TXN_TOPIC];
-
-/// Topic configs this broker understands, with their broker-level source.
-pub const TOPIC_CONFIGS: &[&str] = &[
-    "retention.ms",
-    "retention.bytes",
-    "segment.bytes",
-    "segment.ms",
-    "max.message.bytes",
-    "cleanup.policy",
-    "message.timestamp.type",
-    "flush.policy",
-];
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 struct TopicRecord {
@@ -50,6 +39,8 @@ pub struct Topic {
     pub name: String,
     pub id: Uuid,
     pub configs: BTreeMap<String, String>,
+    /// What `configs` mean over the broker's defaults.
+    pub settings: TopicSettings,
     pub partitions: Vec<Arc<Partition>>,
 }
 
@@ -76,6 +67,10 @@ pub enum TopicError {
     ReplicationFactorTooLarge(i16, usize),
     #[error("invalid config {0}: {1}")]
     InvalidConfig(String, String),
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("{0}")]
+    InvalidRequest(String),
     #[error("storage: {0}")]
     Storage(#[from] StorageError),
     #[error("metadata quorum: {0}")]
@@ -118,71 +113,14 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
     Ok(())
 }
 
-fn parse_i64(name: &str, v: &str, min: i64) -> Result<i64, TopicError> {
-    let x: i64 =
-        v.trim().parse().map_err(|_| TopicError::InvalidConfig(name.into(), format!("'{v}' is not a number")))?;
-    if x < min {
-        return Err(TopicError::InvalidConfig(name.into(), format!("{x} is below the minimum {min}")));
-    }
-    Ok(x)
-}
-
-/// Apply topic-level overrides to the broker's log defaults. Unknown names and bad values are
-/// errors (INVALID_CONFIG at the edge).
-pub fn log_config_for(base: &LogConfig, configs: &BTreeMap<String, String>) -> Result<LogConfig, TopicError> {
-    let mut c = base.clone();
-    for (k, v) in configs {
-        match k.as_str() {
-            "retention.ms" => c.retention_ms = parse_i64(k, v, -1)?,
-            "retention.bytes" => c.retention_bytes = parse_i64(k, v, -1)?,
-            "segment.bytes" => c.segment_bytes = parse_i64(k, v, 14)?.min(i64::from(i32::MAX)) as u64,
-            "segment.ms" => c.segment_ms = parse_i64(k, v, 1)?,
-            "max.message.bytes" => c.max_message_bytes = parse_i64(k, v, 0)?.max(64) as usize,
-            "cleanup.policy" => {
-                // Kafka's list of `delete` and `compact`. Compaction itself is not built yet
-                // (decision 0012): a compacted topic keeps every record, which Kafka's
-                // guarantee for it (at least the newest record of each key stays) allows.
-                let (mut delete, mut compact) = (false, false);
-                for item in v.split(',').map(str::trim) {
-                    match item {
-                        "delete" => delete = true,
-                        "compact" => compact = true,
-                        _ => {
-                            return Err(TopicError::InvalidConfig(
-                                k.clone(),
-                                format!("'{v}': expected a list of delete and compact"),
-                            ))
-                        }
-                    }
-                }
-                c.cleanup_delete = delete;
-                c.cleanup_compact = compact;
-            }
-            "message.timestamp.type" => {
-                if v != "CreateTime" && v != "LogAppendTime" {
-                    return Err(TopicError::InvalidConfig(
-                        k.clone(),
-                        format!("'{v}': expected CreateTime or LogAppendTime"),
-                    ));
-                }
-            }
-            "flush.policy" => {
-                c.flush = match v.as_str() {
-                    "sync" => FlushPolicy::Sync,
-                    "interval" => FlushPolicy::Interval {
-                        interval_ms: match base.flush {
-                            FlushPolicy::Interval { interval_ms } => interval_ms,
-                            FlushPolicy::Sync => 1000,
-                        },
-                    },
-                    _ => return Err(TopicError::InvalidConfig(k.clone(), format!("'{v}': expected sync or interval"))),
-                }
-            }
-            _ => return Err(TopicError::InvalidConfig(k.clone(), "unknown topic config".into())),
-        }
-    }
-    c.validate().map_err(|e| TopicError::InvalidConfig("config".into(), e.to_string()))?;
-    Ok(c)
+/// A topic's settings from its overrides (see [`TopicSettings::resolve`]): `strict` when they
+/// are being set now (Kafka's ranges apply), not when they are loaded.
+pub fn topic_settings(
+    config: &Config,
+    configs: &BTreeMap<String, String>,
+    strict: bool,
+) -> Result<TopicSettings, TopicError> {
+    TopicSettings::resolve(config, configs, strict)
 }
 
 impl BrokerState {
@@ -209,7 +147,8 @@ impl BrokerState {
         let hw_changed = Arc::new(tokio::sync::Notify::new());
         let mut topics = BTreeMap::new();
         for (name, rec) in &meta.topics {
-            let log_config = log_config_for(&config.log, &rec.configs)?;
+            let settings = topic_settings(&config, &rec.configs, false)?;
+            let log_config = settings.log.clone();
             let mut partitions = Vec::new();
             for p in 0..rec.partitions {
                 let log = Log::open(&partition_dir(&data_dir, name, p), log_config.clone())?;
@@ -227,7 +166,7 @@ impl BrokerState {
             }
             topics.insert(
                 name.clone(),
-                Arc::new(Topic { name: name.clone(), id: rec.id, configs: rec.configs.clone(), partitions }),
+                Arc::new(Topic { name: name.clone(), id: rec.id, configs: rec.configs.clone(), settings, partitions }),
             );
         }
         let producer_ids = crate::producer_ids::ProducerIds::open(&data_dir)?;
@@ -397,6 +336,7 @@ impl BrokerState {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Arc<Topic>, TopicError> {
+        topic_settings(&self.config, &configs, true)?;
         if self.cluster.get().is_none() {
             return self.create_topic_with_id(name, None, partitions, replication_factor, configs, validate_only);
         }
@@ -412,7 +352,6 @@ impl BrokerState {
         if rf < 1 || rf as usize > brokers {
             return Err(TopicError::ReplicationFactorTooLarge(rf, brokers));
         }
-        log_config_for(&self.config.log, &configs)?;
         if validate_only {
             return self.create_topic_with_id(name, None, partitions, -1, configs, true);
         }
@@ -423,9 +362,106 @@ impl BrokerState {
             partitions,
             configs,
             replication_factor: i32::from(rf),
+            assignment: None,
         })?;
         // answered once this broker has the topic and its replicated partitions have leaders
         // (as Kafka's controller elects them at creation), so clients can use it at once
+        self.await_local(|s| s.topic(name).filter(|t| t.id == id && s.replicas_led(name)))
+    }
+
+    /// Kafka's checks of a manual replica assignment: every list `rf` distinct registered brokers.
+    fn check_assignment(&self, assignment: &[Vec<i32>], rf: usize) -> Result<(), TopicError> {
+        let bad = |m: String| Err(TopicError::InvalidReplicaAssignment(m));
+        let registered: Vec<i32> = match self.cluster.get() {
+            Some(c) => c.image().brokers.keys().copied().collect(),
+            None => vec![self.config.node_id],
+        };
+        for replicas in assignment {
+            if replicas.is_empty() {
+                return bad("The manual partition assignment includes an empty replica list.".into());
+            }
+            if replicas.len() != rf {
+                return bad(format!(
+                    "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with the others, which have {rf}.",
+                    replicas.len()
+                ));
+            }
+            for (i, b) in replicas.iter().enumerate() {
+                if replicas[..i].contains(b) {
+                    return bad(format!("The manual partition assignment includes the broker {b} more than once."));
+                }
+                if !registered.contains(b) {
+                    return bad(format!(
+                        "The manual partition assignment includes broker {b}, but no such broker is registered."
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Grow a topic to `count` partitions placed as `assignment` says (CreatePartitions
+    /// `assignments`: one replica list per new partition), with Kafka's validation.
+    pub fn create_partitions_assigned(
+        &self,
+        name: &str,
+        count: i32,
+        assignment: Vec<Vec<i32>>,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        let topic = self.topic(name).ok_or_else(|| TopicError::Unknown(name.to_string()))?;
+        let current = topic.partitions.len() as i32;
+        let adding = count - current;
+        if adding > 0 && assignment.len() as i32 != adding {
+            return Err(TopicError::InvalidReplicaAssignment(format!(
+                "Attempted to add {adding} additional partition(s), but only {} assignment(s) were supplied.",
+                assignment.len()
+            )));
+        }
+        let rf = match self.cluster.get() {
+            Some(c) => c.image().topics.get(name).and_then(|i| i.replicas.first().map(Vec::len)).unwrap_or(1),
+            None => 1,
+        };
+        self.check_assignment(&assignment, rf)?;
+        if self.cluster.get().is_none() || validate_only {
+            return self.create_partitions_local(name, count, validate_only);
+        }
+        self.quorum_write(crate::cluster::Command::CreatePartitions {
+            name: name.into(),
+            count,
+            assignment: Some(assignment),
+        })?;
+        self.await_local(|s| s.topic(name).filter(|t| t.partitions.len() as i32 >= count).map(|_| ()))
+    }
+
+    /// Create a topic with a manual replica assignment (CreateTopics `assignments`): partition
+    /// i's replicas, preferred leader first, with Kafka's validation. On one broker the only
+    /// assignment is this broker, once per partition.
+    pub fn create_topic_assigned(
+        &self,
+        name: &str,
+        assignment: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Arc<Topic>, TopicError> {
+        let rf = assignment.first().map_or(0, Vec::len);
+        self.check_assignment(&assignment, rf)?;
+        topic_settings(&self.config, &configs, true)?;
+        let partitions = i32::try_from(assignment.len()).unwrap_or(i32::MAX);
+        if self.cluster.get().is_none() || validate_only {
+            validate_topic_name(name)?;
+            return self.create_topic_with_id(name, None, partitions, -1, configs, validate_only);
+        }
+        validate_topic_name(name)?;
+        let id = Uuid::new_v4();
+        self.quorum_write(crate::cluster::Command::CreateTopic {
+            name: name.into(),
+            id,
+            partitions,
+            configs,
+            replication_factor: rf as i32,
+            assignment: Some(assignment),
+        })?;
         self.await_local(|s| s.topic(name).filter(|t| t.id == id && s.replicas_led(name)))
     }
 
@@ -443,7 +479,7 @@ impl BrokerState {
         if self.cluster.get().is_none() || validate_only {
             return self.create_partitions_local(name, count, validate_only);
         }
-        self.quorum_write(crate::cluster::Command::CreatePartitions { name: name.into(), count })?;
+        self.quorum_write(crate::cluster::Command::CreatePartitions { name: name.into(), count, assignment: None })?;
         self.await_local(|s| s.topic(name).filter(|t| t.partitions.len() as i32 >= count).map(|_| ()))
     }
 
@@ -454,13 +490,17 @@ impl BrokerState {
         f: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,
         validate_only: bool,
     ) -> Result<(), TopicError> {
+        // set now: Kafka's validation applies in full
+        let f = |m: &mut BTreeMap<String, String>| {
+            f(m)?;
+            topic_settings(&self.config, m, true).map(|_| ())
+        };
         if self.cluster.get().is_none() || validate_only {
             return self.alter_topic_configs_local(name, f, validate_only);
         }
         let topic = self.topic(name).ok_or_else(|| TopicError::Unknown(name.to_string()))?;
         let mut configs = topic.configs.clone();
         f(&mut configs)?;
-        log_config_for(&self.config.log, &configs)?;
         let want = configs.clone();
         self.quorum_write(crate::cluster::Command::SetTopicConfigs { name: name.into(), configs })?;
         self.await_local(|s| s.topic(name).filter(|t| t.configs == want).map(|_| ()))
@@ -543,14 +583,15 @@ impl BrokerState {
         if replication_factor != -1 && replication_factor != 1 {
             return Err(TopicError::InvalidReplicationFactor(replication_factor));
         }
-        let log_config = log_config_for(&self.config.log, &configs)?;
+        let settings = topic_settings(&self.config, &configs, false)?;
+        let log_config = settings.log.clone();
         let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
         if topics.contains_key(name) {
             return Err(TopicError::Exists(name.to_string()));
         }
         let id = id.unwrap_or_else(Uuid::new_v4);
         if validate_only {
-            return Ok(Arc::new(Topic { name: name.to_string(), id, configs, partitions: vec![] }));
+            return Ok(Arc::new(Topic { name: name.to_string(), id, configs, settings, partitions: vec![] }));
         }
         let mut parts = Vec::new();
         for p in 0..partitions {
@@ -561,7 +602,7 @@ impl BrokerState {
             let log = Log::open(&dir, log_config.clone())?;
             parts.push(Arc::new(Partition::new(name.to_string(), p, log, self.hw_changed.clone())));
         }
-        let topic = Arc::new(Topic { name: name.to_string(), id, configs, partitions: parts });
+        let topic = Arc::new(Topic { name: name.to_string(), id, configs, settings, partitions: parts });
         topics.insert(name.to_string(), topic.clone());
         if let Err(e) = self.persist_map(&topics) {
             topics.remove(name);
@@ -607,7 +648,7 @@ impl BrokerState {
         if validate_only {
             return Ok(());
         }
-        let log_config = log_config_for(&self.config.log, &topic.configs)?;
+        let log_config = topic.settings.log.clone();
         let mut parts = topic.partitions.clone();
         for p in current..count {
             let dir = partition_dir(&self.data_dir, name, p);
@@ -617,8 +658,13 @@ impl BrokerState {
             let log = Log::open(&dir, log_config.clone())?;
             parts.push(Arc::new(Partition::new(name.to_string(), p, log, self.hw_changed.clone())));
         }
-        let new =
-            Arc::new(Topic { name: name.to_string(), id: topic.id, configs: topic.configs.clone(), partitions: parts });
+        let new = Arc::new(Topic {
+            name: name.to_string(),
+            id: topic.id,
+            configs: topic.configs.clone(),
+            settings: topic.settings.clone(),
+            partitions: parts,
+        });
         topics.insert(name.to_string(), new);
         if let Err(e) = self.persist_map(&topics) {
             topics.insert(name.to_string(), topic);
@@ -638,12 +684,18 @@ impl BrokerState {
         let topic = topics.get(name).cloned().ok_or_else(|| TopicError::Unknown(name.to_string()))?;
         let mut configs = topic.configs.clone();
         f(&mut configs)?;
-        let log_config = log_config_for(&self.config.log, &configs)?;
+        let settings = topic_settings(&self.config, &configs, false)?;
+        let log_config = settings.log.clone();
         if validate_only {
             return Ok(());
         }
-        let new =
-            Arc::new(Topic { name: name.to_string(), id: topic.id, configs, partitions: topic.partitions.clone() });
+        let new = Arc::new(Topic {
+            name: name.to_string(),
+            id: topic.id,
+            configs,
+            settings,
+            partitions: topic.partitions.clone(),
+        });
         topics.insert(name.to_string(), new);
         if let Err(e) = self.persist_map(&topics) {
             topics.insert(name.to_string(), topic);
@@ -705,20 +757,20 @@ mod tests {
 
     #[test]
     fn topic_configs() {
-        let base = LogConfig::default();
+        let c = crate::config::resolve(&BTreeMap::new(), &BTreeMap::new(), None).expect("defaults");
         let mut m = BTreeMap::new();
         m.insert("retention.ms".to_string(), "1000".to_string());
-        assert_eq!(log_config_for(&base, &m).unwrap().retention_ms, 1000);
+        assert_eq!(topic_settings(&c, &m, true).unwrap().log.retention_ms, 1000);
         m.insert("cleanup.policy".to_string(), "compact".to_string());
-        let c = log_config_for(&base, &m).unwrap();
-        assert!(c.cleanup_compact && !c.cleanup_delete, "compact only: no retention");
+        let s = topic_settings(&c, &m, true).unwrap();
+        assert!(s.log.cleanup_compact && !s.log.cleanup_delete, "compact only: no retention");
         m.insert("cleanup.policy".to_string(), "compact, delete".to_string());
-        let c = log_config_for(&base, &m).unwrap();
-        assert!(c.cleanup_compact && c.cleanup_delete);
+        let s = topic_settings(&c, &m, true).unwrap();
+        assert!(s.log.cleanup_compact && s.log.cleanup_delete);
         m.insert("cleanup.policy".to_string(), "shred".to_string());
-        assert!(log_config_for(&base, &m).is_err());
+        assert!(topic_settings(&c, &m, true).is_err());
         let mut m = BTreeMap::new();
         m.insert("nope".to_string(), "1".to_string());
-        assert!(log_config_for(&base, &m).is_err());
+        assert!(topic_settings(&c, &m, false).is_err());
     }
 }

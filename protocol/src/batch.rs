@@ -95,6 +95,8 @@ pub struct RecordsSummary {
     pub max_timestamp: i64,
     /// Offset delta of the first record carrying `max_timestamp` (0 if none does).
     pub offset_delta_of_max: i32,
+    /// The oldest record timestamp but -1 (no timestamp); `i64::MAX` if there is none.
+    pub min_timestamp: i64,
     /// Whether some record has a null key (refused on compacted topics).
     pub has_null_key: bool,
 }
@@ -377,7 +379,13 @@ impl<'a> BatchView<'a> {
         }
         let raw = crate::compression::decompress(self.compression()?, self.records_bytes())?;
         let mut cur: &[u8] = &raw;
-        let mut summary = RecordsSummary { count, max_timestamp: -1, offset_delta_of_max: 0, has_null_key: false };
+        let mut summary = RecordsSummary {
+            count,
+            max_timestamp: -1,
+            offset_delta_of_max: 0,
+            min_timestamp: i64::MAX,
+            has_null_key: false,
+        };
         let base_ts = self.base_timestamp();
         for i in 0..count {
             if cur.is_empty() {
@@ -394,6 +402,9 @@ impl<'a> BatchView<'a> {
             if ts > summary.max_timestamp {
                 summary.max_timestamp = ts;
                 summary.offset_delta_of_max = i;
+            }
+            if ts != -1 && ts < summary.min_timestamp {
+                summary.min_timestamp = ts;
             }
             summary.has_null_key |= r.null_key;
             cur = &cur[used..];
@@ -468,6 +479,31 @@ pub fn set_producer(buf: &mut [u8], producer_id: i64, producer_epoch: i16, base_
     buf[OFF_BASE_SEQUENCE..OFF_BASE_SEQUENCE + 4].copy_from_slice(&base_sequence.to_be_bytes());
     let crc = crc32c::crc32c(&buf[OFF_ATTRIBUTES..size]);
     buf[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Rewrite the (validated) batch in `buf` with codec `target` (topic config `compression.type`),
+/// as Kafka's broker does: the records are the same bytes, decompressed and compressed again;
+/// the header keeps its offsets, timestamps, producer id, epoch, sequence and flags; its codec
+/// bits, length and CRC change. `None` when the batch already has that codec. `level`: the
+/// codec's level where it has one (`None`: its default).
+pub fn recompress(buf: &[u8], target: Compression, level: Option<i32>) -> Result<Option<Bytes>, BatchError> {
+    let view = BatchView::parse_unchecked_crc(buf)?;
+    if view.compression()? == target {
+        return Ok(None);
+    }
+    let raw = crate::compression::decompress(view.compression()?, view.records_bytes())?;
+    let body = crate::compression::compress_level(target, &raw, level)?;
+    let total = BATCH_HEADER_BYTES + body.len();
+    let length = i32::try_from(total - LOG_OVERHEAD_BYTES).map_err(|_| BatchError::Compression("too large".into()))?;
+    let mut out = BytesMut::with_capacity(total);
+    out.extend_from_slice(&buf[..BATCH_HEADER_BYTES]);
+    out.extend_from_slice(&body);
+    let attributes = (view.attributes() & !ATTR_COMPRESSION_MASK) | target.id();
+    out[OFF_LENGTH..OFF_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+    out[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&out[OFF_ATTRIBUTES..]);
+    out[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(Some(out.freeze()))
 }
 
 /// Iterate over consecutive batches in `buf`, validating each (CRC included).
@@ -907,7 +943,16 @@ mod tests {
             let b = three(c);
             let (v, _) = BatchView::parse(&b).unwrap();
             let s = v.validate_records().unwrap();
-            assert_eq!(s, RecordsSummary { count: 3, max_timestamp: 400, offset_delta_of_max: 1, has_null_key: true });
+            assert_eq!(
+                s,
+                RecordsSummary {
+                    count: 3,
+                    max_timestamp: 400,
+                    offset_delta_of_max: 1,
+                    min_timestamp: 100,
+                    has_null_key: true
+                }
+            );
         }
     }
 
@@ -961,7 +1006,50 @@ mod tests {
         with_i32(&m, OFF_LENGTH, len)
     }
 
+    const CODECS: [Compression; 5] =
+        [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd];
+
     proptest! {
+        /// Recompression keeps every record and every header field but the codec, and the
+        /// result is a valid batch (CRC included) of the target codec.
+        #[test]
+        fn recompress_keeps_records_and_header(
+            values in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 1..20),
+            from in 0usize..5,
+            to in 0usize..5,
+            transactional in any::<bool>(),
+            level in proptest::option::of(1i32..9),
+        ) {
+            let records: Vec<NewRecord> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| rec(1000 + i as i64 * 7, Some(&v[..v.len().min(3)]), Some(v)))
+                .collect();
+            let b = BatchBuilder {
+                compression: CODECS[from],
+                producer_id: 42,
+                producer_epoch: 3,
+                base_sequence: 17,
+                transactional,
+                ..Default::default()
+            }
+            .build(&records)
+            .unwrap();
+            let mut placed = b.to_vec();
+            set_base_offset(&mut placed, 900);
+            let out = recompress(&placed, CODECS[to], level).unwrap();
+            prop_assert_eq!(out.is_none(), from == to);
+            let Some(out) = out else { return Ok(()) };
+            let (before, _) = BatchView::parse(&placed).unwrap();
+            let (after, size) = BatchView::parse(&out).unwrap();
+            prop_assert_eq!(size, out.len());
+            prop_assert_eq!(after.compression().unwrap(), CODECS[to]);
+            prop_assert_eq!(after.attributes() & !ATTR_COMPRESSION_MASK, before.attributes() & !ATTR_COMPRESSION_MASK);
+            prop_assert_eq!(&out[..OFF_LENGTH], &placed[..OFF_LENGTH]);
+            prop_assert_eq!(&out[OFF_LAST_OFFSET_DELTA..BATCH_HEADER_BYTES], &placed[OFF_LAST_OFFSET_DELTA..BATCH_HEADER_BYTES]);
+            prop_assert_eq!(after.records().unwrap(), before.records().unwrap());
+        }
+
         #[test]
         fn parse_never_panics(data in proptest::collection::vec(any::<u8>(), 0..300)) {
             if let Ok((v, _)) = BatchView::parse(&data) {

@@ -1,6 +1,7 @@
 //! Compression codecs for record batches: gzip, snappy (raw, and xerial framing on decode),
-//! lz4 (frame format, as Kafka ≥ 0.10 writes it) and zstd. The broker never recompresses; these
-//! are for clients and tools that encode or decode records.
+//! lz4 (frame format, as Kafka ≥ 0.10 writes it) and zstd. Clients and tools encode and decode
+//! records with them; the broker recompresses with them when a topic's `compression.type`
+//! names a codec (`batch::recompress`).
 
 use crate::batch::{BatchError, Compression};
 use std::borrow::Cow;
@@ -39,6 +40,24 @@ pub fn compress(c: Compression, data: &[u8]) -> Result<Vec<u8>, BatchError> {
             e.finish().map_err(err)
         }
         Compression::Zstd => zstd::bulk::compress(data, 3).map_err(err),
+    }
+}
+
+/// [`compress`] at a codec's level (Kafka's `compression.gzip.level`, `compression.zstd.level`;
+/// `None` or gzip's -1: the codec's default). lz4 and snappy have one level here.
+pub fn compress_level(c: Compression, data: &[u8], level: Option<i32>) -> Result<Vec<u8>, BatchError> {
+    match (c, level) {
+        (Compression::Gzip, _) => {
+            let level = match level {
+                Some(l @ 1..=9) => flate2::Compression::new(l as u32),
+                _ => flate2::Compression::default(),
+            };
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), level);
+            e.write_all(data).map_err(err)?;
+            e.finish().map_err(err)
+        }
+        (Compression::Zstd, Some(l)) => zstd::bulk::compress(data, l).map_err(err),
+        _ => compress(c, data),
     }
 }
 

@@ -1381,3 +1381,46 @@ async fn a_configured_voter_is_removed_and_the_coordinators_carry_on() {
     let at = committed.elements().first().map(|e| e.offset());
     assert!(matches!(at, Some(rdkafka::Offset::Offset(o)) if o >= 15), "committed {at:?}");
 }
+
+/// The leader of partition 0 of `topic` (an index into `c.brokers`), waiting up to 30 s.
+async fn leader_of(c: &Cluster, topic: &str) -> usize {
+    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let t0 = Instant::now();
+    loop {
+        let l = rdkafka_leader(&bootstrap, topic);
+        if l > 0 {
+            return usize::try_from(l - 1).unwrap();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no leader elected for {topic}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// min.insync.replicas (issue 24 item 5) on three replicas: with one follower frozen, a topic
+/// asking for all three refuses acks=all — NOT_ENOUGH_REPLICAS_AFTER_APPEND for a write already
+/// in the log that the frozen replica cannot take, then NOT_ENOUGH_REPLICAS before writing once
+/// it has been behind longer than replica.lag.time.max.ms — while a topic asking for two (a
+/// majority) keeps acknowledging; once the follower is back, all three acknowledge again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_insync_replicas_refuses_acks_all_without_enough_replicas() {
+    let c = Cluster::start_with(&["--replica-lag-time-max-ms", "1000"]);
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("isr3", 1, 3, &[("min.insync.replicas", "3")]).await.unwrap();
+    admin.create_topic("isr2", 1, 3, &[("min.insync.replicas", "2")]).await.unwrap();
+    let (l3, l2) = (leader_of(&c, "isr3").await, leader_of(&c, "isr2").await);
+    assert_eq!(produce_code(&c.brokers[l3], "isr3", 5000).await, 0, "all three in sync");
+    let frozen = (0..3).find(|i| *i != l3 && *i != l2).unwrap();
+    c.brokers[frozen].pause();
+    let code = produce_code(&c.brokers[l3], "isr3", 2000).await;
+    assert!(code == 20 || code == 19, "min.insync.replicas=3 with a replica frozen answered {code}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(produce_code(&c.brokers[l3], "isr3", 2000).await, 19, "NOT_ENOUGH_REPLICAS once out of sync");
+    assert_eq!(produce_code(&c.brokers[l2], "isr2", 5000).await, 0, "two of three meet min.insync.replicas=2");
+    c.brokers[frozen].resume();
+    let t0 = Instant::now();
+    while produce_code(&c.brokers[l3], "isr3", 3000).await != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "all three never acknowledged again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

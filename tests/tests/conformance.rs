@@ -320,12 +320,15 @@ fn max_timestamp_does_not_reveal_an_open_transaction() {
         let txn = "max-ts";
         let (_, pid, e0) = raw::init_producer_id(&conn, 3, Some(txn), None).await.unwrap();
         assert_eq!(raw::add_partitions(&conn, txn, pid, e0, "maxts", &[0]).await.unwrap(), 0);
-        let open = raw::batch(pid, e0, 0, true, &[(9_000_000_000_000, "new".into())], Compression::None);
+        // the newest timestamp, a minute ahead (within Kafka 4.x's message.timestamp.after.max.ms)
+        let newest =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64 + 60_000;
+        let open = raw::batch(pid, e0, 0, true, &[(newest, "new".into())], Compression::None);
         assert_eq!(raw::produce(&conn, 9, Some(txn), "maxts", 0, open).await.unwrap(), (0, 1));
-        assert_eq!(raw::list_offset(&conn, "maxts", 0, MAX_TIMESTAMP, false).await.unwrap(), (0, 1, 9_000_000_000_000));
+        assert_eq!(raw::list_offset(&conn, "maxts", 0, MAX_TIMESTAMP, false).await.unwrap(), (0, 1, newest));
         assert_eq!(raw::list_offset(&conn, "maxts", 0, MAX_TIMESTAMP, true).await.unwrap(), (0, -1, -1));
         assert_eq!(raw::end_txn(&conn, 3, txn, pid, e0, true).await.unwrap().0, 0);
-        assert_eq!(raw::list_offset(&conn, "maxts", 0, MAX_TIMESTAMP, true).await.unwrap(), (0, 1, 9_000_000_000_000));
+        assert_eq!(raw::list_offset(&conn, "maxts", 0, MAX_TIMESTAMP, true).await.unwrap(), (0, 1, newest));
     });
 }
 

@@ -49,6 +49,10 @@ pub enum Command {
         /// Replicas per partition (0 in entries written before replication: one).
         #[serde(default)]
         replication_factor: i32,
+        /// A manual assignment (CreateTopics `assignments`), validated by the broker that
+        /// took the request: partition i's replicas, preferred leader first.
+        #[serde(default)]
+        assignment: Option<Vec<Vec<i32>>>,
     },
     DeleteTopic {
         name: String,
@@ -57,6 +61,10 @@ pub enum Command {
     CreatePartitions {
         name: String,
         count: i32,
+        /// The new partitions' replicas (CreatePartitions `assignments`), validated by the
+        /// broker that took the request.
+        #[serde(default)]
+        assignment: Option<Vec<Vec<i32>>>,
     },
     /// Move a replicated partition to a new replica set (the partition's Raft group changes its
     /// membership: new replicas catch up as learners, then the voters are replaced).
@@ -206,7 +214,7 @@ impl MetadataImage {
                 self.next_producer_id = first.saturating_add((*count).max(1));
                 CommandResult::ProducerIds { first, count: (*count).max(1) }
             }
-            Command::CreateTopic { name, id, partitions, configs, replication_factor } => {
+            Command::CreateTopic { name, id, partitions, configs, replication_factor, assignment } => {
                 if self.topics.contains_key(name) {
                     return CommandResult::Refused(Refusal::TopicExists);
                 }
@@ -220,8 +228,19 @@ impl MetadataImage {
                         self.brokers.len()
                     )));
                 }
-                let Some(replicas) = self.assign(name, 0, *partitions, rf) else {
-                    return CommandResult::Refused(Refusal::NoBrokers);
+                if let Some(a) = assignment {
+                    if let Some(b) = a.iter().flatten().find(|b| !self.brokers.contains_key(b)) {
+                        return CommandResult::Refused(Refusal::InvalidReplicationFactor(format!(
+                            "The manual partition assignment includes broker {b}, but no such broker is registered."
+                        )));
+                    }
+                }
+                let replicas = match assignment {
+                    Some(a) => a.clone(),
+                    None => match self.assign(name, 0, *partitions, rf) {
+                        Some(r) => r,
+                        None => return CommandResult::Refused(Refusal::NoBrokers),
+                    },
                 };
                 self.topics.insert(
                     name.clone(),
@@ -240,7 +259,7 @@ impl MetadataImage {
                 Some(_) => CommandResult::Done,
                 None => CommandResult::Refused(Refusal::UnknownTopic),
             },
-            Command::CreatePartitions { name, count } => {
+            Command::CreatePartitions { name, count, assignment } => {
                 let Some((current, rf)) = self
                     .topics
                     .get(name)
@@ -253,8 +272,22 @@ impl MetadataImage {
                         "topic has {current} partitions; {count} must be larger (and at most 10000)"
                     )));
                 }
-                let Some(more) = self.assign(name, current, *count, rf) else {
-                    return CommandResult::Refused(Refusal::NoBrokers);
+                let more = match assignment {
+                    Some(a)
+                        if a.len() as i32 == count - current
+                            && a.iter().flatten().all(|b| self.brokers.contains_key(b)) =>
+                    {
+                        a.clone()
+                    }
+                    Some(_) => {
+                        return CommandResult::Refused(Refusal::InvalidReplicationFactor(
+                            "the manual partition assignment names unregistered brokers".into(),
+                        ))
+                    }
+                    None => match self.assign(name, current, *count, rf) {
+                        Some(m) => m,
+                        None => return CommandResult::Refused(Refusal::NoBrokers),
+                    },
                 };
                 if let Some(t) = self.topics.get_mut(name) {
                     t.replicas.extend(more);

@@ -167,6 +167,18 @@ pub struct Replica {
     pub topic_id: uuid::Uuid,
     pub raft: PartRaft,
     pub dir: PathBuf,
+    /// On the leader: when each follower last caught up (for `in_sync`).
+    sync: std::sync::Mutex<SyncTrack>,
+}
+
+/// Kafka's ISR rule over Raft's replication progress: a follower is in sync while it caught up
+/// with the leader's log within `replica.lag.time.max.ms`. Caught up at an observation means
+/// its matched index reached the leader's last index of the previous observation.
+#[derive(Default)]
+struct SyncTrack {
+    term: u64,
+    previous_last: Option<u64>,
+    caught_up: BTreeMap<u64, std::time::Instant>,
 }
 
 impl Replica {
@@ -201,6 +213,59 @@ impl Replica {
         )
     }
 
+    /// On the leader: the replicas in sync (itself, and the followers that caught up within
+    /// `lag`); elsewhere none. A follower is first counted as caught up when this leader first
+    /// sees it (Kafka's leader starts from the ISR it is given).
+    pub fn in_sync(&self, lag: Duration) -> Vec<i32> {
+        let m = self.raft.metrics().borrow().clone();
+        let Some(repl) = m.replication.as_ref() else { return Vec::new() };
+        let now = std::time::Instant::now();
+        let last = m.last_log_index.unwrap_or(0);
+        let mut t = self.sync.lock().unwrap_or_else(|e| e.into_inner());
+        if t.term != m.current_term {
+            *t = SyncTrack { term: m.current_term, ..Default::default() };
+        }
+        let reach = t.previous_last.unwrap_or(last);
+        for (id, matched) in repl {
+            let matched = matched.map(|l| l.index).unwrap_or(0);
+            if *id == m.id || matched >= reach || !t.caught_up.contains_key(id) {
+                t.caught_up.insert(*id, now);
+            }
+        }
+        t.previous_last = Some(last);
+        t.caught_up
+            .iter()
+            .filter(|(id, at)| **id == m.id || now.duration_since(**at) <= lag)
+            .filter_map(|(id, _)| i32::try_from(*id).ok())
+            .chain(std::iter::once(i32::try_from(m.id).unwrap_or(-1)))
+            .collect::<std::collections::BTreeSet<i32>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// On the leader: wait until `needed` replicas (itself included) hold the Raft log up to
+    /// `index`, or `deadline`; whether they do. For min.insync.replicas above a majority:
+    /// Raft's commit already puts every write on a majority.
+    pub async fn await_replicas(&self, index: u64, needed: usize, deadline: tokio::time::Instant) -> bool {
+        let mut rx = self.raft.metrics();
+        loop {
+            let held = {
+                let m = rx.borrow_and_update();
+                let followers = m.replication.as_ref().map_or(0, |r| {
+                    r.iter().filter(|(id, l)| **id != m.id && l.is_some_and(|l| l.index >= index)).count()
+                });
+                followers + 1
+            };
+            if held >= needed {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return false,
+            }
+        }
+    }
+
     /// Propose `cmd`; returns the receiver of its result, in proposal order. Called from the
     /// blocking stage of a request, so that requests on one connection are proposed in order.
     pub fn propose(&self, cmd: PartCommand) -> Result<PendingWrite, i16> {
@@ -227,8 +292,13 @@ impl PendingWrite {
     /// first (the write may or may not commit later: the client retries, and idempotence
     /// makes the retry safe), REQUEST_TIMED_OUT after `timeout`.
     pub async fn wait(self, timeout: Duration) -> PartResult {
-        match tokio::time::timeout(timeout, self.0).await {
-            Ok(Ok(Ok(r))) => r.data,
+        self.wait_indexed(timeout).await.0
+    }
+
+    /// [`PendingWrite::wait`], with the write's index in the group's Raft log once committed.
+    pub async fn wait_indexed(self, timeout: Duration) -> (PartResult, Option<u64>) {
+        let r = match tokio::time::timeout(timeout, self.0).await {
+            Ok(Ok(Ok(r))) => return (r.data, Some(r.log_id.index)),
             Ok(Ok(Err(e))) => PartResult::Error {
                 code: ResponseError::NotLeaderOrFollower.code(),
                 message: format!("leadership moved: {e}"),
@@ -241,7 +311,8 @@ impl PendingWrite {
                 code: ResponseError::RequestTimedOut.code(),
                 message: format!("not committed by a majority of replicas within {timeout:?}"),
             },
-        }
+        };
+        (r, None)
     }
 }
 
@@ -319,7 +390,7 @@ async fn start_group<SM: RaftStateMachine<PartConfig>>(
             tracing::info!(topic = key.0.as_str(), partition = key.1, "replica group already initialized: {e}");
         }
     }
-    Ok(Arc::new(Replica { key, topic_id, raft, dir }))
+    Ok(Arc::new(Replica { key, topic_id, raft, dir, sync: Default::default() }))
 }
 
 /// Appends records to a coordinator shard's key/value log, durably.

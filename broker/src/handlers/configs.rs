@@ -3,52 +3,75 @@
 
 use super::sb;
 use crate::handlers::topics::topic_error_code;
-use crate::state::{log_config_for, BrokerState, TopicError, TOPIC_CONFIGS};
+use crate::state::{BrokerState, TopicError};
+use crate::topic_config::{self, Meaning, SOURCE_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_TOPIC};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
-use sluice_storage::{FlushPolicy, LogConfig};
 use std::collections::BTreeMap;
-
-/// Topic configs whose value is a list (IncrementalAlterConfigs APPEND and SUBTRACT).
-const LIST_CONFIGS: &[&str] = &["cleanup.policy"];
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
-/// DescribeConfigs config sources.
-const SOURCE_DYNAMIC_TOPIC: i8 = 1;
-const SOURCE_STATIC_BROKER: i8 = 4;
-const SOURCE_DEFAULT: i8 = 5;
 
-/// The effective value of each topic config, from a resolved `LogConfig`.
-fn effective(c: &LogConfig, overrides: &BTreeMap<String, String>) -> Vec<(String, String)> {
-    TOPIC_CONFIGS
-        .iter()
-        .map(|k| {
-            let v = match *k {
-                "retention.ms" => c.retention_ms.to_string(),
-                "retention.bytes" => c.retention_bytes.to_string(),
-                "segment.bytes" => c.segment_bytes.to_string(),
-                "segment.ms" => c.segment_ms.to_string(),
-                "max.message.bytes" => c.max_message_bytes.to_string(),
-                "cleanup.policy" => match (c.cleanup_compact, c.cleanup_delete) {
-                    (true, true) => "compact,delete".to_string(),
-                    (true, false) => "compact".to_string(),
-                    _ => "delete".to_string(),
-                },
-                "message.timestamp.type" => overrides.get(*k).cloned().unwrap_or_else(|| "CreateTime".into()),
-                "flush.policy" => match c.flush {
-                    FlushPolicy::Sync => "sync".into(),
-                    FlushPolicy::Interval { .. } => "interval".into(),
-                },
-                _ => String::new(),
+fn synonym(name: &str, value: &str, source: i8) -> DescribeConfigsSynonym {
+    let mut s = DescribeConfigsSynonym::default();
+    s.name = sb(name);
+    s.value = Some(sb(value));
+    s.source = source;
+    s
+}
+
+/// A topic's configs as Kafka's DescribeConfigs gives them: every topic config (the removed
+/// 3.x ones only when set) with its effective value, source, type and (asked for) synonyms —
+/// the topic's override, the broker's setting, the default — and documentation.
+pub(crate) fn describe_topic(
+    state: &BrokerState,
+    overrides: &BTreeMap<String, String>,
+    wanted: &dyn Fn(&str) -> bool,
+    synonyms: bool,
+    documentation: bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    let mut out = Vec::new();
+    for d in topic_config::TOPIC_CONFIGS {
+        if !wanted(d.name) || (d.meaning == Meaning::Removed && !overrides.contains_key(d.name)) {
+            continue;
+        }
+        let (value, source) = topic_config::effective(&state.config, overrides, d.name);
+        let mut e = DescribeConfigsResourceResult::default();
+        e.name = sb(d.name);
+        e.value = Some(sb(&value));
+        e.config_source = source;
+        e.config_type = d.kind.code();
+        if synonyms {
+            if let Some(v) = overrides.get(d.name) {
+                e.synonyms.push(synonym(d.name, v, SOURCE_TOPIC));
+            }
+            let broker = d.synonym.and_then(|s| topic_config::broker_value(&state.config, s).map(|b| (s, b)));
+            match broker {
+                Some((s, (v, true))) => {
+                    e.synonyms.push(synonym(s, &v, SOURCE_STATIC_BROKER));
+                    let default = crate::config::SETTINGS.iter().find(|x| x.name == s).map_or("", |x| x.default);
+                    e.synonyms.push(synonym(s, default, SOURCE_DEFAULT));
+                }
+                Some((s, (v, false))) => e.synonyms.push(synonym(s, &v, SOURCE_DEFAULT)),
+                None => e.synonyms.push(synonym(d.synonym.unwrap_or(d.name), d.default, SOURCE_DEFAULT)),
+            }
+        }
+        if documentation {
+            let doc = match d.meaning {
+                Meaning::Inert(why) => format!("{} Accepted without effect in Sluice: {why}.", d.doc),
+                _ => d.doc.to_string(),
             };
-            (k.to_string(), v)
-        })
-        .collect()
+            e.documentation = Some(sb(&doc));
+        }
+        out.push(e);
+    }
+    out
 }
 
 pub fn describe(state: &BrokerState, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
@@ -62,22 +85,10 @@ pub fn describe(state: &BrokerState, req: DescribeConfigsRequest) -> DescribeCon
         match res.resource_type {
             RESOURCE_TOPIC => match state.topic(&res.resource_name) {
                 None => r.error_code = ResponseError::UnknownTopicOrPartition.code(),
-                Some(t) => match log_config_for(&state.config.log, &t.configs) {
-                    Ok(c) => {
-                        for (k, v) in effective(&c, &t.configs) {
-                            if !wanted(&k) {
-                                continue;
-                            }
-                            let mut e = DescribeConfigsResourceResult::default();
-                            e.config_source =
-                                if t.configs.contains_key(&k) { SOURCE_DYNAMIC_TOPIC } else { SOURCE_DEFAULT };
-                            e.name = sb(&k);
-                            e.value = Some(sb(&v));
-                            r.configs.push(e);
-                        }
-                    }
-                    Err(e) => r.error_code = topic_error_code(&e),
-                },
+                Some(t) => {
+                    r.configs =
+                        describe_topic(state, &t.configs, &wanted, req.include_synonyms, req.include_documentation)
+                }
             },
             RESOURCE_BROKER => {
                 if res.resource_name.is_empty() || res.resource_name.parse::<i32>().ok() == Some(state.config.node_id) {
@@ -90,6 +101,7 @@ pub fn describe(state: &BrokerState, req: DescribeConfigsRequest) -> DescribeCon
                         e.value = state.config.values.get(s.name).map(|v| sb(v));
                         e.read_only = true;
                         e.config_source = SOURCE_STATIC_BROKER;
+                        e.config_type = 2;
                         r.configs.push(e);
                     }
                 } else {
@@ -177,10 +189,10 @@ pub fn incremental_alter(state: &BrokerState, req: IncrementalAlterConfigsReques
                             1 => {
                                 m.remove(&name);
                             }
-                            // APPEND, SUBTRACT: list configs (of the topic configs Sluice
-                            // knows, `cleanup.policy`), from the current value or the default
-                            kind @ (2 | 3) if LIST_CONFIGS.contains(&name.as_str()) => {
-                                let current = m.get(&name).cloned().unwrap_or_else(|| "delete".to_string());
+                            // APPEND, SUBTRACT: list configs, from the current value (the
+                            // override, or the broker's default)
+                            kind @ (2 | 3) if topic_config::is_list(&name) => {
+                                let current = topic_config::effective(&state.config, m, &name).0;
                                 let mut items: Vec<String> = current
                                     .split(',')
                                     .map(|x| x.trim().to_string())
@@ -195,9 +207,6 @@ pub fn incremental_alter(state: &BrokerState, req: IncrementalAlterConfigsReques
                                     } else if kind == 3 {
                                         items.retain(|x| x != item);
                                     }
-                                }
-                                if items.is_empty() {
-                                    return Err(TopicError::InvalidConfig(name, "the list would be empty".into()));
                                 }
                                 m.insert(name, items.join(","));
                             }

@@ -15,11 +15,12 @@ use crate::cluster::replica::{PartCommand, PartResult, PendingWrite};
 use crate::error_map;
 use crate::partition::{AppendError, Appended, Partition};
 use crate::state::BrokerState;
+use crate::topic_config::TopicSettings;
 use bytes::BytesMut;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
-use sluice_protocol::batch::{BatchView, NO_PRODUCER_ID};
+use sluice_protocol::batch::{BatchView, RecordsSummary, NO_PRODUCER_ID};
 use std::sync::Arc;
 
 /// A partition result from stage 1: either an error already, or an append to make durable.
@@ -36,10 +37,12 @@ enum Staged {
         sync: bool,
         append_time: i64,
     },
-    /// Proposed to the partition's Raft group (replicated): answered once applied.
+    /// Proposed to the partition's Raft group (replicated): answered once applied — and, when
+    /// `min.insync.replicas` exceeds the group's majority, once that many replicas hold it.
     Replicated {
         write: PendingWrite,
         append_time: i64,
+        min_insync: Option<(Arc<crate::cluster::replica::Replica>, usize)>,
     },
 }
 
@@ -62,12 +65,33 @@ fn restamp(buf: &mut [u8], now: i64) {
 /// records at fault when the fault is theirs alone.
 type Refused = (i16, String, Vec<i32>);
 
-/// On a compacted topic every record needs a key (Kafka: INVALID_RECORD, naming the records).
-fn check_batches(bytes: &[u8], compacted: bool) -> Result<(), Refused> {
-    check_batch(bytes, compacted).map_err(|(code, msg)| {
+/// On a compacted topic every record needs a key (Kafka: INVALID_RECORD, naming the records);
+/// with CreateTime every timestamp must be within the topic's bounds of `now`
+/// (`message.timestamp.before.max.ms`, `after.max.ms`: INVALID_TIMESTAMP, naming the records).
+fn check_batches(bytes: &[u8], settings: &TopicSettings, now: i64) -> Result<(), Refused> {
+    let summary = check_batch(bytes, settings.compacted()).map_err(|(code, msg)| {
         let records = if msg == KEYLESS { keyless_records(bytes) } else { Vec::new() };
         (code, msg, records)
-    })
+    })?;
+    if settings.log_append_time {
+        return Ok(());
+    }
+    let (before, after) = (settings.timestamp_before_max_ms, settings.timestamp_after_max_ms);
+    let out_of_range = |ts: i64| ts != -1 && (now.saturating_sub(ts) > before || ts.saturating_sub(now) > after);
+    if !out_of_range(summary.min_timestamp) && !out_of_range(summary.max_timestamp) {
+        return Ok(());
+    }
+    let records: Vec<(i32, i64)> = BatchView::parse_unchecked_crc(bytes)
+        .and_then(|v| v.records())
+        .map(|rs| (0..).zip(rs).filter(|(_, r)| out_of_range(r.timestamp)).map(|(i, r)| (i, r.timestamp)).collect())
+        .unwrap_or_default();
+    let first = records.first().map_or(summary.max_timestamp, |r| r.1);
+    let msg = format!(
+        "Timestamp {first} of a record is out of range: it must be within [{}, {}] (message.timestamp.before.max.ms, message.timestamp.after.max.ms)",
+        now.saturating_sub(before),
+        now.saturating_add(after)
+    );
+    Err((ResponseError::InvalidTimestamp.code(), msg, records.into_iter().map(|r| r.0).collect()))
 }
 
 const KEYLESS: &str = "Compacted topic cannot accept message without key";
@@ -80,7 +104,7 @@ fn keyless_records(bytes: &[u8]) -> Vec<i32> {
         .unwrap_or_default()
 }
 
-fn check_batch(bytes: &[u8], compacted: bool) -> Result<(), (i16, String)> {
+fn check_batch(bytes: &[u8], compacted: bool) -> Result<RecordsSummary, (i16, String)> {
     let v = BatchView::parse_unchecked_crc(bytes).map_err(|e| (error_map::batch_code(&e), e.to_string()))?;
     if v.size() != bytes.len() {
         return Err((ResponseError::InvalidRecord.code(), "a partition's records must be exactly one batch".into()));
@@ -109,7 +133,53 @@ fn check_batch(bytes: &[u8], compacted: bool) -> Result<(), (i16, String)> {
     if compacted && summary.has_null_key {
         return Err((ResponseError::InvalidRecord.code(), KEYLESS.into()));
     }
-    Ok(())
+    Ok(summary)
+}
+
+/// The batch in the topic's final codec (`compression.type`): `None` when it already is
+/// (or the topic keeps the producer's codec).
+fn final_codec(bytes: &[u8], settings: &TopicSettings) -> Result<Option<bytes::Bytes>, Refused> {
+    let Some((codec, level)) = settings.compression else { return Ok(None) };
+    sluice_protocol::batch::recompress(bytes, codec, level)
+        .map_err(|e| (error_map::batch_code(&e), format!("recompressing to {codec:?}: {e}"), Vec::new()))
+}
+
+/// For an acks=all write to a replicated partition whose `min.insync.replicas` exceeds its
+/// Raft majority: the replica and how many replicas must hold the write before it is answered.
+fn beyond_majority(
+    rep: &Arc<crate::cluster::replica::Replica>,
+    topic: &crate::state::Topic,
+    acks: i16,
+) -> Option<(Arc<crate::cluster::replica::Replica>, usize)> {
+    let min = usize::try_from(topic.settings.min_insync_replicas).unwrap_or(1);
+    let majority = rep.voters().len() / 2 + 1;
+    (acks == -1 && min > majority).then(|| (rep.clone(), min))
+}
+
+/// Kafka's check before an acks=all append: at least `min.insync.replicas` replicas in sync
+/// (NOT_ENOUGH_REPLICAS). A partition that is not replicated has one; a replicated one's
+/// leader counts itself and the followers that caught up within `replica.lag.time.max.ms`.
+fn enough_replicas(state: &BrokerState, topic: &crate::state::Topic, index: i32, acks: i16) -> Result<(), Refused> {
+    let min = topic.settings.min_insync_replicas;
+    if acks != -1 || min <= 1 {
+        return Ok(());
+    }
+    let lag = std::time::Duration::from_millis(state.config.replica_lag_time_max_ms);
+    let in_sync = match state.replica(&topic.name, index) {
+        Some(rep) => rep.in_sync(lag).len(),
+        None => 1,
+    };
+    if in_sync as i32 >= min {
+        return Ok(());
+    }
+    Err((
+        ResponseError::NotEnoughReplicas.code(),
+        format!(
+            "The size of the current ISR {in_sync} is insufficient to satisfy the min.isr requirement of {min} for partition {}-{index}",
+            topic.name
+        ),
+        Vec::new(),
+    ))
 }
 
 /// Produce v12+ (transaction version 2): a transactional batch's producer id and epoch, for
@@ -238,23 +308,32 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
     for t in req.topic_data {
         let name = t.name.0.to_string();
         let topic = state.topic(&name);
-        let log_append_time = topic
-            .as_ref()
-            .is_some_and(|t| t.configs.get("message.timestamp.type").is_some_and(|v| v == "LogAppendTime"));
-        let compacted = topic.as_ref().is_some_and(|t| {
-            t.configs.get("cleanup.policy").is_some_and(|v| v.split(',').any(|p| p.trim() == "compact"))
-        });
+        let log_append_time = topic.as_ref().is_some_and(|t| t.settings.log_append_time);
         let mut parts = Vec::new();
         for p in t.partition_data {
-            let s = match topic.as_ref().and_then(|t| t.partition(p.index)) {
+            let s = match topic.as_ref().and_then(|t| t.partition(p.index).map(|p| (t, p))) {
                 None => Staged::Error(ResponseError::UnknownTopicOrPartition.code(), None),
-                Some(partition) => match p.records.as_deref() {
+                Some((topic, partition)) => match p.records.as_deref() {
                     None | Some([]) => Staged::Error(ResponseError::CorruptMessage.code(), Some("no records".into())),
-                    Some(records) => match check_batches(records, compacted) {
+                    Some(records) if records.len() > topic.settings.log.max_message_bytes => Staged::Error(
+                        ResponseError::MessageTooLarge.code(),
+                        Some(format!(
+                            "the batch is {} bytes, larger than max.message.bytes {}",
+                            records.len(),
+                            topic.settings.log.max_message_bytes
+                        )),
+                    ),
+                    Some(records) => match check_batches(records, &topic.settings, now)
+                        .and_then(|()| enough_replicas(state, topic, p.index, req.acks))
+                        .and_then(|()| final_codec(records, &topic.settings))
+                    {
                         Err((code, msg, records)) if !records.is_empty() => Staged::RecordErrors(code, msg, records),
                         Err((code, msg, _)) => Staged::Error(code, Some(msg)),
-                        Ok(()) => {
-                            let mut buf = BytesMut::from(records);
+                        Ok(recompressed) => {
+                            let mut buf = match recompressed {
+                                Some(b) => BytesMut::from(&b[..]),
+                                None => BytesMut::from(records),
+                            };
                             if log_append_time {
                                 restamp(&mut buf, now);
                             }
@@ -319,6 +398,7 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                                         Ok(write) => Staged::Replicated {
                                             write,
                                             append_time: if log_append_time { now } else { -1 },
+                                            min_insync: beyond_majority(&rep, topic, req.acks),
                                         },
                                         Err(code) => Staged::Error(code, None),
                                     },
@@ -391,22 +471,39 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                             .collect();
                         pr.error_message = Some(super::sb(&msg));
                     }
-                    Staged::Replicated { write, append_time } => match write.wait(replication_timeout).await {
-                        PartResult::Appended { first, log_start, .. } => {
-                            pr.base_offset = first;
-                            pr.log_start_offset = log_start;
-                            pr.log_append_time_ms = append_time;
+                    Staged::Replicated { write, append_time, min_insync } => {
+                        match write.wait_indexed(replication_timeout).await {
+                            (PartResult::Appended { first, log_start, .. }, index) => {
+                                let deadline = tokio::time::Instant::now() + replication_timeout;
+                                let held = match (min_insync, index) {
+                                    (Some((rep, needed)), Some(i)) => rep.await_replicas(i, needed, deadline).await,
+                                    _ => true,
+                                };
+                                if held {
+                                    pr.base_offset = first;
+                                    pr.log_start_offset = log_start;
+                                    pr.log_append_time_ms = append_time;
+                                } else {
+                                    // Kafka's answer when the write is in the log but fewer than
+                                    // min.insync.replicas have it
+                                    pr.error_code = ResponseError::NotEnoughReplicasAfterAppend.code();
+                                    pr.base_offset = -1;
+                                    pr.error_message = Some(super::sb(
+                                    "written, but fewer than min.insync.replicas replicas have it within the request timeout",
+                                ));
+                                }
+                            }
+                            (PartResult::Error { code, message }, _) => {
+                                pr.error_code = code;
+                                pr.base_offset = -1;
+                                pr.error_message = Some(super::sb(&message));
+                            }
+                            (PartResult::Done, _) => {
+                                pr.error_code = ResponseError::UnknownServerError.code();
+                                pr.base_offset = -1;
+                            }
                         }
-                        PartResult::Error { code, message } => {
-                            pr.error_code = code;
-                            pr.base_offset = -1;
-                            pr.error_message = Some(super::sb(&message));
-                        }
-                        PartResult::Done => {
-                            pr.error_code = ResponseError::UnknownServerError.code();
-                            pr.base_offset = -1;
-                        }
-                    },
+                    }
                     Staged::Appended { partition, base_offset, end, log_start, sync, append_time } => {
                         match partition.wait_durable_async(end, sync).await {
                             Ok(()) => {

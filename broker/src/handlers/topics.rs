@@ -22,9 +22,46 @@ pub fn topic_error_code(e: &TopicError) -> i16 {
             ResponseError::InvalidReplicationFactor.code()
         }
         TopicError::InvalidConfig(..) => ResponseError::InvalidConfig.code(),
+        TopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment.code(),
+        TopicError::InvalidRequest(_) => ResponseError::InvalidRequest.code(),
         TopicError::Storage(e) => crate::error_map::storage_produce_code(e),
         TopicError::Cluster(_) => ResponseError::NotController.code(),
     }
+}
+
+/// A topic's replication factor: its first partition's replica count (one on a single broker).
+fn replication_factor(state: &BrokerState, topic: &crate::state::Topic) -> i16 {
+    let n = state
+        .cluster
+        .get()
+        .and_then(|c| c.image().topics.get(&topic.name).and_then(|i| i.replicas.first().map(Vec::len)));
+    n.and_then(|n| i16::try_from(n).ok()).unwrap_or(1)
+}
+
+/// A CreateTopics manual assignment in partition order, with Kafka's checks of its shape.
+fn assignment(
+    t: &kafka_protocol::messages::create_topics_request::CreatableTopic,
+) -> Result<Vec<Vec<i32>>, TopicError> {
+    if t.num_partitions != -1 {
+        return Err(TopicError::InvalidRequest(
+            "A manual partition assignment was specified, but numPartitions was not set to -1.".into(),
+        ));
+    }
+    if t.replication_factor != -1 {
+        return Err(TopicError::InvalidRequest(
+            "A manual partition assignment was specified, but replicationFactor was not set to -1.".into(),
+        ));
+    }
+    let mut by_index: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for a in &t.assignments {
+        by_index.insert(a.partition_index, a.broker_ids.iter().map(|b| b.0).collect());
+    }
+    if by_index.len() != t.assignments.len() || by_index.keys().copied().ne(0..by_index.len() as i32) {
+        return Err(TopicError::InvalidReplicaAssignment(
+            "Partitions should be a consecutive 0-based integer sequence.".into(),
+        ));
+    }
+    Ok(by_index.into_values().collect())
 }
 
 pub fn create(state: &BrokerState, req: CreateTopicsRequest) -> CreateTopicsResponse {
@@ -52,27 +89,30 @@ pub fn create(state: &BrokerState, req: CreateTopicsRequest) -> CreateTopicsResp
                 None => bad = Some(format!("config {} has no value", &*c.name)),
             }
         }
-        if !t.assignments.is_empty() {
-            bad = Some("manual replica assignments are not supported".into());
-        }
         let result = match bad {
             Some(m) => Err(TopicError::InvalidConfig("request".into(), m)),
+            None if !t.assignments.is_empty() => match assignment(&t) {
+                Ok(a) => state.create_topic_assigned(&name, a, configs, req.validate_only),
+                Err(e) => Err(e),
+            },
             None => state.create_topic(&name, t.num_partitions, t.replication_factor, configs, req.validate_only),
         };
         match result {
             Ok(topic) => {
                 r.topic_id = topic.id;
                 r.num_partitions = if t.num_partitions == -1 { state.config.num_partitions } else { t.num_partitions };
-                r.replication_factor = 1;
+                r.replication_factor = replication_factor(state, &topic);
+                // Kafka (v5+): every config of the new topic, as DescribeConfigs gives it
+                let all = super::configs::describe_topic(state, &topic.configs, &|_| true, false, false);
                 r.configs = Some(
-                    topic
-                        .configs
-                        .iter()
-                        .map(|(k, v)| {
+                    all.into_iter()
+                        .map(|d| {
                             let mut c = CreatableTopicConfigs::default();
-                            c.name = sb(k);
-                            c.value = Some(sb(v));
-                            c.config_source = 1;
+                            c.name = d.name;
+                            c.value = d.value;
+                            c.read_only = d.read_only;
+                            c.config_source = d.config_source;
+                            c.is_sensitive = d.is_sensitive;
                             c
                         })
                         .collect(),
@@ -123,10 +163,12 @@ pub fn create_partitions(state: &BrokerState, req: CreatePartitionsRequest) -> C
     for t in req.topics {
         let mut r = CreatePartitionsTopicResult::default();
         r.name = t.name.clone();
-        let result = if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
-            Err(TopicError::InvalidPartitions("manual replica assignments are not supported".into()))
-        } else {
-            state.create_partitions(&t.name.0, t.count, req.validate_only)
+        let result = match t.assignments.as_ref().filter(|a| !a.is_empty()) {
+            Some(a) => {
+                let lists = a.iter().map(|x| x.broker_ids.iter().map(|b| b.0).collect()).collect();
+                state.create_partitions_assigned(&t.name.0, t.count, lists, req.validate_only)
+            }
+            None => state.create_partitions(&t.name.0, t.count, req.validate_only),
         };
         if let Err(e) = result {
             r.error_code = topic_error_code(&e);
