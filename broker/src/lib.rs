@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod dispatch;
+pub mod dynamic_config;
 pub mod error_map;
 pub mod group;
 pub mod handlers;

@@ -6,6 +6,7 @@
 //! held across an await or a blocking fsync of partition data.
 
 use crate::config::Config;
+use crate::dynamic_config::DynamicConfigs;
 use crate::partition::Partition;
 use crate::topic_config::TopicSettings;
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,9 @@ struct MetadataFile {
     version: u32,
     cluster_id: String,
     topics: BTreeMap<String, TopicRecord>,
+    /// Dynamic broker and group configs (in cluster mode a copy of the quorum's).
+    #[serde(default)]
+    dynamic: DynamicConfigs,
 }
 
 pub struct Topic {
@@ -82,6 +86,9 @@ pub struct BrokerState {
     pub cluster_id: String,
     data_dir: PathBuf,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Dynamic broker and group configs; written under the `topics` write lock (topic
+    /// settings are derived from them).
+    dynamic: RwLock<DynamicConfigs>,
     pub hw_changed: Arc<tokio::sync::Notify>,
     pub producer_ids: crate::producer_ids::ProducerIds,
     pub groups: crate::group::GroupCoordinator,
@@ -117,10 +124,11 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
 /// are being set now (Kafka's ranges apply), not when they are loaded.
 pub fn topic_settings(
     config: &Config,
+    dynamic: &DynamicConfigs,
     configs: &BTreeMap<String, String>,
     strict: bool,
 ) -> Result<TopicSettings, TopicError> {
-    TopicSettings::resolve(config, configs, strict)
+    TopicSettings::resolve(config, dynamic, configs, strict)
 }
 
 impl BrokerState {
@@ -139,15 +147,18 @@ impl BrokerState {
         let meta: MetadataFile = match std::fs::read(&meta_path) {
             Ok(b) => serde_json::from_slice(&b)
                 .map_err(|e| anyhow::anyhow!("{} is unreadable ({e}); refusing to start", meta_path.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                MetadataFile { version: 1, cluster_id: base64ish(Uuid::new_v4()), topics: BTreeMap::new() }
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => MetadataFile {
+                version: 1,
+                cluster_id: base64ish(Uuid::new_v4()),
+                topics: BTreeMap::new(),
+                dynamic: DynamicConfigs::default(),
+            },
             Err(e) => return Err(e.into()),
         };
         let hw_changed = Arc::new(tokio::sync::Notify::new());
         let mut topics = BTreeMap::new();
         for (name, rec) in &meta.topics {
-            let settings = topic_settings(&config, &rec.configs, false)?;
+            let settings = topic_settings(&config, &meta.dynamic, &rec.configs, false)?;
             let log_config = settings.log.clone();
             let mut partitions = Vec::new();
             for p in 0..rec.partitions {
@@ -171,6 +182,7 @@ impl BrokerState {
         }
         let producer_ids = crate::producer_ids::ProducerIds::open(&data_dir)?;
         let groups = crate::group::GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?;
+        groups.set_group_configs(&meta.dynamic.groups);
         if config.txns.failpoints.iter().any(|f| f == "fetch.ignore_lso") {
             tracing::error!(
                 "failpoint fetch.ignore_lso: read_committed fetches ignore the LSO (a broken broker, for tests)"
@@ -189,6 +201,7 @@ impl BrokerState {
             cluster_id: meta.cluster_id.clone(),
             data_dir,
             topics: RwLock::new(topics),
+            dynamic: RwLock::new(meta.dynamic.clone()),
             hw_changed,
             _lock: lock,
         };
@@ -299,9 +312,85 @@ impl BrokerState {
                     )
                 })
                 .collect(),
+            dynamic: self.dynamic.read().unwrap_or_else(|e| e.into_inner()).clone(),
         };
         let bytes = serde_json::to_vec_pretty(&meta).map_err(|e| StorageError::InvalidConfig(e.to_string()))?;
         sluice_storage::sidefile::write_atomic(&self.data_dir.join(METADATA_FILE), &bytes)
+    }
+
+    /// A topic's settings from `configs` over this broker's defaults (static and dynamic).
+    fn settings_for(&self, configs: &BTreeMap<String, String>, strict: bool) -> Result<TopicSettings, TopicError> {
+        let dynamic = self.dynamic.read().unwrap_or_else(|e| e.into_inner());
+        topic_settings(&self.config, &dynamic, configs, strict)
+    }
+
+    /// The dynamic broker and group configs.
+    pub fn dynamic(&self) -> DynamicConfigs {
+        self.dynamic.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replace the dynamic configs of one resource (a broker's, "" the cluster default, or a
+    /// group's: `resource_type` 4 or 32) with `configs`, validated by the caller (cluster mode:
+    /// through the quorum).
+    pub fn set_resource_configs(
+        &self,
+        resource_type: i8,
+        name: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<(), TopicError> {
+        if self.cluster.get().is_none() {
+            let mut all = self.dynamic();
+            set_resource(&mut all, resource_type, name, configs);
+            return self.replace_dynamic(all);
+        }
+        let want = configs.clone();
+        self.quorum_write(crate::cluster::Command::SetResourceConfigs { resource_type, name: name.into(), configs })?;
+        self.await_local(|s| {
+            let d = s.dynamic();
+            let map = if resource_type == 32 { &d.groups } else { &d.brokers };
+            (map.get(name).cloned().unwrap_or_default() == want).then_some(())
+        })
+    }
+
+    /// Make the dynamic configs `new` (this broker only: persisted, then every topic's settings
+    /// recomputed over them and the groups' timers updated).
+    pub fn replace_dynamic(&self, new: DynamicConfigs) -> Result<(), TopicError> {
+        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        let old = std::mem::replace(&mut *self.dynamic.write().unwrap_or_else(|e| e.into_inner()), new.clone());
+        if old == new {
+            return Ok(());
+        }
+        if let Err(e) = self.persist_map(&topics) {
+            *self.dynamic.write().unwrap_or_else(|e| e.into_inner()) = old;
+            return Err(e.into());
+        }
+        for (name, t) in topics.iter_mut() {
+            let settings = match topic_settings(&self.config, &new, &t.configs, false) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(
+                        topic = name.as_str(),
+                        "dynamic configs left the topic's settings as they were: {e}"
+                    );
+                    continue;
+                }
+            };
+            if settings == t.settings {
+                continue;
+            }
+            for p in &t.partitions {
+                p.set_config(settings.log.clone())?;
+            }
+            *t = Arc::new(Topic {
+                name: t.name.clone(),
+                id: t.id,
+                configs: t.configs.clone(),
+                settings,
+                partitions: t.partitions.clone(),
+            });
+        }
+        self.groups.set_group_configs(&new.groups);
+        Ok(())
     }
 
     fn persist(&self) -> Result<(), StorageError> {
@@ -336,7 +425,7 @@ impl BrokerState {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Arc<Topic>, TopicError> {
-        topic_settings(&self.config, &configs, true)?;
+        self.settings_for(&configs, true)?;
         if self.cluster.get().is_none() {
             return self.create_topic_with_id(name, None, partitions, replication_factor, configs, validate_only);
         }
@@ -446,7 +535,7 @@ impl BrokerState {
     ) -> Result<Arc<Topic>, TopicError> {
         let rf = assignment.first().map_or(0, Vec::len);
         self.check_assignment(&assignment, rf)?;
-        topic_settings(&self.config, &configs, true)?;
+        self.settings_for(&configs, true)?;
         let partitions = i32::try_from(assignment.len()).unwrap_or(i32::MAX);
         if self.cluster.get().is_none() || validate_only {
             validate_topic_name(name)?;
@@ -493,7 +582,7 @@ impl BrokerState {
         // set now: Kafka's validation applies in full
         let f = |m: &mut BTreeMap<String, String>| {
             f(m)?;
-            topic_settings(&self.config, m, true).map(|_| ())
+            self.settings_for(m, true).map(|_| ())
         };
         if self.cluster.get().is_none() || validate_only {
             return self.alter_topic_configs_local(name, f, validate_only);
@@ -583,7 +672,7 @@ impl BrokerState {
         if replication_factor != -1 && replication_factor != 1 {
             return Err(TopicError::InvalidReplicationFactor(replication_factor));
         }
-        let settings = topic_settings(&self.config, &configs, false)?;
+        let settings = self.settings_for(&configs, false)?;
         let log_config = settings.log.clone();
         let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
         if topics.contains_key(name) {
@@ -684,7 +773,7 @@ impl BrokerState {
         let topic = topics.get(name).cloned().ok_or_else(|| TopicError::Unknown(name.to_string()))?;
         let mut configs = topic.configs.clone();
         f(&mut configs)?;
-        let settings = topic_settings(&self.config, &configs, false)?;
+        let settings = self.settings_for(&configs, false)?;
         let log_config = settings.log.clone();
         if validate_only {
             return Ok(());
@@ -731,6 +820,16 @@ impl BrokerState {
     }
 }
 
+/// Set one resource's dynamic configs in `all` (an empty map removes the resource).
+pub fn set_resource(all: &mut DynamicConfigs, resource_type: i8, name: &str, configs: BTreeMap<String, String>) {
+    let map = if resource_type == 32 { &mut all.groups } else { &mut all.brokers };
+    if configs.is_empty() {
+        map.remove(name);
+    } else {
+        map.insert(name.to_string(), configs);
+    }
+}
+
 pub fn partition_dir(data_dir: &Path, topic: &str, p: i32) -> PathBuf {
     data_dir.join(format!("{topic}-{p}"))
 }
@@ -760,17 +859,17 @@ mod tests {
         let c = crate::config::resolve(&BTreeMap::new(), &BTreeMap::new(), None).expect("defaults");
         let mut m = BTreeMap::new();
         m.insert("retention.ms".to_string(), "1000".to_string());
-        assert_eq!(topic_settings(&c, &m, true).unwrap().log.retention_ms, 1000);
+        assert_eq!(topic_settings(&c, &DynamicConfigs::default(), &m, true).unwrap().log.retention_ms, 1000);
         m.insert("cleanup.policy".to_string(), "compact".to_string());
-        let s = topic_settings(&c, &m, true).unwrap();
+        let s = topic_settings(&c, &DynamicConfigs::default(), &m, true).unwrap();
         assert!(s.log.cleanup_compact && !s.log.cleanup_delete, "compact only: no retention");
         m.insert("cleanup.policy".to_string(), "compact, delete".to_string());
-        let s = topic_settings(&c, &m, true).unwrap();
+        let s = topic_settings(&c, &DynamicConfigs::default(), &m, true).unwrap();
         assert!(s.log.cleanup_compact && s.log.cleanup_delete);
         m.insert("cleanup.policy".to_string(), "shred".to_string());
-        assert!(topic_settings(&c, &m, true).is_err());
+        assert!(topic_settings(&c, &DynamicConfigs::default(), &m, true).is_err());
         let mut m = BTreeMap::new();
         m.insert("nope".to_string(), "1".to_string());
-        assert!(topic_settings(&c, &m, false).is_err());
+        assert!(topic_settings(&c, &DynamicConfigs::default(), &m, false).is_err());
     }
 }

@@ -9,6 +9,7 @@
 //! checked when a config is set, types whenever one is read.
 
 use crate::config::Config;
+use crate::dynamic_config::DynamicConfigs;
 use crate::state::TopicError;
 use sluice_protocol::batch::Compression;
 use sluice_storage::{FlushPolicy, LogConfig};
@@ -306,6 +307,7 @@ impl TopicSettings {
     /// overrides are being set now, so Kafka's ranges apply too (not only their types).
     pub fn resolve(
         config: &Config,
+        dynamic: &DynamicConfigs,
         overrides: &BTreeMap<String, String>,
         strict: bool,
     ) -> Result<TopicSettings, TopicError> {
@@ -316,25 +318,19 @@ impl TopicSettings {
                 d.validate(v)?;
             }
         }
-        let value = |name: &str| effective(config, overrides, name).0;
+        let value = |name: &str| effective(config, dynamic, overrides, name).0;
         let int = |name: &str| -> Result<i64, TopicError> {
             let d = find(name).ok_or_else(|| TopicError::InvalidConfig(name.into(), "unknown".into()))?;
             parse_int(d, &value(name))
         };
         let mut log = config.log.clone();
-        for (k, v) in overrides {
-            let d = find(k).ok_or_else(|| TopicError::InvalidConfig(k.clone(), "unknown".into()))?;
-            match k.as_str() {
-                "retention.ms" => log.retention_ms = parse_int(d, v)?,
-                "retention.bytes" => log.retention_bytes = parse_int(d, v)?,
-                "segment.bytes" => log.segment_bytes = parse_int(d, v)?.max(100) as u64,
-                "segment.ms" => log.segment_ms = parse_int(d, v)?.max(1),
-                "segment.index.bytes" => log.segment_index_bytes = parse_int(d, v)?.max(4096) as usize,
-                "index.interval.bytes" => log.index_interval_bytes = parse_int(d, v)?.max(0) as u64,
-                "max.message.bytes" => log.max_message_bytes = parse_int(d, v)?.max(64) as usize,
-                _ => {}
-            }
-        }
+        log.retention_ms = int("retention.ms")?;
+        log.retention_bytes = int("retention.bytes")?;
+        log.segment_bytes = int("segment.bytes")?.max(100) as u64;
+        log.segment_ms = int("segment.ms")?.max(1);
+        log.segment_index_bytes = int("segment.index.bytes")?.max(4096) as usize;
+        log.index_interval_bytes = int("index.interval.bytes")?.max(0) as u64;
+        log.max_message_bytes = int("max.message.bytes")?.max(64) as usize;
         let policy = value("cleanup.policy");
         let items = list_items(&policy);
         if items.is_empty() || items.iter().any(|x| *x != "delete" && *x != "compact") {
@@ -388,12 +384,21 @@ pub const SOURCE_STATIC_BROKER: i8 = 4;
 pub const SOURCE_DEFAULT: i8 = 5;
 
 /// The value of topic config `name` for a topic with `overrides`, and where it comes from: the
-/// override, the broker's setting of its synonym (when Sluice has that setting), or the default.
-pub fn effective(config: &Config, overrides: &BTreeMap<String, String>, name: &str) -> (String, i8) {
+/// override, the dynamic broker config of its synonym (this broker's, then the cluster's), the
+/// broker's setting of it (when Sluice has that setting), or the default.
+pub fn effective(
+    config: &Config,
+    dynamic: &DynamicConfigs,
+    overrides: &BTreeMap<String, String>,
+    name: &str,
+) -> (String, i8) {
     if let Some(v) = overrides.get(name) {
         return (v.clone(), SOURCE_TOPIC);
     }
     let Some(d) = find(name) else { return (String::new(), SOURCE_DEFAULT) };
+    if let Some(found) = d.synonym.and_then(|s| dynamic.broker_value(config.node_id, s)) {
+        return found;
+    }
     if let Some((value, set)) = d.synonym.and_then(|s| broker_value(config, s)) {
         return (value, if set { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT });
     }
@@ -442,7 +447,7 @@ mod tests {
             d.validate(d.default).unwrap_or_else(|e| panic!("{}: default {}: {e}", d.name, d.default));
         }
         let c = cfg();
-        let s = TopicSettings::resolve(&c, &BTreeMap::new(), true).expect("defaults");
+        let s = TopicSettings::resolve(&c, &DynamicConfigs::default(), &BTreeMap::new(), true).expect("defaults");
         assert_eq!(s.compression, None);
         assert_eq!(s.min_insync_replicas, 1);
         assert_eq!(s.timestamp_after_max_ms, 3_600_000);
@@ -453,7 +458,7 @@ mod tests {
     #[test]
     fn kafka_validation() {
         let c = cfg();
-        let ok = |p: &[(&str, &str)]| TopicSettings::resolve(&c, &with(p), true);
+        let ok = |p: &[(&str, &str)]| TopicSettings::resolve(&c, &DynamicConfigs::default(), &with(p), true);
         assert!(ok(&[("compression.type", "lz4"), ("delete.retention.ms", "900")]).is_ok());
         assert_eq!(ok(&[("compression.type", "zstd")]).unwrap().compression, Some((Compression::Zstd, Some(3))));
         for bad in [
@@ -477,7 +482,9 @@ mod tests {
         assert!(ok(&[("leader.replication.throttled.replicas", "0:1, 1:2")]).is_ok());
         assert!(ok(&[("follower.replication.throttled.replicas", "*")]).is_ok());
         // a range tightened since: still loads
-        assert!(TopicSettings::resolve(&c, &with(&[("segment.bytes", "1000")]), false).is_ok());
+        assert!(
+            TopicSettings::resolve(&c, &DynamicConfigs::default(), &with(&[("segment.bytes", "1000")]), false).is_ok()
+        );
     }
 
     /// docs/compatibility.md names every config accepted without effect, with its reason.
@@ -492,11 +499,17 @@ mod tests {
     #[test]
     fn removed_difference_bounds_both_unless_they_are_set() {
         let c = cfg();
-        let s =
-            TopicSettings::resolve(&c, &with(&[("message.timestamp.difference.max.ms", "5000")]), true).expect("valid");
+        let s = TopicSettings::resolve(
+            &c,
+            &DynamicConfigs::default(),
+            &with(&[("message.timestamp.difference.max.ms", "5000")]),
+            true,
+        )
+        .expect("valid");
         assert_eq!((s.timestamp_before_max_ms, s.timestamp_after_max_ms), (5000, 5000));
         let s = TopicSettings::resolve(
             &c,
+            &DynamicConfigs::default(),
             &with(&[("message.timestamp.difference.max.ms", "5000"), ("message.timestamp.after.max.ms", "7")]),
             true,
         )

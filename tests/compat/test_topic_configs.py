@@ -160,3 +160,71 @@ def test_manual_replica_assignment_on_one_broker(broker):
     for bad in ([[2]], [[1, 1]]):
         assert create_error(broker, NewTopic("misassigned", len(bad), replica_assignment=bad)) in (
             KafkaError.INVALID_REPLICA_ASSIGNMENT, KafkaError.INVALID_REQUEST), bad
+
+
+def incremental(b, kind, name, **ops):
+    """IncrementalAlterConfigs of one resource: ops name=(value, "SET"|"DELETE"|"APPEND"|"SUBTRACT")."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+    entries = [ConfigEntry(k.replace("_", "."), v, incremental_operation=getattr(AlterConfigOpType, op))
+               for k, (v, op) in ops.items()]
+    res = ConfigResource(kind, name, incremental_configs=entries)
+    a = admin(b)
+    try:
+        a.incremental_alter_configs([res])[res].result(10)
+    except Exception as e:
+        return e.args[0].code()
+    return None
+
+
+def describe(b, kind, name):
+    res = ConfigResource(kind, name)
+    a = admin(b)
+    return a.describe_configs([res], request_timeout=10)[res].result(10)
+
+
+def test_dynamic_broker_configs_are_topic_defaults_at_once_and_persist(broker):
+    create(broker, "dyn")
+    create(broker, "dyn-own", **{"retention.ms": "1000"})
+    # this broker's own dynamic configs (the cluster default "" is proven over raw frames in
+    # tests/tests/conformance.rs: confluent-kafka refuses an empty resource name)
+    assert incremental(broker, "broker", "1", log_retention_ms=("654321", "SET"),
+                       log_cleanup_policy=("compact", "APPEND")) is None
+    cfg = describe(broker, "topic", "dyn")
+    assert (cfg["retention.ms"].value, cfg["retention.ms"].source) == ("654321", 2)  # DYNAMIC_BROKER
+    assert cfg["cleanup.policy"].value == "delete,compact"
+    assert describe(broker, "topic", "dyn-own")["retention.ms"].value == "1000"  # the topic's own wins
+    b = describe(broker, "broker", "1")
+    assert (b["log.retention.ms"].value, b["log.retention.ms"].source) == ("654321", 2)
+    assert not b["log.retention.ms"].is_read_only and b["log.dirs"].is_read_only
+    # a dynamic compression.type recompresses on every topic without its own
+    assert incremental(broker, "broker", "1", compression_type=("zstd", "SET")) is None
+    produce(broker, "dyn", [b"v%d" % i for i in range(50)], **{"compression.type": "gzip", "linger.ms": 5})
+    assert all('compression "Zstd"' in line for line in dump(broker, "dyn")), dump(broker, "dyn")
+    # kept across a restart
+    broker.kill9()
+    broker.start()
+    assert describe(broker, "topic", "dyn")["retention.ms"].value == "654321"
+    assert incremental(broker, "broker", "1", log_retention_ms=("", "DELETE")) is None
+    assert describe(broker, "topic", "dyn")["retention.ms"].value == "604800000"
+
+
+@pytest.mark.parametrize("resource,name,value", [
+    ("1", "log.dirs", "/elsewhere"),  # static
+    ("1", "nope.not.a.config", "1"),
+    ("1", "background.threads", "0"),
+    ("1", "log.cleanup.policy", "shred"),
+    ("1", "min.insync.replicas", "0"),
+])
+def test_dynamic_broker_config_refusals(broker, resource, name, value):
+    assert incremental(broker, "broker", resource, **{name.replace(".", "_"): (value, "SET")}) == \
+        KafkaError.INVALID_CONFIG
+
+
+def test_group_configs_are_kept_and_validated(broker):
+    assert incremental(broker, "group", "g848", consumer_session_timeout_ms=("50000", "SET")) is None
+    cfg = describe(broker, "group", "g848")
+    assert (cfg["consumer.session.timeout.ms"].value, cfg["consumer.session.timeout.ms"].source) == ("50000", 8)
+    assert cfg["consumer.heartbeat.interval.ms"].value == "5000"
+    assert incremental(broker, "group", "g848", consumer_session_timeout_ms=("1000", "SET")) == \
+        KafkaError.INVALID_CONFIG  # below group.consumer.min.session.timeout.ms
+    assert incremental(broker, "group", "g848", nope=("1", "SET")) == KafkaError.INVALID_CONFIG

@@ -5,6 +5,8 @@
 #   tests/librdkafka/run.sh            every broker-facing test on one broker (but those excluded
 #                                      below), then those that need three brokers on three
 #   TESTS=0103 tests/librdkafka/run.sh one test on one broker (librdkafka's own TESTS variable)
+#   CLUSTER=1 TESTS=0081 tests/librdkafka/run.sh            the same on three brokers
+#   KAFKA_VERSION=4.0.0 TESTS=0081 tests/librdkafka/run.sh  with the expectations of that Kafka
 # The exclusions and their reasons are also in docs/compatibility.md ("librdkafka's test suite").
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -16,19 +18,23 @@ RDK=$(tests/librdkafka/build.sh --tests | tail -n 1)
 # Every broker-facing test runs (librdkafka's local and mock-cluster tests need no broker and
 # are left to librdkafka's own CI), except these, for the reasons given:
 #   0052 0077 0109 0115 0119  drive Apache Kafka's own CLI tools (KAFKA_PATH)
-#   0081                      the admin divergences of issue 24 still open (dynamic broker
-#                             configs, group config resources, refusal shapes)
+#   0081                      runs on its own with Kafka 4.0's expectations (Sluice serves
+#                             group config resources, which librdkafka expects a 3.x broker
+#                             to refuse), on one broker; on three only in the long profile
+#                             (RUN_ALL_LONG=1), where it does not pass yet
 #   0092                      produces message formats v0 and v1 (Produce v0-v2), which Sluice
 #                             refuses, as Kafka 4.0 does (librdkafka skips it for Kafka 4.0)
 #   0103                      creates topics with replication factor 3: run on three brokers
-SKIP="0052,0077,0109,0115,0119,0081,0092,0103"
+SKIP="0052,0077,0109,0115,0119,0092,0103"
 CLUSTER_TESTS="0103"
+# run with Kafka 4.0's expectations, on one broker and on three
+KAFKA4_TESTS="0081"
 
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
+  [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
 start() { # name port flags...
@@ -44,32 +50,50 @@ runner() { # bootstrap tests skip
   printf 'bootstrap.servers=%s\ntest.timeout.multiplier=2\n' "$1" >"$WORK/test.conf"
   # -L: broker tests only; -E: no sockem (socket emulation) tests; -Q: quick mode; -p2: two at
   # a time (2 cores). TEST_KAFKA_VERSION: the feature set Sluice serves (Kafka 3.x APIs).
-  (cd "$RDK/tests" && RDKAFKA_TEST_CONF="$WORK/test.conf" TEST_KAFKA_VERSION=3.9.0 TESTS="$2" \
+  (cd "$RDK/tests" && RDKAFKA_TEST_CONF="$WORK/test.conf" TEST_KAFKA_VERSION=${KAFKA_VERSION:-3.9.0} TESTS="$2" \
     TESTS_SKIP="$3" LD_LIBRARY_PATH="../src:../src-cpp" ./test-runner -L -E -Q -p2)
 }
 
 status=0
+cluster() { # starts three brokers; sets BOOT
+  local ports=() voters="" i
+  for i in 1 2 3; do
+    ports+=("$(free_port)")
+    voters+="$i@127.0.0.1:$(free_port),"
+  done
+  for i in 1 2 3; do
+    start "c$i" "${ports[$((i - 1))]}" --node-id "$i" --controller-quorum-voters "${voters%,}"
+  done
+  for p in "${ports[@]}"; do wait_port "$p"; done
+  BOOT="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
+}
+if [ -n "${TESTS:-}" ]; then
+  if [ "${CLUSTER:-0}" = 1 ]; then
+    cluster
+  else
+    BOOT="127.0.0.1:$(free_port)"
+    start one "${BOOT#127.0.0.1:}"
+    wait_port "${BOOT#127.0.0.1:}"
+  fi
+  runner "$BOOT" "$TESTS" "" || status=$?
+  [ $status != 0 ] && tail -n 30 "$WORK"/*.log >&2
+  exit $status
+fi
 P=$(free_port)
 start one "$P"
 wait_port "$P"
-if [ -n "${TESTS:-}" ]; then
-  runner "127.0.0.1:$P" "$TESTS" "" || status=$?
-  exit $status
-fi
 echo "--- librdkafka $(basename "$RDK") test suite, one broker"
-runner "127.0.0.1:$P" "" "$SKIP" || status=$?
+runner "127.0.0.1:$P" "" "$SKIP,$KAFKA4_TESTS" || status=$?
+echo "--- librdkafka test suite, one broker, with Kafka 4.0's expectations: $KAFKA4_TESTS"
+KAFKA_VERSION=4.0.0 runner "127.0.0.1:$P" "$KAFKA4_TESTS" "" || status=$?
+cluster
 echo "--- librdkafka test suite, three brokers: $CLUSTER_TESTS"
-ports=()
-voters=""
-for i in 1 2 3; do
-  ports+=("$(free_port)")
-  voters+="$i@127.0.0.1:$(free_port),"
-done
-for i in 1 2 3; do
-  start "c$i" "${ports[$((i - 1))]}" --node-id "$i" --controller-quorum-voters "${voters%,}"
-done
-for p in "${ports[@]}"; do wait_port "$p"; done
-runner "127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}" "$CLUSTER_TESTS" "" || status=$?
+runner "$BOOT" "$CLUSTER_TESTS" "" || status=$?
+if [ "${RUN_ALL_LONG:-0}" = 1 ]; then
+  # long profile only: on three brokers 0081 does not pass yet (docs/compatibility.md)
+  echo "--- librdkafka test suite, three brokers, with Kafka 4.0's expectations: $KAFKA4_TESTS"
+  KAFKA_VERSION=4.0.0 runner "$BOOT" "$KAFKA4_TESTS" "" || status=$?
+fi
 if [ $status != 0 ]; then
   echo "librdkafka test suite failed (exit $status); broker log tails:" >&2
   tail -n 30 "$WORK"/*.log >&2

@@ -256,3 +256,41 @@ pub async fn describe_txn(conn: &Connection, txn: &str) -> Result<(String, i64, 
         _ => Ok(Default::default()),
     }
 }
+
+/// IncrementalAlterConfigs of one resource with SET operations; its error code (-1: no answer).
+pub async fn set_configs(conn: &Connection, resource_type: i8, name: &str, pairs: &[(&str, &str)]) -> i16 {
+    let mut res = incremental_alter_configs_request::AlterConfigsResource::default();
+    res.resource_type = resource_type;
+    res.resource_name = s(name);
+    for (k, v) in pairs {
+        let mut c = incremental_alter_configs_request::AlterableConfig::default();
+        c.name = s(k);
+        c.config_operation = 0;
+        c.value = Some(s(v));
+        res.configs.push(c);
+    }
+    let mut req = IncrementalAlterConfigsRequest::default();
+    req.resources = vec![res];
+    match conn.call(ApiKey::IncrementalAlterConfigs, 1, RequestKind::IncrementalAlterConfigs(req)).await {
+        Ok(ResponseKind::IncrementalAlterConfigs(r)) => r.responses.first().map_or(-1, |x| x.error_code),
+        _ => -1,
+    }
+}
+
+/// DescribeConfigs of one resource: the value and source of `key` (source -1: not answered).
+pub async fn config_of(conn: &Connection, resource_type: i8, name: &str, key: &str) -> (String, i8) {
+    let mut res = describe_configs_request::DescribeConfigsResource::default();
+    res.resource_type = resource_type;
+    res.resource_name = s(name);
+    res.configuration_keys = None; // all
+    let mut req = DescribeConfigsRequest::default();
+    req.resources = vec![res];
+    match conn.call(ApiKey::DescribeConfigs, 4, RequestKind::DescribeConfigs(req)).await {
+        Ok(ResponseKind::DescribeConfigs(r)) => r
+            .results
+            .first()
+            .and_then(|res| res.configs.iter().find(|c| &*c.name == key))
+            .map_or((String::new(), -1), |c| (c.value.as_deref().unwrap_or_default().to_string(), c.config_source)),
+        _ => (String::new(), -1),
+    }
+}

@@ -1423,4 +1423,21 @@ async fn min_insync_replicas_refuses_acks_all_without_enough_replicas() {
         assert!(t0.elapsed() < Duration::from_secs(30), "all three never acknowledged again");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // a dynamic cluster-wide default set through one broker is the topic default on every one
+    // (the metadata quorum carries it)
+    let conn = Connection::connect(&c.brokers[l3].bootstrap(), "cluster-test", 1).await.unwrap();
+    assert_eq!(sluice_tests::raw::set_configs(&conn, 4, "", &[("min.insync.replicas", "3")]).await, 0);
+    for b in &c.brokers {
+        let conn = Connection::connect(&b.bootstrap(), "cluster-test", 1).await.unwrap();
+        let t0 = Instant::now();
+        while sluice_tests::raw::config_of(&conn, 2, "isr2", "min.insync.replicas").await != ("2".into(), 1)
+            || sluice_tests::raw::config_of(&conn, 2, "noisr", "min.insync.replicas").await.0 != "3"
+        {
+            if sluice_tests::raw::config_of(&conn, 2, "noisr", "min.insync.replicas").await.1 == -1 {
+                let _ = sluice_tests::raw::create_topic(&conn, "noisr").await;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "broker {} never saw the dynamic default", b.port);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }

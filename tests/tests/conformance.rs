@@ -365,3 +365,62 @@ fn the_transaction_log_is_compacted_and_reloads_after_a_restart() {
         assert_eq!((err, next), (0, e + 1), "the reloaded state carries on");
     });
 }
+
+/// The heartbeat interval a KIP-848 member of `group` is told to keep.
+async fn heartbeat_interval(conn: &Connection, group: &str) -> i32 {
+    let mut req = ConsumerGroupHeartbeatRequest::default();
+    req.group_id = GroupId(s(group));
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    req.member_id = s(&format!("member-{group}-{nanos}"));
+    req.member_epoch = 0;
+    req.rebalance_timeout_ms = 30_000;
+    req.subscribed_topic_names = Some(vec![TopicName(s("hb"))]);
+    req.topic_partitions = Some(vec![]);
+    match conn.call(ApiKey::ConsumerGroupHeartbeat, 1, RequestKind::ConsumerGroupHeartbeat(req)).await.unwrap() {
+        ResponseKind::ConsumerGroupHeartbeat(r) => {
+            assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+            r.heartbeat_interval_ms
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Dynamic configs (issue 24 item 6), as Kafka keeps them: a log config set at the cluster
+/// default ("") is every topic's default at once (DYNAMIC_DEFAULT_BROKER_CONFIG), a broker's own
+/// wins over it (DYNAMIC_BROKER_CONFIG), a per-broker-only config is refused at the default
+/// level; a group config (KIP-848) sets the heartbeat interval its members are told; all of it
+/// survives a kill -9.
+#[test]
+fn dynamic_broker_and_group_configs_apply_at_once_and_persist() {
+    const TOPIC: i8 = 2;
+    const BROKER: i8 = 4;
+    const GROUP: i8 = 32;
+    let mut b = Broker::start();
+    rt().block_on(async {
+        let conn = connect(&b).await;
+        raw::create_topic(&conn, "hb").await.unwrap();
+        assert_eq!(raw::config_of(&conn, TOPIC, "hb", "retention.ms").await, ("604800000".into(), 5));
+        assert_eq!(raw::set_configs(&conn, BROKER, "", &[("log.retention.ms", "111")]).await, 0);
+        assert_eq!(raw::config_of(&conn, TOPIC, "hb", "retention.ms").await, ("111".into(), 3));
+        assert_eq!(raw::set_configs(&conn, BROKER, "1", &[("log.retention.ms", "222")]).await, 0);
+        assert_eq!(raw::config_of(&conn, TOPIC, "hb", "retention.ms").await, ("222".into(), 2));
+        assert_eq!(raw::config_of(&conn, BROKER, "", "log.retention.ms").await, ("111".into(), 3));
+        let refused = raw::set_configs(&conn, BROKER, "", &[("sasl.kerberos.min.time.before.relogin", "58000")]).await;
+        assert_eq!(refused, ResponseError::InvalidConfig.code(), "per-broker only");
+        assert_eq!(
+            raw::set_configs(&conn, BROKER, "7", &[("log.retention.ms", "1")]).await,
+            ResponseError::InvalidRequest.code()
+        );
+        assert_eq!(heartbeat_interval(&conn, "plain").await, 5000);
+        assert_eq!(raw::set_configs(&conn, GROUP, "tuned", &[("consumer.heartbeat.interval.ms", "7000")]).await, 0);
+        assert_eq!(heartbeat_interval(&conn, "tuned").await, 7000);
+        assert_eq!(raw::config_of(&conn, GROUP, "tuned", "consumer.heartbeat.interval.ms").await, ("7000".into(), 8));
+    });
+    b.kill9();
+    b.spawn();
+    rt().block_on(async {
+        let conn = connect(&b).await;
+        assert_eq!(raw::config_of(&conn, TOPIC, "hb", "retention.ms").await, ("222".into(), 2));
+        assert_eq!(heartbeat_interval(&conn, "tuned").await, 7000);
+    });
+}

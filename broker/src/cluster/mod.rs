@@ -93,6 +93,13 @@ pub enum Command {
         name: String,
         configs: BTreeMap<String, String>,
     },
+    /// Replace the dynamic configs of a broker resource (resource type 4: "" the cluster
+    /// default, or a broker id) or a group (32), already validated; empty removes them.
+    SetResourceConfigs {
+        resource_type: i8,
+        name: String,
+        configs: BTreeMap<String, String>,
+    },
     /// Add ACL bindings (already validated; present ones are kept once).
     CreateAcls {
         acls: Vec<crate::security::acl::AclBinding>,
@@ -188,6 +195,9 @@ pub struct MetadataImage {
     /// SCRAM credentials, cluster-wide.
     #[serde(default)]
     pub credentials: crate::security::credentials::CredentialMap,
+    /// Dynamic broker and group configs, cluster-wide.
+    #[serde(default)]
+    pub configs: crate::dynamic_config::DynamicConfigs,
     /// The Raft index of the last entry applied (a broker's copies of ACLs and credentials
     /// are replaced only by a newer image, never by an older one replayed at start).
     #[serde(default)]
@@ -338,6 +348,10 @@ impl MetadataImage {
                         t.leaders.insert(*partition, (*leader, *term));
                     }
                 }
+                CommandResult::Done
+            }
+            Command::SetResourceConfigs { resource_type, name, configs } => {
+                crate::state::set_resource(&mut self.configs, *resource_type, name, configs.clone());
                 CommandResult::Done
             }
             Command::SetTopicConfigs { name, configs } => match self.topics.get_mut(name) {

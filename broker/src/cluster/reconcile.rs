@@ -78,6 +78,11 @@ impl Reconciler {
     /// One pass (blocking: creates and deletes directories).
     pub fn run(&self, state: &BrokerState, image: &MetadataImage) {
         self.sync_security(state, image);
+        if state.dynamic() != image.configs {
+            if let Err(e) = state.replace_dynamic(image.configs.clone()) {
+                tracing::error!("cannot store the cluster's dynamic configs: {e}");
+            }
+        }
         let mut managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
         let before = managed.clone();
         for (name, info) in &image.topics {

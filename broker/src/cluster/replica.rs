@@ -171,14 +171,22 @@ pub struct Replica {
     sync: std::sync::Mutex<SyncTrack>,
 }
 
-/// Kafka's ISR rule over Raft's replication progress: a follower is in sync while it caught up
-/// with the leader's log within `replica.lag.time.max.ms`. Caught up at an observation means
-/// its matched index reached the leader's last index of the previous observation.
-#[derive(Default)]
+/// Kafka's ISR rule over Raft's replication progress: a follower is in sync while, within
+/// `replica.lag.time.max.ms`, it caught up with where the leader's log ended at some moment
+/// (Kafka: its fetch reached the leader's log end as of its previous fetch). The leader notes
+/// its log end at each observation; a follower is in sync if its matched index reaches one of
+/// the ends noted within the lag time. A new term starts with every replica in sync for one lag
+/// time (Kafka's new leader starts from the ISR it is given).
 struct SyncTrack {
     term: u64,
-    previous_last: Option<u64>,
-    caught_up: BTreeMap<u64, std::time::Instant>,
+    started: std::time::Instant,
+    ends: std::collections::VecDeque<(std::time::Instant, u64)>,
+}
+
+impl Default for SyncTrack {
+    fn default() -> Self {
+        SyncTrack { term: 0, started: std::time::Instant::now(), ends: Default::default() }
+    }
 }
 
 impl Replica {
@@ -223,24 +231,26 @@ impl Replica {
         let last = m.last_log_index.unwrap_or(0);
         let mut t = self.sync.lock().unwrap_or_else(|e| e.into_inner());
         if t.term != m.current_term {
-            *t = SyncTrack { term: m.current_term, ..Default::default() };
+            *t = SyncTrack { term: m.current_term, started: now, ends: Default::default() };
         }
-        let reach = t.previous_last.unwrap_or(last);
-        for (id, matched) in repl {
-            let matched = matched.map(|l| l.index).unwrap_or(0);
-            if *id == m.id || matched >= reach || !t.caught_up.contains_key(id) {
-                t.caught_up.insert(*id, now);
-            }
+        while t.ends.front().is_some_and(|(at, _)| now.duration_since(*at) > lag) {
+            t.ends.pop_front();
         }
-        t.previous_last = Some(last);
-        t.caught_up
+        match t.ends.back_mut() {
+            Some(back) if back.1 == last => back.0 = now,
+            _ => t.ends.push_back((now, last)),
+        }
+        let grace = now.duration_since(t.started) <= lag;
+        let mut out: std::collections::BTreeSet<i32> = repl
             .iter()
-            .filter(|(id, at)| **id == m.id || now.duration_since(**at) <= lag)
+            .filter(|(id, matched)| {
+                let matched = matched.map(|l| l.index).unwrap_or(0);
+                **id == m.id || grace || t.ends.iter().any(|(_, end)| *end <= matched)
+            })
             .filter_map(|(id, _)| i32::try_from(*id).ok())
-            .chain(std::iter::once(i32::try_from(m.id).unwrap_or(-1)))
-            .collect::<std::collections::BTreeSet<i32>>()
-            .into_iter()
-            .collect()
+            .collect();
+        out.insert(i32::try_from(m.id).unwrap_or(-1));
+        out.into_iter().collect()
     }
 
     /// On the leader: wait until `needed` replicas (itself included) hold the Raft log up to

@@ -379,14 +379,41 @@ impl OffsetToCommit {
     }
 }
 
+/// A group's own (session timeout, heartbeat interval), where its group configs set them.
+type GroupTimers = (Option<i32>, Option<i32>);
+
 pub struct GroupCoordinator {
     /// Cluster mode, replicated offsets log: the replicas of each shard.
     replication: std::sync::OnceLock<Vec<Vec<i32>>>,
     pub settings: CoordinatorSettings,
     shards: Vec<Mutex<Shard>>,
+    /// Group configs (KIP-848): per group, its session timeout and heartbeat interval where
+    /// set (`consumer.session.timeout.ms`, `consumer.heartbeat.interval.ms`).
+    timers: std::sync::RwLock<std::collections::BTreeMap<String, GroupTimers>>,
 }
 
 impl GroupCoordinator {
+    /// The group configs in force (from the dynamic configs).
+    pub fn set_group_configs(
+        &self,
+        groups: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+    ) {
+        let timers = groups.iter().map(|(g, c)| (g.clone(), crate::dynamic_config::group_timers(c))).collect();
+        *self.timers.write().unwrap_or_else(|e| e.into_inner()) = timers;
+    }
+
+    /// A consumer-protocol group's session timeout: its group config, else the broker's.
+    pub fn consumer_session_timeout_ms(&self, group: &str) -> i32 {
+        let t = self.timers.read().unwrap_or_else(|e| e.into_inner());
+        t.get(group).and_then(|x| x.0).unwrap_or(self.settings.consumer_session_timeout_ms)
+    }
+
+    /// A consumer-protocol group's heartbeat interval: its group config, else the broker's.
+    pub fn consumer_heartbeat_interval_ms(&self, group: &str) -> i32 {
+        let t = self.timers.read().unwrap_or_else(|e| e.into_inner());
+        t.get(group).and_then(|x| x.1).unwrap_or(self.settings.consumer_heartbeat_interval_ms)
+    }
+
     /// Open every existing offsets-log partition under `data_dir` and replay it.
     pub fn open(data_dir: &Path, base: &LogConfig, mut settings: CoordinatorSettings) -> anyhow::Result<Self> {
         // The partition count is fixed at first use: changing it would move groups between logs.
@@ -433,7 +460,7 @@ impl GroupCoordinator {
             }
             shards.push(Mutex::new(shard));
         }
-        Ok(GroupCoordinator { settings, shards, replication: std::sync::OnceLock::new() })
+        Ok(GroupCoordinator { settings, shards, replication: std::sync::OnceLock::new(), timers: Default::default() })
     }
 
     /// Is the offsets log replicated (cluster mode, replication factor > 1)?
@@ -932,13 +959,13 @@ impl GroupCoordinator {
 
     /// The earliest moment [`GroupCoordinator::tick`] has work, over every loaded group.
     pub fn next_deadline(&self) -> Option<i64> {
-        let consumer_timeout = i64::from(self.settings.consumer_session_timeout_ms);
         self.shards()
             .filter(|s| s.loaded)
             .filter_map(|s| {
                 s.groups
                     .values()
                     .filter_map(|g| {
+                        let consumer_timeout = i64::from(self.consumer_session_timeout_ms(&g.id));
                         let consumer = g.consumer.as_ref().and_then(|c| c.next_deadline(consumer_timeout));
                         [g.next_deadline(), consumer].into_iter().flatten().min()
                     })
@@ -958,8 +985,9 @@ impl GroupCoordinator {
             let ids: Vec<String> = shard.groups.keys().cloned().collect();
             for id in ids {
                 let Some(g) = shard.groups.get_mut(&id) else { continue };
+                let consumer_timeout = i64::from(self.consumer_session_timeout_ms(&id));
                 if let Some(c) = g.consumer.as_mut() {
-                    let gone = c.tick(now, i64::from(self.settings.consumer_session_timeout_ms));
+                    let gone = c.tick(now, consumer_timeout);
                     if gone > 0 {
                         tracing::info!(group = %id, gone, "consumer-protocol members expired");
                     }

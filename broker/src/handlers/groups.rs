@@ -178,7 +178,7 @@ pub fn consumer_heartbeat(
     req: ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {
     let mut resp = ConsumerGroupHeartbeatResponse::default();
-    resp.heartbeat_interval_ms = state.groups.settings.consumer_heartbeat_interval_ms;
+    resp.heartbeat_interval_ms = state.groups.consumer_heartbeat_interval_ms(&req.group_id);
     if req.group_id.is_empty() || (version >= 1 && req.member_id.is_empty()) {
         resp.error_code = ResponseError::InvalidRequest.code();
         resp.error_message = Some(sb("group id and (v1+) member id are required"));
