@@ -699,13 +699,31 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
             x.error_message = msg("Cluster authorization failed.");
             Gate::Deny(Box::new(ResponseKind::DescribeAcls(x)))
         }
-        RequestKind::DescribeUserScramCredentials(_) => {
+        RequestKind::DescribeUserScramCredentials(r) => {
             if c.cluster(Op::Describe) {
                 return Gate::Pass;
             }
+            // Kafka answers a top-level error (and, per user asked for, a result with the
+            // error but no name). librdkafka (2.12 and since) frees a static or stack string on
+            // any top-level error here and aborts the client process; so when users are named,
+            // each gets its own result, named, carrying the refusal, and the top level stays
+            // clear (decision 0014). Asked for every user, only the top level can carry it.
             let mut x = DescribeUserScramCredentialsResponse::default();
-            x.error_code = E::ClusterAuthorizationFailed.code();
-            x.error_message = msg("Cluster authorization failed.");
+            let users: Vec<StrBytes> = r.users.iter().flatten().map(|u| u.name.clone()).collect();
+            if users.is_empty() {
+                x.error_code = E::ClusterAuthorizationFailed.code();
+                x.error_message = msg("Cluster authorization failed.");
+            }
+            x.results = users
+                .into_iter()
+                .map(|u| {
+                    let mut e = describe_user_scram_credentials_response::DescribeUserScramCredentialsResult::default();
+                    e.user = u;
+                    e.error_code = E::ClusterAuthorizationFailed.code();
+                    e.error_message = msg("Cluster authorization failed.");
+                    e
+                })
+                .collect();
             Gate::Deny(Box::new(ResponseKind::DescribeUserScramCredentials(x)))
         }
         RequestKind::AlterUserScramCredentials(r) => {
@@ -735,19 +753,21 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
     }
 }
 
-/// Broker (4) and broker-logger (8) configs need the cluster permission; topics the topic's.
+/// Broker (4) and broker-logger (8) configs need the cluster permission; topics the topic's;
+/// group configs (32) the group's (Kafka's `authorizeConfigResource`).
 fn config_allowed(c: &Ctx<'_>, op: Op, resource_type: i8, name: &str) -> bool {
     match resource_type {
         2 => c.topic(op, name),
+        32 => c.ok(op, Rt::Group, name),
         _ => c.cluster(op),
     }
 }
 
 fn config_error(resource_type: i8) -> i16 {
-    if resource_type == 2 {
-        E::TopicAuthorizationFailed.code()
-    } else {
-        E::ClusterAuthorizationFailed.code()
+    match resource_type {
+        2 => E::TopicAuthorizationFailed.code(),
+        32 => E::GroupAuthorizationFailed.code(),
+        _ => E::ClusterAuthorizationFailed.code(),
     }
 }
 
