@@ -120,17 +120,6 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
     Ok(())
 }
 
-/// A topic's settings from its overrides (see [`TopicSettings::resolve`]): `strict` when they
-/// are being set now (Kafka's ranges apply), not when they are loaded.
-pub fn topic_settings(
-    config: &Config,
-    dynamic: &DynamicConfigs,
-    configs: &BTreeMap<String, String>,
-    strict: bool,
-) -> Result<TopicSettings, TopicError> {
-    TopicSettings::resolve(config, dynamic, configs, strict)
-}
-
 impl BrokerState {
     /// Lock the data directory, load topic metadata, open (and recover) every partition log.
     pub fn open(config: Config) -> Result<BrokerState, anyhow::Error> {
@@ -158,7 +147,7 @@ impl BrokerState {
         let hw_changed = Arc::new(tokio::sync::Notify::new());
         let mut topics = BTreeMap::new();
         for (name, rec) in &meta.topics {
-            let settings = topic_settings(&config, &meta.dynamic, &rec.configs, false)?;
+            let settings = TopicSettings::resolve(&config, &meta.dynamic, &rec.configs, false)?;
             let log_config = settings.log.clone();
             let mut partitions = Vec::new();
             for p in 0..rec.partitions {
@@ -321,7 +310,7 @@ impl BrokerState {
     /// A topic's settings from `configs` over this broker's defaults (static and dynamic).
     fn settings_for(&self, configs: &BTreeMap<String, String>, strict: bool) -> Result<TopicSettings, TopicError> {
         let dynamic = self.dynamic.read().unwrap_or_else(|e| e.into_inner());
-        topic_settings(&self.config, &dynamic, configs, strict)
+        TopicSettings::resolve(&self.config, &dynamic, configs, strict)
     }
 
     /// The dynamic broker and group configs.
@@ -365,7 +354,7 @@ impl BrokerState {
             return Err(e.into());
         }
         for (name, t) in topics.iter_mut() {
-            let settings = match topic_settings(&self.config, &new, &t.configs, false) {
+            let settings = match TopicSettings::resolve(&self.config, &new, &t.configs, false) {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::error!(
@@ -444,17 +433,29 @@ impl BrokerState {
         if validate_only {
             return self.create_topic_with_id(name, None, partitions, -1, configs, true);
         }
+        self.create_in_quorum(name, partitions, configs, i32::from(rf), None)
+    }
+
+    /// Cluster mode: decide a new topic in the quorum, then wait for this broker's copy —
+    /// answered once this broker has the topic and its replicated partitions have leaders (as
+    /// Kafka's controller elects them at creation), so clients can use it at once.
+    fn create_in_quorum(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+        replication_factor: i32,
+        assignment: Option<Vec<Vec<i32>>>,
+    ) -> Result<Arc<Topic>, TopicError> {
         let id = Uuid::new_v4();
         self.quorum_write(crate::cluster::Command::CreateTopic {
             name: name.into(),
             id,
             partitions,
             configs,
-            replication_factor: i32::from(rf),
-            assignment: None,
+            replication_factor,
+            assignment,
         })?;
-        // answered once this broker has the topic and its replicated partitions have leaders
-        // (as Kafka's controller elects them at creation), so clients can use it at once
         self.await_local(|s| s.topic(name).filter(|t| t.id == id && s.replicas_led(name)))
     }
 
@@ -542,16 +543,7 @@ impl BrokerState {
             return self.create_topic_with_id(name, None, partitions, -1, configs, validate_only);
         }
         validate_topic_name(name)?;
-        let id = Uuid::new_v4();
-        self.quorum_write(crate::cluster::Command::CreateTopic {
-            name: name.into(),
-            id,
-            partitions,
-            configs,
-            replication_factor: rf as i32,
-            assignment: Some(assignment),
-        })?;
-        self.await_local(|s| s.topic(name).filter(|t| t.id == id && s.replicas_led(name)))
+        self.create_in_quorum(name, partitions, configs, rf as i32, Some(assignment))
     }
 
     /// Delete a topic (cluster mode: everywhere, through the quorum).
@@ -859,17 +851,17 @@ mod tests {
         let c = crate::config::resolve(&BTreeMap::new(), &BTreeMap::new(), None).expect("defaults");
         let mut m = BTreeMap::new();
         m.insert("retention.ms".to_string(), "1000".to_string());
-        assert_eq!(topic_settings(&c, &DynamicConfigs::default(), &m, true).unwrap().log.retention_ms, 1000);
+        assert_eq!(TopicSettings::resolve(&c, &DynamicConfigs::default(), &m, true).unwrap().log.retention_ms, 1000);
         m.insert("cleanup.policy".to_string(), "compact".to_string());
-        let s = topic_settings(&c, &DynamicConfigs::default(), &m, true).unwrap();
+        let s = TopicSettings::resolve(&c, &DynamicConfigs::default(), &m, true).unwrap();
         assert!(s.log.cleanup_compact && !s.log.cleanup_delete, "compact only: no retention");
         m.insert("cleanup.policy".to_string(), "compact, delete".to_string());
-        let s = topic_settings(&c, &DynamicConfigs::default(), &m, true).unwrap();
+        let s = TopicSettings::resolve(&c, &DynamicConfigs::default(), &m, true).unwrap();
         assert!(s.log.cleanup_compact && s.log.cleanup_delete);
         m.insert("cleanup.policy".to_string(), "shred".to_string());
-        assert!(topic_settings(&c, &DynamicConfigs::default(), &m, true).is_err());
+        assert!(TopicSettings::resolve(&c, &DynamicConfigs::default(), &m, true).is_err());
         let mut m = BTreeMap::new();
         m.insert("nope".to_string(), "1".to_string());
-        assert!(topic_settings(&c, &DynamicConfigs::default(), &m, false).is_err());
+        assert!(TopicSettings::resolve(&c, &DynamicConfigs::default(), &m, false).is_err());
     }
 }

@@ -615,16 +615,7 @@ async fn replicated_topic(c: &Cluster, topic: &str) -> usize {
     agreed_controller(c, &[0, 1, 2], 3, -1).await;
     let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
     admin.create_topic(topic, 1, 3, &[]).await.unwrap();
-    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
-    let t0 = Instant::now();
-    loop {
-        let l = rdkafka_leader(&bootstrap, topic);
-        if l > 0 {
-            return usize::try_from(l - 1).unwrap();
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no leader elected");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    leader_of(c, topic).await
 }
 
 /// Produce one record to `topic`/0 at `b` with acks=all and the given timeout; the error code.

@@ -331,7 +331,7 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                         Err((code, msg, _)) => Staged::Error(code, Some(msg)),
                         Ok(recompressed) => {
                             let mut buf = match recompressed {
-                                Some(b) => BytesMut::from(&b[..]),
+                                Some(b) => BytesMut::from(b),
                                 None => BytesMut::from(records),
                             };
                             if log_append_time {
