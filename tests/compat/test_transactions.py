@@ -12,7 +12,7 @@ import tempfile
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import Broker, free_port
@@ -165,6 +165,48 @@ def test_a_paused_zombie_writes_nothing_read_committed_sees(tbroker):
         z.wait()
     assert values(read_all(tbroker, "zombie", "read_committed")) == ["fresh"]
 
+
+def test_fetch_answers_holding_only_aborted_batches_are_no_error(tbroker):
+    """librdkafka's 0129 case (its own test creates its topic with segment.bytes=20000, which
+    Kafka 4.x and Sluice refuse): 2 MB of an aborted transaction in 10 kB batches over two
+    segments, then one committed record; a read_committed consumer fetching 10 kB at a time gets
+    many answers holding nothing but aborted batches, and must neither fail (librdkafka once
+    raised MSG_SIZE_TOO_LARGE, its #2993) nor stall before the committed record."""
+    a = AdminClient({"bootstrap.servers": tbroker.bootstrap})
+    cfg = {"max.message.bytes": "10000", "segment.bytes": "1048576"}
+    a.create_topics([NewTopic("only-aborted", 1, 1, config=cfg)])["only-aborted"].result(10)
+    p = txn_producer(tbroker, "only-aborted-1", **{"message.max.bytes": "10000", "linger.ms": "100"})
+    p.begin_transaction()
+    for i in range(2000):
+        p.produce("only-aborted", b"x" * 1000, partition=0)
+        p.poll(0)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce("only-aborted", b"committed", partition=0)
+    p.commit_transaction(30)
+    segments = [f for f in os.listdir(os.path.join(tbroker.data_dir, "only-aborted-0")) if f.endswith(".log")]
+    assert len(segments) >= 2, segments
+    c = Consumer({"bootstrap.servers": tbroker.bootstrap, "group.id": "only-aborted",
+                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "message.max.bytes": "10000", "fetch.max.bytes": "20000", "max.partition.fetch.bytes": "10000",
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition("only-aborted", 0, 0)])
+    got, errors, deadline = [], [], time.time() + 30
+    while time.time() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                break
+            errors.append(m.error())
+            continue
+        got.append((m.offset(), m.value()))
+    c.close()
+    assert errors == []
+    assert [v for _, v in got] == [b"committed"], got[:3]
+    assert got[0][0] > 2000  # past every aborted record and the ABORT marker
 
 def test_the_coordinator_aborts_a_transaction_past_its_timeout(tbroker):
     topics(tbroker, "slow")

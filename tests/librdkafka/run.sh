@@ -25,7 +25,11 @@ RDK=$(tests/librdkafka/build.sh --tests | tail -n 1)
 #   0092                      produces message formats v0 and v1 (Produce v0-v2), which Sluice
 #                             refuses, as Kafka 4.0 does (librdkafka skips it for Kafka 4.0)
 #   0103                      creates topics with replication factor 3: run on three brokers
-SKIP="0052,0077,0109,0115,0119,0092,0103"
+#   0129                      creates its topic with segment.bytes=20000, below the 1 MiB
+#                             minimum Kafka 4.0 set (KIP-1030): Kafka 4.x refuses it and so does
+#                             Sluice (INVALID_CONFIG); its case, a fetch answer holding only
+#                             aborted batches, is tests/compat/test_transactions.py's
+SKIP="0052,0077,0109,0115,0119,0092,0103,0129"
 CLUSTER_TESTS="0103"
 # run with Kafka 4.0's expectations, on one broker and on three
 KAFKA4_TESTS="0081"

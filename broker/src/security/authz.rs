@@ -28,6 +28,9 @@ pub enum Gate {
     Deny(Box<ResponseKind>),
     /// Run the handler on the (filtered) request, then patch its answer.
     Patch(Patch),
+    /// No rule for this API: the request is neither run nor answered (the connection closes,
+    /// as for a request without a handler). Never an answer of another API's shape.
+    Unhandled,
 }
 
 struct Ctx<'a> {
@@ -745,10 +748,11 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
                 .collect();
             Gate::Deny(Box::new(ResponseKind::AlterUserScramCredentials(x)))
         }
-        // Every API in the table has an arm above; anything else is refused.
+        // Every API in the table has an arm above (the every-API refusal test proves it);
+        // anything else is neither run nor answered.
         _ => {
-            tracing::warn!(principal = %session.principal, "no authorization rule for this API; refusing");
-            Gate::Deny(Box::new(ResponseKind::ApiVersions(ApiVersionsResponse::default())))
+            tracing::error!(principal = %session.principal, "no authorization rule for this API; closing");
+            Gate::Unhandled
         }
     }
 }
@@ -907,8 +911,33 @@ fn offset_fetch(c: &Ctx<'_>, r: &mut OffsetFetchRequest, version: i16) -> Gate {
         c.state.topics().iter().filter(|t| c.topic(Op::Describe, &t.name)).map(|t| t.name.clone()).collect();
     if version < 8 {
         if !c.ok(Op::Describe, Rt::Group, &r.group_id) {
+            let code = E::GroupAuthorizationFailed.code();
             let mut x = OffsetFetchResponse::default();
-            x.error_code = E::GroupAuthorizationFailed.code();
+            x.error_code = code;
+            // v0-v1 have no top-level error: Kafka answers it on every partition asked
+            if version < 2 {
+                x.topics = r
+                    .topics
+                    .iter()
+                    .flatten()
+                    .map(|t| {
+                        let mut out = offset_fetch_response::OffsetFetchResponseTopic::default();
+                        out.name = t.name.clone();
+                        out.partitions = t
+                            .partition_indexes
+                            .iter()
+                            .map(|p| {
+                                let mut x = offset_fetch_response::OffsetFetchResponsePartition::default();
+                                x.partition_index = *p;
+                                x.committed_offset = -1;
+                                x.error_code = code;
+                                x
+                            })
+                            .collect();
+                        out
+                    })
+                    .collect();
+            }
             return Gate::Deny(Box::new(ResponseKind::OffsetFetch(x)));
         }
         let denied = match r.topics.as_mut() {
