@@ -81,6 +81,13 @@ pub enum TopicError {
     Cluster(String),
 }
 
+/// A topic asked for ([`BrokerState::propose_topic`]): created, or (cluster mode) decided in the
+/// metadata quorum and not yet waited for ([`BrokerState::await_created`]).
+pub enum Proposed {
+    Created(Arc<Topic>),
+    Decided { name: String, id: Uuid },
+}
+
 pub struct BrokerState {
     pub config: Config,
     pub cluster_id: String,
@@ -414,9 +421,27 @@ impl BrokerState {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Arc<Topic>, TopicError> {
+        let proposed = self.propose_topic(name, partitions, replication_factor, configs, validate_only)?;
+        self.await_created(proposed)
+    }
+
+    /// [`BrokerState::create_topic`] without waiting for the cluster: in cluster mode the topic
+    /// is decided in the quorum and [`BrokerState::await_created`] waits for it, so that a
+    /// CreateTopics of many topics decides them all first and waits for them together (their
+    /// replica groups start and elect at once, not one topic after the other).
+    pub fn propose_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Proposed, TopicError> {
         self.settings_for(&configs, true)?;
         if self.cluster.get().is_none() {
-            return self.create_topic_with_id(name, None, partitions, replication_factor, configs, validate_only);
+            return self
+                .create_topic_with_id(name, None, partitions, replication_factor, configs, validate_only)
+                .map(Proposed::Created);
         }
         // cluster mode: validate here, decide in the quorum, then wait for this broker's copy
         validate_topic_name(name)?;
@@ -431,14 +456,25 @@ impl BrokerState {
             return Err(TopicError::ReplicationFactorTooLarge(rf, brokers));
         }
         if validate_only {
-            return self.create_topic_with_id(name, None, partitions, -1, configs, true);
+            return self.create_topic_with_id(name, None, partitions, -1, configs, true).map(Proposed::Created);
         }
         self.create_in_quorum(name, partitions, configs, i32::from(rf), None)
     }
 
-    /// Cluster mode: decide a new topic in the quorum, then wait for this broker's copy —
-    /// answered once this broker has the topic and its replicated partitions have leaders (as
-    /// Kafka's controller elects them at creation), so clients can use it at once.
+    /// A topic proposed: the topic itself, or (cluster mode) decided in the quorum and
+    /// [`BrokerState::await_created`] — answered once this broker has the topic and its
+    /// replicated partitions have leaders (as Kafka's controller elects them at creation), so
+    /// clients can use it at once.
+    pub fn await_created(&self, proposed: Proposed) -> Result<Arc<Topic>, TopicError> {
+        match proposed {
+            Proposed::Created(t) => Ok(t),
+            Proposed::Decided { name, id } => {
+                self.await_local(|s| s.topic(&name).filter(|t| t.id == id && s.replicas_led(&name)))
+            }
+        }
+    }
+
+    /// Cluster mode: decide a new topic in the quorum (not waiting for it).
     fn create_in_quorum(
         &self,
         name: &str,
@@ -446,7 +482,7 @@ impl BrokerState {
         configs: BTreeMap<String, String>,
         replication_factor: i32,
         assignment: Option<Vec<Vec<i32>>>,
-    ) -> Result<Arc<Topic>, TopicError> {
+    ) -> Result<Proposed, TopicError> {
         let id = Uuid::new_v4();
         self.quorum_write(crate::cluster::Command::CreateTopic {
             name: name.into(),
@@ -456,7 +492,7 @@ impl BrokerState {
             replication_factor,
             assignment,
         })?;
-        self.await_local(|s| s.topic(name).filter(|t| t.id == id && s.replicas_led(name)))
+        Ok(Proposed::Decided { name: name.to_string(), id })
     }
 
     /// Kafka's checks of a manual replica assignment: every list `rf` distinct registered brokers.
@@ -524,23 +560,25 @@ impl BrokerState {
         self.await_local(|s| s.topic(name).filter(|t| t.partitions.len() as i32 >= count).map(|_| ()))
     }
 
-    /// Create a topic with a manual replica assignment (CreateTopics `assignments`): partition
+    /// Propose a topic with a manual replica assignment (CreateTopics `assignments`): partition
     /// i's replicas, preferred leader first, with Kafka's validation. On one broker the only
-    /// assignment is this broker, once per partition.
-    pub fn create_topic_assigned(
+    /// assignment is this broker, once per partition. Waited for as [`BrokerState::propose_topic`].
+    pub fn propose_topic_assigned(
         &self,
         name: &str,
         assignment: Vec<Vec<i32>>,
         configs: BTreeMap<String, String>,
         validate_only: bool,
-    ) -> Result<Arc<Topic>, TopicError> {
+    ) -> Result<Proposed, TopicError> {
         let rf = assignment.first().map_or(0, Vec::len);
         self.check_assignment(&assignment, rf)?;
         self.settings_for(&configs, true)?;
         let partitions = i32::try_from(assignment.len()).unwrap_or(i32::MAX);
         if self.cluster.get().is_none() || validate_only {
             validate_topic_name(name)?;
-            return self.create_topic_with_id(name, None, partitions, -1, configs, validate_only);
+            return self
+                .create_topic_with_id(name, None, partitions, -1, configs, validate_only)
+                .map(Proposed::Created);
         }
         validate_topic_name(name)?;
         self.create_in_quorum(name, partitions, configs, rf as i32, Some(assignment))

@@ -67,6 +67,10 @@ fn assignment(
 pub fn create(state: &BrokerState, req: CreateTopicsRequest) -> CreateTopicsResponse {
     let mut resp = CreateTopicsResponse::default();
     let mut names_seen = BTreeMap::new();
+    // every topic is proposed first, then all are waited for: in cluster mode their replica
+    // groups start and elect together (librdkafka's 0081 creates ~100 replicated partitions in
+    // one request, answered within its 10 s timeout only so)
+    let mut proposed = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();
         let mut r = CreatableTopicResult::default();
@@ -92,12 +96,15 @@ pub fn create(state: &BrokerState, req: CreateTopicsRequest) -> CreateTopicsResp
         let result = match bad {
             Some(m) => Err(TopicError::InvalidConfig("request".into(), m)),
             None if !t.assignments.is_empty() => match assignment(&t) {
-                Ok(a) => state.create_topic_assigned(&name, a, configs, req.validate_only),
+                Ok(a) => state.propose_topic_assigned(&name, a, configs, req.validate_only),
                 Err(e) => Err(e),
             },
-            None => state.create_topic(&name, t.num_partitions, t.replication_factor, configs, req.validate_only),
+            None => state.propose_topic(&name, t.num_partitions, t.replication_factor, configs, req.validate_only),
         };
-        match result {
+        proposed.push((t, r, result));
+    }
+    for (t, mut r, result) in proposed {
+        match result.and_then(|p| state.await_created(p)) {
             Ok(topic) => {
                 r.topic_id = topic.id;
                 r.num_partitions = if t.num_partitions == -1 { state.config.num_partitions } else { t.num_partitions };
