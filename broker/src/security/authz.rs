@@ -916,27 +916,7 @@ fn offset_fetch(c: &Ctx<'_>, r: &mut OffsetFetchRequest, version: i16) -> Gate {
             x.error_code = code;
             // v0-v1 have no top-level error: Kafka answers it on every partition asked
             if version < 2 {
-                x.topics = r
-                    .topics
-                    .iter()
-                    .flatten()
-                    .map(|t| {
-                        let mut out = offset_fetch_response::OffsetFetchResponseTopic::default();
-                        out.name = t.name.clone();
-                        out.partitions = t
-                            .partition_indexes
-                            .iter()
-                            .map(|p| {
-                                let mut x = offset_fetch_response::OffsetFetchResponsePartition::default();
-                                x.partition_index = *p;
-                                x.committed_offset = -1;
-                                x.error_code = code;
-                                x
-                            })
-                            .collect();
-                        out
-                    })
-                    .collect();
+                x.topics = r.topics.iter().flatten().map(|t| offset_fetch_topic_refused(t, code)).collect();
             }
             return Gate::Deny(Box::new(ResponseKind::OffsetFetch(x)));
         }
@@ -947,21 +927,8 @@ fn offset_fetch(c: &Ctx<'_>, r: &mut OffsetFetchRequest, version: i16) -> Gate {
         return patch(
             move |resp: &mut OffsetFetchResponse| {
                 resp.topics.retain(|t| allowed_topics.contains(t.name.as_str()));
-                for t in denied {
-                    let mut out = offset_fetch_response::OffsetFetchResponseTopic::default();
-                    out.name = t.name;
-                    out.partitions = t
-                        .partition_indexes
-                        .iter()
-                        .map(|p| {
-                            let mut x = offset_fetch_response::OffsetFetchResponsePartition::default();
-                            x.partition_index = *p;
-                            x.committed_offset = -1;
-                            x.error_code = E::TopicAuthorizationFailed.code();
-                            x
-                        })
-                        .collect();
-                    resp.topics.push(out);
+                for t in &denied {
+                    resp.topics.push(offset_fetch_topic_refused(t, E::TopicAuthorizationFailed.code()));
                 }
             },
             pick!(OffsetFetch),
@@ -1010,6 +977,27 @@ fn offset_fetch(c: &Ctx<'_>, r: &mut OffsetFetchRequest, version: i16) -> Gate {
         },
         pick!(OffsetFetch),
     )
+}
+
+/// OffsetFetch v0-v7: topic `t` refused with `code` on every partition asked.
+fn offset_fetch_topic_refused(
+    t: &offset_fetch_request::OffsetFetchRequestTopic,
+    code: i16,
+) -> offset_fetch_response::OffsetFetchResponseTopic {
+    let mut out = offset_fetch_response::OffsetFetchResponseTopic::default();
+    out.name = t.name.clone();
+    out.partitions = t
+        .partition_indexes
+        .iter()
+        .map(|p| {
+            let mut x = offset_fetch_response::OffsetFetchResponsePartition::default();
+            x.partition_index = *p;
+            x.committed_offset = -1;
+            x.error_code = code;
+            x
+        })
+        .collect();
+    out
 }
 
 fn add_partitions(c: &Ctx<'_>, r: &mut AddPartitionsToTxnRequest, version: i16) -> Gate {
