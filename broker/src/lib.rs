@@ -16,7 +16,8 @@
 //! - `kvlog`: the internal key/value log under both coordinators;
 //! - `security`: listeners, TLS, SASL, credentials, ACLs and authorization, limits, quotas.
 //!
-//! - `cluster`: cluster mode — the metadata quorum on openraft (partition replication to come).
+//! - `cluster`: cluster mode — the metadata quorum on openraft, partition and coordinator-log
+//!   replication (one Raft group each), request routing to leaders and coordinators.
 
 pub mod background;
 pub mod cluster;

@@ -28,8 +28,10 @@ const fn api(key: ApiKey, min: i16, max: i16) -> ApiSpec {
     ApiSpec { key, min, max, served_min: min }
 }
 
-/// Every API the broker answers. Adding a row here without a handler is a compile error in
-/// the broker's dispatch (its match has no catch-all arm).
+/// Every API the broker answers. A row without a handler in the broker's dispatch (or without an
+/// authorization rule) fails the broker's `every_supported_version_is_answered` and
+/// `every_refusal_has_its_apis_shape_and_echoes_every_item` tests (the match over the
+/// non-exhaustive `RequestKind` has a catch-all arm that closes the connection).
 pub const SUPPORTED_APIS: &[ApiSpec] = &[
     ApiSpec { key: ApiKey::Produce, min: 0, max: 12, served_min: 3 },
     api(ApiKey::Fetch, 4, 16),

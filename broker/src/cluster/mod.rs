@@ -1,10 +1,15 @@
-//! Cluster mode (issue 10, in progress): the metadata quorum, a Raft group (openraft 0.9)
-//! across the voters named in `controller.quorum.voters`. It holds the cluster's metadata
-//! image — registered brokers and producer-id blocks so far — and its leader is the cluster's
-//! controller. Partition replication is not built yet (docs/decisions/0010).
+//! Cluster mode: the metadata quorum, a Raft group (openraft 0.9) across the voters named in
+//! `controller.quorum.voters`. It holds the cluster's metadata image — registered brokers,
+//! topics and their replica assignments, configs, producer-id blocks, ACLs and SCRAM users —
+//! and its leader is the cluster's controller (docs/decisions/0010).
 //!
-//! - `store`: the durable Raft log (JSON lines, fsynced) and the state machine (the image);
-//! - `network`: Raft RPCs and forwarded writes between brokers, length-prefixed JSON over TCP.
+//! - `store`: the metadata quorum's durable Raft log (JSON lines, fsynced) and its state
+//!   machine (the image);
+//! - `network`: every Raft group's RPCs, forwarded writes and admin calls between brokers,
+//!   length-prefixed bincode frames over TCP;
+//! - `replica`: one Raft group per replicated partition and per coordinator-log partition;
+//! - `reconcile`: makes this broker's topics and replicas match the image;
+//! - `route`: Kafka requests reach only a partition's leader or a key's coordinator.
 
 pub mod network;
 pub mod reconcile;
