@@ -1,0 +1,212 @@
+//! The broker crate's layers point one way (issue 18 item 8; `../shared/BROKER-LAYOUT.md`):
+//! network → request pipeline → handlers → errors → coordinators and security → partition,
+//! topics, routing, metadata, inter-broker calls → replication → settings and metrics (and the
+//! storage and protocol crates below them). This test reads every `crate::…` (and, inside
+//! `cluster/`, `super::…`) path in `broker/src` outside test modules and fails when a module
+//! names one of a higher layer — unless that import is in `KNOWN_UPWARD`, the imports that
+//! predate the test. That list only shrinks: an entry the code no longer has fails the test
+//! too, so whoever removes an upward import also removes its entry. A new upward import is a
+//! design change: move the code to the layer it belongs to instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Each module's layer: higher layers may use lower ones (and their own).
+const LAYERS: &[(&str, u8)] = &[
+    // network and the broker's runtime
+    ("main", 8),
+    ("lib", 8),
+    ("server", 8),
+    ("connection", 8),
+    ("background", 8),
+    // the request pipeline
+    ("dispatch", 7),
+    // one file per API
+    ("handlers", 6),
+    // the error edge
+    ("error_map", 5),
+    // coordinators and security
+    ("group", 4),
+    ("txn", 4),
+    ("security", 4),
+    // partition, topics, routing, metadata, inter-broker calls
+    ("partition", 3),
+    ("state", 3),
+    ("kvlog", 3),
+    ("producer_ids", 3),
+    ("cluster/mod", 3),
+    ("cluster/store", 3),
+    ("cluster/reconcile", 3),
+    ("cluster/route", 3),
+    ("cluster/network", 3),
+    // replication (openraft glue)
+    ("cluster/replica", 2),
+    // settings and metrics: leaves
+    ("config", 1),
+    ("topic_config", 1),
+    ("dynamic_config", 1),
+    ("metrics", 1),
+];
+
+/// Upward imports that predate this test (module → module of a higher layer). Remove an entry
+/// when its import goes; never add one.
+const KNOWN_UPWARD: &[(&str, &str)] = &[
+    ("cluster/mod", "security"),
+    ("cluster/replica", "cluster/mod"),
+    ("cluster/replica", "cluster/network"),
+    ("cluster/replica", "cluster/store"),
+    ("cluster/replica", "error_map"),
+    ("cluster/replica", "kvlog"),
+    ("cluster/replica", "partition"),
+    ("cluster/route", "handlers"),
+    ("cluster/route", "security"),
+    ("config", "cluster/mod"),
+    ("config", "group"),
+    ("config", "security"),
+    ("config", "txn"),
+    ("group", "handlers"),
+    ("security", "handlers"),
+    ("state", "group"),
+    ("state", "security"),
+    ("state", "txn"),
+    ("topic_config", "state"),
+    ("txn", "handlers"),
+];
+
+const CLUSTER_MODULES: &[&str] = &["network", "reconcile", "replica", "route", "store"];
+
+/// The layering unit a source file belongs to: its top-level module, or `cluster/<file>`.
+fn unit_of(rel: &Path) -> String {
+    let parts: Vec<String> = rel.with_extension("").iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    match parts.as_slice() {
+        [c, sub, ..] if c == "cluster" && CLUSTER_MODULES.contains(&sub.as_str()) => format!("cluster/{sub}"),
+        [c, ..] if c == "cluster" => "cluster/mod".to_string(),
+        [first, ..] => first.clone(),
+        [] => String::new(),
+    }
+}
+
+/// The unit a path names: `crate::cluster::replica::…` → `cluster/replica`, `crate::state::…` →
+/// `state`; inside `cluster/`, `super::replica` → `cluster/replica`.
+fn unit_named(first: &str, second: Option<&str>) -> String {
+    if first == "cluster" {
+        match second {
+            Some(s) if CLUSTER_MODULES.contains(&s) => format!("cluster/{s}"),
+            _ => "cluster/mod".to_string(),
+        }
+    } else {
+        first.to_string()
+    }
+}
+
+/// The source before its first `#[cfg(test)]` (test modules sit at the end of a file here).
+fn production_part(src: &str) -> &str {
+    src.find("#[cfg(test)]").map_or(src, |i| &src[..i])
+}
+
+/// Identifier characters of a path segment.
+fn segment(s: &str) -> &str {
+    let end = s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(s.len());
+    &s[..end]
+}
+
+/// Every unit each unit names (itself excluded).
+fn imports(src_dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut stack = vec![src_dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read broker/src") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let rel = path.strip_prefix(src_dir).expect("under src");
+            let unit = unit_of(rel);
+            let text = std::fs::read_to_string(&path).expect("read source");
+            let code = production_part(&text);
+            let mut named = BTreeSet::new();
+            let mut prefixes = vec!["crate::"];
+            if unit.starts_with("cluster/") && unit != "cluster/mod" {
+                prefixes.push("super::");
+            }
+            for prefix in prefixes {
+                for (i, _) in code.match_indices(prefix) {
+                    let rest = &code[i + prefix.len()..];
+                    let first = segment(rest);
+                    if first.is_empty() {
+                        continue;
+                    }
+                    let target = if prefix == "super::" {
+                        // a cluster child naming its sibling, or an item of cluster/mod
+                        unit_named("cluster", Some(first))
+                    } else if first.starts_with(|c: char| c.is_ascii_uppercase()) {
+                        continue; // an item of the crate root (lib.rs)
+                    } else {
+                        unit_named(first, rest[first.len()..].strip_prefix("::").map(segment))
+                    };
+                    named.insert(target);
+                }
+            }
+            named.remove(&unit);
+            out.entry(unit).or_default().extend(named);
+        }
+    }
+    out
+}
+
+#[test]
+fn modules_import_only_their_layer_and_below() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let layer: BTreeMap<&str, u8> = LAYERS.iter().copied().collect();
+    let known: BTreeSet<(String, String)> = KNOWN_UPWARD.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let edges = imports(&src);
+    let mut unplaced = Vec::new();
+    let mut upward = BTreeSet::new();
+    for (from, tos) in &edges {
+        let Some(&lf) = layer.get(from.as_str()) else {
+            unplaced.push(from.clone());
+            continue;
+        };
+        for to in tos {
+            let Some(&lt) = layer.get(to.as_str()) else {
+                unplaced.push(to.clone());
+                continue;
+            };
+            if lt > lf {
+                upward.insert((from.clone(), to.clone()));
+            }
+        }
+    }
+    unplaced.sort();
+    unplaced.dedup();
+    assert!(unplaced.is_empty(), "modules without a layer (add them to LAYERS): {unplaced:?}");
+    let new: Vec<_> = upward.difference(&known).collect();
+    assert!(new.is_empty(), "modules importing a higher layer (move the code down, or the import up): {new:?}");
+    let gone: Vec<_> = known.difference(&upward).collect();
+    assert!(gone.is_empty(), "upward imports no longer in the code: remove them from KNOWN_UPWARD: {gone:?}");
+}
+
+/// The reader itself: a path of a higher layer is found and flagged.
+#[test]
+fn the_reader_finds_an_upward_import() {
+    let dir = tempfile_dir();
+    std::fs::create_dir_all(dir.join("cluster")).expect("mkdir");
+    std::fs::write(dir.join("config.rs"), "use crate::state::BrokerState;\n#[cfg(test)]\nuse crate::txn::X;\n")
+        .expect("write");
+    std::fs::write(dir.join("cluster/replica.rs"), "use super::ClusterNode;\nuse super::network::PartNetwork;\n")
+        .expect("write");
+    let edges = imports(&dir);
+    assert_eq!(edges["config"], BTreeSet::from(["state".to_string()]));
+    assert_eq!(edges["cluster/replica"], BTreeSet::from(["cluster/mod".to_string(), "cluster/network".to_string()]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("sluice-layering-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
