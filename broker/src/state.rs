@@ -79,6 +79,10 @@ pub enum TopicError {
     Storage(#[from] StorageError),
     #[error("metadata quorum: {0}")]
     Cluster(String),
+    /// Decided in the metadata quorum, not ready here within the wait (Kafka's
+    /// REQUEST_TIMED_OUT: the change still happens).
+    #[error("{0}")]
+    TimedOut(String),
 }
 
 /// A topic asked for ([`BrokerState::propose_topic`]): created, or (cluster mode) decided in the
@@ -678,7 +682,9 @@ impl BrokerState {
                 return Ok(x);
             }
             if std::time::Instant::now() > deadline {
-                return Err(TopicError::Cluster("committed in the quorum but not yet applied on this broker".into()));
+                return Err(TopicError::TimedOut(
+                    "decided in the metadata quorum, not yet ready on this broker within 10 s (it will be)".into(),
+                ));
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }

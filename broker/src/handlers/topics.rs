@@ -26,6 +26,7 @@ pub fn topic_error_code(e: &TopicError) -> i16 {
         TopicError::InvalidRequest(_) => ResponseError::InvalidRequest.code(),
         TopicError::Storage(e) => crate::error_map::storage_produce_code(e),
         TopicError::Cluster(_) => ResponseError::NotController.code(),
+        TopicError::TimedOut(_) => ResponseError::RequestTimedOut.code(),
     }
 }
 
