@@ -32,7 +32,7 @@ RDK=$(tests/librdkafka/build.sh --tests | tail -n 1)
 #                             aborted batches, is tests/compat/test_transactions.py's
 SKIP="0052,0077,0109,0115,0119,0092,0103,0129"
 CLUSTER_TESTS="0103"
-# run with Kafka 4.0's expectations, on one broker and on three
+# run with Kafka 4.0's expectations, on one broker (and on three in the long profile)
 KAFKA4_TESTS="0081"
 
 WORK=$(mktemp -d)
