@@ -1071,19 +1071,26 @@ async fn the_replicated_transaction_log_is_compacted_on_every_replica_and_fails_
     ]);
     agreed_controller(&c, &[0, 1, 2], 3, -1).await;
     let txn = "compact-cluster";
+    // Find the coordinator and initialize the id there, retrying as clients do while the
+    // shard's leadership settles: NOT_COORDINATOR (16) sends a client back to FindCoordinator,
+    // COORDINATOR_LOAD_IN_PROGRESS (14) and COORDINATOR_NOT_AVAILABLE (15) make it wait.
     let t0 = Instant::now();
-    let coordinator = loop {
+    let (coordinator, conn, pid, epoch) = loop {
         let id = txn_coordinator(&c.brokers[0], txn).await;
         if id > 0 {
-            break id;
+            let conn = Connection::connect(&c.brokers[usize::try_from(id - 1).unwrap()].bootstrap(), "compact", 1)
+                .await
+                .unwrap();
+            match raw::init_producer_id(&conn, 4, Some(txn), None).await.unwrap() {
+                (0, pid, epoch) => break (id, conn, pid, epoch),
+                (14..=16, _, _) => {}
+                (err, _, _) => panic!("InitProducerId on broker {id}: error {err}"),
+            }
         }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator");
+        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator initialized the id");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let victim = usize::try_from(coordinator - 1).unwrap();
-    let conn = Connection::connect(&c.brokers[victim].bootstrap(), "compact", 1).await.unwrap();
-    let (err, pid, epoch) = raw::init_producer_id(&conn, 4, Some(txn), None).await.unwrap();
-    assert_eq!(err, 0);
     // 1,500 empty aborts: 3,000 records (~1 MB uncompacted) in the shard's log on each replica
     let epoch = raw::abort_empty(&conn, txn, pid, epoch, 1_500).await.unwrap();
     tokio::time::sleep(Duration::from_millis(800)).await;
