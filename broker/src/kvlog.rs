@@ -59,7 +59,7 @@ impl LogWait {
                 .await
                 .unwrap_or_else(|_| Err(StorageError::InvalidConfig("fsync task failed".into()))),
             LogWait::Raft(p) => match p.wait(std::time::Duration::from_secs(10)).await {
-                crate::cluster::replica::PartResult::Done => Ok(()),
+                crate::replication::types::PartResult::Done => Ok(()),
                 other => Err(StorageError::InvalidConfig(format!("coordinator log write not committed: {other:?}"))),
             },
         }

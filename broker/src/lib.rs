@@ -17,7 +17,9 @@
 //! - `security`: listeners, TLS, SASL, credentials, ACLs and authorization, limits, quotas.
 //!
 //! - `cluster`: cluster mode — the metadata quorum on openraft, partition and coordinator-log
-//!   replication (one Raft group each), request routing to leaders and coordinators.
+//!   replication (one Raft group each), request routing to leaders and coordinators;
+//! - `config::{security, coordinators, cluster}`: the settings each service receives;
+//! - `replication`: the openraft layer's own types (node ids, group keys, partition commands).
 
 pub mod background;
 pub mod cluster;
@@ -32,6 +34,7 @@ pub mod kvlog;
 pub mod metrics;
 pub mod partition;
 pub mod producer_ids;
+pub mod replication;
 pub mod security;
 pub mod server;
 pub mod state;

@@ -109,7 +109,7 @@ fn main() -> ExitCode {
                         eprintln!("sluice: metadata quorum: {e}");
                         return ExitCode::from(1);
                     }
-                    sluice_broker::cluster::replica::spawn_membership_driver(&node);
+                    sluice_broker::cluster::reassign::spawn_membership_driver(&node);
                     if let Err(e) =
                         sluice_broker::txn::TxnCoordinator::enable_replication(&state, &node, &dir.join("replicas"))
                             .await

@@ -3,7 +3,7 @@
 //! shutdown on SIGTERM/SIGINT (stop accepting, let connections finish their pending answers,
 //! then flush and close every log cleanly).
 
-use crate::security::ListenerConfig;
+use crate::config::security::ListenerConfig;
 use crate::state::BrokerState;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +20,7 @@ impl ListenerRuntime {
     /// Build the runtime form of `config` (the TLS configuration from the PEM files).
     pub fn new(
         config: &ListenerConfig,
-        security: &crate::security::SecuritySettings,
+        security: &crate::config::security::SecuritySettings,
     ) -> anyhow::Result<ListenerRuntime> {
         let tls = if config.protocol.tls() {
             Some(tokio_rustls::TlsAcceptor::from(crate::security::tls::server_config(security)?))

@@ -85,6 +85,12 @@ pub enum TopicError {
     TimedOut(String),
 }
 
+impl From<crate::topic_config::InvalidTopicConfig> for TopicError {
+    fn from(e: crate::topic_config::InvalidTopicConfig) -> Self {
+        TopicError::InvalidConfig(e.0, e.1)
+    }
+}
+
 /// A topic asked for ([`BrokerState::propose_topic`]): created, or (cluster mode) decided in the
 /// metadata quorum and not yet waited for ([`BrokerState::await_created`]).
 pub enum Proposed {
@@ -212,7 +218,7 @@ impl BrokerState {
     /// The brokers to list (id, host, port) and the controller: this broker alone in single-node
     /// mode; in cluster mode every registered broker (this one at the address of `listener`)
     /// and the metadata quorum's leader (-1 while there is none).
-    pub fn cluster_view(&self, listener: &crate::security::ListenerConfig) -> (Vec<(i32, String, i32)>, i32) {
+    pub fn cluster_view(&self, listener: &crate::config::security::ListenerConfig) -> (Vec<(i32, String, i32)>, i32) {
         let me = (self.config.node_id, listener.advertised_host.clone(), listener.advertised_port);
         let Some(c) = self.cluster.get() else { return (vec![me], self.config.node_id) };
         let mut brokers: Vec<(i32, String, i32)> = c
@@ -321,7 +327,7 @@ impl BrokerState {
     /// A topic's settings from `configs` over this broker's defaults (static and dynamic).
     fn settings_for(&self, configs: &BTreeMap<String, String>, strict: bool) -> Result<TopicSettings, TopicError> {
         let dynamic = self.dynamic.read().unwrap_or_else(|e| e.into_inner());
-        TopicSettings::resolve(&self.config, &dynamic, configs, strict)
+        Ok(TopicSettings::resolve(&self.config, &dynamic, configs, strict)?)
     }
 
     /// The dynamic broker and group configs.

@@ -10,7 +10,6 @@
 
 use crate::config::Config;
 use crate::dynamic_config::DynamicConfigs;
-use crate::state::TopicError;
 use sluice_protocol::batch::Compression;
 use sluice_storage::{FlushPolicy, LogConfig};
 use std::collections::BTreeMap;
@@ -201,11 +200,23 @@ pub fn is_list(name: &str) -> bool {
     find(name).is_some_and(|d| d.kind == Kind::List)
 }
 
-fn invalid(name: &str, value: &str, why: impl std::fmt::Display) -> TopicError {
-    TopicError::InvalidConfig(name.into(), format!("invalid value '{value}': {why}"))
+/// A topic config refused: its name and why (INVALID_CONFIG where it reaches a client).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidTopicConfig(pub String, pub String);
+
+impl std::fmt::Display for InvalidTopicConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid config {}: {}", self.0, self.1)
+    }
 }
 
-fn parse_int(d: &TopicConfigDef, v: &str) -> Result<i64, TopicError> {
+impl std::error::Error for InvalidTopicConfig {}
+
+fn invalid(name: &str, value: &str, why: impl std::fmt::Display) -> InvalidTopicConfig {
+    InvalidTopicConfig(name.into(), format!("invalid value '{value}': {why}"))
+}
+
+fn parse_int(d: &TopicConfigDef, v: &str) -> Result<i64, InvalidTopicConfig> {
     let x: i64 = v.trim().parse().map_err(|_| invalid(d.name, v, "not a number"))?;
     if d.kind == Kind::Int && i32::try_from(x).is_err() {
         return Err(invalid(d.name, v, "out of range of a 32-bit integer"));
@@ -219,7 +230,7 @@ fn list_items(v: &str) -> Vec<&str> {
 
 impl TopicConfigDef {
     /// Kafka's validation of `v` for this config: type, then range.
-    pub fn validate(&self, v: &str) -> Result<(), TopicError> {
+    pub fn validate(&self, v: &str) -> Result<(), InvalidTopicConfig> {
         let t = v.trim();
         match self.kind {
             Kind::Bool if !t.eq_ignore_ascii_case("true") && !t.eq_ignore_ascii_case("false") => {
@@ -276,7 +287,7 @@ impl TopicConfigDef {
                     None => Ok(()),
                 }
             }
-            TieredStorageOff if t.eq_ignore_ascii_case("true") => Err(TopicError::InvalidConfig(
+            TieredStorageOff if t.eq_ignore_ascii_case("true") => Err(InvalidTopicConfig(
                 self.name.into(),
                 "Tiered Storage functionality is disabled in the broker (Sluice has no tiered storage)".into(),
             )),
@@ -310,17 +321,16 @@ impl TopicSettings {
         dynamic: &DynamicConfigs,
         overrides: &BTreeMap<String, String>,
         strict: bool,
-    ) -> Result<TopicSettings, TopicError> {
+    ) -> Result<TopicSettings, InvalidTopicConfig> {
         for (k, v) in overrides {
-            let d = find(k)
-                .ok_or_else(|| TopicError::InvalidConfig(k.clone(), format!("Unknown topic config name: {k}")))?;
+            let d = find(k).ok_or_else(|| InvalidTopicConfig(k.clone(), format!("Unknown topic config name: {k}")))?;
             if strict {
                 d.validate(v)?;
             }
         }
         let value = |name: &str| effective(config, dynamic, overrides, name).0;
-        let int = |name: &str| -> Result<i64, TopicError> {
-            let d = find(name).ok_or_else(|| TopicError::InvalidConfig(name.into(), "unknown".into()))?;
+        let int = |name: &str| -> Result<i64, InvalidTopicConfig> {
+            let d = find(name).ok_or_else(|| InvalidTopicConfig(name.into(), "unknown".into()))?;
             parse_int(d, &value(name))
         };
         let mut log = config.log.clone();
@@ -344,7 +354,7 @@ impl TopicSettings {
             "interval" => FlushPolicy::Interval { interval_ms: flush_ms },
             other => return Err(invalid("flush.policy", other, "expected sync or interval")),
         };
-        log.validate().map_err(|e| TopicError::InvalidConfig("config".into(), e.to_string()))?;
+        log.validate().map_err(|e| InvalidTopicConfig("config".into(), e.to_string()))?;
         let compression = match value("compression.type").trim() {
             "producer" => None,
             "uncompressed" => Some((Compression::None, None)),
@@ -361,7 +371,7 @@ impl TopicSettings {
         };
         // Kafka 3.x: message.timestamp.difference.max.ms is the default of both bounds
         let difference = overrides.get("message.timestamp.difference.max.ms");
-        let bound = |name: &str| -> Result<i64, TopicError> {
+        let bound = |name: &str| -> Result<i64, InvalidTopicConfig> {
             match (overrides.contains_key(name), difference) {
                 (false, Some(d)) => parse_int(find(name).unwrap_or(&TOPIC_CONFIGS[0]), d),
                 _ => int(name),

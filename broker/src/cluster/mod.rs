@@ -9,9 +9,11 @@
 //!   length-prefixed bincode frames over TCP;
 //! - `replica`: one Raft group per replicated partition and per coordinator-log partition;
 //! - `reconcile`: makes this broker's topics and replicas match the image;
+//! - `reassign`: moves a partition group's voters to the replicas the image assigns;
 //! - `route`: Kafka requests reach only a partition's leader or a key's coordinator.
 
 pub mod network;
+pub mod reassign;
 pub mod reconcile;
 pub mod replica;
 pub mod route;
@@ -23,7 +25,7 @@ use std::io::Cursor;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-pub type NodeId = u64;
+pub use crate::replication::types::NodeId;
 
 /// A change to the metadata image. Applied in log order on every voter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -429,21 +431,6 @@ impl MetadataImage {
     }
 }
 
-/// `controller.quorum.voters`: `id@host:port,...` (the Raft address of each voter).
-pub fn parse_voters(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
-    let mut out = BTreeMap::new();
-    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (id, addr) = item.split_once('@').ok_or_else(|| format!("'{item}' is not id@host:port"))?;
-        let id: NodeId = id.trim().parse().map_err(|_| format!("'{item}': the id must be a number"))?;
-        let addr = addr.trim();
-        addr.parse::<std::net::SocketAddr>().map_err(|_| format!("'{item}': {addr} is not an ip:port"))?;
-        if out.insert(id, addr.to_string()).is_some() {
-            return Err(format!("voter {id} is named twice"));
-        }
-    }
-    Ok(out)
-}
-
 /// This broker's membership in the metadata quorum.
 pub struct ClusterNode {
     pub node_id: NodeId,
@@ -457,7 +444,7 @@ pub struct ClusterNode {
     /// This broker's Raft address.
     pub own_addr: String,
     /// This broker's replicas of replicated partitions (replication factor > 1).
-    pub replicas: RwLock<std::collections::HashMap<replica::GroupKey, Arc<replica::Replica>>>,
+    pub replicas: RwLock<std::collections::HashMap<crate::replication::types::GroupKey, Arc<replica::Replica>>>,
 }
 
 impl ClusterNode {
@@ -698,7 +685,7 @@ impl ClusterNode {
     }
 
     /// This broker's replica of a partition, if the partition is replicated and has one here.
-    pub fn replica(&self, key: &replica::GroupKey) -> Option<Arc<replica::Replica>> {
+    pub fn replica(&self, key: &crate::replication::types::GroupKey) -> Option<Arc<replica::Replica>> {
         self.replicas.read().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
     }
 
@@ -791,16 +778,6 @@ fn voters_min(v: &BTreeMap<NodeId, String>) -> Option<NodeId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn voters_parse_and_errors() {
-        let v = parse_voters("1@127.0.0.1:9093, 2@127.0.0.1:9094").unwrap();
-        assert_eq!(v.len(), 2);
-        assert!(parse_voters("1@x:1").is_err());
-        assert!(parse_voters("a@127.0.0.1:1").is_err());
-        assert!(parse_voters("1@127.0.0.1:1,1@127.0.0.1:2").is_err());
-        assert!(parse_voters("127.0.0.1:1").is_err());
-    }
 
     #[test]
     fn producer_id_blocks_never_overlap() {

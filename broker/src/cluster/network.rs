@@ -2,8 +2,8 @@
 //! answered in order on the same connection. Besides openraft's AppendEntries, Vote and
 //! InstallSnapshot, a follower forwards metadata writes to the leader (`Forward`).
 
-use super::replica::{GroupKey, PartConfig};
 use super::{ClusterNode, Command, CommandResult, NodeId, TypeConfig};
+use crate::replication::types::{GroupKey, PartConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{

@@ -23,10 +23,10 @@
 #![allow(clippy::result_large_err)]
 
 use super::store::{io_err, LogStore};
-use super::NodeId;
 use crate::error_map;
 use crate::partition::producer_state::MarkerHeader;
 use crate::partition::{AppendError, Appended, Partition};
+use crate::replication::types::{GroupKey, NodeId, PartCommand, PartConfig, PartRaft, PartResult};
 use kafka_protocol::error::ResponseError;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -40,126 +40,6 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A partition's Raft group is named by its topic and index.
-pub type GroupKey = (String, i32);
-
-/// What a partition's Raft log holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PartCommand {
-    /// A produce batch (one v2 batch), checked and written when applied. `verified`: the
-    /// leader's transaction coordinator confirmed this partition is in the producer's
-    /// transaction (KIP-890), so a transactional batch may be appended.
-    Produce {
-        #[serde(with = "b64")]
-        batch: Vec<u8>,
-        now_ms: i64,
-        verified: bool,
-    },
-    /// A COMMIT or ABORT marker for `producer_id`.
-    Marker { producer_id: i64, epoch: i16, coordinator_epoch: i32, commit: bool, now_ms: i64 },
-    /// Records for a coordinator shard's key/value log (transaction coordinator).
-    Kv { records: Vec<KvEntry>, now_ms: i64 },
-}
-
-/// One key/value record (no value: the key is deleted).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KvEntry {
-    #[serde(with = "b64")]
-    pub key: Vec<u8>,
-    #[serde(with = "b64opt")]
-    pub value: Option<Vec<u8>>,
-}
-
-mod b64opt {
-    use super::b64::Raw;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            // JSON (the Raft log files): the bare base64 string, or null
-            Some(v) if s.is_human_readable() => super::b64::serialize(v, s),
-            Some(v) => s.serialize_some(&Raw(v.clone())),
-            None => s.serialize_none(),
-        }
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
-        use base64::Engine;
-        if !d.is_human_readable() {
-            return Ok(Option::<Raw>::deserialize(d)?.map(|r| r.0));
-        }
-        let text: Option<String> = Option::deserialize(d)?;
-        text.map(|t| base64::engine::general_purpose::STANDARD.decode(t).map_err(serde::de::Error::custom)).transpose()
-    }
-    impl Serialize for Raw {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_bytes(&self.0)
-        }
-    }
-}
-
-/// What applying a command did (answered to the produce or marker request on the leader).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PartResult {
-    #[default]
-    Done,
-    /// Written (or an exact retry of a retained batch) at these offsets.
-    Appended { first: i64, last: i64, log_start: i64 },
-    /// A Kafka error code and message.
-    Error { code: i16, message: String },
-}
-
-/// Bytes as base64 text in human-readable formats (the JSON Raft log files) and as raw bytes in
-/// binary ones (bincode RPC frames between brokers: no encoding cost).
-mod b64 {
-    use base64::Engine;
-    use serde::{Deserialize, Deserializer, Serializer};
-    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        if s.is_human_readable() {
-            s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
-        } else {
-            s.serialize_bytes(v)
-        }
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        if !d.is_human_readable() {
-            return Ok(Raw::deserialize(d)?.0);
-        }
-        let text = String::deserialize(d)?;
-        base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
-    }
-
-    /// Raw bytes for binary formats.
-    pub struct Raw(pub Vec<u8>);
-
-    impl<'de> Deserialize<'de> for Raw {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Raw, D::Error> {
-            struct V;
-            impl<'de> serde::de::Visitor<'de> for V {
-                type Value = Raw;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("bytes")
-                }
-                fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Raw, E> {
-                    Ok(Raw(v.to_vec()))
-                }
-                fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Raw, E> {
-                    Ok(Raw(v))
-                }
-            }
-            d.deserialize_byte_buf(V)
-        }
-    }
-}
-
-openraft::declare_raft_types!(
-    pub PartConfig:
-        D = PartCommand,
-        R = PartResult,
-        NodeId = NodeId,
-        Node = BasicNode,
-);
-
-pub type PartRaft = openraft::Raft<PartConfig>;
 
 /// This broker's replica of one partition.
 pub struct Replica {
@@ -508,77 +388,6 @@ impl RaftStateMachine<PartConfig> for KvSm {
     }
 }
 
-/// Reassignment, on each partition group's leader: when the image assigns the partition to
-/// other replicas, add the new ones as learners (they catch up from the Raft log), then make
-/// the assigned replicas the voters (joint consensus), then report the move done in the
-/// metadata quorum (the replicas left out stop then). Checked every 500 ms.
-pub fn spawn_membership_driver(node: &Arc<super::ClusterNode>) {
-    let weak = Arc::downgrade(node);
-    let busy: Arc<std::sync::Mutex<std::collections::HashSet<GroupKey>>> = Arc::default();
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let Some(node) = weak.upgrade() else { return };
-            let me = i32::try_from(node.node_id).unwrap_or(-1);
-            let image = node.image();
-            let replicas: Vec<Arc<Replica>> =
-                node.replicas.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
-            for r in replicas {
-                if r.leader() != Some(me) {
-                    continue;
-                }
-                let Some(info) = image.topics.get(&r.key.0).filter(|t| t.id == r.topic_id) else { continue };
-                let Some(target) = usize::try_from(r.key.1).ok().and_then(|p| info.replicas.get(p)).cloned() else {
-                    continue;
-                };
-                let target_set: std::collections::BTreeSet<i32> = target.iter().copied().collect();
-                let settled = r.voters() == target_set;
-                if settled && !info.moving.contains_key(&r.key.1) {
-                    continue;
-                }
-                if !busy.lock().unwrap_or_else(|e| e.into_inner()).insert(r.key.clone()) {
-                    continue;
-                }
-                let (node, busy) = (node.clone(), busy.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = move_replicas(&node, &r, &target).await {
-                        tracing::warn!(topic = r.key.0.as_str(), partition = r.key.1, "reassignment: {e}; retrying");
-                    }
-                    busy.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.key);
-                });
-            }
-        }
-    });
-}
-
-async fn move_replicas(node: &super::ClusterNode, r: &Replica, target: &[i32]) -> anyhow::Result<()> {
-    let voters = r.voters();
-    for id in target.iter().filter(|id| !voters.contains(id)) {
-        let nid = NodeId::try_from(*id)?;
-        let addr = node.addr_of(nid).ok_or_else(|| anyhow::anyhow!("broker {id} has no Raft address"))?;
-        // blocking: returns once the learner has caught up with the leader's log
-        tokio::time::timeout(Duration::from_secs(300), r.raft.add_learner(nid, BasicNode { addr }, true))
-            .await
-            .map_err(|_| anyhow::anyhow!("broker {id} did not catch up within 300 s"))?
-            .map_err(|e| anyhow::anyhow!("adding broker {id}: {e}"))?;
-    }
-    if r.voters() != target.iter().copied().collect() {
-        let members: std::collections::BTreeSet<NodeId> =
-            target.iter().filter_map(|id| NodeId::try_from(*id).ok()).collect();
-        tokio::time::timeout(Duration::from_secs(60), r.raft.change_membership(members, false))
-            .await
-            .map_err(|_| anyhow::anyhow!("membership change not committed within 60 s"))?
-            .map_err(|e| anyhow::anyhow!("membership change: {e}"))?;
-    }
-    tracing::info!(topic = r.key.0.as_str(), partition = r.key.1, "replicas moved to {target:?}");
-    node.write(
-        super::Command::ReassignmentDone { name: r.key.0.clone(), partition: r.key.1, replicas: target.to_vec() },
-        Duration::from_secs(10),
-    )
-    .await?;
-    Ok(())
-}
-
 /// `applied.json`: the last applied entry and the partition log's end right after it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Applied {
@@ -812,6 +621,7 @@ impl Drop for ReplicaSm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replication::types::KvEntry;
     use openraft::CommittedLeaderId;
     use sluice_protocol::batch::{BatchBuilder, NewRecord};
     use sluice_storage::{Log, LogConfig};

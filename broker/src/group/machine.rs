@@ -12,6 +12,7 @@
 //! - Stable ← CompletingRebalance, or reloaded with members;
 //! - Dead ← Empty (DeleteGroups, offsets expired).
 
+use crate::config::coordinators::GroupSettings;
 use kafka_protocol::error::ResponseError;
 use std::collections::{BTreeMap, HashMap};
 
@@ -44,30 +45,6 @@ impl GroupState {
             CompletingRebalance => prev == PreparingRebalance,
             Stable => prev == CompletingRebalance,
             Dead => matches!(prev, Empty | Dead),
-        }
-    }
-}
-
-/// Broker settings the machine needs (Kafka's names).
-#[derive(Debug, Clone, PartialEq)]
-pub struct GroupSettings {
-    /// `group.min.session.timeout.ms`
-    pub min_session_timeout_ms: i32,
-    /// `group.max.session.timeout.ms`
-    pub max_session_timeout_ms: i32,
-    /// `group.initial.rebalance.delay.ms`
-    pub initial_rebalance_delay_ms: i32,
-    /// `group.max.size`
-    pub max_size: usize,
-}
-
-impl Default for GroupSettings {
-    fn default() -> Self {
-        GroupSettings {
-            min_session_timeout_ms: 6000,
-            max_session_timeout_ms: 1_800_000,
-            initial_rebalance_delay_ms: 3000,
-            max_size: usize::MAX,
         }
     }
 }

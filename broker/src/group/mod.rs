@@ -18,11 +18,12 @@ pub mod codec;
 pub mod consumer;
 pub mod machine;
 
+use crate::config::coordinators::CoordinatorSettings;
 use crate::kvlog::{KvLog, KvRecord, LogWait};
 use bytes::Bytes;
 use codec::{Entry, StoredGroup, StoredMember, StoredOffset};
 use kafka_protocol::error::ResponseError;
-use machine::{CommittedOffset, Effect, Group, GroupSettings, GroupState, JoinArgs, JoinResult, SyncArgs, SyncResult};
+use machine::{CommittedOffset, Effect, Group, GroupState, JoinArgs, JoinResult, SyncArgs, SyncResult};
 use sluice_storage::{LogConfig, StorageError};
 use std::collections::HashMap;
 use std::path::Path;
@@ -31,41 +32,6 @@ use tokio::sync::oneshot;
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 const PARTITIONS_FILE: &str = "__consumer_offsets.json";
-
-/// Coordinator settings (Kafka's names in `config.rs`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct CoordinatorSettings {
-    pub group: GroupSettings,
-    /// `offsets.topic.num.partitions`
-    pub partitions: i32,
-    /// `offsets.topic.replication.factor` (cluster mode; capped at the voters)
-    pub replication_factor: i32,
-    /// `offsets.topic.segment.bytes`
-    pub segment_bytes: u64,
-    /// `offset.metadata.max.bytes`
-    pub metadata_max_bytes: usize,
-    /// `offsets.retention.ms`: offsets of a group empty for this long are deleted.
-    pub retention_ms: i64,
-    /// `group.consumer.session.timeout.ms` (KIP-848 members)
-    pub consumer_session_timeout_ms: i32,
-    /// `group.consumer.heartbeat.interval.ms`
-    pub consumer_heartbeat_interval_ms: i32,
-}
-
-impl Default for CoordinatorSettings {
-    fn default() -> Self {
-        CoordinatorSettings {
-            group: GroupSettings::default(),
-            partitions: 50,
-            replication_factor: 3,
-            segment_bytes: 104_857_600,
-            metadata_max_bytes: 4096,
-            retention_ms: 7 * 24 * 3600 * 1000,
-            consumer_session_timeout_ms: 45_000,
-            consumer_heartbeat_interval_ms: 5_000,
-        }
-    }
-}
 
 /// Committed offsets by topic: (partition, offset if any).
 pub type OffsetRows = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
@@ -159,10 +125,10 @@ impl Shard {
         }
         let records = records
             .iter()
-            .map(|(k, v)| crate::cluster::replica::KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) })
+            .map(|(k, v)| crate::replication::types::KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) })
             .collect();
         replica
-            .propose(crate::cluster::replica::PartCommand::Kv { records, now_ms: now })
+            .propose(crate::replication::types::PartCommand::Kv { records, now_ms: now })
             .map(LogWait::Raft)
             .map_err(|code| StorageError::InvalidConfig(format!("not the shard's leader ({code})")))
     }
@@ -1106,6 +1072,7 @@ pub fn bytes(v: &[u8]) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::coordinators::GroupSettings;
 
     fn settings() -> CoordinatorSettings {
         CoordinatorSettings {

@@ -8,7 +8,10 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 };
 use kafka_protocol::messages::{BrokerId, DescribeClusterResponse, DescribeLogDirsRequest, DescribeLogDirsResponse};
 
-pub fn describe_cluster(state: &BrokerState, listener: &crate::security::ListenerConfig) -> DescribeClusterResponse {
+pub fn describe_cluster(
+    state: &BrokerState,
+    listener: &crate::config::security::ListenerConfig,
+) -> DescribeClusterResponse {
     let mut r = DescribeClusterResponse::default();
     r.cluster_id = sb(&state.effective_cluster_id());
     let (brokers, controller) = state.cluster_view(listener);

@@ -19,7 +19,7 @@ fn opt(s: &Option<StrBytes>) -> Option<&str> {
 /// id (key type 1).
 pub fn find_coordinator(
     state: &BrokerState,
-    listener: &crate::security::ListenerConfig,
+    listener: &crate::config::security::ListenerConfig,
     version: i16,
     req: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {

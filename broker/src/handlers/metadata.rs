@@ -59,7 +59,7 @@ fn error_entry(name: Option<&str>, id: uuid::Uuid, code: i16) -> MetadataRespons
 
 pub fn handle(
     state: &BrokerState,
-    listener: &crate::security::ListenerConfig,
+    listener: &crate::config::security::ListenerConfig,
     version: i16,
     req: MetadataRequest,
 ) -> MetadataResponse {

@@ -11,9 +11,10 @@
 //! same way. Batches are written as produced (only base offset and leader epoch are assigned).
 
 use super::{now_ms, LaterReply, Reply};
-use crate::cluster::replica::{PartCommand, PartResult, PendingWrite};
+use crate::cluster::replica::PendingWrite;
 use crate::error_map;
 use crate::partition::{AppendError, Appended, Partition};
+use crate::replication::types::{PartCommand, PartResult};
 use crate::state::BrokerState;
 use crate::topic_config::TopicSettings;
 use bytes::BytesMut;

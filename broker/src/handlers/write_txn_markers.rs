@@ -68,7 +68,7 @@ pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
                 let s = match topic.as_ref().and_then(|tp| tp.partition(index)) {
                     None => Staged::Error(ResponseError::UnknownTopicOrPartition.code()),
                     Some(_) if replica.is_some() => {
-                        let cmd = crate::cluster::replica::PartCommand::Marker {
+                        let cmd = crate::replication::types::PartCommand::Marker {
                             producer_id: m.producer_id.0,
                             epoch: m.producer_epoch,
                             coordinator_epoch: m.coordinator_epoch,
@@ -107,7 +107,7 @@ pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
                     pr.error_code = match s {
                         Staged::Error(code) => code,
                         Staged::Replicated(w) => match w.wait(std::time::Duration::from_secs(10)).await {
-                            crate::cluster::replica::PartResult::Error { code, .. } => code,
+                            crate::replication::types::PartResult::Error { code, .. } => code,
                             _ => 0,
                         },
                         Staged::Offsets(None) => 0,

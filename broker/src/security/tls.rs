@@ -3,7 +3,7 @@
 //! `ssl.keystore.type=PEM`; the truststore is a PEM file of CA certificates used to verify
 //! client certificates when `ssl.client.auth` is `requested` or `required`.
 
-use super::{ClientAuth, SecuritySettings};
+use crate::config::security::{ClientAuth, SecuritySettings};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;

@@ -12,6 +12,7 @@
 
 pub mod machine;
 
+use crate::config::coordinators::TxnSettings;
 use crate::group::codec::partition_for;
 use crate::kvlog::KvLog;
 use crate::partition::producer_state::{MarkerHeader, Refusal};
@@ -28,44 +29,6 @@ use std::time::Duration;
 
 pub const TXN_TOPIC: &str = "__transaction_state";
 const META_FILE: &str = "__transaction_state.json";
-
-/// Coordinator settings (Kafka's names in `config.rs`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TxnSettings {
-    /// `transaction.state.log.num.partitions`
-    pub partitions: i32,
-    /// `transaction.state.log.segment.bytes`
-    pub segment_bytes: u64,
-    /// `transaction.state.log.replication.factor` (cluster mode; capped at the voters)
-    pub replication_factor: i32,
-    /// `transaction.max.timeout.ms`
-    pub max_timeout_ms: i32,
-    /// `transaction.version`: the finalized feature level ApiVersions announces (0–2)
-    pub version: i16,
-    /// `transactional.id.expiration.ms`
-    pub id_expiration_ms: i64,
-    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
-    pub abort_check_interval_ms: u64,
-    /// `testing.failpoints`: crash points for crash tests (`txn.before_prepare`: die before
-    /// logging PrepareCommit/PrepareAbort; `txn.after_prepare`: die after logging it, before
-    /// any marker). Empty in production.
-    pub failpoints: Vec<String>,
-}
-
-impl Default for TxnSettings {
-    fn default() -> Self {
-        TxnSettings {
-            partitions: 50,
-            segment_bytes: 104_857_600,
-            replication_factor: 3,
-            max_timeout_ms: 900_000,
-            version: 2,
-            id_expiration_ms: 7 * 24 * 3600 * 1000,
-            abort_check_interval_ms: 10_000,
-            failpoints: Vec::new(),
-        }
-    }
-}
 
 struct Shard {
     log: KvLog,
@@ -231,10 +194,10 @@ impl TxnCoordinator {
         let group = r.groups.get(i).and_then(|g| g.clone()).ok_or(ResponseError::NotCoordinator)?;
         let records = records
             .iter()
-            .map(|(k, v)| crate::cluster::replica::KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) })
+            .map(|(k, v)| crate::replication::types::KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) })
             .collect();
         group
-            .propose(crate::cluster::replica::PartCommand::Kv { records, now_ms: now })
+            .propose(crate::replication::types::PartCommand::Kv { records, now_ms: now })
             .map(TxnWait::Raft)
             .map_err(|_| ResponseError::NotCoordinator)
     }
@@ -835,7 +798,7 @@ async fn write_marker_until_durable(
                 continue;
             }
             MarkerTarget::Replica(r) => {
-                use crate::cluster::replica::{PartCommand, PartResult};
+                use crate::replication::types::{PartCommand, PartResult};
                 let cmd = PartCommand::Marker {
                     producer_id: pid,
                     epoch,

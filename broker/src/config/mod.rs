@@ -5,7 +5,12 @@
 //! environment over the file, the file over the defaults. Unknown or malformed settings stop
 //! startup with a message that names the setting.
 
-use crate::security::{ClientAuth, ListenerConfig, SecurityProtocol, SecuritySettings};
+pub mod cluster;
+pub mod coordinators;
+pub mod security;
+
+use coordinators::{CoordinatorSettings, GroupSettings, TxnSettings};
+use security::{ClientAuth, ListenerConfig, SecurityProtocol, SecuritySettings};
 use sluice_storage::{FlushPolicy, LogConfig};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -269,12 +274,12 @@ pub const SETTINGS: &[Setting] = &[
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Every listener; the first is the one in-process callers and single-address logs use.
-    pub listeners: Vec<crate::security::ListenerConfig>,
+    pub listeners: Vec<ListenerConfig>,
     /// Cluster mode: the voters of the metadata quorum (empty: a single node).
     pub voters: BTreeMap<u64, String>,
     /// Cluster mode: this broker's Raft address if it is not among the voters (joining later).
     pub controller_listener: Option<String>,
-    pub security: crate::security::SecuritySettings,
+    pub security: SecuritySettings,
     pub listener: SocketAddr,
     pub advertised_host: String,
     pub advertised_port: i32,
@@ -292,9 +297,9 @@ pub struct Config {
     pub metrics_listener: Option<SocketAddr>,
     pub log_json: bool,
     pub slow_request_ms: u64,
-    pub groups: crate::group::CoordinatorSettings,
+    pub groups: CoordinatorSettings,
     pub offsets_retention_check_interval_ms: u64,
-    pub txns: crate::txn::TxnSettings,
+    pub txns: TxnSettings,
     /// `replica.lag.time.max.ms`: a follower behind the leader for longer is out of sync.
     pub replica_lag_time_max_ms: u64,
     /// Every setting's resolved value as text (for DescribeConfigs).
@@ -569,7 +574,7 @@ pub fn resolve(
     })?;
     let voters = {
         let (v, src) = get("controller.quorum.voters");
-        crate::cluster::parse_voters(&v).map_err(|reason| ConfigError::Invalid {
+        cluster::parse_voters(&v).map_err(|reason| ConfigError::Invalid {
             name: "controller.quorum.voters".into(),
             value: v.clone(),
             origin: src,
@@ -644,8 +649,8 @@ pub fn resolve(
                 Err("must be ≥ 0 (0 logs every request)".into())
             }
         })? as u64,
-        groups: crate::group::CoordinatorSettings {
-            group: crate::group::machine::GroupSettings {
+        groups: CoordinatorSettings {
+            group: GroupSettings {
                 min_session_timeout_ms: parse(
                     "group.min.session.timeout.ms",
                     get("group.min.session.timeout.ms"),
@@ -720,7 +725,7 @@ pub fn resolve(
             get("offsets.retention.check.interval.ms"),
             positive,
         )? as u64,
-        txns: crate::txn::TxnSettings {
+        txns: TxnSettings {
             partitions: parse(
                 "transaction.state.log.num.partitions",
                 get("transaction.state.log.num.partitions"),

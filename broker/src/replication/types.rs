@@ -1,0 +1,129 @@
+//! The replication layer's types: node ids, a partition's Raft group key, and what a
+//! partition's (or a coordinator shard's) Raft log holds and returns.
+
+use openraft::BasicNode;
+use serde::{Deserialize, Serialize};
+use std::io::Cursor;
+
+/// A broker's id in every Raft group (its `node.id`).
+pub type NodeId = u64;
+
+/// A partition's Raft group is named by its topic and index.
+pub type GroupKey = (String, i32);
+
+/// What a partition's Raft log holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartCommand {
+    /// A produce batch (one v2 batch), checked and written when applied. `verified`: the
+    /// leader's transaction coordinator confirmed this partition is in the producer's
+    /// transaction (KIP-890), so a transactional batch may be appended.
+    Produce {
+        #[serde(with = "b64")]
+        batch: Vec<u8>,
+        now_ms: i64,
+        verified: bool,
+    },
+    /// A COMMIT or ABORT marker for `producer_id`.
+    Marker { producer_id: i64, epoch: i16, coordinator_epoch: i32, commit: bool, now_ms: i64 },
+    /// Records for a coordinator shard's key/value log (transaction coordinator).
+    Kv { records: Vec<KvEntry>, now_ms: i64 },
+}
+
+/// One key/value record (no value: the key is deleted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvEntry {
+    #[serde(with = "b64")]
+    pub key: Vec<u8>,
+    #[serde(with = "b64opt")]
+    pub value: Option<Vec<u8>>,
+}
+
+mod b64opt {
+    use super::b64::Raw;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            // JSON (the Raft log files): the bare base64 string, or null
+            Some(v) if s.is_human_readable() => super::b64::serialize(v, s),
+            Some(v) => s.serialize_some(&Raw(v.clone())),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        use base64::Engine;
+        if !d.is_human_readable() {
+            return Ok(Option::<Raw>::deserialize(d)?.map(|r| r.0));
+        }
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| base64::engine::general_purpose::STANDARD.decode(t).map_err(serde::de::Error::custom)).transpose()
+    }
+    impl Serialize for Raw {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(&self.0)
+        }
+    }
+}
+
+/// What applying a command did (answered to the produce or marker request on the leader).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartResult {
+    #[default]
+    Done,
+    /// Written (or an exact retry of a retained batch) at these offsets.
+    Appended { first: i64, last: i64, log_start: i64 },
+    /// A Kafka error code and message.
+    Error { code: i16, message: String },
+}
+
+/// Bytes as base64 text in human-readable formats (the JSON Raft log files) and as raw bytes in
+/// binary ones (bincode RPC frames between brokers: no encoding cost).
+mod b64 {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
+        } else {
+            s.serialize_bytes(v)
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        if !d.is_human_readable() {
+            return Ok(Raw::deserialize(d)?.0);
+        }
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+
+    /// Raw bytes for binary formats.
+    pub struct Raw(pub Vec<u8>);
+
+    impl<'de> Deserialize<'de> for Raw {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Raw, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Raw;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("bytes")
+                }
+                fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Raw, E> {
+                    Ok(Raw(v.to_vec()))
+                }
+                fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Raw, E> {
+                    Ok(Raw(v))
+                }
+            }
+            d.deserialize_byte_buf(V)
+        }
+    }
+}
+
+openraft::declare_raft_types!(
+    pub PartConfig:
+        D = PartCommand,
+        R = PartResult,
+        NodeId = NodeId,
+        Node = BasicNode,
+);
+
+pub type PartRaft = openraft::Raft<PartConfig>;
