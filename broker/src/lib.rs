@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod partition;
 pub mod producer_ids;
 pub mod replication;
+pub mod routing;
 pub mod security;
 pub mod server;
 pub mod state;

@@ -8,6 +8,7 @@
 use crate::config::Config;
 use crate::dynamic_config::DynamicConfigs;
 use crate::partition::Partition;
+use crate::routing::{BrokerAddr, CoordinatorKey, Route, ShardPlacement};
 use crate::topic_config::TopicSettings;
 use serde::{Deserialize, Serialize};
 use sluice_storage::{DirLock, Log, StorageError};
@@ -234,31 +235,6 @@ impl BrokerState {
         (brokers, controller)
     }
 
-    /// Cluster mode: the broker that coordinates `key` (key type 0: a group, 1: a transactional
-    /// id) — the owner of its coordinator-log partition, spread over the registered brokers in
-    /// id order — with its address. `None` in single-node mode (this broker coordinates all).
-    pub fn coordinator_owner(&self, key_type: i8, key: &str) -> Option<(i32, String, i32)> {
-        let c = self.cluster.get()?;
-        let partitions = if key_type == 1 { self.config.txns.partitions } else { self.config.groups.partitions };
-        let p = crate::group::codec::partition_for(key, partitions);
-        let image = c.image();
-        if key_type == 0 && self.groups.is_replicated() {
-            // the leader of the key's offsets-log partition (None while it elects one)
-            let owner = self.groups.shard_owner(p)?;
-            let b = image.brokers.get(&owner)?;
-            return Some((b.node_id, b.host.clone(), b.port));
-        }
-        if key_type == 1 && self.txns.replication().is_some() {
-            // the leader of the key's transaction-log partition (None while it elects one)
-            let owner = self.txns.shard_owner(p)?;
-            let b = image.brokers.get(&owner)?;
-            return Some((b.node_id, b.host.clone(), b.port));
-        }
-        let ids: Vec<&crate::cluster::BrokerInfo> = image.brokers.values().collect();
-        let b = ids.get(usize::try_from(p).ok()? % ids.len().max(1))?;
-        Some((b.node_id, b.host.clone(), b.port))
-    }
-
     /// Cluster mode: this broker's replica of a replicated partition (replication factor > 1).
     pub fn replica(&self, topic: &str, index: i32) -> Option<Arc<crate::cluster::replica::Replica>> {
         self.cluster.get()?.replica(&(topic.to_string(), index))
@@ -275,20 +251,6 @@ impl BrokerState {
                 || !r.contains(&self.config.node_id)
                 || c.replica(&(topic.to_string(), p as i32)).is_some_and(|rep| rep.leader().is_some())
         })
-    }
-
-    /// Cluster mode: who leads `topic`/`index` and its leader epoch. A replicated partition's
-    /// leader is its Raft group's (-1 while it elects one; epoch = the Raft term) — on a broker
-    /// that is not one of its replicas, the leader the group last published to the metadata
-    /// quorum; otherwise the assigned broker (epoch 0). `None`: unknown here (or single-node mode).
-    pub fn partition_leader(&self, topic: &str, index: i32) -> Option<(i32, i32)> {
-        let c = self.cluster.get()?;
-        if let Some(r) = c.replica(&(topic.to_string(), index)) {
-            return Some((r.leader().unwrap_or(-1), r.term()));
-        }
-        // not a replica here: the leader its group last published, else the preferred one
-        let image = c.image();
-        image.published_leader(topic, index).or_else(|| image.leader(topic, index).map(|l| (l, 0)))
     }
 
     /// The cluster id clients see: the quorum's (the first registered broker's) in cluster
@@ -858,6 +820,46 @@ impl BrokerState {
                     }
                 }
             }
+        }
+    }
+}
+
+/// One node: every partition and key is served here. A cluster: a replicated partition's
+/// leader is its Raft group's; a key's coordinator leads its coordinator-log partition (or,
+/// with that log not replicated, the partitions are spread over the brokers in id order).
+impl crate::routing::Router for BrokerState {
+    /// Cluster mode: who leads `topic`/`index` and its leader epoch. A replicated partition's
+    /// leader is its Raft group's (-1 while it elects one; epoch = the Raft term) — on a broker
+    /// that is not one of its replicas, the leader the group last published to the metadata
+    /// quorum; otherwise the assigned broker (epoch 0). `None`: unknown here (or single-node mode).
+    fn leader_of(&self, topic: &str, index: i32) -> Option<(i32, i32)> {
+        let c = self.cluster.get()?;
+        if let Some(r) = c.replica(&(topic.to_string(), index)) {
+            return Some((r.leader().unwrap_or(-1), r.term()));
+        }
+        // not a replica here: the leader its group last published, else the preferred one
+        let image = c.image();
+        image.published_leader(topic, index).or_else(|| image.leader(topic, index).map(|l| (l, 0)))
+    }
+
+    fn coordinator_of(&self, key: CoordinatorKey<'_>) -> Route {
+        let Some(c) = self.cluster.get() else { return Route::Here };
+        let (placement, partitions): (&dyn ShardPlacement, i32) = match key {
+            CoordinatorKey::Group(_) => (&self.groups, self.config.groups.partitions),
+            CoordinatorKey::Transaction(_) => (&self.txns, self.config.txns.partitions),
+        };
+        let shard = key.shard(partitions);
+        let image = c.image();
+        let owner = if placement.replicated() {
+            placement.shard_leader(shard)
+        } else {
+            let ids: Vec<&crate::cluster::BrokerInfo> = image.brokers.values().collect();
+            usize::try_from(shard).ok().and_then(|i| ids.get(i % ids.len().max(1))).map(|b| b.node_id)
+        };
+        match owner.and_then(|o| image.brokers.get(&o)) {
+            Some(b) if b.node_id == self.config.node_id => Route::Here,
+            Some(b) => Route::Broker(BrokerAddr { node_id: b.node_id, host: b.host.clone(), port: b.port }),
+            None => Route::Electing,
         }
     }
 }

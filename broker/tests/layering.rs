@@ -34,6 +34,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("state", 3),
     ("kvlog", 3),
     ("producer_ids", 3),
+    ("routing", 3),
     ("cluster/mod", 3),
     ("cluster/store", 3),
     ("cluster/reconcile", 3),

@@ -5,6 +5,7 @@
 //! Kafka after a leadership change).
 
 use crate::handlers::refuse;
+use crate::routing::{CoordinatorKey, Route, Router as _};
 use crate::security::authz::{Gate, Patch};
 use crate::state::BrokerState;
 use kafka_protocol::error::ResponseError;
@@ -15,7 +16,7 @@ const NOT_LEADER: i16 = 6;
 /// Partitions of `topic` this broker does not lead (a replicated partition: its Raft group's
 /// leader; otherwise the image's assignment).
 fn not_mine(state: &BrokerState, _image: &super::MetadataImage, topic: &str, p: i32) -> bool {
-    match state.partition_leader(topic, p) {
+    match state.leader_of(topic, p) {
         Some((l, _)) => l != state.config.node_id,
         None => false, // unknown here: the handler answers UNKNOWN_TOPIC_OR_PARTITION
     }
@@ -30,7 +31,7 @@ const NOT_COORDINATOR: i16 = 16;
 
 /// Does this broker coordinate `key` (0: group, 1: transactional id)?
 fn mine(state: &BrokerState, key_type: i8, key: &str) -> bool {
-    state.coordinator_owner(key_type, key).is_some_and(|(id, _, _)| id == state.config.node_id)
+    CoordinatorKey::from_wire(key_type, key).is_some_and(|k| state.coordinator_of(k) == Route::Here)
 }
 
 fn deny(r: ResponseKind) -> Gate {

@@ -190,18 +190,6 @@ fn encode_versioned<T: kafka_protocol::protocol::Encodable>(x: &T) -> Bytes {
     buf.freeze()
 }
 
-/// Java's `String.hashCode`, so a group maps to the same offsets-log partition as in Kafka.
-pub fn java_hash(s: &str) -> i32 {
-    s.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
-}
-
-/// Kafka's `Utils.abs(hash) % partitions`.
-pub fn partition_for(group: &str, partitions: i32) -> i32 {
-    let h = java_hash(group);
-    let abs = if h == i32::MIN { 0 } else { h.abs() };
-    abs % partitions.max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,17 +204,6 @@ mod tests {
         let mut buf = bytes.slice(2..);
         let back = kafka_protocol::messages::ConsumerProtocolAssignment::decode(&mut buf, 0).unwrap();
         assert_eq!(back.assigned_partitions[0].partitions, vec![1, 3]);
-    }
-
-    #[test]
-    fn java_hash_matches_java() {
-        // values from Java's "…".hashCode()
-        assert_eq!(java_hash(""), 0);
-        assert_eq!(java_hash("a"), 97);
-        assert_eq!(java_hash("hello"), 99162322);
-        assert_eq!(java_hash("my-group"), -1_906_497_762);
-        assert_eq!(partition_for("my-group", 50), 1_906_497_762 % 50);
-        assert_eq!(partition_for("hello", 50), 99162322 % 50);
     }
 
     proptest! {

@@ -429,22 +429,6 @@ impl GroupCoordinator {
         Ok(GroupCoordinator { settings, shards, replication: std::sync::OnceLock::new(), timers: Default::default() })
     }
 
-    /// Is the offsets log replicated (cluster mode, replication factor > 1)?
-    pub fn is_replicated(&self) -> bool {
-        self.replication.get().is_some()
-    }
-
-    /// Replicated: the broker leading shard `p`'s group (as this broker knows it).
-    pub fn shard_owner(&self, p: i32) -> Option<i32> {
-        let assignment = self.replication.get()?;
-        let i = usize::try_from(p).ok()?;
-        let replica = self.shards.get(i)?.lock().unwrap_or_else(|e| e.into_inner()).replica.clone();
-        match replica {
-            Some(r) => r.leader(),
-            None => assignment.get(i)?.first().copied(),
-        }
-    }
-
     /// Applied on every replica of shard `i` (its Raft state machine): append durably. The
     /// groups are loaded from this log when the replica becomes the shard's leader.
     pub fn apply_replicated(&self, i: usize, records: &[KvRecord], now: i64) -> Result<(), String> {
@@ -559,7 +543,7 @@ impl GroupCoordinator {
     }
 
     pub fn partition_for(&self, group: &str) -> i32 {
-        codec::partition_for(group, self.settings.partitions)
+        crate::routing::shard_for(group, self.settings.partitions)
     }
 
     fn shard(&self, group: &str) -> MutexGuard<'_, Shard> {
@@ -1067,6 +1051,25 @@ pub async fn wait_durable(wait: LogWait) -> Result<(), StorageError> {
 /// Member metadata as bytes for responses.
 pub fn bytes(v: &[u8]) -> Bytes {
     Bytes::copy_from_slice(v)
+}
+
+/// Replicated (cluster mode, replication factor > 1): each offsets-log partition is a Raft
+/// group and its leader coordinates the partition's groups.
+impl crate::routing::ShardPlacement for GroupCoordinator {
+    fn replicated(&self) -> bool {
+        self.replication.get().is_some()
+    }
+
+    /// The broker leading shard `shard`'s group, as this broker knows it.
+    fn shard_leader(&self, shard: i32) -> Option<i32> {
+        let assignment = self.replication.get()?;
+        let i = usize::try_from(shard).ok()?;
+        let replica = self.shards.get(i)?.lock().unwrap_or_else(|e| e.into_inner()).replica.clone();
+        match replica {
+            Some(r) => r.leader(),
+            None => assignment.get(i)?.first().copied(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! UNCLEAN elections do not exist with Raft: refused with INVALID_REQUEST.
 
 use super::{sb, topic_name};
+use crate::routing::Router as _;
 use crate::state::BrokerState;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
@@ -29,7 +30,7 @@ fn elect(state: &BrokerState, topic: &str, p: i32, deadline: Instant) -> (i16, O
     if replicas.len() < 2 {
         return (ELECTION_NOT_NEEDED, Some("the partition has a single replica".into()));
     }
-    if state.partition_leader(topic, p).map(|(l, _)| l) == Some(preferred) {
+    if state.leader_of(topic, p).map(|(l, _)| l) == Some(preferred) {
         return (ELECTION_NOT_NEEDED, Some(format!("broker {preferred} already leads it")));
     }
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -43,7 +44,7 @@ fn elect(state: &BrokerState, topic: &str, p: i32, deadline: Instant) -> (i16, O
     }
     // answered once the preferred replica leads (as this broker's replica, if any, sees it)
     loop {
-        match state.partition_leader(topic, p) {
+        match state.leader_of(topic, p) {
             Some((l, _)) if l == preferred => return (0, None),
             _ if state.replica(topic, p).is_none() => return (0, None), // not a replica here: cannot watch
             _ => {}

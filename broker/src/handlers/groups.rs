@@ -5,6 +5,7 @@
 use super::{now_ms, sb, topic_name, LaterReply, Reply};
 use crate::group::machine::{GroupState, JoinArgs, SyncArgs};
 use crate::group::{self, OffsetToCommit};
+use crate::routing::{CoordinatorKey, Route, Router as _};
 use crate::state::BrokerState;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
@@ -28,30 +29,25 @@ pub fn find_coordinator(
     for key in keys {
         let mut c = find_coordinator_response::Coordinator::default();
         c.key = key;
-        match req.key_type {
-            0 | 1 => match state.coordinator_owner(req.key_type, &c.key) {
-                Some((id, _, _)) if id == state.config.node_id => {
-                    c.node_id = BrokerId(id);
-                    c.host = sb(&listener.advertised_host);
-                    c.port = listener.advertised_port;
-                }
-                Some((id, host, port)) => {
-                    c.node_id = BrokerId(id);
-                    c.host = sb(&host);
-                    c.port = port;
-                }
-                None if state.cluster.get().is_some() => {
-                    c.node_id = BrokerId(-1);
-                    c.port = -1;
-                    c.error_code = ResponseError::CoordinatorNotAvailable.code();
-                }
-                None => {
+        match CoordinatorKey::from_wire(req.key_type, &c.key) {
+            Some(key) => match state.coordinator_of(key) {
+                Route::Here => {
                     c.node_id = BrokerId(state.config.node_id);
                     c.host = sb(&listener.advertised_host);
                     c.port = listener.advertised_port;
                 }
+                Route::Broker(b) => {
+                    c.node_id = BrokerId(b.node_id);
+                    c.host = sb(&b.host);
+                    c.port = b.port;
+                }
+                Route::Electing => {
+                    c.node_id = BrokerId(-1);
+                    c.port = -1;
+                    c.error_code = ResponseError::CoordinatorNotAvailable.code();
+                }
             },
-            _ => {
+            None => {
                 c.node_id = BrokerId(-1);
                 c.port = -1;
                 c.error_code = ResponseError::InvalidRequest.code();

@@ -3,6 +3,7 @@
 //! auto-creating requested topics when `auto.create.topics.enable` and the client allow it.
 
 use super::{sb, topic_name};
+use crate::routing::Router as _;
 use crate::state::{BrokerState, Topic, TopicError};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
@@ -34,7 +35,7 @@ fn topic_entry(state: &BrokerState, t: &Topic) -> MetadataResponseTopic {
             let mut mp = MetadataResponsePartition::default();
             let replicas = replicas_of(p.index);
             mp.partition_index = p.index;
-            let (leader, epoch) = state.partition_leader(&t.name, p.index).unwrap_or((node.0, 0));
+            let (leader, epoch) = state.leader_of(&t.name, p.index).unwrap_or((node.0, 0));
             mp.leader_id = BrokerId(leader);
             mp.leader_epoch = epoch;
             if leader < 0 {

@@ -15,6 +15,7 @@ use crate::cluster::replica::PendingWrite;
 use crate::error_map;
 use crate::partition::{AppendError, Appended, Partition};
 use crate::replication::types::{PartCommand, PartResult};
+use crate::routing::{CoordinatorKey, Route, Router as _};
 use crate::state::BrokerState;
 use crate::topic_config::TopicSettings;
 use bytes::BytesMut;
@@ -195,10 +196,10 @@ fn implicit_add(version: i16, batch: &[u8]) -> Option<(i64, i16)> {
 
 /// Cluster mode: the address of `id`'s transaction coordinator if it is another broker.
 fn remote_coordinator(state: &BrokerState, id: &str) -> Option<String> {
-    state
-        .coordinator_owner(1, id)
-        .filter(|(owner, _, _)| *owner != state.config.node_id)
-        .map(|(_, host, port)| format!("{host}:{port}"))
+    match state.coordinator_of(CoordinatorKey::Transaction(id)) {
+        Route::Broker(b) => Some(b.addr()),
+        Route::Here | Route::Electing => None,
+    }
 }
 
 /// The producer id and epoch of a transactional batch.

@@ -4,6 +4,7 @@
 
 use super::{now_ms, sb, LaterReply, Reply};
 use crate::group;
+use crate::routing::{CoordinatorKey, Route, Router as _};
 use crate::state::BrokerState;
 use crate::txn::machine;
 use crate::txn::{Outcome, TxnCoordinator};
@@ -232,10 +233,10 @@ pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetC
         // The producer must own the transactional id and have added this group (checked here
         // when this broker is also the transaction's coordinator; in cluster mode with the
         // coordinator elsewhere, by it: its markers decide the pending offsets' fate).
-        let remote = st
-            .coordinator_owner(1, &id)
-            .filter(|(owner, _, _)| *owner != st.config.node_id)
-            .map(|(_, host, port)| format!("{host}:{port}"));
+        let remote = match st.coordinator_of(CoordinatorKey::Transaction(&id)) {
+            Route::Broker(b) => Some(b.addr()),
+            Route::Here | Route::Electing => None,
+        };
         let mut remote_refusal = None;
         if version >= 5 {
             // transaction version 2: the commit itself adds the group to the transaction

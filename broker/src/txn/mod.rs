@@ -13,10 +13,10 @@
 pub mod machine;
 
 use crate::config::coordinators::TxnSettings;
-use crate::group::codec::partition_for;
 use crate::kvlog::KvLog;
 use crate::partition::producer_state::{MarkerHeader, Refusal};
 use crate::partition::{AppendError, Partition};
+use crate::routing::{shard_for, CoordinatorKey, Route, Router as _};
 use crate::state::BrokerState;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
@@ -138,7 +138,7 @@ impl TxnCoordinator {
     }
 
     fn shard_index(&self, id: &str) -> usize {
-        (partition_for(id, self.settings.partitions) as usize).min(self.shards.len() - 1)
+        (shard_for(id, self.settings.partitions) as usize).min(self.shards.len() - 1)
     }
 
     fn shard(&self, id: &str) -> MutexGuard<'_, Shard> {
@@ -152,16 +152,6 @@ impl TxnCoordinator {
     /// Is the transaction log replicated (cluster mode, replication factor > 1)?
     pub fn replication(&self) -> Option<&TxnReplication> {
         self.replication.get()
-    }
-
-    /// Replicated: the broker leading shard `p`'s group (as this broker knows it).
-    pub fn shard_owner(&self, p: i32) -> Option<i32> {
-        let r = self.replication.get()?;
-        let i = usize::try_from(p).ok()?;
-        match r.groups.get(i)? {
-            Some(g) => g.leader(),
-            None => r.replicas.get(i)?.first().copied(),
-        }
     }
 
     /// The coordinator epoch markers for `id` carry.
@@ -658,7 +648,7 @@ enum MarkerTarget {
 /// Cluster mode: who writes the marker for `topic`/`index`.
 fn marker_target(state: &BrokerState, topic: &str, index: i32) -> MarkerTarget {
     let Some(c) = state.cluster.get() else { return MarkerTarget::Local };
-    let Some((leader, _)) = state.partition_leader(topic, index) else { return MarkerTarget::Local };
+    let Some((leader, _)) = state.leader_of(topic, index) else { return MarkerTarget::Local };
     if leader < 0 {
         return MarkerTarget::Wait;
     }
@@ -876,19 +866,17 @@ async fn complete_group_until_durable(state: &Arc<BrokerState>, id: &str, group:
     let (pid, _, commit) = header;
     let mut backoff = Duration::from_millis(50);
     loop {
-        let owner = state.coordinator_owner(0, group);
-        match owner {
-            Some((o, host, port)) if o != state.config.node_id => {
-                let partition = crate::group::codec::partition_for(group, state.config.groups.partitions);
-                let addr = format!("{host}:{port}");
-                if write_marker_remote(state, &addr, id, crate::group::OFFSETS_TOPIC, partition, header).await
+        match state.coordinator_of(CoordinatorKey::Group(group)) {
+            Route::Broker(b) => {
+                let partition = shard_for(group, state.config.groups.partitions);
+                if write_marker_remote(state, &b.addr(), id, crate::group::OFFSETS_TOPIC, partition, header).await
                     != MarkerDone::Retry
                 {
                     return;
                 }
             }
-            None if state.cluster.get().is_some() => {} // its coordinator is being elected
-            _ => match state.groups.complete_txn(group, pid, commit, crate::handlers::now_ms()) {
+            Route::Electing => {} // its coordinator is being elected
+            Route::Here => match state.groups.complete_txn(group, pid, commit, crate::handlers::now_ms()) {
                 Ok(w) => {
                     if crate::group::wait_durable(w).await.is_ok() {
                         return;
@@ -949,4 +937,22 @@ async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnM
     let outcome = if m.commit { "commit" } else { "abort" };
     ::metrics::counter!(crate::metrics::TRANSACTIONS_TOTAL, "outcome" => outcome).increment(1);
     Ok(m.complete)
+}
+
+/// Replicated (cluster mode, replication factor > 1): each transaction-log partition is a
+/// Raft group and its leader coordinates the partition's transactional ids.
+impl crate::routing::ShardPlacement for TxnCoordinator {
+    fn replicated(&self) -> bool {
+        self.replication.get().is_some()
+    }
+
+    /// The broker leading shard `shard`'s group, as this broker knows it.
+    fn shard_leader(&self, shard: i32) -> Option<i32> {
+        let r = self.replication.get()?;
+        let i = usize::try_from(shard).ok()?;
+        match r.groups.get(i)? {
+            Some(g) => g.leader(),
+            None => r.replicas.get(i)?.first().copied(),
+        }
+    }
 }
