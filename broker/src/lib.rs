@@ -1,6 +1,7 @@
 //! # sluice-broker
 //!
 //! The Sluice broker (the `sluice` binary) as a library. Where code goes:
+//! - `broker`: the composition root — `Broker::start(Config)` wires every service, `run` serves;
 //! - `config`: settings (flags, environment, TOML), named like Kafka's;
 //! - `server`: the accept loop, connection limit, graceful shutdown;
 //! - `connection`: the only code touching a socket: frames in, responses out, in order;
@@ -22,6 +23,7 @@
 //! - `replication`: the openraft layer's own types (node ids, group keys, partition commands).
 
 pub mod background;
+pub mod broker;
 pub mod cluster;
 pub mod config;
 pub mod connection;

@@ -15,6 +15,7 @@ use std::path::Path;
 const LAYERS: &[(&str, u8)] = &[
     // network and the broker's runtime
     ("main", 8),
+    ("broker", 8),
     ("lib", 8),
     ("server", 8),
     ("connection", 8),

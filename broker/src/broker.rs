@@ -1,0 +1,158 @@
+//! The composition root: [`Broker::start`] builds and wires every service of one broker — a
+//! single node, or a member of a cluster (`controller.quorum.voters` set) — and
+//! [`Broker::run`] serves its listeners until shutdown. `main.rs` only turns flags, the
+//! environment and a TOML file into a [`Config`] and calls these two.
+//!
+//! Start-up order: the metrics endpoint; the data directory (locked, every partition log
+//! opened and recovered); in a cluster, the metadata quorum, then the services that follow it
+//! (the reconciler, reassignment, the replicated coordinator logs, producer-id blocks from the
+//! quorum) and this broker's registration; last, the listeners, so no client is accepted
+//! before everything it could ask for exists.
+
+use crate::cluster::{ClusterNode, Command};
+use crate::config::Config;
+use crate::server::ListenerRuntime;
+use crate::state::BrokerState;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Why a broker could not start. `main` prints it and exits with [`StartError::exit_code`].
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The settings cannot work (a listener's TLS files, ...): exit code 2, as a bad flag.
+    #[error("{0}")]
+    Settings(String),
+    /// Something the broker needs failed (the data directory, a port, the quorum): exit code 1.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl StartError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Settings(_) => 2,
+            StartError::Failed(_) => 1,
+        }
+    }
+}
+
+/// A failure of one start-up step: `what` says which.
+fn failed(what: &'static str) -> impl Fn(anyhow::Error) -> StartError {
+    move |e| StartError::Failed(format!("{what}: {e}"))
+}
+
+/// A started broker: its services wired, its listeners bound, not yet accepting.
+pub struct Broker {
+    state: Arc<BrokerState>,
+    listeners: Vec<(TcpListener, ListenerRuntime)>,
+}
+
+impl Broker {
+    /// Build and wire every service for `config`, and bind its listeners.
+    pub async fn start(config: Config) -> Result<Broker, StartError> {
+        if let Some(addr) = config.metrics_listener {
+            if let Some(handle) = crate::metrics::install() {
+                crate::metrics::serve(addr, handle)
+                    .await
+                    .map_err(|e| StartError::Failed(format!("cannot serve metrics on {addr}: {e}")))?;
+            }
+        }
+        let state =
+            tokio::task::block_in_place(|| BrokerState::open(config)).map_err(|e| StartError::Failed(e.to_string()))?;
+        let state = Arc::new(state);
+        if !state.config.voters.is_empty() {
+            join_cluster(&state).await?;
+        }
+        let listeners = bind_listeners(&state).await?;
+        Ok(Broker { state, listeners })
+    }
+
+    /// The broker's state (topics, coordinators, security, the cluster node).
+    pub fn state(&self) -> &Arc<BrokerState> {
+        &self.state
+    }
+
+    /// Serve every listener until `shutdown` completes, then drain (`server::run`).
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let state = self.state;
+        for l in &state.config.listeners {
+            tracing::info!("sluice listening on {} ({}, {:?})", l.addr, l.name, l.protocol);
+        }
+        tracing::info!("data in {}, cluster id {}", state.data_dir().display(), state.cluster_id);
+        crate::server::run(state, self.listeners, shutdown).await;
+    }
+}
+
+/// Cluster mode: start this broker's member of the metadata quorum and everything that follows
+/// the quorum, then register the broker (in the background: the quorum may still be forming).
+async fn join_cluster(state: &Arc<BrokerState>) -> Result<(), StartError> {
+    let id = state.config.node_id as u64;
+    let dir = state.data_dir().join("__cluster");
+    // What this broker brings into the cluster: everything it had on its first join (so a
+    // single node's ACLs and users are not lost), only its bootstrap users after that.
+    let first_join = !dir.exists();
+    let bootstrap: Vec<&str> = state.config.security.bootstrap_users.iter().map(|(u, _)| u.as_str()).collect();
+    let upserts: Vec<_> = state
+        .security
+        .credentials
+        .export()
+        .into_iter()
+        .filter(|(u, _)| first_join || bootstrap.contains(&u.as_str()))
+        .flat_map(|(u, creds)| creds.into_iter().map(move |(m, c)| (u.clone(), m, c)))
+        .collect();
+    let imported_acls = if first_join { state.security.acls.all() } else { Vec::new() };
+    let own = state.config.controller_listener.clone();
+    let node =
+        ClusterNode::start(id, state.config.voters.clone(), own, &dir).await.map_err(failed("metadata quorum"))?;
+    let _ = state.cluster.set(node.clone());
+    crate::cluster::spawn_reconciler(state, node.clone(), &dir).map_err(failed("metadata quorum"))?;
+    crate::cluster::reassign::spawn_membership_driver(&node);
+    crate::txn::TxnCoordinator::enable_replication(state, &node, &dir.join("replicas"))
+        .await
+        .map_err(failed("transaction log replication"))?;
+    crate::group::GroupCoordinator::enable_replication(state, &node, &dir.join("replicas"))
+        .await
+        .map_err(failed("offsets log replication"))?;
+    state.producer_ids.use_source(Arc::new(crate::cluster::QuorumBlocks(node.clone(), state.config.node_id)));
+    let l = &state.config.listeners[0];
+    let register = Command::RegisterBroker {
+        node_id: state.config.node_id,
+        host: l.advertised_host.clone(),
+        port: l.advertised_port,
+        cluster_id: state.cluster_id.clone(),
+    };
+    tokio::spawn(async move {
+        let hour = Duration::from_secs(3600);
+        match node.write(register, hour).await {
+            Ok(_) => tracing::info!("registered with the metadata quorum"),
+            Err(e) => tracing::error!("could not register with the metadata quorum: {e}"),
+        }
+        if !imported_acls.is_empty() {
+            if let Err(e) = node.write(Command::CreateAcls { acls: imported_acls }, hour).await {
+                tracing::error!("could not bring this broker's ACLs into the cluster: {e}");
+            }
+        }
+        if !upserts.is_empty() {
+            let cmd = Command::AlterCredentials { upserts, deletes: vec![], only_if_absent: true };
+            if let Err(e) = node.write(cmd, hour).await {
+                tracing::error!("could not bring this broker's users into the cluster: {e}");
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Every configured listener, bound (its TLS set up first: a bad certificate is a settings error).
+async fn bind_listeners(state: &BrokerState) -> Result<Vec<(TcpListener, ListenerRuntime)>, StartError> {
+    let mut bound = Vec::new();
+    for l in &state.config.listeners {
+        let runtime = ListenerRuntime::new(l, &state.config.security)
+            .map_err(|e| StartError::Settings(format!("listener {}: {e}", l.name)))?;
+        let socket = TcpListener::bind(l.addr)
+            .await
+            .map_err(|e| StartError::Failed(format!("cannot listen on {} ({}): {e}", l.addr, l.name)))?;
+        bound.push((socket, runtime));
+    }
+    Ok(bound)
+}
