@@ -46,7 +46,7 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
             }
             _ = retention_tick.tick() => {
                 let st = state.clone();
-                let now = crate::handlers::now_ms();
+                let now = crate::clock::now_ms();
                 let _ = tokio::task::spawn_blocking(move || {
                     for t in st.topics() {
                         for p in &t.partitions {
@@ -64,25 +64,25 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
                 }).await;
             }
             _ = &mut group_wake => {
-                for d in state.groups.tick(crate::handlers::now_ms()) {
+                for d in state.groups.tick(crate::clock::now_ms()) {
                     tokio::spawn(d.finish());
                 }
-                let wait = state.groups.next_deadline().map_or(100, |due| (due - crate::handlers::now_ms()).clamp(1, 100));
+                let wait = state.groups.next_deadline().map_or(100, |due| (due - crate::clock::now_ms()).clamp(1, 100));
                 group_wake.as_mut().reset(tokio::time::Instant::now() + Duration::from_millis(wait.unsigned_abs()));
             }
             _ = txn_tick.tick() => {
                 let st = state.clone();
                 tokio::spawn(async move { crate::txn::TxnCoordinator::check_timeouts(&st).await });
                 let st = state.clone();
-                let _ = tokio::task::spawn_blocking(move || st.txns.compact_logs(crate::handlers::now_ms())).await;
+                let _ = tokio::task::spawn_blocking(move || st.txns.compact_logs(crate::clock::now_ms())).await;
             }
             _ = offsets_tick.tick() => {
                 let st = state.clone();
-                let _ = tokio::task::spawn_blocking(move || st.groups.maintain(crate::handlers::now_ms())).await;
+                let _ = tokio::task::spawn_blocking(move || st.groups.maintain(crate::clock::now_ms())).await;
             }
             _ = gauges_tick.tick() => {
                 state.groups.record_gauges();
-                state.txns.record_gauges(crate::handlers::now_ms());
+                state.txns.record_gauges(crate::clock::now_ms());
                 for t in state.topics() {
                     for p in &t.partitions {
                         p.record_gauges();

@@ -12,9 +12,9 @@
 //! version of ApiVersions is answered v0-style with UNSUPPORTED_VERSION and the supported
 //! ranges; other unsupported versions close the connection, as Kafka does.
 
-use crate::dispatch::dispatch_from;
 use crate::handlers::Reply;
 use crate::metrics;
+use crate::pipeline::dispatch::dispatch_from;
 use crate::security::quota::Kind;
 use crate::security::sasl::{SaslServer, Step};
 use crate::security::{tls, Session, ANONYMOUS};

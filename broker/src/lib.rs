@@ -5,7 +5,8 @@
 //! - `config`: settings (flags, environment, TOML), named like Kafka's;
 //! - `server`: the accept loop, connection limit, graceful shutdown;
 //! - `connection`: the only code touching a socket: frames in, responses out, in order;
-//! - `dispatch`: one arm per API, calling `handlers/` (one file per API);
+//! - `pipeline`: the authorization and routing gates, then `dispatch` — one arm per API,
+//!   calling `handlers/` (one file per API);
 //! - `state`: topics, partitions and their persisted metadata;
 //! - `partition`: one partition's log, high watermark and append path;
 //! - `group`: the group coordinator (consumer groups, committed offsets, the offsets log);
@@ -24,10 +25,10 @@
 
 pub mod background;
 pub mod broker;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod connection;
-pub mod dispatch;
 pub mod dynamic_config;
 pub mod error_map;
 pub mod group;
@@ -35,6 +36,7 @@ pub mod handlers;
 pub mod kvlog;
 pub mod metrics;
 pub mod partition;
+pub mod pipeline;
 pub mod producer_ids;
 pub mod replication;
 pub mod routing;

@@ -9,14 +9,14 @@
 //!   length-prefixed bincode frames over TCP;
 //! - `replica`: one Raft group per replicated partition and per coordinator-log partition;
 //! - `reconcile`: makes this broker's topics and replicas match the image;
-//! - `reassign`: moves a partition group's voters to the replicas the image assigns;
-//! - `route`: Kafka requests reach only a partition's leader or a key's coordinator.
+//! - `reassign`: moves a partition group's voters to the replicas the image assigns.
+//!
+//! Where requests must go is `routing`; the gate that sends them there is `pipeline::route`.
 
 pub mod network;
 pub mod reassign;
 pub mod reconcile;
 pub mod replica;
-pub mod route;
 pub mod store;
 
 use serde::{Deserialize, Serialize};

@@ -407,7 +407,7 @@ impl GroupCoordinator {
             }
             Err(e) => return Err(e.into()),
         }
-        let now = crate::handlers::now_ms();
+        let now = crate::clock::now_ms();
         let mut shards = Vec::new();
         for i in 0..settings.partitions {
             let dir = data_dir.join(format!("{OFFSETS_TOPIC}-{i}"));
@@ -486,7 +486,7 @@ impl GroupCoordinator {
         let me = state.config.node_id;
         let n = groups.shards.len();
         let assignment: Vec<Vec<i32>> = (0..n).map(|i| (0..rf).map(|k| ids[(i + k) % ids.len()]).collect()).collect();
-        let now = crate::handlers::now_ms();
+        let now = crate::clock::now_ms();
         let mut watch = Vec::new();
         for (i, r) in assignment.iter().enumerate() {
             groups.reset_shard(i, false, now);
@@ -528,9 +528,9 @@ impl GroupCoordinator {
                     let Some(st) = weak.upgrade() else { return };
                     let loaded = st.groups.shards[i].lock().unwrap_or_else(|e| e.into_inner()).loaded;
                     if is_leader && ready && !loaded {
-                        tokio::task::block_in_place(|| st.groups.reset_shard(i, true, crate::handlers::now_ms()));
+                        tokio::task::block_in_place(|| st.groups.reset_shard(i, true, crate::clock::now_ms()));
                     } else if !is_leader && loaded {
-                        st.groups.reset_shard(i, false, crate::handlers::now_ms());
+                        st.groups.reset_shard(i, false, crate::clock::now_ms());
                     }
                     drop(st);
                     if let Ok(Err(_)) = tokio::time::timeout(std::time::Duration::from_secs(1), rx.changed()).await {

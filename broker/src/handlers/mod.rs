@@ -48,7 +48,4 @@ pub fn topic_name(s: &str) -> TopicName {
     TopicName(sb(s))
 }
 
-/// Wall-clock milliseconds since the epoch (the one place handlers read the clock).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
+pub use crate::clock::now_ms;

@@ -1,5 +1,5 @@
 //! Answers that refuse every partition of a request (or of one topic) with an error code: the
-//! shapes the authorizer (`security::authz`) and cluster routing (`cluster::route`) both build.
+//! shapes the authorizer (`pipeline::authz`) and cluster routing (`pipeline::route`) both build.
 
 use kafka_protocol::messages::*;
 

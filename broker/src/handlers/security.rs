@@ -1,5 +1,5 @@
 //! CreateAcls, DescribeAcls, DeleteAcls, DescribeUserScramCredentials,
-//! AlterUserScramCredentials (who may call them is checked in `security::authz`).
+//! AlterUserScramCredentials (who may call them is checked in `pipeline::authz`).
 
 use super::sb;
 use crate::cluster::{Command, CommandResult};

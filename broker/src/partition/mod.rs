@@ -89,10 +89,7 @@ impl Partition {
         let flusher = log.flusher();
         let mut producers = rebuild_producer_state(&mut log);
         // After a restart every producer gets a full expiration window again.
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let now = crate::clock::now_ms();
         for e in producers.values_mut() {
             e.last_timestamp = e.last_timestamp.max(now);
         }

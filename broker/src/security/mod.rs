@@ -6,11 +6,9 @@
 //! - `sasl`: one connection's authentication state machine;
 //! - `credentials`: SCRAM credentials, persisted in `<log.dirs>/__scram_credentials.json`;
 //! - `acl`: ACL bindings, filters and the allow/deny decision, persisted in `__acls.json`;
-//! - `authz`: what each API needs (Kafka's rules), applied before dispatch;
 //! - `quota`: per-client-id produce/fetch byte rates and the throttle time they earn.
 
 pub mod acl;
-pub mod authz;
 pub mod credentials;
 pub mod quota;
 pub mod sasl;

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 use rand::distributions::{Alphanumeric, DistString};
 use sluice_protocol::scram::{self, Mechanism, ServerExchange};
 
-use crate::handlers::sb;
+use kafka_protocol::protocol::StrBytes;
 
 enum Stage {
     /// Waiting for SaslHandshake.
@@ -49,7 +49,7 @@ fn auth_response(error: Option<(ResponseError, String)>, bytes: Vec<u8>) -> Resp
     let mut r = SaslAuthenticateResponse::default();
     if let Some((e, msg)) = error {
         r.error_code = e.code();
-        r.error_message = Some(sb(&msg));
+        r.error_message = Some(StrBytes::from_string(msg));
     }
     r.auth_bytes = Bytes::from(bytes);
     ResponseKind::SaslAuthenticate(r)
@@ -66,7 +66,7 @@ impl SaslServer {
     pub fn handshake(&mut self, security: &Security, r: &SaslHandshakeRequest) -> Step {
         let enabled = &security.settings.sasl_mechanisms;
         let mut resp = SaslHandshakeResponse::default();
-        resp.mechanisms = enabled.iter().map(|m| sb(m)).collect();
+        resp.mechanisms = enabled.iter().map(|m| StrBytes::from_string(m.clone())).collect();
         if !matches!(self.stage, Stage::Handshake) {
             resp.error_code = ResponseError::IllegalSaslState.code();
             return Step::Fail(ResponseKind::SaslHandshake(resp));

@@ -336,7 +336,7 @@ impl TxnCoordinator {
         parts: &[(String, i32)],
         group: Option<&str>,
     ) -> Result<(), ResponseError> {
-        let now = crate::handlers::now_ms();
+        let now = crate::clock::now_ms();
         let (d, durable) = self.decide(id, |m| machine::add_to_txn(m, pid, epoch, parts, group, now), now)?;
         let handle = tokio::runtime::Handle::try_current().map_err(|_| ResponseError::CoordinatorNotAvailable)?;
         tokio::task::block_in_place(|| handle.block_on(wait_logged(durable)))
@@ -376,7 +376,7 @@ impl TxnCoordinator {
 
     /// Run a request end to end: decide, log, write markers, log completion.
     pub async fn run(state: &Arc<BrokerState>, id: &str, f: impl FnOnce(Option<&TxnMetadata>) -> Decision) -> Outcome {
-        let now = crate::handlers::now_ms();
+        let now = crate::clock::now_ms();
         let (d, durable) = match state.txns.decide(id, f, now) {
             Ok(x) => x,
             Err(e) => return Outcome::Refused(e),
@@ -416,7 +416,7 @@ impl TxnCoordinator {
 
     /// Timers: abort transactions open past their timeout; forget expired ids.
     pub async fn check_timeouts(state: &Arc<BrokerState>) {
-        let now = crate::handlers::now_ms();
+        let now = crate::clock::now_ms();
         let mut due = Vec::new();
         let mut waits = Vec::new();
         for (i, s) in state.txns.shards.iter().enumerate() {
@@ -448,7 +448,7 @@ impl TxnCoordinator {
         }
         for id in due {
             tracing::info!(txn = %id, "aborting a transaction open past its timeout");
-            let now = crate::handlers::now_ms();
+            let now = crate::clock::now_ms();
             let outcome = TxnCoordinator::run(state, &id, |m| match m {
                 Some(m) => machine::timeout(m, now).unwrap_or(Decision::Unchanged),
                 None => Decision::Unchanged,
@@ -794,7 +794,7 @@ async fn write_marker_until_durable(
                     epoch,
                     coordinator_epoch: state.txns.epoch_for(id),
                     commit,
-                    now_ms: crate::handlers::now_ms(),
+                    now_ms: crate::clock::now_ms(),
                 };
                 let write = match tokio::time::timeout(Duration::from_secs(10), r.raft.client_write(cmd)).await {
                     Ok(Ok(w)) => w.data,
@@ -830,7 +830,7 @@ async fn write_marker_until_durable(
             tracing::warn!(txn = id, topic, partition = index, "marker skipped: partition is gone");
             return MarkerDone::Written;
         };
-        let now = crate::handlers::now_ms();
+        let now = crate::clock::now_ms();
         let header = MarkerHeader { epoch, coordinator_epoch: state.txns.epoch_for(id), commit, timestamp: now };
         let part = p.clone();
         let written = tokio::task::spawn_blocking(move || part.write_marker(pid, &header, now))
@@ -876,7 +876,7 @@ async fn complete_group_until_durable(state: &Arc<BrokerState>, id: &str, group:
                 }
             }
             Route::Electing => {} // its coordinator is being elected
-            Route::Here => match state.groups.complete_txn(group, pid, commit, crate::handlers::now_ms()) {
+            Route::Here => match state.groups.complete_txn(group, pid, commit, crate::clock::now_ms()) {
                 Ok(w) => {
                     if crate::group::wait_durable(w).await.is_ok() {
                         return;
@@ -914,7 +914,7 @@ async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnM
     if fenced {
         return Err(StorageError::InvalidConfig(format!("markers of {id} refused: a newer coordinator owns it")));
     }
-    let now = crate::handlers::now_ms();
+    let now = crate::clock::now_ms();
     let wait = {
         let i = state.txns.shard_index(id);
         let mut shard = state.txns.shard_at(i);

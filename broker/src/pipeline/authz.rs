@@ -10,28 +10,15 @@
 //! Admin APIs with per-resource answers (CreateTopics, DeleteTopics, CreatePartitions,
 //! DeleteRecords, configs, DeleteGroups) are filtered per resource as well.
 
-use super::acl::{Operation as Op, ResourceType as Rt, CLUSTER};
-use super::Session;
+use super::Gate;
 use crate::handlers::refuse;
+use crate::security::acl::{Operation as Op, ResourceType as Rt, CLUSTER};
+use crate::security::Session;
 use crate::state::BrokerState;
 use kafka_protocol::error::ResponseError as E;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use std::collections::HashSet;
-
-/// A fix-up applied to the handler's answer.
-pub type Patch = Box<dyn FnOnce(&mut ResponseKind) + Send>;
-
-pub enum Gate {
-    Pass,
-    /// Answer this instead of running the handler.
-    Deny(Box<ResponseKind>),
-    /// Run the handler on the (filtered) request, then patch its answer.
-    Patch(Patch),
-    /// No rule for this API: the request is neither run nor answered (the connection closes,
-    /// as for a request without a handler). Never an answer of another API's shape.
-    Unhandled,
-}
 
 struct Ctx<'a> {
     state: &'a BrokerState,

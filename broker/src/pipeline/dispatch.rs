@@ -2,9 +2,9 @@
 //! The API table (`sluice_protocol::api::SUPPORTED_APIS`) decides what reaches here; a test
 //! checks that every row of the table has an arm.
 
+use super::Gate;
 use crate::handlers::{self, Reply};
 use crate::security::acl::{self, ResourceType as Rt};
-use crate::security::authz::Gate;
 use crate::security::Session;
 use crate::state::BrokerState;
 use kafka_protocol::messages::{RequestKind, ResponseKind};
@@ -23,19 +23,19 @@ pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
 pub fn dispatch_from(state: &Arc<BrokerState>, mut req: Request, session: &Session) -> Option<Reply> {
     let version = req.version();
     let peer = session.peer;
-    let authz = match crate::security::authz::gate(state, session, &mut req.body, version) {
+    let authz = match super::authz::gate(state, session, &mut req.body, version) {
         Gate::Pass => None,
         Gate::Deny(answer) => return Some(Reply::Now(answer)),
         Gate::Patch(p) => Some(p),
         Gate::Unhandled => return None,
     };
-    let route = match crate::cluster::route::gate(state, &mut req.body, version) {
+    let route = match super::route::gate(state, &mut req.body, version) {
         Gate::Pass => None,
         Gate::Deny(answer) => return Some(Reply::Now(answer)),
         Gate::Patch(p) => Some(p),
         Gate::Unhandled => return None,
     };
-    let patch: Option<crate::security::authz::Patch> = match (authz, route) {
+    let patch: Option<super::Patch> = match (authz, route) {
         (None, None) => None,
         (Some(p), None) | (None, Some(p)) => Some(p),
         (Some(a), Some(b)) => Some(Box::new(move |r: &mut ResponseKind| {
@@ -1079,7 +1079,7 @@ mod restart_tests {
         let state = BrokerState::open(cfg.clone()).unwrap();
         state.create_topic("t", 1, 1, Default::default(), false).unwrap();
         let mut b = BatchBuilder { producer_id: 5, producer_epoch: 0, base_sequence: 0, ..Default::default() }
-            .build(&[NewRecord { timestamp: crate::handlers::now_ms(), ..Default::default() }])
+            .build(&[NewRecord { timestamp: crate::clock::now_ms(), ..Default::default() }])
             .unwrap()
             .to_vec();
         state.partition("t", 0).unwrap().append_batch(&mut b, 0).unwrap();
@@ -1088,6 +1088,6 @@ mod restart_tests {
         let state = BrokerState::open(cfg).unwrap();
         let p = state.partition("t", 0).unwrap();
         assert_eq!(p.producer_entries().len(), 1);
-        assert_eq!(p.expire_producers(crate::handlers::now_ms(), state.config.producer_id_expiration_ms), 0);
+        assert_eq!(p.expire_producers(crate::clock::now_ms(), state.config.producer_id_expiration_ms), 0);
     }
 }

@@ -4,9 +4,9 @@
 //! NOT_LEADER_OR_FOLLOWER, so clients refresh their metadata and go to the leader (as with
 //! Kafka after a leadership change).
 
+use super::{Gate, Patch};
 use crate::handlers::refuse;
 use crate::routing::{CoordinatorKey, Route, Router as _};
-use crate::security::authz::{Gate, Patch};
 use crate::state::BrokerState;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
@@ -15,7 +15,7 @@ const NOT_LEADER: i16 = 6;
 
 /// Partitions of `topic` this broker does not lead (a replicated partition: its Raft group's
 /// leader; otherwise the image's assignment).
-fn not_mine(state: &BrokerState, _image: &super::MetadataImage, topic: &str, p: i32) -> bool {
+fn not_mine(state: &BrokerState, _image: &crate::cluster::MetadataImage, topic: &str, p: i32) -> bool {
     match state.leader_of(topic, p) {
         Some((l, _)) => l != state.config.node_id,
         None => false, // unknown here: the handler answers UNKNOWN_TOPIC_OR_PARTITION

@@ -1,0 +1,29 @@
+//! The request pipeline: what happens to a decoded request before and around its handler.
+//!
+//! - `authz`: what each API needs (Kafka's ACL rules), applied before the handler;
+//! - `route`: cluster mode — a partition's requests reach only its leader, a key's only its
+//!   coordinator;
+//! - `dispatch`: runs both gates, then the API's handler (`handlers/`), and patches the answer.
+//!
+//! Each gate answers a [`Gate`]: run the handler, answer instead of it, run it on a filtered
+//! request and patch its answer, or (no rule for the API) close the connection.
+
+pub mod authz;
+pub mod dispatch;
+pub mod route;
+
+use kafka_protocol::messages::ResponseKind;
+
+/// A fix-up applied to the handler's answer.
+pub type Patch = Box<dyn FnOnce(&mut ResponseKind) + Send>;
+
+pub enum Gate {
+    Pass,
+    /// Answer this instead of running the handler.
+    Deny(Box<ResponseKind>),
+    /// Run the handler on the (filtered) request, then patch its answer.
+    Patch(Patch),
+    /// No rule for this API: the request is neither run nor answered (the connection closes,
+    /// as for a request without a handler). Never an answer of another API's shape.
+    Unhandled,
+}
