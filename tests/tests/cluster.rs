@@ -1439,3 +1439,57 @@ async fn min_insync_replicas_refuses_acks_all_without_enough_replicas() {
         }
     }
 }
+
+/// KIP-890 in a cluster (issue 18 item 3): a transaction-version-1 batch the coordinator
+/// verified just before its transaction's marker must not reopen the transaction. The failpoint
+/// holds the verified batch 1.5 s before the leader proposes it; the transaction commits in that
+/// window, so the partition's Raft log orders the marker first. Applied after the marker, the
+/// batch must be refused, and the partition must have no open transaction: its LSO reaches the
+/// high watermark (a reopened transaction would pin it until the transaction timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_verified_before_its_transactions_marker_does_not_reopen_it() {
+    use sluice_protocol::batch::Compression;
+    use sluice_tests::raw;
+    let c = Cluster::start_with(&["--testing-failpoints", "produce.delay_after_verify"]);
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("race", 1, 3, &[]).await.unwrap();
+    let leader = leader_of(&c, "race").await;
+    let txn = "race-txn";
+    let t0 = Instant::now();
+    let (coordinator, pid, epoch) = loop {
+        let id = txn_coordinator(&c.brokers[0], txn).await;
+        if id > 0 {
+            let b = &c.brokers[usize::try_from(id - 1).unwrap()];
+            let conn = Connection::connect(&b.bootstrap(), "race", 1).await.unwrap();
+            match raw::init_producer_id(&conn, 4, Some(txn), None).await.unwrap() {
+                (0, pid, epoch) => break (conn, pid, epoch),
+                (14..=16, _, _) => {}
+                (err, _, _) => panic!("InitProducerId on broker {id}: error {err}"),
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator initialized the id");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(raw::add_partitions(&coordinator, txn, pid, epoch, "race", &[0]).await.unwrap(), 0);
+    let batch = raw::batch(pid, epoch, 0, true, &[(0, "late".to_string())], Compression::None);
+    let conn = Connection::connect(&c.brokers[leader].bootstrap(), "race", 1).await.unwrap();
+    // Produce v9: transaction version 1 (no implicit add; the coordinator verifies)
+    let produce = tokio::spawn(async move { raw::produce(&conn, 9, Some("race-txn"), "race", 0, batch).await });
+    tokio::time::sleep(Duration::from_millis(400)).await; // verified, and held by the failpoint
+    let (err, _, _) = raw::end_txn(&coordinator, 3, txn, pid, epoch, true).await.unwrap();
+    assert_eq!(err, 0, "EndTxn(commit)");
+    let (produced, _) = produce.await.unwrap().unwrap();
+    let conn = Connection::connect(&c.brokers[leader].bootstrap(), "race", 1).await.unwrap();
+    let t1 = Instant::now();
+    let (hw, lso) = loop {
+        let (_, hw, _) = raw::list_offset(&conn, "race", 0, -1, false).await.unwrap();
+        let (_, lso, _) = raw::list_offset(&conn, "race", 0, -1, true).await.unwrap();
+        if lso == hw || t1.elapsed() > Duration::from_secs(10) {
+            break (hw, lso);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(lso, hw, "a transaction reopened after its marker pins the LSO (the batch was answered {produced})");
+    assert_ne!(produced, 0, "the batch verified before the marker was appended after it");
+}

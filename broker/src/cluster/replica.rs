@@ -86,6 +86,14 @@ impl Replica {
         i32::try_from(self.raft.metrics().borrow().current_term).unwrap_or(i32::MAX)
     }
 
+    /// Has this replica applied an entry of its current term? On a leader: every entry
+    /// committed before it became leader is applied, so its partition log holds them all (the
+    /// KIP-890 guard's start offset is taken only then).
+    pub fn applied_own_term(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term)
+    }
+
     /// On the leader: how far each replica's Raft log trails the leader's (entries), by node.
     pub fn lag(&self) -> Option<BTreeMap<i32, u64>> {
         let m = self.raft.metrics().borrow().clone();
@@ -471,13 +479,23 @@ impl ReplicaSm {
     fn apply_one(&mut self, cmd: PartCommand) -> (PartResult, i64) {
         let replaying = self.cursor < self.replay_end;
         match cmd {
-            PartCommand::Produce { mut batch, now_ms, verified } => {
+            PartCommand::Produce { mut batch, now_ms, verified, verified_from } => {
                 if replaying {
                     // not at the cursor: it was refused (or a duplicate) the first time
                     return (self.match_stored(&batch, None).unwrap_or_default(), 0);
                 }
-                let verify =
-                    |_: i64, _: i16| if verified { Ok(()) } else { Err(ResponseError::InvalidTxnState.code()) };
+                // KIP-890, in Raft order: verified by the coordinator, and no marker for the
+                // producer since the verification began (one ordered before this batch ended
+                // the transaction the coordinator confirmed)
+                let partition = &self.partition;
+                let verify = |pid: i64, _: i16| {
+                    let ended = verified_from.is_some_and(|from| partition.marker_since(pid, from));
+                    if verified && !ended {
+                        Ok(())
+                    } else {
+                        Err(ResponseError::InvalidTxnState.code())
+                    }
+                };
                 match self.partition.append_batch_in_txn(&mut batch, now_ms, Some(&verify)) {
                     Ok(Appended::New { info, log_start, .. }) => (
                         PartResult::Appended { first: info.first_offset, last: info.last_offset, log_start },
@@ -631,7 +649,7 @@ mod tests {
     #[test]
     fn commands_round_trip_as_json_and_as_bincode() {
         let cmds = vec![
-            PartCommand::Produce { batch: vec![0, 1, 2, 255], now_ms: 7, verified: true },
+            PartCommand::Produce { batch: vec![0, 1, 2, 255], now_ms: 7, verified: true, verified_from: Some(3) },
             PartCommand::Kv {
                 records: vec![
                     KvEntry { key: b"k".to_vec(), value: Some(vec![9; 3]) },
@@ -650,6 +668,10 @@ mod tests {
         assert_eq!(bincode::deserialize::<Vec<PartCommand>>(&bin).unwrap(), cmds);
         // a truncated frame is an error, not a panic
         assert!(bincode::deserialize::<Vec<PartCommand>>(&bin[..bin.len() - 3]).is_err());
+        // an entry written before `verified_from` existed still reads (as None)
+        let old = r#"{"Produce":{"batch":"AAEC/w==","now_ms":7,"verified":true}}"#;
+        let want = PartCommand::Produce { batch: vec![0, 1, 2, 255], now_ms: 7, verified: true, verified_from: None };
+        assert_eq!(serde_json::from_str::<PartCommand>(old).unwrap(), want);
     }
 
     fn open_partition(dir: &Path) -> Arc<Partition> {
@@ -669,7 +691,7 @@ mod tests {
             .build(&recs)
             .unwrap()
             .to_vec();
-        PartCommand::Produce { batch, now_ms: 5, verified: false }
+        PartCommand::Produce { batch, now_ms: 5, verified: false, verified_from: None }
     }
 
     fn entry(index: u64, cmd: PartCommand) -> Entry<PartConfig> {

@@ -261,7 +261,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "testing.failpoints",
         default: "",
-        help: "tests only: comma-separated failpoints (crash points txn.before_prepare, txn.after_prepare; fetch.ignore_lso makes read_committed ignore the LSO)",
+        help: "tests only: comma-separated failpoints (crash points txn.before_prepare, txn.after_prepare; fetch.ignore_lso makes read_committed ignore the LSO; produce.delay_after_verify holds a verified transactional batch 1.5 s before its replicated append)",
     },
     Setting {
         name: "offsets.retention.check.interval.ms",
@@ -759,7 +759,8 @@ pub fn resolve(
             )? as u64,
             failpoints: {
                 let (v, src) = get("testing.failpoints");
-                let known = ["txn.before_prepare", "txn.after_prepare", "fetch.ignore_lso"];
+                let known =
+                    ["txn.before_prepare", "txn.after_prepare", "fetch.ignore_lso", "produce.delay_after_verify"];
                 let list: Vec<String> = v.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect();
                 if let Some(bad) = list.iter().find(|f| !known.contains(&f.as_str())) {
                     return Err(ConfigError::Invalid {

@@ -345,6 +345,14 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                             // partition to the transaction first)
                             // (cluster mode with the coordinator on another broker: the add
                             // is asked of it below, as the verification is)
+                            // (replicated: where the partition's log ends before the
+                            // verification begins — a marker applied at or after it ended the
+                            // transaction verified, `PartCommand::Produce::verified_from`)
+                            // (taken once the leader has applied what was committed before
+                            // its term: a marker of an earlier transaction is below it)
+                            let replica = state.replica(&name, p.index);
+                            let settled = replica.as_ref().is_none_or(|r| r.applied_own_term());
+                            let verified_from = txn_id.is_some().then(|| partition.log().log_end_offset());
                             let remote = txn_id.as_deref().and_then(|id| remote_coordinator(state, id));
                             let implicit = match (&txn_id, implicit_add(version, &buf)) {
                                 (Some(id), Some((pid, epoch))) if remote.is_none() => {
@@ -383,13 +391,32 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                                     .map_err(|e| verification_code(e.code())),
                                 (None, Ok(())) => Err(ResponseError::InvalidTxnState.code()),
                             };
-                            if let Some(rep) = state.replica(&name, p.index) {
+                            if let Some(rep) = replica {
                                 // replicated: checked and written on every replica once a
                                 // majority has it (cluster::replica)
                                 let verdict = transactional(&buf).map(|(pid, e)| verify(pid, e));
                                 let verified = matches!(verdict, Some(Ok(())));
-                                let cmd = PartCommand::Produce { batch: Vec::from(buf), now_ms: now, verified };
+                                if verified
+                                    && state.config.txns.failpoints.iter().any(|f| f == "produce.delay_after_verify")
+                                {
+                                    // tests only: widen the window between the verification
+                                    // and the proposal (a marker may be ordered in between)
+                                    tokio::task::block_in_place(|| {
+                                        std::thread::sleep(std::time::Duration::from_millis(1500))
+                                    });
+                                }
+                                let cmd = PartCommand::Produce {
+                                    batch: Vec::from(buf),
+                                    now_ms: now,
+                                    verified,
+                                    verified_from,
+                                };
                                 match verdict {
+                                    // a new leader still applying its predecessor's entries:
+                                    // the client retries (the guard's start is not known yet)
+                                    Some(_) if !settled => {
+                                        Staged::Error(ResponseError::NotLeaderOrFollower.code(), None)
+                                    }
                                     // fenced, or the coordinator cannot answer now: refused as
                                     // on one broker (not-in-transaction is decided when applied:
                                     // an exact retry of a stored batch is still a duplicate)

@@ -63,6 +63,15 @@ pub struct Partition {
     /// producer by its next marker (under the producer-state lock), so a batch arriving after
     /// the transaction ended must be verified again.
     verified: Mutex<std::collections::HashSet<(i64, i16)>>,
+    /// Markers written since the partition was opened, for [`Partition::marker_since`].
+    markers: Mutex<MarkerHistory>,
+}
+
+/// The offset of each producer's last marker written since the partition was opened, and the
+/// log end when it was opened (older markers are looked up in the log).
+struct MarkerHistory {
+    opened_end: i64,
+    last: HashMap<i64, i64>,
 }
 
 /// A marker written by [`Partition::write_marker`]: wait for durability up to `offset + 1`.
@@ -94,8 +103,10 @@ impl Partition {
             e.last_timestamp = e.last_timestamp.max(now);
         }
         let first_unstable = AtomicI64::new(first_unstable(&producers));
+        let markers = MarkerHistory { opened_end: log.log_end_offset(), last: HashMap::new() };
         Partition {
             verified: Mutex::new(Default::default()),
+            markers: Mutex::new(markers),
             topic,
             index,
             producers: Mutex::new(producers),
@@ -121,9 +132,6 @@ impl Partition {
         self.first_unstable.load(Ordering::Acquire).min(hw).max(log.log_start_offset().min(hw))
     }
 
-    /// Write a COMMIT or ABORT marker for producer `pid` (WriteTxnMarkers), closing its open
-    /// transaction here. Refused for an older producer or coordinator epoch. Stage 1: the
-    /// caller then waits for durability up to `offset + 1` when `sync`.
     /// Record that the (remote) coordinator verified `pid`/`epoch`'s transaction here.
     pub fn mark_verified(&self, pid: i64, epoch: i16) {
         self.verified.lock().unwrap_or_else(|e| e.into_inner()).insert((pid, epoch));
@@ -134,6 +142,52 @@ impl Partition {
         self.verified.lock().unwrap_or_else(|e| e.into_inner()).contains(&(pid, epoch))
     }
 
+    /// Has a marker for `pid` been written at or after offset `from`? The KIP-890 guard of a
+    /// replicated partition, checked when a verified transactional batch is applied: `from` is
+    /// the log end when the leader began the batch's verification, so a marker at or after it
+    /// ended the transaction the coordinator confirmed, and the batch must not reopen it. A
+    /// function of the log alone, so every replica decides the same (markers from before this
+    /// partition was opened are read from the log; below the log start nothing can be known
+    /// and the answer is yes).
+    pub fn marker_since(&self, pid: i64, from: i64) -> bool {
+        let opened_end = {
+            let h = self.markers.lock().unwrap_or_else(|e| e.into_inner());
+            if h.last.get(&pid).is_some_and(|at| *at >= from) {
+                return true;
+            }
+            h.opened_end
+        };
+        if from >= opened_end {
+            return false;
+        }
+        let log = self.log();
+        if from < log.log_start_offset() {
+            return true;
+        }
+        let mut offset = from;
+        while offset < opened_end {
+            let chunk = match log.read(offset, 1 << 20, None, true) {
+                Ok(c) if !c.is_empty() => c,
+                Ok(_) => return false,
+                Err(_) => return true,
+            };
+            for item in iter_batches(&chunk) {
+                let Ok((_, v)) = item else { return true };
+                if v.base_offset() >= opened_end {
+                    return false;
+                }
+                if v.is_control() && v.producer_id() == pid {
+                    return true;
+                }
+                offset = v.last_offset() + 1;
+            }
+        }
+        false
+    }
+
+    /// Write a COMMIT or ABORT marker for producer `pid` (WriteTxnMarkers), closing its open
+    /// transaction here. Refused for an older producer or coordinator epoch. Stage 1: the
+    /// caller then waits for durability up to `offset + 1` when `sync`.
     pub fn write_marker(&self, pid: i64, m: &MarkerHeader, now_ms: i64) -> Result<MarkerWritten, AppendError> {
         let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
         self.verified.lock().unwrap_or_else(|e| e.into_inner()).retain(|(p, _)| *p != pid);
@@ -153,6 +207,7 @@ impl Partition {
         if info.rolled {
             self.snapshot(&producers, info.first_offset);
         }
+        self.markers.lock().unwrap_or_else(|e| e.into_inner()).last.insert(pid, info.first_offset);
         let (entry, closed) = producer_state::apply_marker(producers.remove(&pid), m);
         producers.insert(pid, entry);
         if let (Some(first_offset), false) = (closed, m.commit) {
@@ -723,6 +778,28 @@ mod tests {
         let out = p.read(from, 1 << 20, committed, true).unwrap();
         let offs = iter_batches(&out.records).map(|b| b.unwrap().1.base_offset()).collect();
         (offs, out)
+    }
+
+    /// The replicated KIP-890 guard: a marker at or after the verification's start is found
+    /// whether it was written since the partition was opened or before (read from the log), and
+    /// only the producer's own markers count.
+    #[test]
+    fn markers_since_an_offset_are_found_in_memory_and_after_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path());
+        append_durably(&p, txn_batch(7, 0, 0, 2)); // 0..=1
+        let from = p.log().log_end_offset(); // 2: a verification begins here
+        assert!(!p.marker_since(7, from));
+        append_durably(&p, batch(1, 0, 0, 1)); // 2, another producer
+        marker(&p, 8, 0, true); // 3, another producer's marker
+        assert!(!p.marker_since(7, from), "other producers' markers do not count");
+        let at = marker(&p, 7, 0, true); // 4
+        assert!(p.marker_since(7, from) && p.marker_since(7, at) && !p.marker_since(7, at + 1));
+        drop(p);
+        let p = open(dir.path());
+        assert!(p.marker_since(7, from), "found in the log after a reopen");
+        assert!(!p.marker_since(7, at + 1));
+        assert!(!p.marker_since(1, 0), "a producer without markers");
     }
 
     #[test]

@@ -22,6 +22,11 @@ pub enum PartCommand {
         batch: Vec<u8>,
         now_ms: i64,
         verified: bool,
+        /// The partition's log end when the leader began the verification: a marker for the
+        /// producer at or after it ended the verified transaction, and the batch is refused
+        /// (`Partition::marker_since`). None in entries written before this field existed.
+        #[serde(default)]
+        verified_from: Option<i64>,
     },
     /// A COMMIT or ABORT marker for `producer_id`.
     Marker { producer_id: i64, epoch: i16, coordinator_epoch: i32, commit: bool, now_ms: i64 },
