@@ -12,7 +12,8 @@
 //! - `group`: the group coordinator (consumer groups, committed offsets, the offsets log);
 //! - `background`: interval flush, checkpoints, retention, group timers;
 //! - `error_map`: the ONE place internal errors become Kafka error codes;
-//! - `metrics`: every metric name, and the Prometheus endpoint (`metrics.listener`).
+//! - `metrics`: every metric name, and the Prometheus endpoint (`metrics.listener`);
+//! - `sync`: `OrDie` — a poisoned lock stops the broker (a restart recovers from the logs).
 //!
 //! - `txn`: the transaction coordinator (transaction-state log, markers, timeouts);
 //! - `kvlog`: the internal key/value log under both coordinators;
@@ -43,5 +44,6 @@ pub mod routing;
 pub mod security;
 pub mod server;
 pub mod state;
+pub mod sync;
 pub mod topic_config;
 pub mod txn;

@@ -2,6 +2,7 @@
 //! restart. The end of the current block is persisted (atomically, CRC-framed) *before* any id
 //! in it is handed out, so a crash can only skip ids, never repeat them.
 
+use crate::sync::OrDie as _;
 use sluice_storage::{sidefile, StorageError};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -147,7 +148,7 @@ impl ProducerIds {
 }
 
 fn lock(m: &Mutex<Ids>) -> std::sync::MutexGuard<'_, Ids> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().or_die()
 }
 
 /// Ask the quorum for the next block in the background, unless one is granted or on its way.
@@ -224,7 +225,7 @@ mod tests {
     }
 
     fn lock_i64(m: &Mutex<i64>) -> std::sync::MutexGuard<'_, i64> {
-        m.lock().unwrap_or_else(|e| e.into_inner())
+        m.lock().or_die()
     }
 
     /// Cluster mode: handing out an id never waits for the metadata quorum (a worker blocked

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::dynamic_config::DynamicConfigs;
 use crate::partition::Partition;
 use crate::routing::{BrokerAddr, CoordinatorKey, Route, ShardPlacement};
+use crate::sync::OrDie as _;
 use crate::topic_config::TopicSettings;
 use serde::{Deserialize, Serialize};
 use sluice_storage::{DirLock, Log, StorageError};
@@ -280,7 +281,7 @@ impl BrokerState {
                     )
                 })
                 .collect(),
-            dynamic: self.dynamic.read().unwrap_or_else(|e| e.into_inner()).clone(),
+            dynamic: self.dynamic.read().or_die().clone(),
         };
         let bytes = serde_json::to_vec_pretty(&meta).map_err(|e| StorageError::InvalidConfig(e.to_string()))?;
         sluice_storage::sidefile::write_atomic(&self.data_dir.join(METADATA_FILE), &bytes)
@@ -288,13 +289,13 @@ impl BrokerState {
 
     /// A topic's settings from `configs` over this broker's defaults (static and dynamic).
     fn settings_for(&self, configs: &BTreeMap<String, String>, strict: bool) -> Result<TopicSettings, TopicError> {
-        let dynamic = self.dynamic.read().unwrap_or_else(|e| e.into_inner());
+        let dynamic = self.dynamic.read().or_die();
         Ok(TopicSettings::resolve(&self.config, &dynamic, configs, strict)?)
     }
 
     /// The dynamic broker and group configs.
     pub fn dynamic(&self) -> DynamicConfigs {
-        self.dynamic.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.dynamic.read().or_die().clone()
     }
 
     /// Replace the dynamic configs of one resource (a broker's, "" the cluster default, or a
@@ -323,13 +324,13 @@ impl BrokerState {
     /// Make the dynamic configs `new` (this broker only: persisted, then every topic's settings
     /// recomputed over them and the groups' timers updated).
     pub fn replace_dynamic(&self, new: DynamicConfigs) -> Result<(), TopicError> {
-        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
-        let old = std::mem::replace(&mut *self.dynamic.write().unwrap_or_else(|e| e.into_inner()), new.clone());
+        let mut topics = self.topics.write().or_die();
+        let old = std::mem::replace(&mut *self.dynamic.write().or_die(), new.clone());
         if old == new {
             return Ok(());
         }
         if let Err(e) = self.persist_map(&topics) {
-            *self.dynamic.write().unwrap_or_else(|e| e.into_inner()) = old;
+            *self.dynamic.write().or_die() = old;
             return Err(e.into());
         }
         for (name, t) in topics.iter_mut() {
@@ -362,20 +363,20 @@ impl BrokerState {
     }
 
     fn persist(&self) -> Result<(), StorageError> {
-        let topics = self.topics.read().unwrap_or_else(|e| e.into_inner());
+        let topics = self.topics.read().or_die();
         self.persist_map(&topics)
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
-        self.topics.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+        self.topics.read().or_die().get(name).cloned()
     }
 
     pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
-        self.topics.read().unwrap_or_else(|e| e.into_inner()).values().find(|t| t.id == id).cloned()
+        self.topics.read().or_die().values().find(|t| t.id == id).cloned()
     }
 
     pub fn topics(&self) -> Vec<Arc<Topic>> {
-        self.topics.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+        self.topics.read().or_die().values().cloned().collect()
     }
 
     pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
@@ -678,7 +679,7 @@ impl BrokerState {
         }
         let settings = self.settings_for(&configs, false)?;
         let log_config = settings.log.clone();
-        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        let mut topics = self.topics.write().or_die();
         if topics.contains_key(name) {
             return Err(TopicError::Exists(name.to_string()));
         }
@@ -707,7 +708,7 @@ impl BrokerState {
 
     /// Delete a topic: forget it durably first, then remove its directories (this broker only).
     pub fn delete_topic_local(&self, name: &str) -> Result<(), TopicError> {
-        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        let mut topics = self.topics.write().or_die();
         let topic = topics.remove(name).ok_or_else(|| TopicError::Unknown(name.to_string()))?;
         if let Err(e) = self.persist_map(&topics) {
             topics.insert(name.to_string(), topic);
@@ -727,7 +728,7 @@ impl BrokerState {
 
     /// Grow a topic to `count` partitions (this broker only).
     pub fn create_partitions_local(&self, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
-        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        let mut topics = self.topics.write().or_die();
         let topic = topics.get(name).cloned().ok_or_else(|| TopicError::Unknown(name.to_string()))?;
         let current = topic.partitions.len() as i32;
         if count <= current {
@@ -773,7 +774,7 @@ impl BrokerState {
         f: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,
         validate_only: bool,
     ) -> Result<(), TopicError> {
-        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        let mut topics = self.topics.write().or_die();
         let topic = topics.get(name).cloned().ok_or_else(|| TopicError::Unknown(name.to_string()))?;
         let mut configs = topic.configs.clone();
         f(&mut configs)?;
@@ -805,7 +806,7 @@ impl BrokerState {
     pub fn shutdown(self) {
         self.groups.close();
         self.txns.close();
-        let topics = std::mem::take(&mut *self.topics.write().unwrap_or_else(|e| e.into_inner()));
+        let topics = std::mem::take(&mut *self.topics.write().or_die());
         for (_, topic) in topics {
             let Ok(topic) = Arc::try_unwrap(topic) else { continue };
             for p in topic.partitions {

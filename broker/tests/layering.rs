@@ -51,6 +51,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("dynamic_config", 1),
     ("metrics", 1),
     ("clock", 1),
+    ("sync", 1),
 ];
 
 /// Upward imports that predate this test (module → module of a higher layer). Remove an entry

@@ -19,6 +19,7 @@ pub mod reconcile;
 pub mod replica;
 pub mod store;
 
+use crate::sync::OrDie as _;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -585,7 +586,7 @@ impl ClusterNode {
             let groups: Vec<Arc<replica::Replica>> = self
                 .replicas
                 .read()
-                .unwrap_or_else(|e| e.into_inner())
+                .or_die()
                 .values()
                 .filter(|r| r.topic_id.is_nil() && r.voters().contains(&member))
                 // the broker leaving waits only for the groups it leads: it is not told of the
@@ -686,12 +687,12 @@ impl ClusterNode {
 
     /// This broker's replica of a partition, if the partition is replicated and has one here.
     pub fn replica(&self, key: &crate::replication::types::GroupKey) -> Option<Arc<replica::Replica>> {
-        self.replicas.read().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+        self.replicas.read().or_die().get(key).cloned()
     }
 
     /// The current metadata image (shared, not copied).
     pub fn image(&self) -> Arc<MetadataImage> {
-        self.image.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.image.read().or_die().clone()
     }
 
     /// Commit `cmd` through the leader (forwarded if this node is a follower), retrying while

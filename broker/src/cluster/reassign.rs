@@ -4,6 +4,7 @@
 use super::replica::Replica;
 use super::{ClusterNode, Command};
 use crate::replication::types::{GroupKey, NodeId};
+use crate::sync::OrDie as _;
 use openraft::BasicNode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +22,7 @@ pub fn spawn_membership_driver(node: &Arc<ClusterNode>) {
             let Some(node) = weak.upgrade() else { return };
             let me = i32::try_from(node.node_id).unwrap_or(-1);
             let image = node.image();
-            let replicas: Vec<Arc<Replica>> =
-                node.replicas.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+            let replicas: Vec<Arc<Replica>> = node.replicas.read().or_die().values().cloned().collect();
             for r in replicas {
                 if r.leader() != Some(me) {
                     continue;
@@ -36,7 +36,7 @@ pub fn spawn_membership_driver(node: &Arc<ClusterNode>) {
                 if settled && !info.moving.contains_key(&r.key.1) {
                     continue;
                 }
-                if !busy.lock().unwrap_or_else(|e| e.into_inner()).insert(r.key.clone()) {
+                if !busy.lock().or_die().insert(r.key.clone()) {
                     continue;
                 }
                 let (node, busy) = (node.clone(), busy.clone());
@@ -44,7 +44,7 @@ pub fn spawn_membership_driver(node: &Arc<ClusterNode>) {
                     if let Err(e) = move_replicas(&node, &r, &target).await {
                         tracing::warn!(topic = r.key.0.as_str(), partition = r.key.1, "reassignment: {e}; retrying");
                     }
-                    busy.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.key);
+                    busy.lock().or_die().remove(&r.key);
                 });
             }
         }

@@ -8,6 +8,7 @@
 
 use super::MetadataImage;
 use crate::state::BrokerState;
+use crate::sync::OrDie as _;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -45,7 +46,7 @@ impl Reconciler {
     /// newer than the last one copied (an older image replayed at start never rolls them back,
     /// e.g. never forgets a DENY added since).
     fn sync_security(&self, state: &BrokerState, image: &MetadataImage) {
-        let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        let mut synced = self.synced.lock().or_die();
         if image.applied_index <= *synced {
             return;
         }
@@ -83,7 +84,7 @@ impl Reconciler {
                 tracing::error!("cannot store the cluster's dynamic configs: {e}");
             }
         }
-        let mut managed = self.managed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut managed = self.managed.lock().or_die();
         let before = managed.clone();
         for (name, info) in &image.topics {
             let want = info.replicas.len() as i32;
@@ -161,7 +162,7 @@ impl Reconciler {
                 }
             }
         }
-        let current: Vec<_> = node.replicas.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let current: Vec<_> = node.replicas.read().or_die().values().cloned().collect();
         for r in current {
             if r.topic_id.is_nil() {
                 continue; // a coordinator shard's group (txn::enable_replication), not a topic's
@@ -176,7 +177,7 @@ impl Reconciler {
             if topic_alive && moving {
                 continue;
             }
-            node.replicas.write().unwrap_or_else(|e| e.into_inner()).remove(&r.key);
+            node.replicas.write().or_die().remove(&r.key);
             if let Err(e) = handle.block_on(r.raft.shutdown()) {
                 tracing::warn!(topic = r.key.0.as_str(), partition = r.key.1, "replica shutdown: {e}");
             }
@@ -196,7 +197,7 @@ impl Reconciler {
             let started = handle.block_on(super::replica::start(node.node_id, spec, &node.addresses(), partition, dir));
             match started {
                 Ok(r) => {
-                    node.replicas.write().unwrap_or_else(|e| e.into_inner()).insert(key, r.clone());
+                    node.replicas.write().or_die().insert(key, r.clone());
                     handle.spawn(publish_leadership(Arc::downgrade(node), r));
                 }
                 Err(e) => tracing::error!(topic = key.0.as_str(), partition = key.1, "cannot start replica: {e}"),

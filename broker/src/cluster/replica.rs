@@ -27,6 +27,7 @@ use crate::error_map;
 use crate::partition::producer_state::MarkerHeader;
 use crate::partition::{AppendError, Appended, Partition};
 use crate::replication::types::{GroupKey, NodeId, PartCommand, PartConfig, PartRaft, PartResult};
+use crate::sync::OrDie as _;
 use kafka_protocol::error::ResponseError;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -117,7 +118,7 @@ impl Replica {
         let Some(repl) = m.replication.as_ref() else { return Vec::new() };
         let now = std::time::Instant::now();
         let last = m.last_log_index.unwrap_or(0);
-        let mut t = self.sync.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.sync.lock().or_die();
         if t.term != m.current_term {
             *t = SyncTrack { term: m.current_term, started: now, ends: Default::default() };
         }

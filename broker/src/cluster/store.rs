@@ -8,6 +8,7 @@
 #![allow(clippy::result_large_err)]
 
 use super::{CommandResult, MetadataImage, NodeId, SharedImage, TypeConfig};
+use crate::sync::OrDie as _;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
     Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder, RaftTypeConfig, SnapshotMeta,
@@ -208,7 +209,7 @@ where
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LogInner<C>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().or_die()
     }
 
     /// Write `entries` to the log file (not yet fsynced) and index them; the file to fsync.
@@ -380,12 +381,12 @@ impl StateMachine {
             Some(s) => serde_json::from_slice(&s.data)?,
             None => SmState::default(),
         };
-        *image.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(state.image.clone());
+        *image.write().or_die() = Arc::new(state.image.clone());
         Ok(StateMachine { dir: dir.to_path_buf(), state, image, changed, snapshot, snapshots_built: 0 })
     }
 
     fn publish(&self) {
-        *self.image.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(self.state.image.clone());
+        *self.image.write().or_die() = Arc::new(self.state.image.clone());
         self.changed.send_modify(|v| *v += 1);
     }
 

@@ -20,6 +20,7 @@ pub mod machine;
 
 use crate::config::coordinators::CoordinatorSettings;
 use crate::kvlog::{KvLog, KvRecord, LogWait};
+use crate::sync::OrDie as _;
 use bytes::Bytes;
 use codec::{Entry, StoredGroup, StoredMember, StoredOffset};
 use kafka_protocol::error::ResponseError;
@@ -365,18 +366,18 @@ impl GroupCoordinator {
         groups: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
     ) {
         let timers = groups.iter().map(|(g, c)| (g.clone(), crate::dynamic_config::group_timers(c))).collect();
-        *self.timers.write().unwrap_or_else(|e| e.into_inner()) = timers;
+        *self.timers.write().or_die() = timers;
     }
 
     /// A consumer-protocol group's session timeout: its group config, else the broker's.
     pub fn consumer_session_timeout_ms(&self, group: &str) -> i32 {
-        let t = self.timers.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.timers.read().or_die();
         t.get(group).and_then(|x| x.0).unwrap_or(self.settings.consumer_session_timeout_ms)
     }
 
     /// A consumer-protocol group's heartbeat interval: its group config, else the broker's.
     pub fn consumer_heartbeat_interval_ms(&self, group: &str) -> i32 {
-        let t = self.timers.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.timers.read().or_die();
         t.get(group).and_then(|x| x.1).unwrap_or(self.settings.consumer_heartbeat_interval_ms)
     }
 
@@ -432,7 +433,7 @@ impl GroupCoordinator {
     /// Applied on every replica of shard `i` (its Raft state machine): append durably. The
     /// groups are loaded from this log when the replica becomes the shard's leader.
     pub fn apply_replicated(&self, i: usize, records: &[KvRecord], now: i64) -> Result<(), String> {
-        let mut shard = self.shards.get(i).ok_or("no such shard")?.lock().unwrap_or_else(|e| e.into_inner());
+        let mut shard = self.shards.get(i).ok_or("no such shard")?.lock().or_die();
         match shard.log.append(records, now).map_err(|e| e.to_string())? {
             Some((flusher, end)) => flusher.sync_to(end).map(|_| ()).map_err(|e| e.to_string()),
             None => Ok(()),
@@ -443,7 +444,7 @@ impl GroupCoordinator {
     /// NOT_COORDINATOR) and, when `lead`, reload them from the replicated log.
     fn reset_shard(&self, i: usize, lead: bool, now: i64) {
         let Some(lock) = self.shards.get(i) else { return };
-        let mut shard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut shard = lock.lock().or_die();
         for (_, tx) in shard.join_waiters.drain() {
             let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, ""));
         }
@@ -505,8 +506,8 @@ impl GroupCoordinator {
                 initialize: true,
             };
             let g = start_kv(node.node_id, spec, &node.voters, apply, dir.join(format!("{OFFSETS_TOPIC}-{i}"))).await?;
-            node.replicas.write().unwrap_or_else(|e| e.into_inner()).insert(g.key.clone(), g.clone());
-            groups.shards[i].lock().unwrap_or_else(|e| e.into_inner()).replica = Some(g.clone());
+            node.replicas.write().or_die().insert(g.key.clone(), g.clone());
+            groups.shards[i].lock().or_die().replica = Some(g.clone());
             watch.push((i, g));
         }
         if groups.replication.set(assignment).is_err() {
@@ -526,7 +527,7 @@ impl GroupCoordinator {
                         (m.current_leader == Some(m.id), all_applied && this_term)
                     };
                     let Some(st) = weak.upgrade() else { return };
-                    let loaded = st.groups.shards[i].lock().unwrap_or_else(|e| e.into_inner()).loaded;
+                    let loaded = st.groups.shards[i].lock().or_die().loaded;
                     if is_leader && ready && !loaded {
                         tokio::task::block_in_place(|| st.groups.reset_shard(i, true, crate::clock::now_ms()));
                     } else if !is_leader && loaded {
@@ -548,11 +549,11 @@ impl GroupCoordinator {
 
     fn shard(&self, group: &str) -> MutexGuard<'_, Shard> {
         let i = self.partition_for(group) as usize;
-        self.shards[i.min(self.shards.len() - 1)].lock().unwrap_or_else(|e| e.into_inner())
+        self.shards[i.min(self.shards.len() - 1)].lock().or_die()
     }
 
     pub fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Shard>> {
-        self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()))
+        self.shards.iter().map(|s| s.lock().or_die())
     }
 
     /// JoinGroup: the answer arrives on the returned receiver (now or when the join phase ends).
@@ -748,7 +749,7 @@ impl GroupCoordinator {
         let Some(lock) = usize::try_from(partition).ok().and_then(|i| self.shards.get(i)) else {
             return Err(ResponseError::UnknownTopicOrPartition);
         };
-        let mut shard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut shard = lock.lock().or_die();
         if !shard.loaded {
             // replicated: another broker leads this offsets-log partition (or is taking over)
             return Err(ResponseError::NotCoordinator);
@@ -1064,7 +1065,7 @@ impl crate::routing::ShardPlacement for GroupCoordinator {
     fn shard_leader(&self, shard: i32) -> Option<i32> {
         let assignment = self.replication.get()?;
         let i = usize::try_from(shard).ok()?;
-        let replica = self.shards.get(i)?.lock().unwrap_or_else(|e| e.into_inner()).replica.clone();
+        let replica = self.shards.get(i)?.lock().or_die().replica.clone();
         match replica {
             Some(r) => r.leader(),
             None => assignment.get(i)?.first().copied(),

@@ -16,6 +16,7 @@
 
 pub mod producer_state;
 
+use crate::sync::OrDie as _;
 use bytes::Bytes;
 use producer_state::{BatchHeader, MarkerHeader, Plan, ProducerEntry, Refusal};
 use sluice_protocol::batch::{iter_batches, BatchBuilder, BatchView, ControlMarker, ControlType, NO_PRODUCER_ID};
@@ -134,12 +135,12 @@ impl Partition {
 
     /// Record that the (remote) coordinator verified `pid`/`epoch`'s transaction here.
     pub fn mark_verified(&self, pid: i64, epoch: i16) {
-        self.verified.lock().unwrap_or_else(|e| e.into_inner()).insert((pid, epoch));
+        self.verified.lock().or_die().insert((pid, epoch));
     }
 
     /// Was `pid`/`epoch` verified since its last marker here?
     pub fn is_verified(&self, pid: i64, epoch: i16) -> bool {
-        self.verified.lock().unwrap_or_else(|e| e.into_inner()).contains(&(pid, epoch))
+        self.verified.lock().or_die().contains(&(pid, epoch))
     }
 
     /// Has a marker for `pid` been written at or after offset `from`? The KIP-890 guard of a
@@ -151,7 +152,7 @@ impl Partition {
     /// and the answer is yes).
     pub fn marker_since(&self, pid: i64, from: i64) -> bool {
         let opened_end = {
-            let h = self.markers.lock().unwrap_or_else(|e| e.into_inner());
+            let h = self.markers.lock().or_die();
             if h.last.get(&pid).is_some_and(|at| *at >= from) {
                 return true;
             }
@@ -189,8 +190,8 @@ impl Partition {
     /// transaction here. Refused for an older producer or coordinator epoch. Stage 1: the
     /// caller then waits for durability up to `offset + 1` when `sync`.
     pub fn write_marker(&self, pid: i64, m: &MarkerHeader, now_ms: i64) -> Result<MarkerWritten, AppendError> {
-        let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
-        self.verified.lock().unwrap_or_else(|e| e.into_inner()).retain(|(p, _)| *p != pid);
+        let mut producers = self.producers.lock().or_die();
+        self.verified.lock().or_die().retain(|(p, _)| *p != pid);
         if let Err(r) = producer_state::check_marker(producers.get(&pid), m) {
             return Err(AppendError::Refused(r));
         }
@@ -207,7 +208,7 @@ impl Partition {
         if info.rolled {
             self.snapshot(&producers, info.first_offset);
         }
-        self.markers.lock().unwrap_or_else(|e| e.into_inner()).last.insert(pid, info.first_offset);
+        self.markers.lock().or_die().last.insert(pid, info.first_offset);
         let (entry, closed) = producer_state::apply_marker(producers.remove(&pid), m);
         producers.insert(pid, entry);
         if let (Some(first_offset), false) = (closed, m.commit) {
@@ -224,13 +225,13 @@ impl Partition {
 
     /// Has producer `pid` an open transaction here?
     pub fn has_open_transaction(&self, pid: i64) -> bool {
-        let producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
+        let producers = self.producers.lock().or_die();
         producers.get(&pid).is_some_and(|e| e.txn_first_offset.is_some())
     }
 
     /// Every producer's state on this partition (DescribeProducers).
     pub fn producer_entries(&self) -> Vec<(i64, ProducerEntry)> {
-        self.producers.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (*k, v.clone())).collect()
+        self.producers.lock().or_die().iter().map(|(k, v)| (*k, v.clone())).collect()
     }
 
     /// Forget producers idle for longer than `expiration_ms` (`producer.id.expiration.ms`),
@@ -240,7 +241,7 @@ impl Partition {
     /// UNKNOWN_PRODUCER_ID and resets (KIP-360); nothing it wrote can be duplicated, because a
     /// retry of an old batch is long past the client's delivery timeout.
     pub fn expire_producers(&self, now_ms: i64, expiration_ms: i64) -> usize {
-        let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut producers = self.producers.lock().or_die();
         let before = producers.len();
         producers.retain(|pid, e| {
             let keep = e.txn_first_offset.is_some() || now_ms.saturating_sub(e.last_timestamp) <= expiration_ms;
@@ -284,7 +285,7 @@ impl Partition {
         let (pid, hdr) = match header {
             Ok((pid, hdr)) if pid != NO_PRODUCER_ID => (pid, hdr),
             _ => {
-                let producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
+                let producers = self.producers.lock().or_die();
                 let (info, log_start, sync) = self.append(batch, now_ms, false).map_err(AppendError::Storage)?;
                 if info.rolled {
                     self.snapshot(&producers, info.first_offset);
@@ -293,7 +294,7 @@ impl Partition {
                 return Ok(Appended::New { info, log_start, sync });
             }
         };
-        let mut producers = self.producers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut producers = self.producers.lock().or_die();
         let plan = producer_state::check(producers.get(&pid), &hdr);
         // A transactional batch is verified first (as Kafka verifies before the append), so a
         // fenced producer is told so whatever this partition knows of it; an exact retry of a
@@ -356,7 +357,7 @@ impl Partition {
     }
 
     pub fn log(&self) -> MutexGuard<'_, Log> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner())
+        self.log.lock().or_die()
     }
 
     pub fn set_config(&self, config: LogConfig) -> Result<(), StorageError> {
@@ -462,15 +463,15 @@ impl Partition {
     /// Take the log out for a clean close at shutdown, snapshotting producer state at the end
     /// of the log first so the next start replays nothing.
     pub fn into_log(self) -> Log {
-        let producers = self.producers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let producers = self.producers.lock().or_die().clone();
         let leo = self.log().log_end_offset();
         self.snapshot(&producers, leo);
-        self.log.into_inner().unwrap_or_else(|e| e.into_inner())
+        self.log.into_inner().or_die()
     }
 
     /// Publish this partition's offsets and producer count as gauges.
     pub fn record_gauges(&self) {
-        let producers = self.producers.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let producers = self.producers.lock().or_die().len();
         let (leo, hw, lso) = {
             let log = self.log();
             (log.log_end_offset(), log.high_watermark(), self.last_stable_offset_of(&log))

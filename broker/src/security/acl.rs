@@ -4,6 +4,7 @@
 //! are wildcards; prefixed patterns match names that start with them. Persisted in
 //! `<log.dirs>/__acls.json`, rewritten atomically on every change.
 
+use crate::sync::OrDie as _;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
@@ -199,7 +200,7 @@ impl AclStore {
 
     /// Add bindings (already validated; duplicates are kept once) and persist.
     pub fn create(&self, new: &[AclBinding]) -> anyhow::Result<()> {
-        let mut acls = self.acls.write().unwrap_or_else(|e| e.into_inner());
+        let mut acls = self.acls.write().or_die();
         let mut next = acls.clone();
         for b in new {
             if !next.contains(b) {
@@ -213,12 +214,12 @@ impl AclStore {
 
     /// Every binding (cluster mode: the copy the quorum's image is compared with).
     pub fn all(&self) -> Vec<AclBinding> {
-        self.acls.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.acls.read().or_die().clone()
     }
 
     /// Replace every binding (cluster mode: from the quorum's image) and persist.
     pub fn replace(&self, next: Vec<AclBinding>) -> anyhow::Result<()> {
-        let mut acls = self.acls.write().unwrap_or_else(|e| e.into_inner());
+        let mut acls = self.acls.write().or_die();
         if *acls != next {
             self.persist(&next)?;
             *acls = next;
@@ -227,12 +228,12 @@ impl AclStore {
     }
 
     pub fn describe(&self, f: &AclFilter) -> Vec<AclBinding> {
-        self.acls.read().unwrap_or_else(|e| e.into_inner()).iter().filter(|b| f.matches(b)).cloned().collect()
+        self.acls.read().or_die().iter().filter(|b| f.matches(b)).cloned().collect()
     }
 
     /// Delete what each filter matches; returns the deleted bindings per filter.
     pub fn delete(&self, filters: &[AclFilter]) -> anyhow::Result<Vec<Vec<AclBinding>>> {
-        let mut acls = self.acls.write().unwrap_or_else(|e| e.into_inner());
+        let mut acls = self.acls.write().or_die();
         let out: Vec<Vec<AclBinding>> =
             filters.iter().map(|f| acls.iter().filter(|b| f.matches(b)).cloned().collect()).collect();
         let next: Vec<AclBinding> = acls.iter().filter(|b| !filters.iter().any(|f| f.matches(b))).cloned().collect();
@@ -246,7 +247,7 @@ impl AclStore {
     /// Does some ALLOW binding give `principal` `op` on some resource of type `rtype` (Kafka's
     /// `authorizeByResourceType`, used for idempotent producers without IdempotentWrite)?
     pub fn any_allow(&self, principal: &str, host: &str, op: Operation, rtype: ResourceType) -> bool {
-        let acls = self.acls.read().unwrap_or_else(|e| e.into_inner());
+        let acls = self.acls.read().or_die();
         acls.iter().any(|b| {
             b.resource_type == rtype
                 && b.permission == Permission::Allow
@@ -266,7 +267,7 @@ impl AclStore {
         name: &str,
         allow_if_none: bool,
     ) -> bool {
-        let acls = self.acls.read().unwrap_or_else(|e| e.into_inner());
+        let acls = self.acls.read().or_die();
         let on_resource: Vec<&AclBinding> = acls.iter().filter(|b| b.resource_matches(rtype, name)).collect();
         if on_resource.is_empty() {
             return allow_if_none;

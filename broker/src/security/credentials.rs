@@ -2,6 +2,7 @@
 //! ServerKey are kept (never a password). Persisted in `<log.dirs>/__scram_credentials.json`,
 //! rewritten atomically on every change.
 
+use crate::sync::OrDie as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use rand::RngCore;
@@ -114,7 +115,7 @@ impl CredentialStore {
 
     /// Create both SCRAM credentials for each (user, password) that has none yet.
     pub fn bootstrap(&self, users: &[(String, String)]) -> anyhow::Result<()> {
-        let mut map = self.users.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.users.write().or_die();
         let mut changed = false;
         for (user, password) in users {
             if map.get(user).is_some_and(|m| !m.is_empty()) {
@@ -137,7 +138,7 @@ impl CredentialStore {
 
     /// Every credential, serializable (cluster mode).
     pub fn export(&self) -> CredentialMap {
-        let map = self.users.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.users.read().or_die();
         map.iter()
             .map(|(u, c)| {
                 let creds = c
@@ -176,7 +177,7 @@ impl CredentialStore {
             }
             users.insert(u.clone(), by_mech);
         }
-        let mut map = self.users.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.users.write().or_die();
         if *map != users {
             self.persist(&users)?;
             *map = users;
@@ -185,17 +186,17 @@ impl CredentialStore {
     }
 
     pub fn get(&self, user: &str, m: Mechanism) -> Option<Credential> {
-        self.users.read().unwrap_or_else(|e| e.into_inner()).get(user).and_then(|c| c.get(&m)).cloned()
+        self.users.read().or_die().get(user).and_then(|c| c.get(&m)).cloned()
     }
 
     /// Any credential of `user` (PLAIN checks the password against it).
     pub fn any(&self, user: &str) -> Option<Credential> {
-        self.users.read().unwrap_or_else(|e| e.into_inner()).get(user).and_then(|c| c.values().next().cloned())
+        self.users.read().or_die().get(user).and_then(|c| c.values().next().cloned())
     }
 
     /// (user, [(mechanism, iterations)]) for the named users, or all users when `None`.
     pub fn describe(&self) -> BTreeMap<String, Vec<(Mechanism, i32)>> {
-        let map = self.users.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.users.read().or_die();
         map.iter()
             .filter(|(_, c)| !c.is_empty())
             .map(|(u, c)| (u.clone(), c.iter().map(|(m, x)| (*m, x.iterations)).collect()))
@@ -205,7 +206,7 @@ impl CredentialStore {
     /// Apply changes (already validated) and persist once. Returns, per change, whether it
     /// applied (a delete of a missing credential does not).
     pub fn apply(&self, changes: Vec<Change>) -> anyhow::Result<Vec<bool>> {
-        let mut map = self.users.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.users.write().or_die();
         let mut next = map.clone();
         let mut applied = Vec::with_capacity(changes.len());
         for c in changes {

@@ -14,6 +14,7 @@ pub mod quota;
 pub mod sasl;
 pub mod tls;
 
+use crate::sync::OrDie as _;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -68,7 +69,7 @@ impl Security {
             .get(&ip)
             .copied()
             .unwrap_or(self.settings.max_connections_per_ip);
-        let mut m = self.per_ip.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.per_ip.lock().or_die();
         let n = m.entry(ip).or_insert(0);
         if *n >= limit {
             return None;
@@ -121,7 +122,7 @@ pub struct IpPermit {
 
 impl Drop for IpPermit {
     fn drop(&mut self) {
-        let mut m = self.security.per_ip.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.security.per_ip.lock().or_die();
         if let Some(n) = m.get_mut(&self.ip) {
             *n = n.saturating_sub(1);
             if *n == 0 {

@@ -6,6 +6,7 @@
 //! it; bytes beyond the bucket are debt, and the throttle time is the time the refill needs to
 //! pay the debt back.
 
+use crate::sync::OrDie as _;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -56,7 +57,7 @@ impl Quotas {
     fn record_at(&self, kind: Kind, client_id: &str, bytes: u64, now: Instant) -> i32 {
         let Some(rate) = self.rate(kind).filter(|r| *r > 0) else { return 0 };
         let rate = rate as f64;
-        let mut m = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.buckets.lock().or_die();
         if m.len() > 100_000 {
             // forget idle clients rather than grow without bound
             m.retain(|_, b| now.duration_since(b.at).as_secs() < 60);

@@ -18,6 +18,7 @@ use crate::partition::producer_state::{MarkerHeader, Refusal};
 use crate::partition::{AppendError, Partition};
 use crate::routing::{shard_for, CoordinatorKey, Route, Router as _};
 use crate::state::BrokerState;
+use crate::sync::OrDie as _;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use machine::{Decision, Markers, TxnLimits, TxnMetadata, TxnState};
@@ -146,7 +147,7 @@ impl TxnCoordinator {
     }
 
     fn shard_at(&self, i: usize) -> MutexGuard<'_, Shard> {
-        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+        self.shards[i].lock().or_die()
     }
 
     /// Is the transaction log replicated (cluster mode, replication factor > 1)?
@@ -195,7 +196,7 @@ impl TxnCoordinator {
     /// Applied on every replica of shard `i` (the Raft state machine): append durably. The
     /// in-memory state is loaded from this log when the replica becomes the shard's leader.
     pub fn apply_replicated(&self, i: usize, records: &[crate::kvlog::KvRecord], now: i64) -> Result<(), String> {
-        let mut shard = self.shards.get(i).ok_or("no such shard")?.lock().unwrap_or_else(|e| e.into_inner());
+        let mut shard = self.shards.get(i).ok_or("no such shard")?.lock().or_die();
         match shard.log.append(records, now).map_err(|e| e.to_string())? {
             Some((flusher, end)) => flusher.sync_to(end).map(|_| ()).map_err(|e| e.to_string()),
             None => Ok(()),
@@ -280,7 +281,7 @@ impl TxnCoordinator {
             .shards
             .iter()
             .flat_map(|s| {
-                let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                let s = s.lock().or_die();
                 if !s.loaded {
                     return Vec::new();
                 }
@@ -420,7 +421,7 @@ impl TxnCoordinator {
         let mut due = Vec::new();
         let mut waits = Vec::new();
         for (i, s) in state.txns.shards.iter().enumerate() {
-            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = s.lock().or_die();
             if !s.loaded {
                 continue;
             }
@@ -465,7 +466,7 @@ impl TxnCoordinator {
     /// replicated shard does this to its own copy, leader or not. Blocking.
     pub fn compact_logs(&self, now: i64) {
         for (i, s) in self.shards.iter().enumerate() {
-            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = s.lock().or_die();
             match s.log.compact_folding(now) {
                 Ok(Some(live)) => tracing::info!(shard = i, live, "compacted transaction log"),
                 Ok(None) => {}
@@ -536,7 +537,7 @@ impl TxnCoordinator {
                 initialize: true,
             };
             let g = start_kv(node.node_id, spec, &node.voters, apply, dir.join(format!("{TXN_TOPIC}-{i}"))).await?;
-            node.replicas.write().unwrap_or_else(|e| e.into_inner()).insert(g.key.clone(), g.clone());
+            node.replicas.write().or_die().insert(g.key.clone(), g.clone());
             groups.push(Some(g));
         }
         let watch: Vec<(usize, Arc<crate::cluster::replica::Replica>)> =
@@ -625,7 +626,7 @@ impl TxnCoordinator {
 
     pub fn close(&self) {
         for s in &self.shards {
-            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = s.lock().or_die();
             if let Err(e) = s.log.close() {
                 tracing::error!("closing transaction log failed: {e}");
             }
