@@ -13,6 +13,8 @@
 //! - `background`: interval flush, checkpoints, retention, group timers;
 //! - `error_map`: the ONE place internal errors become Kafka error codes;
 //! - `metrics`: every metric name, and the Prometheus endpoint (`metrics.listener`);
+//! - `interbroker`: every Kafka call to a peer broker (markers, KIP-890 verification,
+//!   AddOffsetsToTxn), pooled connections, a timeout per call;
 //! - `sync`: `OrDie` — a poisoned lock stops the broker (a restart recovers from the logs).
 //!
 //! - `txn`: the transaction coordinator (transaction-state log, markers, timeouts);
@@ -34,6 +36,7 @@ pub mod dynamic_config;
 pub mod error_map;
 pub mod group;
 pub mod handlers;
+pub mod interbroker;
 pub mod kvlog;
 pub mod metrics;
 pub mod partition;

@@ -36,6 +36,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("kvlog", 3),
     ("producer_ids", 3),
     ("routing", 3),
+    ("interbroker", 3),
     ("cluster/mod", 3),
     ("cluster/store", 3),
     ("cluster/reconcile", 3),

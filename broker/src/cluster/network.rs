@@ -50,7 +50,7 @@ async fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
     s.write_all(&buf).await
 }
 
-async fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+pub(crate) async fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await?;
     let len = u32::from_be_bytes(len) as usize;
@@ -330,31 +330,4 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
             }
         });
     }
-}
-
-/// One Kafka request to another broker's client listener (inter-broker calls such as
-/// WriteTxnMarkers), on a fresh connection, within `ttl`.
-pub async fn kafka_call(
-    addr: &str,
-    key: kafka_protocol::messages::ApiKey,
-    version: i16,
-    body: kafka_protocol::messages::RequestKind,
-    ttl: Duration,
-) -> anyhow::Result<kafka_protocol::messages::ResponseKind> {
-    let header = kafka_protocol::messages::RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(1)
-        .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str("sluice-broker")));
-    let frame = sluice_protocol::api::encode_request(&header, &body).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let run = async {
-        let mut s = TcpStream::connect(addr).await?;
-        s.set_nodelay(true)?;
-        s.write_all(&frame).await?;
-        let answer = read_frame(&mut s).await?;
-        let (_, resp) = sluice_protocol::api::decode_response(key, version, bytes::Bytes::from(answer))
-            .map_err(|e| anyhow::anyhow!("{addr}: {e}"))?;
-        Ok::<_, anyhow::Error>(resp)
-    };
-    tokio::time::timeout(ttl, run).await.map_err(|_| anyhow::anyhow!("{addr}: {key:?} timed out"))?
 }

@@ -229,12 +229,8 @@ fn verification_code(code: i16) -> i16 {
     }
 }
 
-/// KIP-890 across brokers: ask the coordinator (AddPartitionsToTxn v4, verify_only) whether
-/// `pid`/`epoch`'s ongoing transaction holds this partition. Blocking (a produce handler).
-/// `Err` carries the coordinator's code (NETWORK_EXCEPTION if it could not be asked).
-/// Cluster mode: ask `id`'s coordinator on another broker (AddPartitionsToTxn v4, the
-/// broker-to-coordinator form) whether the partition is in the ongoing transaction, or, for
-/// transaction version 2's implicit add (`add`), to add it.
+/// KIP-890 across brokers (`interbroker::verify_in_txn`), from a produce handler's stage 1,
+/// which blocks.
 fn verify_remote(
     addr: &str,
     id: &str,
@@ -244,44 +240,11 @@ fn verify_remote(
     partition: i32,
     add: bool,
 ) -> Result<(), i16> {
-    use kafka_protocol::messages::*;
-    let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
-    t.name = TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.to_string()));
-    t.partitions = vec![partition];
-    let mut x = add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default();
-    x.transactional_id = TransactionalId(kafka_protocol::protocol::StrBytes::from_string(id.to_string()));
-    x.producer_id = ProducerId(pid);
-    x.producer_epoch = epoch;
-    x.verify_only = !add;
-    x.topics = vec![t];
-    let mut req = AddPartitionsToTxnRequest::default();
-    req.transactions = vec![x];
-    let unreachable = ResponseError::NetworkException.code();
-    let Ok(handle) = tokio::runtime::Handle::try_current() else { return Err(unreachable) };
-    let call = crate::cluster::network::kafka_call(
-        addr,
-        ApiKey::AddPartitionsToTxn,
-        4,
-        RequestKind::AddPartitionsToTxn(req),
-        std::time::Duration::from_secs(5),
-    );
-    match tokio::task::block_in_place(|| handle.block_on(call)) {
-        Ok(ResponseKind::AddPartitionsToTxn(r)) => {
-            if r.error_code != 0 {
-                return Err(r.error_code);
-            }
-            let codes = r.results_by_transaction.iter().flat_map(|x| x.topic_results.iter());
-            match codes.flat_map(|t| t.results_by_partition.iter()).find(|p| p.partition_error_code != 0) {
-                Some(p) => Err(p.partition_error_code),
-                None => Ok(()),
-            }
-        }
-        Ok(_) => Err(unreachable),
-        Err(e) => {
-            tracing::warn!(txn = id, "transaction verification with {addr} failed: {e}");
-            Err(unreachable)
-        }
-    }
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return Err(ResponseError::NetworkException.code());
+    };
+    let call = crate::interbroker::verify_in_txn(addr, id, pid, epoch, topic, partition, add);
+    tokio::task::block_in_place(|| handle.block_on(call))
 }
 
 pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Reply {

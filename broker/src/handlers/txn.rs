@@ -242,7 +242,9 @@ pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetC
             // transaction version 2: the commit itself adds the group to the transaction
             match &remote {
                 // the coordinator is another broker: AddOffsetsToTxn on its behalf
-                Some(addr) => remote_refusal = add_offsets_remote(addr, &id, pid, epoch, &group_id).await.err(),
+                Some(addr) => {
+                    remote_refusal = crate::interbroker::add_offsets(addr, &id, pid, epoch, &group_id).await.err()
+                }
                 None => {
                     let now = now_ms();
                     TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group_id), now))
@@ -298,34 +300,6 @@ pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetC
         ResponseKind::TxnOffsetCommit(resp)
     });
     Reply::Later(fut)
-}
-
-/// Cluster mode, TxnOffsetCommit v5: add the group to the transaction at its coordinator on
-/// another broker (AddOffsetsToTxn v3, as the client itself does with transaction version 1).
-async fn add_offsets_remote(addr: &str, id: &str, pid: i64, epoch: i16, group: &str) -> Result<(), ResponseError> {
-    let mut r = AddOffsetsToTxnRequest::default();
-    r.transactional_id = TransactionalId(super::sb(id));
-    r.producer_id = ProducerId(pid);
-    r.producer_epoch = epoch;
-    r.group_id = GroupId(super::sb(group));
-    let call = crate::cluster::network::kafka_call(
-        addr,
-        ApiKey::AddOffsetsToTxn,
-        3,
-        RequestKind::AddOffsetsToTxn(r),
-        std::time::Duration::from_secs(5),
-    );
-    match call.await {
-        Ok(ResponseKind::AddOffsetsToTxn(resp)) if resp.error_code == 0 => Ok(()),
-        Ok(ResponseKind::AddOffsetsToTxn(resp)) => {
-            Err(ResponseError::try_from_code(resp.error_code).unwrap_or(ResponseError::InvalidTxnState))
-        }
-        Ok(_) => Err(ResponseError::CoordinatorNotAvailable),
-        Err(e) => {
-            tracing::warn!(txn = id, "adding group {group} at the coordinator {addr} failed: {e}");
-            Err(ResponseError::CoordinatorNotAvailable)
-        }
-    }
 }
 
 pub fn list(state: &BrokerState, req: ListTransactionsRequest) -> ListTransactionsResponse {

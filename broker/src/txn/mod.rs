@@ -707,41 +707,17 @@ async fn write_marker_remote(
     index: i32,
     h: (i64, i16, bool),
 ) -> MarkerDone {
-    use kafka_protocol::messages::*;
     let (pid, epoch, commit) = h;
-    let mut t = write_txn_markers_request::WritableTxnMarkerTopic::default();
-    t.name = TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.to_string()));
-    t.partition_indexes = vec![index];
-    let mut m = write_txn_markers_request::WritableTxnMarker::default();
-    m.producer_id = ProducerId(pid);
-    m.producer_epoch = epoch;
-    m.transaction_result = commit;
-    m.coordinator_epoch = state.txns.epoch_for(id);
-    m.topics = vec![t];
-    let mut req = WriteTxnMarkersRequest::default();
-    req.markers = vec![m];
-    let answer = crate::cluster::network::kafka_call(
-        addr,
-        ApiKey::WriteTxnMarkers,
-        1,
-        RequestKind::WriteTxnMarkers(req),
-        Duration::from_secs(10),
-    )
-    .await;
-    let code = match answer {
-        Ok(ResponseKind::WriteTxnMarkers(r)) => r
-            .markers
-            .first()
-            .and_then(|m| m.topics.first())
-            .and_then(|t| t.partitions.first())
-            .map(|p| p.error_code)
-            .unwrap_or(-1),
-        Ok(_) => -1,
-        Err(e) => {
-            tracing::warn!(txn = id, topic, partition = index, "marker to {addr}: {e}");
-            return MarkerDone::Retry;
-        }
-    };
+    let coordinator_epoch = state.txns.epoch_for(id);
+    let ttl = Duration::from_secs(10);
+    let code =
+        match crate::interbroker::write_marker(addr, topic, index, pid, epoch, commit, coordinator_epoch, ttl).await {
+            Ok(code) => code,
+            Err(e) => {
+                tracing::warn!(txn = id, topic, partition = index, "marker to {addr}: {e}");
+                return MarkerDone::Retry;
+            }
+        };
     match ResponseError::try_from_code(code) {
         None if code == 0 => MarkerDone::Written,
         Some(ResponseError::UnknownTopicOrPartition) => {

@@ -1,0 +1,176 @@
+//! Kafka calls to peer brokers (cluster mode), all here: a transaction coordinator's markers to
+//! a partition's leader (WriteTxnMarkers), a leader's KIP-890 verification at a transactional
+//! id's coordinator (AddPartitionsToTxn v4), a group coordinator adding its group to a
+//! transaction (AddOffsetsToTxn). Each call has its own timeout. Connections are pooled per peer
+//! and carry one request at a time; a connection that failed is dropped, and a call that failed
+//! on a reused connection is tried once more on a fresh one (the peer may have restarted or
+//! closed it as idle). Every call here may be repeated safely: the coordinator and the leader
+//! answer a repeat as they answered the first.
+
+use crate::sync::OrDie as _;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// Idle connections kept per peer.
+const IDLE_PER_PEER: usize = 8;
+
+static POOL: LazyLock<Mutex<HashMap<String, Vec<TcpStream>>>> = LazyLock::new(Default::default);
+
+fn sb(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// One request on one connection: write it, read its answer.
+async fn exchange(s: &mut TcpStream, frame: &[u8], key: ApiKey, version: i16) -> anyhow::Result<ResponseKind> {
+    s.write_all(frame).await?;
+    let answer = crate::cluster::network::read_frame(s).await?;
+    let (_, resp) = sluice_protocol::api::decode_response(key, version, bytes::Bytes::from(answer))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(resp)
+}
+
+/// One Kafka request to the client listener at `addr`, answered within `ttl`.
+pub async fn call(
+    addr: &str,
+    key: ApiKey,
+    version: i16,
+    body: RequestKind,
+    ttl: Duration,
+) -> anyhow::Result<ResponseKind> {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("sluice-broker")));
+    let frame = sluice_protocol::api::encode_request(&header, &body).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let run = async {
+        let pooled = POOL.lock().or_die().get_mut(addr).and_then(Vec::pop);
+        if let Some(mut s) = pooled {
+            if let Ok(resp) = exchange(&mut s, &frame, key, version).await {
+                give_back(addr, s);
+                return Ok(resp);
+            }
+        }
+        let mut s = TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        let resp = exchange(&mut s, &frame, key, version).await?;
+        give_back(addr, s);
+        Ok::<_, anyhow::Error>(resp)
+    };
+    tokio::time::timeout(ttl, run).await.map_err(|_| anyhow::anyhow!("{addr}: {key:?} timed out"))?
+}
+
+fn give_back(addr: &str, s: TcpStream) {
+    let mut pool = POOL.lock().or_die();
+    let idle = pool.entry(addr.to_string()).or_default();
+    if idle.len() < IDLE_PER_PEER {
+        idle.push(s);
+    }
+}
+
+/// WriteTxnMarkers v1 for one partition at its leader: the partition's error code.
+#[allow(clippy::too_many_arguments)]
+pub async fn write_marker(
+    addr: &str,
+    topic: &str,
+    partition: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    ttl: Duration,
+) -> anyhow::Result<i16> {
+    let mut t = write_txn_markers_request::WritableTxnMarkerTopic::default();
+    t.name = TopicName(sb(topic));
+    t.partition_indexes = vec![partition];
+    let mut m = write_txn_markers_request::WritableTxnMarker::default();
+    m.producer_id = ProducerId(producer_id);
+    m.producer_epoch = producer_epoch;
+    m.transaction_result = commit;
+    m.coordinator_epoch = coordinator_epoch;
+    m.topics = vec![t];
+    let mut req = WriteTxnMarkersRequest::default();
+    req.markers = vec![m];
+    match call(addr, ApiKey::WriteTxnMarkers, 1, RequestKind::WriteTxnMarkers(req), ttl).await? {
+        ResponseKind::WriteTxnMarkers(r) => Ok(r
+            .markers
+            .first()
+            .and_then(|m| m.topics.first())
+            .and_then(|t| t.partitions.first())
+            .map(|p| p.error_code)
+            .unwrap_or(-1)),
+        _ => Ok(-1),
+    }
+}
+
+/// KIP-890 across brokers: ask `id`'s coordinator (AddPartitionsToTxn v4, the
+/// broker-to-coordinator form) whether `topic`/`partition` is in `pid`/`epoch`'s ongoing
+/// transaction, or, for transaction version 2's implicit add (`add`), to add it. `Err` carries
+/// the coordinator's code (NETWORK_EXCEPTION if it could not be asked).
+pub async fn verify_in_txn(
+    addr: &str,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    topic: &str,
+    partition: i32,
+    add: bool,
+) -> Result<(), i16> {
+    let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+    t.name = TopicName(sb(topic));
+    t.partitions = vec![partition];
+    let mut x = add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default();
+    x.transactional_id = TransactionalId(sb(id));
+    x.producer_id = ProducerId(pid);
+    x.producer_epoch = epoch;
+    x.verify_only = !add;
+    x.topics = vec![t];
+    let mut req = AddPartitionsToTxnRequest::default();
+    req.transactions = vec![x];
+    let unreachable = ResponseError::NetworkException.code();
+    let ttl = Duration::from_secs(5);
+    match call(addr, ApiKey::AddPartitionsToTxn, 4, RequestKind::AddPartitionsToTxn(req), ttl).await {
+        Ok(ResponseKind::AddPartitionsToTxn(r)) => {
+            if r.error_code != 0 {
+                return Err(r.error_code);
+            }
+            let codes = r.results_by_transaction.iter().flat_map(|x| x.topic_results.iter());
+            match codes.flat_map(|t| t.results_by_partition.iter()).find(|p| p.partition_error_code != 0) {
+                Some(p) => Err(p.partition_error_code),
+                None => Ok(()),
+            }
+        }
+        Ok(_) => Err(unreachable),
+        Err(e) => {
+            tracing::warn!(txn = id, "transaction verification with {addr} failed: {e}");
+            Err(unreachable)
+        }
+    }
+}
+
+/// TxnOffsetCommit v5 with the coordinator on another broker: add `group` to the transaction
+/// there (AddOffsetsToTxn v3, as the client itself does with transaction version 1).
+pub async fn add_offsets(addr: &str, id: &str, pid: i64, epoch: i16, group: &str) -> Result<(), ResponseError> {
+    let mut r = AddOffsetsToTxnRequest::default();
+    r.transactional_id = TransactionalId(sb(id));
+    r.producer_id = ProducerId(pid);
+    r.producer_epoch = epoch;
+    r.group_id = GroupId(sb(group));
+    match call(addr, ApiKey::AddOffsetsToTxn, 3, RequestKind::AddOffsetsToTxn(r), Duration::from_secs(5)).await {
+        Ok(ResponseKind::AddOffsetsToTxn(resp)) if resp.error_code == 0 => Ok(()),
+        Ok(ResponseKind::AddOffsetsToTxn(resp)) => {
+            Err(ResponseError::try_from_code(resp.error_code).unwrap_or(ResponseError::InvalidTxnState))
+        }
+        Ok(_) => Err(ResponseError::CoordinatorNotAvailable),
+        Err(e) => {
+            tracing::warn!(txn = id, "adding group {group} at the coordinator {addr} failed: {e}");
+            Err(ResponseError::CoordinatorNotAvailable)
+        }
+    }
+}
