@@ -17,3 +17,8 @@ wait_port() {
 # Run a command without the caller's SLUICE_* variables (the broker takes every one as a
 # setting and refuses unknown ones).
 without_sluice_env() { env $(env | grep -o '^SLUICE_[A-Z_]*' | sed 's/^/-u /') "$@"; }
+# The same for a process started in the background (`exec_without_sluice_env cmd ... &`): the
+# background subshell becomes the command, so `$!` is its pid and a kill reaches it (with
+# `without_sluice_env ... &` a kill stopped only the subshell and left the broker running).
+# Never call it in the foreground: it replaces the calling shell.
+exec_without_sluice_env() { exec env $(env | grep -o '^SLUICE_[A-Z_]*' | sed 's/^/-u /') "$@"; }

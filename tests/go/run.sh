@@ -24,7 +24,7 @@ cleanup() {
 trap cleanup EXIT
 
 # every SLUICE_* variable is a broker setting: pass none of ours
-start() { without_sluice_env "$BIN" "$@" & PIDS+=($!); }
+start() { exec_without_sluice_env "$BIN" "$@" & PIDS+=($!); }
 
 run_suite() { # seeds rf records label
   local seeds=$1 rf=$2 records=$3 label=$4

@@ -48,7 +48,7 @@ start() { # name port flags...
   # every SLUICE_* variable is a broker setting: pass none of ours. Kafka's default initial
   # rebalance delay (3 s), which librdkafka's group tests assume (0113 waits it out; 0118
   # expects both members in the first generation and failed, once in five runs, with 0)
-  without_sluice_env "$BIN" --log-dirs "$WORK/$name" \
+  exec_without_sluice_env "$BIN" --log-dirs "$WORK/$name" \
     --listeners "PLAINTEXT://127.0.0.1:$port" --group-initial-rebalance-delay-ms 3000 --num-partitions 4 "$@" \
     >"$WORK/$name.log" 2>&1 &
   PIDS+=($!)
