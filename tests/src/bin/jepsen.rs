@@ -1145,7 +1145,33 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
             println!("  the bad producer reached no broker: the run proves nothing about it");
         }
     }
-    Ok(report.valid() && drained.is_ok() && progress && bad_ok)
+    let ok = report.valid() && drained.is_ok() && progress && bad_ok;
+    if !ok {
+        broker_evidence(&cluster);
+    }
+    Ok(ok)
+}
+
+/// A failed run: each broker's last warnings and errors on stdout (CI shows them), and its whole
+/// log copied to `JEPSEN_LOGS_DIR` when set — the brokers' temporary directories go with the run.
+fn broker_evidence(cluster: &Cluster) {
+    let keep = std::env::var_os("JEPSEN_LOGS_DIR").map(std::path::PathBuf::from);
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let path = node.broker.lock().unwrap_or_else(|e| e.into_inner()).data_dir.with_extension("log");
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        let notable: Vec<&str> = log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+        println!("  broker {} log: the last 20 of {} warnings and errors", i + 1, notable.len());
+        for line in &notable[notable.len().saturating_sub(20)..] {
+            println!("    {line}");
+        }
+        if let Some(dir) = &keep {
+            let to = dir.join(format!("broker-{}.log", i + 1));
+            match std::fs::create_dir_all(dir).and_then(|()| std::fs::copy(&path, &to)) {
+                Ok(_) => println!("  broker {} log kept in {}", i + 1, to.display()),
+                Err(e) => println!("  broker {} log not kept: {e}", i + 1),
+            }
+        }
+    }
 }
 
 fn main() -> ExitCode {
