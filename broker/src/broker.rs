@@ -11,7 +11,7 @@
 
 use crate::cluster::{ClusterNode, Command};
 use crate::config::Config;
-use crate::server::ListenerRuntime;
+use crate::connection::ListenerRuntime;
 use crate::state::BrokerState;
 use std::sync::Arc;
 use std::time::Duration;

@@ -29,6 +29,27 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+/// A listener as served: its settings and, for SSL/SASL_SSL, the TLS acceptor.
+pub struct ListenerRuntime {
+    pub config: Arc<crate::config::security::ListenerConfig>,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl ListenerRuntime {
+    /// Build the runtime form of `config` (the TLS configuration from the PEM files).
+    pub fn new(
+        config: &crate::config::security::ListenerConfig,
+        security: &crate::config::security::SecuritySettings,
+    ) -> anyhow::Result<ListenerRuntime> {
+        let tls = if config.protocol.tls() {
+            Some(tokio_rustls::TlsAcceptor::from(crate::security::tls::server_config(security)?))
+        } else {
+            None
+        };
+        Ok(ListenerRuntime { config: Arc::new(config.clone()), tls })
+    }
+}
+
 /// Requests whose answers may be pending at once on one connection.
 pub const INFLIGHT_REQUESTS_MAX: usize = 64;
 
@@ -136,7 +157,7 @@ fn blocking_api(key: ApiKey) -> bool {
 pub async fn handle(
     state: Arc<BrokerState>,
     socket: TcpStream,
-    listener: Arc<crate::server::ListenerRuntime>,
+    listener: Arc<ListenerRuntime>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let peer = socket.peer_addr().ok();

@@ -3,33 +3,12 @@
 //! shutdown on SIGTERM/SIGINT (stop accepting, let connections finish their pending answers,
 //! then flush and close every log cleanly).
 
-use crate::config::security::ListenerConfig;
+use crate::connection::ListenerRuntime;
 use crate::state::BrokerState;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
-
-/// A listener as served: its settings and, for SSL/SASL_SSL, the TLS acceptor.
-pub struct ListenerRuntime {
-    pub config: Arc<ListenerConfig>,
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
-}
-
-impl ListenerRuntime {
-    /// Build the runtime form of `config` (the TLS configuration from the PEM files).
-    pub fn new(
-        config: &ListenerConfig,
-        security: &crate::config::security::SecuritySettings,
-    ) -> anyhow::Result<ListenerRuntime> {
-        let tls = if config.protocol.tls() {
-            Some(tokio_rustls::TlsAcceptor::from(crate::security::tls::server_config(security)?))
-        } else {
-            None
-        };
-        Ok(ListenerRuntime { config: Arc::new(config.clone()), tls })
-    }
-}
 
 /// Serve `listeners` (bound sockets with their runtime settings) until `shutdown_signal`.
 pub async fn run(
