@@ -58,6 +58,7 @@ impl Broker {
                     .map_err(|e| StartError::Failed(format!("cannot serve metrics on {addr}: {e}")))?;
             }
         }
+        crate::failpoints::arm(&config.failpoints);
         let state =
             tokio::task::block_in_place(|| BrokerState::open(config)).map_err(|e| StartError::Failed(e.to_string()))?;
         let state = Arc::new(state);

@@ -34,6 +34,7 @@ pub mod config;
 pub mod connection;
 pub mod dynamic_config;
 pub mod error_map;
+pub mod failpoints;
 pub mod group;
 pub mod handlers;
 pub mod interbroker;

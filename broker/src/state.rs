@@ -191,12 +191,6 @@ impl BrokerState {
         let producer_ids = crate::producer_ids::ProducerIds::open(&data_dir)?;
         let groups = crate::group::GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?;
         groups.set_group_configs(&meta.dynamic.groups);
-        if config.txns.failpoints.iter().any(|f| f == "fetch.ignore_lso") {
-            tracing::error!(
-                "failpoint fetch.ignore_lso: read_committed fetches ignore the LSO (a broken broker, for tests)"
-            );
-            crate::partition::IGNORE_LSO.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
         let txns = crate::txn::TxnCoordinator::open(&data_dir, &config.log, config.txns.clone())?;
         let security = Arc::new(crate::security::Security::open(&data_dir, config.security.clone())?);
         let state = BrokerState {

@@ -76,10 +76,6 @@ pub struct TxnSettings {
     pub id_expiration_ms: i64,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
     pub abort_check_interval_ms: u64,
-    /// `testing.failpoints`: crash points for crash tests (`txn.before_prepare`: die before
-    /// logging PrepareCommit/PrepareAbort; `txn.after_prepare`: die after logging it, before
-    /// any marker). Empty in production.
-    pub failpoints: Vec<String>,
 }
 
 impl Default for TxnSettings {
@@ -92,7 +88,6 @@ impl Default for TxnSettings {
             version: 2,
             id_expiration_ms: 7 * 24 * 3600 * 1000,
             abort_check_interval_ms: 10_000,
-            failpoints: Vec::new(),
         }
     }
 }

@@ -300,6 +300,8 @@ pub struct Config {
     pub groups: CoordinatorSettings,
     pub offsets_retention_check_interval_ms: u64,
     pub txns: TxnSettings,
+    /// `testing.failpoints` (tests only; armed at start by `broker`, read through `failpoints`).
+    pub failpoints: Vec<crate::failpoints::Failpoint>,
     /// `replica.lag.time.max.ms`: a follower behind the leader for longer is out of sync.
     pub replica_lag_time_max_ms: u64,
     /// Every setting's resolved value as text (for DescribeConfigs).
@@ -757,21 +759,25 @@ pub fn resolve(
                 get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
                 positive,
             )? as u64,
-            failpoints: {
-                let (v, src) = get("testing.failpoints");
-                let known =
-                    ["txn.before_prepare", "txn.after_prepare", "fetch.ignore_lso", "produce.delay_after_verify"];
-                let list: Vec<String> = v.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect();
-                if let Some(bad) = list.iter().find(|f| !known.contains(&f.as_str())) {
-                    return Err(ConfigError::Invalid {
-                        name: "testing.failpoints".into(),
-                        value: v.clone(),
-                        origin: src,
-                        reason: format!("unknown failpoint '{bad}' (known: {})", known.join(", ")),
-                    });
+        },
+        failpoints: {
+            let (v, src) = get("testing.failpoints");
+            let mut list = Vec::new();
+            for name in v.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+                match crate::failpoints::Failpoint::parse(name) {
+                    Some(f) => list.push(f),
+                    None => {
+                        let known: Vec<&str> = crate::failpoints::Failpoint::ALL.iter().map(|f| f.name()).collect();
+                        return Err(ConfigError::Invalid {
+                            name: "testing.failpoints".into(),
+                            value: v.clone(),
+                            origin: src,
+                            reason: format!("unknown failpoint '{name}' (known: {})", known.join(", ")),
+                        });
+                    }
                 }
-                list
-            },
+            }
+            list
         },
         replica_lag_time_max_ms: parse::<i64>("replica.lag.time.max.ms", get("replica.lag.time.max.ms"), positive)?
             as u64,

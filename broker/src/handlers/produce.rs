@@ -360,7 +360,7 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                                 let verdict = transactional(&buf).map(|(pid, e)| verify(pid, e));
                                 let verified = matches!(verdict, Some(Ok(())));
                                 if verified
-                                    && state.config.txns.failpoints.iter().any(|f| f == "produce.delay_after_verify")
+                                    && crate::failpoints::armed(crate::failpoints::Failpoint::ProduceDelayAfterVerify)
                                 {
                                     // tests only: widen the window between the verification
                                     // and the proposal (a marker may be ordered in between)

@@ -41,11 +41,6 @@ pub enum AppendError {
     Refused(Refusal),
 }
 
-/// Failpoint `fetch.ignore_lso` (`testing.failpoints`): read_committed fetches are bounded by
-/// the high watermark instead of the LSO — a deliberately broken broker, so tests can show
-/// that clients and checkers notice. Never set outside tests.
-pub static IGNORE_LSO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 pub struct Partition {
     pub topic: String,
     pub index: i32,
@@ -501,7 +496,8 @@ impl Partition {
         let log = self.log();
         let hw = log.high_watermark();
         let lso = self.last_stable_offset_of(&log);
-        let upper = if read_committed && !IGNORE_LSO.load(Ordering::Relaxed) { lso } else { hw };
+        let ignore_lso = crate::failpoints::armed(crate::failpoints::Failpoint::FetchIgnoreLso);
+        let upper = if read_committed && !ignore_lso { lso } else { hw };
         let records = log.read(offset, max_bytes, Some(upper), min_one)?;
         let aborted = if read_committed && !records.is_empty() {
             let end = iter_batches(&records).filter_map(|b| b.ok()).map(|(_, v)| v.last_offset() + 1).max();

@@ -260,9 +260,9 @@ impl TxnCoordinator {
     }
 
     /// Crash here if the failpoint is armed (crash tests only).
-    fn failpoint(&self, name: &str) {
-        if self.settings.failpoints.iter().any(|f| f == name) {
-            tracing::error!("failpoint {name}: crashing");
+    fn failpoint(&self, point: crate::failpoints::Failpoint) {
+        if crate::failpoints::armed(point) {
+            tracing::error!("failpoint {}: crashing", point.name());
             std::process::abort();
         }
     }
@@ -364,7 +364,7 @@ impl TxnCoordinator {
         let durable = match &d {
             Decision::Apply(t) => {
                 if t.markers.is_some() {
-                    self.failpoint("txn.before_prepare");
+                    self.failpoint(crate::failpoints::Failpoint::TxnBeforePrepare);
                 }
                 let wait = self.log_write(i, &mut shard, &[encode(id, Some(&t.next))], now)?;
                 shard.txns.insert(id.to_string(), t.next.clone());
@@ -398,7 +398,7 @@ impl TxnCoordinator {
             Decision::Apply(t) => {
                 let mut last = t.next.clone();
                 if let Some(markers) = t.markers {
-                    state.txns.failpoint("txn.after_prepare");
+                    state.txns.failpoint(crate::failpoints::Failpoint::TxnAfterPrepare);
                     // the completion must happen even if the client goes away
                     let st = state.clone();
                     let owned = id.to_string();
