@@ -315,7 +315,8 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                             // its term: a marker of an earlier transaction is below it)
                             let replica = state.replica(&name, p.index);
                             let settled = replica.as_ref().is_none_or(|r| r.applied_own_term());
-                            let verified_from = txn_id.is_some().then(|| partition.log().log_end_offset());
+                            let verified_from =
+                                (txn_id.is_some() && replica.is_some()).then(|| partition.log().log_end_offset());
                             let remote = txn_id.as_deref().and_then(|id| remote_coordinator(state, id));
                             let implicit = match (&txn_id, implicit_add(version, &buf)) {
                                 (Some(id), Some((pid, epoch))) if remote.is_none() => {
