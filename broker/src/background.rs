@@ -25,7 +25,7 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
     tokio::pin!(group_wake);
     tokio::spawn({
         let st = state.clone();
-        async move { crate::txn::TxnCoordinator::recover(&st).await }
+        async move { st.txns.recover().await }
     });
     let mut txn_tick = tokio::time::interval(Duration::from_millis(state.config.txns.abort_check_interval_ms));
     let mut offsets_tick =
@@ -72,7 +72,7 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
             }
             _ = txn_tick.tick() => {
                 let st = state.clone();
-                tokio::spawn(async move { crate::txn::TxnCoordinator::check_timeouts(&st).await });
+                tokio::spawn(async move { st.txns.check_timeouts().await });
                 let st = state.clone();
                 let _ = tokio::task::spawn_blocking(move || st.txns.compact_logs(crate::clock::now_ms())).await;
             }

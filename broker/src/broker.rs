@@ -62,6 +62,7 @@ impl Broker {
         let state =
             tokio::task::block_in_place(|| BrokerState::open(config)).map_err(|e| StartError::Failed(e.to_string()))?;
         let state = Arc::new(state);
+        wire_ports(&state);
         if !state.config.voters.is_empty() {
             join_cluster(&state).await?;
         }
@@ -83,6 +84,12 @@ impl Broker {
         tracing::info!("data in {}, cluster id {}", state.data_dir().display(), state.cluster_id);
         crate::server::run(state, self.listeners, shutdown).await;
     }
+}
+
+/// Connect the services that call each other through ports: the transaction coordinator's
+/// markers go to the partitions and the group coordinator.
+pub(crate) fn wire_ports(state: &Arc<BrokerState>) {
+    state.txns.set_markers(Arc::new(crate::txn::markers::BrokerMarkers::new(state)));
 }
 
 /// Cluster mode: start this broker's member of the metadata quorum and everything that follows
@@ -107,14 +114,10 @@ async fn join_cluster(state: &Arc<BrokerState>) -> Result<(), StartError> {
     let node =
         ClusterNode::start(id, state.config.voters.clone(), own, &dir).await.map_err(failed("metadata quorum"))?;
     let _ = state.cluster.set(node.clone());
-    crate::cluster::spawn_reconciler(state, node.clone(), &dir).map_err(failed("metadata quorum"))?;
+    crate::cluster::reconcile::spawn_reconciler(state, node.clone(), &dir).map_err(failed("metadata quorum"))?;
     crate::cluster::reassign::spawn_membership_driver(&node);
-    crate::txn::TxnCoordinator::enable_replication(state, &node, &dir.join("replicas"))
-        .await
-        .map_err(failed("transaction log replication"))?;
-    crate::group::GroupCoordinator::enable_replication(state, &node, &dir.join("replicas"))
-        .await
-        .map_err(failed("offsets log replication"))?;
+    state.txns.enable_replication(&node, &dir.join("replicas")).await.map_err(failed("transaction log replication"))?;
+    state.groups.enable_replication(&node, &dir.join("replicas")).await.map_err(failed("offsets log replication"))?;
     state.producer_ids.use_source(Arc::new(crate::cluster::QuorumBlocks(node.clone(), state.config.node_id)));
     let l = &state.config.listeners[0];
     let register = Command::RegisterBroker {

@@ -22,6 +22,17 @@ pub struct DynamicConfigs {
 }
 
 impl DynamicConfigs {
+    /// Set one resource's dynamic configs (resource type 32: a group, otherwise a broker); an
+    /// empty map removes the resource.
+    pub fn set_resource(&mut self, resource_type: i8, name: &str, configs: BTreeMap<String, String>) {
+        let map = if resource_type == 32 { &mut self.groups } else { &mut self.brokers };
+        if configs.is_empty() {
+            map.remove(name);
+        } else {
+            map.insert(name.to_string(), configs);
+        }
+    }
+
     /// Broker config `name` as this broker (`node_id`) sees it: its own, else the cluster's
     /// default; with the DescribeConfigs source (2 per broker, 3 cluster default).
     pub fn broker_value(&self, node_id: i32, name: &str) -> Option<(String, i8)> {

@@ -32,6 +32,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod connection;
+pub mod coordinator;
 pub mod dynamic_config;
 pub mod error_map;
 pub mod failpoints;

@@ -110,8 +110,8 @@ pub struct BrokerState {
     dynamic: RwLock<DynamicConfigs>,
     pub hw_changed: Arc<tokio::sync::Notify>,
     pub producer_ids: crate::producer_ids::ProducerIds,
-    pub groups: crate::group::GroupCoordinator,
-    pub txns: crate::txn::TxnCoordinator,
+    pub groups: Arc<crate::group::GroupCoordinator>,
+    pub txns: Arc<crate::txn::TxnCoordinator>,
     pub security: Arc<crate::security::Security>,
     /// The metadata quorum, in cluster mode (`controller.quorum.voters` set).
     pub cluster: std::sync::OnceLock<Arc<crate::cluster::ClusterNode>>,
@@ -189,9 +189,11 @@ impl BrokerState {
             );
         }
         let producer_ids = crate::producer_ids::ProducerIds::open(&data_dir)?;
-        let groups = crate::group::GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?;
+        let groups = Arc::new(crate::group::GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?);
         groups.set_group_configs(&meta.dynamic.groups);
-        let txns = crate::txn::TxnCoordinator::open(&data_dir, &config.log, config.txns.clone())?;
+        let will_replicate = crate::txn::TxnCoordinator::will_replicate(&config);
+        let txns =
+            Arc::new(crate::txn::TxnCoordinator::open(&data_dir, &config.log, config.txns.clone(), will_replicate)?);
         let security = Arc::new(crate::security::Security::open(&data_dir, config.security.clone())?);
         let state = BrokerState {
             cluster: std::sync::OnceLock::new(),
@@ -303,7 +305,7 @@ impl BrokerState {
     ) -> Result<(), TopicError> {
         if self.cluster.get().is_none() {
             let mut all = self.dynamic();
-            set_resource(&mut all, resource_type, name, configs);
+            all.set_resource(resource_type, name, configs);
             return self.replace_dynamic(all);
         }
         let want = configs.clone();
@@ -840,8 +842,8 @@ impl crate::routing::Router for BrokerState {
     fn coordinator_of(&self, key: CoordinatorKey<'_>) -> Route {
         let Some(c) = self.cluster.get() else { return Route::Here };
         let (placement, partitions): (&dyn ShardPlacement, i32) = match key {
-            CoordinatorKey::Group(_) => (&self.groups, self.config.groups.partitions),
-            CoordinatorKey::Transaction(_) => (&self.txns, self.config.txns.partitions),
+            CoordinatorKey::Group(_) => (self.groups.as_ref(), self.config.groups.partitions),
+            CoordinatorKey::Transaction(_) => (self.txns.as_ref(), self.config.txns.partitions),
         };
         let shard = key.shard(partitions);
         let image = c.image();
@@ -856,16 +858,6 @@ impl crate::routing::Router for BrokerState {
             Some(b) => Route::Broker(BrokerAddr { node_id: b.node_id, host: b.host.clone(), port: b.port }),
             None => Route::Electing,
         }
-    }
-}
-
-/// Set one resource's dynamic configs in `all` (an empty map removes the resource).
-pub fn set_resource(all: &mut DynamicConfigs, resource_type: i8, name: &str, configs: BTreeMap<String, String>) {
-    let map = if resource_type == 32 { &mut all.groups } else { &mut all.brokers };
-    if configs.is_empty() {
-        map.remove(name);
-    } else {
-        map.insert(name.to_string(), configs);
     }
 }
 

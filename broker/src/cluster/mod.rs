@@ -359,7 +359,7 @@ impl MetadataImage {
                 CommandResult::Done
             }
             Command::SetResourceConfigs { resource_type, name, configs } => {
-                crate::state::set_resource(&mut self.configs, *resource_type, name, configs.clone());
+                self.configs.set_resource(*resource_type, name, configs.clone());
                 CommandResult::Done
             }
             Command::SetTopicConfigs { name, configs } => match self.topics.get_mut(name) {
@@ -746,30 +746,6 @@ impl crate::producer_ids::BlockSource for QuorumBlocks {
     fn high_water(&self) -> i64 {
         self.0.image().next_producer_id
     }
-}
-
-/// Keep this broker's topics in line with the image, now and after every change. Holds the
-/// state weakly so that shutdown can still close it cleanly.
-pub fn spawn_reconciler(
-    state: &Arc<crate::state::BrokerState>,
-    node: Arc<ClusterNode>,
-    dir: &std::path::Path,
-) -> anyhow::Result<()> {
-    let reconciler = reconcile::Reconciler::open(dir)?;
-    let weak = Arc::downgrade(state);
-    let mut changed = node.changed.clone();
-    tokio::spawn(async move {
-        loop {
-            let Some(state) = weak.upgrade() else { return };
-            let image = node.image();
-            tokio::task::block_in_place(|| reconciler.run(&state, &image));
-            drop(state);
-            if changed.changed().await.is_err() {
-                return;
-            }
-        }
-    });
-    Ok(())
 }
 
 fn voters_min(v: &BTreeMap<NodeId, String>) -> Option<NodeId> {

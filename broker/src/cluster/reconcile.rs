@@ -243,3 +243,27 @@ async fn publish_leadership(node: std::sync::Weak<super::ClusterNode>, r: Arc<su
         }
     }
 }
+
+/// Keep this broker's topics in line with the image, now and after every change. Holds the
+/// state weakly so that shutdown can still close it cleanly.
+pub fn spawn_reconciler(
+    state: &Arc<crate::state::BrokerState>,
+    node: Arc<super::ClusterNode>,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let reconciler = Reconciler::open(dir)?;
+    let weak = Arc::downgrade(state);
+    let mut changed = node.changed.clone();
+    tokio::spawn(async move {
+        loop {
+            let Some(state) = weak.upgrade() else { return };
+            let image = node.image();
+            tokio::task::block_in_place(|| reconciler.run(&state, &image));
+            drop(state);
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(())
+}

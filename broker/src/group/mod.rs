@@ -351,7 +351,7 @@ type GroupTimers = (Option<i32>, Option<i32>);
 
 pub struct GroupCoordinator {
     /// Cluster mode, replicated offsets log: the replicas of each shard.
-    replication: std::sync::OnceLock<Vec<Vec<i32>>>,
+    replication: std::sync::OnceLock<crate::coordinator::ShardReplicas>,
     pub settings: CoordinatorSettings,
     shards: Vec<Mutex<Shard>>,
     /// Group configs (KIP-848): per group, its session timeout and heartbeat interval where
@@ -470,75 +470,23 @@ impl GroupCoordinator {
     }
 
     /// Replicate the offsets log (cluster mode): one Raft group per shard over
-    /// `min(offsets.topic.replication.factor, voters)` voters; each shard's coordinator is its
-    /// group's leader, which reloads the shard's groups and offsets when it takes over.
+    /// `min(offsets.topic.replication.factor, voters)` voters (the shared shard runtime,
+    /// `coordinator.rs`); each shard's coordinator is its group's leader, which reloads the
+    /// shard's groups and offsets when it takes over.
     pub async fn enable_replication(
-        state: &Arc<crate::state::BrokerState>,
+        self: &Arc<Self>,
         node: &Arc<crate::cluster::ClusterNode>,
         dir: &Path,
     ) -> anyhow::Result<()> {
-        use crate::cluster::replica::{start_kv, KvApply, ReplicaSpec};
-        let groups = &state.groups;
-        let ids: Vec<i32> = node.voters.keys().filter_map(|v| i32::try_from(*v).ok()).collect();
-        let rf = usize::try_from(groups.settings.replication_factor).unwrap_or(1).min(ids.len());
-        if rf < 2 {
-            return Ok(());
+        let Some(replicas) = crate::coordinator::replicate(self, node, dir).await? else { return Ok(()) };
+        for (i, shard) in self.shards.iter().enumerate() {
+            shard.lock().or_die().replica = replicas.replica(i);
         }
-        let me = state.config.node_id;
-        let n = groups.shards.len();
-        let assignment: Vec<Vec<i32>> = (0..n).map(|i| (0..rf).map(|k| ids[(i + k) % ids.len()]).collect()).collect();
-        let now = crate::clock::now_ms();
-        let mut watch = Vec::new();
-        for (i, r) in assignment.iter().enumerate() {
-            groups.reset_shard(i, false, now);
-            if !r.contains(&me) {
-                continue;
-            }
-            let weak = Arc::downgrade(state);
-            let apply: KvApply = Arc::new(move |records, now| match weak.upgrade() {
-                Some(st) => st.groups.apply_replicated(i, records, now),
-                None => Err("the broker is shutting down".into()),
-            });
-            let spec = ReplicaSpec {
-                key: (OFFSETS_TOPIC.to_string(), i as i32),
-                topic_id: uuid::Uuid::nil(),
-                replicas: r.clone(),
-                initialize: true,
-            };
-            let g = start_kv(node.node_id, spec, &node.voters, apply, dir.join(format!("{OFFSETS_TOPIC}-{i}"))).await?;
-            node.replicas.write().or_die().insert(g.key.clone(), g.clone());
-            groups.shards[i].lock().or_die().replica = Some(g.clone());
-            watch.push((i, g));
-        }
-        if groups.replication.set(assignment).is_err() {
+        if self.replication.set(replicas).is_err() {
             anyhow::bail!("offsets log replication started twice");
         }
-        for (i, g) in watch {
-            let weak = Arc::downgrade(state);
-            tokio::spawn(async move {
-                let mut rx = g.raft.metrics();
-                loop {
-                    // ready: leading, with every entry of its log applied
-                    let (is_leader, ready) = {
-                        let m = rx.borrow();
-                        let applied = m.last_applied;
-                        let all_applied = applied.map(|l| l.index) >= m.last_log_index;
-                        let this_term = applied.map(|l| l.leader_id.term) == Some(m.current_term);
-                        (m.current_leader == Some(m.id), all_applied && this_term)
-                    };
-                    let Some(st) = weak.upgrade() else { return };
-                    let loaded = st.groups.shards[i].lock().or_die().loaded;
-                    if is_leader && ready && !loaded {
-                        tokio::task::block_in_place(|| st.groups.reset_shard(i, true, crate::clock::now_ms()));
-                    } else if !is_leader && loaded {
-                        st.groups.reset_shard(i, false, crate::clock::now_ms());
-                    }
-                    drop(st);
-                    if let Ok(Err(_)) = tokio::time::timeout(std::time::Duration::from_secs(1), rx.changed()).await {
-                        return;
-                    }
-                }
-            });
+        if let Some(replicas) = self.replication.get() {
+            crate::coordinator::watch_leadership(self, replicas);
         }
         Ok(())
     }
@@ -1054,6 +1002,37 @@ pub fn bytes(v: &[u8]) -> Bytes {
     Bytes::copy_from_slice(v)
 }
 
+/// The offsets log's shards on the shared coordinator runtime (cluster mode).
+impl crate::coordinator::ShardOwner for GroupCoordinator {
+    fn topic(&self) -> &'static str {
+        OFFSETS_TOPIC
+    }
+
+    fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    fn replication_factor(&self) -> i32 {
+        self.settings.replication_factor
+    }
+
+    fn apply(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String> {
+        self.apply_replicated(shard, records, now)
+    }
+
+    fn loaded(&self, shard: usize) -> bool {
+        self.shards.get(shard).is_some_and(|s| s.lock().or_die().loaded)
+    }
+
+    fn load(self: Arc<Self>, shard: usize, _epoch: i32) {
+        self.reset_shard(shard, true, crate::clock::now_ms());
+    }
+
+    fn unload(&self, shard: usize) {
+        self.reset_shard(shard, false, crate::clock::now_ms());
+    }
+}
+
 /// Replicated (cluster mode, replication factor > 1): each offsets-log partition is a Raft
 /// group and its leader coordinates the partition's groups.
 impl crate::routing::ShardPlacement for GroupCoordinator {
@@ -1063,13 +1042,7 @@ impl crate::routing::ShardPlacement for GroupCoordinator {
 
     /// The broker leading shard `shard`'s group, as this broker knows it.
     fn shard_leader(&self, shard: i32) -> Option<i32> {
-        let assignment = self.replication.get()?;
-        let i = usize::try_from(shard).ok()?;
-        let replica = self.shards.get(i)?.lock().or_die().replica.clone();
-        match replica {
-            Some(r) => r.leader(),
-            None => assignment.get(i)?.first().copied(),
-        }
+        self.replication.get()?.leader(shard)
     }
 }
 

@@ -7,7 +7,7 @@ use crate::group;
 use crate::routing::{CoordinatorKey, Route, Router as _};
 use crate::state::BrokerState;
 use crate::txn::machine;
-use crate::txn::{Outcome, TxnCoordinator};
+use crate::txn::Outcome;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use std::sync::Arc;
@@ -50,11 +50,7 @@ pub fn init_producer_id(state: &Arc<BrokerState>, version: i16, req: InitProduce
         let limits = st.txns.limits();
         let now = now_ms();
         let mut fresh = fresh_pid(&st.producer_ids);
-        match TxnCoordinator::run(&st, &id, |m| {
-            machine::init_producer_id(m, timeout, expected, &mut fresh, limits, now)
-        })
-        .await
-        {
+        match st.txns.run(&id, |m| machine::init_producer_id(m, timeout, expected, &mut fresh, limits, now)).await {
             Outcome::Done(m) => {
                 r.producer_id = ProducerId(m.producer_id);
                 r.producer_epoch = m.producer_epoch;
@@ -88,7 +84,7 @@ pub fn add_partitions(state: &Arc<BrokerState>, version: i16, req: AddPartitions
             let parts: Vec<(String, i32)> =
                 topics.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.to_string(), *p))).collect();
             let now = now_ms();
-            Some(TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now)).await)
+            Some(st.txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now)).await)
         };
         let mut resp = AddPartitionsToTxnResponse::default();
         for (name, ps) in topics {
@@ -134,9 +130,7 @@ fn add_partitions_batched(state: &Arc<BrokerState>, req: AddPartitionsToTxnReque
                     .collect()
             } else {
                 let now = now_ms();
-                let c = match TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now))
-                    .await
-                {
+                let c = match st.txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now)).await {
                     Outcome::Done(_) => 0,
                     Outcome::Refused(e) => e.code(),
                 };
@@ -179,7 +173,7 @@ pub fn add_offsets(state: &Arc<BrokerState>, version: i16, req: AddOffsetsToTxnR
         }
         let now = now_ms();
         if let Outcome::Refused(e) =
-            TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group), now)).await
+            st.txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group), now)).await
         {
             resp.error_code = code(e, version, 2);
         }
@@ -199,7 +193,7 @@ pub fn end_txn(state: &Arc<BrokerState>, version: i16, req: EndTxnRequest) -> Re
         resp.producer_epoch = -1;
         let now = now_ms();
         let mut fresh = fresh_pid(&st.producer_ids);
-        match TxnCoordinator::run(&st, &id, |m| machine::end_txn(m, pid, epoch, commit, tv2, &mut fresh, now)).await {
+        match st.txns.run(&id, |m| machine::end_txn(m, pid, epoch, commit, tv2, &mut fresh, now)).await {
             Outcome::Refused(e) => resp.error_code = code(e, version, 2),
             Outcome::Done(m) if tv2 => {
                 // the producer's id and epoch for its next transaction
@@ -247,8 +241,7 @@ pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetC
                 }
                 None => {
                     let now = now_ms();
-                    TxnCoordinator::run(&st, &id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group_id), now))
-                        .await;
+                    st.txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group_id), now)).await;
                 }
             }
         }

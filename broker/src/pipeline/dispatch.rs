@@ -557,6 +557,7 @@ mod tests {
         }
         let cfg = crate::config::resolve(&map, &Default::default(), None).unwrap();
         let state = Arc::new(BrokerState::open(cfg).unwrap());
+        crate::broker::wire_ports(&state);
         state.create_topic("t", 2, 1, Default::default(), false).unwrap();
         let mut answers = Vec::new();
         for spec in SUPPORTED_APIS {

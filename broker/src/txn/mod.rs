@@ -11,17 +11,16 @@
 //! in PrepareCommit/PrepareAbort are completed the same way (`recover`).
 
 pub mod machine;
+pub mod markers;
 
 use crate::config::coordinators::TxnSettings;
 use crate::kvlog::KvLog;
-use crate::partition::producer_state::{MarkerHeader, Refusal};
-use crate::partition::{AppendError, Partition};
-use crate::routing::{shard_for, CoordinatorKey, Route, Router as _};
-use crate::state::BrokerState;
+use crate::routing::shard_for;
 use crate::sync::OrDie as _;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use machine::{Decision, Markers, TxnLimits, TxnMetadata, TxnState};
+use markers::{Marker, MarkerDone, MarkerWriter};
 use sluice_storage::{LogConfig, StorageError};
 use std::collections::HashMap;
 use std::path::Path;
@@ -40,15 +39,6 @@ struct Shard {
     /// Replicated: the Raft term this broker leads the shard in — the coordinator epoch its
     /// markers carry (rises with every new leader, so a deposed one is fenced).
     epoch: i32,
-}
-
-/// Cluster mode with `transaction.state.log.replication.factor` > 1: each shard's log is
-/// replicated by a Raft group; the shard's coordinator is that group's leader.
-pub struct TxnReplication {
-    /// The replicas of each shard (from the voters, fixed).
-    pub replicas: Vec<Vec<i32>>,
-    /// This broker's replica of each shard, if it is one.
-    pub groups: Vec<Option<Arc<crate::cluster::replica::Replica>>>,
 }
 
 /// What to wait on before acting on a logged transition.
@@ -81,7 +71,13 @@ pub struct TxnCoordinator {
     /// coordinator of every id; with a cluster it becomes the partition leader's epoch).
     pub coordinator_epoch: i32,
     shards: Vec<Mutex<Shard>>,
-    replication: std::sync::OnceLock<TxnReplication>,
+    /// Cluster mode with `transaction.state.log.replication.factor` > 1: each shard's log is
+    /// replicated by a Raft group; the shard's coordinator is that group's leader.
+    replication: std::sync::OnceLock<crate::coordinator::ShardReplicas>,
+    /// The log will be replicated (set at start; replication begins once the quorum is up).
+    will_replicate: bool,
+    /// Where markers go (wired by the composition root).
+    markers: std::sync::OnceLock<Arc<dyn MarkerWriter>>,
 }
 
 /// What a request's decision led to.
@@ -92,7 +88,14 @@ pub enum Outcome {
 }
 
 impl TxnCoordinator {
-    pub fn open(data_dir: &Path, base: &LogConfig, mut settings: TxnSettings) -> anyhow::Result<Self> {
+    /// Open (and replay) every shard's log under `data_dir`; `will_replicate`: cluster mode
+    /// with a replicated log ([`TxnCoordinator::will_replicate`]).
+    pub fn open(
+        data_dir: &Path,
+        base: &LogConfig,
+        mut settings: TxnSettings,
+        will_replicate: bool,
+    ) -> anyhow::Result<Self> {
         let meta_path = data_dir.join(META_FILE);
         let mut coordinator_epoch = 0;
         match std::fs::read(&meta_path) {
@@ -135,7 +138,14 @@ impl TxnCoordinator {
             }
             shards.push(Mutex::new(shard));
         }
-        Ok(TxnCoordinator { settings, coordinator_epoch, shards, replication: std::sync::OnceLock::new() })
+        Ok(TxnCoordinator {
+            settings,
+            coordinator_epoch,
+            shards,
+            replication: std::sync::OnceLock::new(),
+            will_replicate,
+            markers: std::sync::OnceLock::new(),
+        })
     }
 
     fn shard_index(&self, id: &str) -> usize {
@@ -151,7 +161,7 @@ impl TxnCoordinator {
     }
 
     /// Is the transaction log replicated (cluster mode, replication factor > 1)?
-    pub fn replication(&self) -> Option<&TxnReplication> {
+    pub fn replication(&self) -> Option<&crate::coordinator::ShardReplicas> {
         self.replication.get()
     }
 
@@ -182,7 +192,7 @@ impl TxnCoordinator {
         if !shard.loaded {
             return Err(ResponseError::NotCoordinator);
         }
-        let group = r.groups.get(i).and_then(|g| g.clone()).ok_or(ResponseError::NotCoordinator)?;
+        let group = r.replica(i).ok_or(ResponseError::NotCoordinator)?;
         let records = records
             .iter()
             .map(|(k, v)| crate::replication::types::KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) })
@@ -375,10 +385,17 @@ impl TxnCoordinator {
         Ok((d, durable))
     }
 
+    /// Wire the coordinator's port to the partitions and groups (the composition root does).
+    pub fn set_markers(&self, markers: Arc<dyn MarkerWriter>) {
+        if self.markers.set(markers).is_err() {
+            tracing::error!("the transaction coordinator's marker writer was wired twice; keeping the first");
+        }
+    }
+
     /// Run a request end to end: decide, log, write markers, log completion.
-    pub async fn run(state: &Arc<BrokerState>, id: &str, f: impl FnOnce(Option<&TxnMetadata>) -> Decision) -> Outcome {
+    pub async fn run(self: &Arc<Self>, id: &str, f: impl FnOnce(Option<&TxnMetadata>) -> Decision) -> Outcome {
         let now = crate::clock::now_ms();
-        let (d, durable) = match state.txns.decide(id, f, now) {
+        let (d, durable) = match self.decide(id, f, now) {
             Ok(x) => x,
             Err(e) => return Outcome::Refused(e),
         };
@@ -386,23 +403,23 @@ impl TxnCoordinator {
             // replicated: the write may still commit later; the in-memory state no longer
             // follows the log, so drop the shard and reload it once the log is applied (the
             // reload finishes whatever it finds decided)
-            state.txns.forget_after_failed_write(id);
+            self.forget_after_failed_write(id);
             return Outcome::Refused(ResponseError::CoordinatorNotAvailable);
         }
         match d {
             Decision::Refuse(e) => Outcome::Refused(e),
-            Decision::Unchanged => match state.txns.get(id) {
+            Decision::Unchanged => match self.get(id) {
                 Some(m) => Outcome::Done(m),
                 None => Outcome::Refused(ResponseError::InvalidProducerIdMapping),
             },
             Decision::Apply(t) => {
                 let mut last = t.next.clone();
                 if let Some(markers) = t.markers {
-                    state.txns.failpoint(crate::failpoints::Failpoint::TxnAfterPrepare);
+                    self.failpoint(crate::failpoints::Failpoint::TxnAfterPrepare);
                     // the completion must happen even if the client goes away
-                    let st = state.clone();
+                    let me = self.clone();
                     let owned = id.to_string();
-                    match tokio::spawn(async move { complete(&st, &owned, markers).await }).await {
+                    match tokio::spawn(async move { me.complete(&owned, markers).await }).await {
                         Ok(Ok(m)) => last = m,
                         _ => return Outcome::Refused(ResponseError::CoordinatorNotAvailable),
                     }
@@ -416,11 +433,11 @@ impl TxnCoordinator {
     }
 
     /// Timers: abort transactions open past their timeout; forget expired ids.
-    pub async fn check_timeouts(state: &Arc<BrokerState>) {
+    pub async fn check_timeouts(self: &Arc<Self>) {
         let now = crate::clock::now_ms();
         let mut due = Vec::new();
         let mut waits = Vec::new();
-        for (i, s) in state.txns.shards.iter().enumerate() {
+        for (i, s) in self.shards.iter().enumerate() {
             let mut s = s.lock().or_die();
             if !s.loaded {
                 continue;
@@ -428,11 +445,11 @@ impl TxnCoordinator {
             let expired: Vec<String> = s
                 .txns
                 .iter()
-                .filter(|(_, m)| machine::expired(m, now, state.txns.settings.id_expiration_ms))
+                .filter(|(_, m)| machine::expired(m, now, self.settings.id_expiration_ms))
                 .map(|(k, _)| k.clone())
                 .collect();
             for id in expired {
-                if let Ok(w) = state.txns.log_write(i, &mut s, &[encode(&id, None)], now) {
+                if let Ok(w) = self.log_write(i, &mut s, &[encode(&id, None)], now) {
                     s.txns.remove(&id);
                     waits.push(w);
                     tracing::info!(txn = %id, "transactional id expired");
@@ -450,11 +467,12 @@ impl TxnCoordinator {
         for id in due {
             tracing::info!(txn = %id, "aborting a transaction open past its timeout");
             let now = crate::clock::now_ms();
-            let outcome = TxnCoordinator::run(state, &id, |m| match m {
-                Some(m) => machine::timeout(m, now).unwrap_or(Decision::Unchanged),
-                None => Decision::Unchanged,
-            })
-            .await;
+            let outcome = self
+                .run(&id, |m| match m {
+                    Some(m) => machine::timeout(m, now).unwrap_or(Decision::Unchanged),
+                    None => Decision::Unchanged,
+                })
+                .await;
             if let Outcome::Refused(e) = outcome {
                 tracing::warn!(txn = %id, "timeout abort failed: {e:?}");
             }
@@ -477,18 +495,17 @@ impl TxnCoordinator {
 
     /// After a restart: finish every transaction whose decision was logged but whose markers
     /// may not all be written. (Replicated: done per shard when this broker starts leading it.)
-    pub async fn recover(state: &Arc<BrokerState>) {
-        if Self::will_replicate(&state.config) {
+    pub async fn recover(self: &Arc<Self>) {
+        if self.will_replicate {
             return;
         }
-        let pending: Vec<(String, TxnMetadata)> = state
-            .txns
+        let pending: Vec<(String, TxnMetadata)> = self
             .all()
             .into_iter()
             .filter(|(_, m)| matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort))
             .collect();
         for (id, m) in pending {
-            Self::recover_one(state, &id, m).await;
+            self.recover_one(&id, m).await;
         }
     }
 
@@ -498,117 +515,145 @@ impl TxnCoordinator {
     }
 
     /// Replicate the transaction log (cluster mode): one Raft group per shard over
-    /// `min(transaction.state.log.replication.factor, voters)` voters (spread in id order); each
-    /// shard's coordinator is its group's leader, which loads the shard's state from the log when
-    /// it takes over and finishes the transactions that were awaiting markers.
+    /// `min(transaction.state.log.replication.factor, voters)` voters (the shared shard
+    /// runtime, `coordinator.rs`); each shard's coordinator is its group's leader, which loads
+    /// the shard's state from the log when it takes over and finishes the transactions that
+    /// were awaiting markers.
     pub async fn enable_replication(
-        state: &Arc<BrokerState>,
+        self: &Arc<Self>,
         node: &Arc<crate::cluster::ClusterNode>,
         dir: &Path,
     ) -> anyhow::Result<()> {
-        use crate::cluster::replica::{start_kv, KvApply, ReplicaSpec};
-        if !Self::will_replicate(&state.config) {
+        if !self.will_replicate {
             return Ok(());
         }
-        let txns = &state.txns;
-        let ids: Vec<i32> = node.voters.keys().filter_map(|v| i32::try_from(*v).ok()).collect();
-        let rf = usize::try_from(txns.settings.replication_factor).unwrap_or(1).min(ids.len());
-        let me = state.config.node_id;
-        let n = txns.shards.len();
-        let replicas: Vec<Vec<i32>> = (0..n).map(|i| (0..rf).map(|k| ids[(i + k) % ids.len()]).collect()).collect();
-        for i in 0..n {
-            txns.unload_shard(i);
-        }
-        let mut groups = Vec::with_capacity(n);
-        for (i, r) in replicas.iter().enumerate() {
-            if !r.contains(&me) {
-                groups.push(None);
-                continue;
-            }
-            let weak = Arc::downgrade(state);
-            let apply: KvApply = Arc::new(move |records, now| match weak.upgrade() {
-                Some(st) => st.txns.apply_replicated(i, records, now),
-                None => Err("the broker is shutting down".into()),
-            });
-            let spec = ReplicaSpec {
-                key: (TXN_TOPIC.to_string(), i as i32),
-                topic_id: uuid::Uuid::nil(),
-                replicas: r.clone(),
-                initialize: true,
-            };
-            let g = start_kv(node.node_id, spec, &node.voters, apply, dir.join(format!("{TXN_TOPIC}-{i}"))).await?;
-            node.replicas.write().or_die().insert(g.key.clone(), g.clone());
-            groups.push(Some(g));
-        }
-        let watch: Vec<(usize, Arc<crate::cluster::replica::Replica>)> =
-            groups.iter().enumerate().filter_map(|(i, g)| g.clone().map(|g| (i, g))).collect();
-        if txns.replication.set(TxnReplication { replicas, groups }).is_err() {
+        let Some(replicas) = crate::coordinator::replicate(self, node, dir).await? else { return Ok(()) };
+        if self.replication.set(replicas).is_err() {
             anyhow::bail!("transaction log replication started twice");
         }
-        for (i, g) in watch {
-            let weak = Arc::downgrade(state);
-            tokio::spawn(async move {
-                let mut rx = g.raft.metrics();
-                loop {
-                    // ready: leading, with every entry of its log applied (its own term's too),
-                    // so the state loaded is exactly what the log holds
-                    let (is_leader, ready, term) = {
-                        let m = rx.borrow();
-                        let applied = m.last_applied;
-                        let all_applied = applied.map(|l| l.index) >= m.last_log_index;
-                        let this_term = applied.map(|l| l.leader_id.term) == Some(m.current_term);
-                        (m.current_leader == Some(m.id), all_applied && this_term, m.current_term)
-                    };
-                    let Some(st) = weak.upgrade() else { return };
-                    let loaded = st.txns.shard_at(i).loaded;
-                    if is_leader && ready && !loaded {
-                        let epoch = i32::try_from(term).unwrap_or(i32::MAX);
-                        let pending = tokio::task::block_in_place(|| st.txns.load_shard(i, epoch));
-                        for id in pending {
-                            let st = st.clone();
-                            tokio::spawn(async move {
-                                if let Some(m) = st.txns.get(&id) {
-                                    TxnCoordinator::recover_one(&st, &id, m).await;
-                                }
-                            });
-                        }
-                    } else if !is_leader && loaded {
-                        st.txns.unload_shard(i);
-                    }
-                    drop(st);
-                    // re-checked at least every second (a shard dropped after a failed write
-                    // is reloaded once its log is applied)
-                    if let Ok(Err(_)) = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await {
-                        return;
-                    }
-                }
-            });
+        if let Some(replicas) = self.replication.get() {
+            crate::coordinator::watch_leadership(self, replicas);
         }
         Ok(())
     }
 
     /// Finish one transaction found in PrepareCommit/PrepareAbort: its markers, then its completion.
-    async fn recover_one(state: &Arc<BrokerState>, id: &str, m: TxnMetadata) {
-        {
-            let id = id.to_string();
-            let commit = m.state == TxnState::PrepareCommit;
-            tracing::info!(txn = %id, commit, "completing a transaction decided before the restart");
-            let mut done = m.clone();
-            done.state = if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
-            done.partitions.clear();
-            done.groups.clear();
-            let markers = Markers {
-                commit,
-                producer_id: m.producer_id,
-                producer_epoch: m.producer_epoch,
-                partitions: m.partitions.clone(),
-                groups: m.groups.clone(),
-                complete: done,
-            };
-            if let Err(e) = complete(state, &id, markers).await {
-                tracing::error!(txn = %id, "recovery failed: {e}");
-            }
+    async fn recover_one(self: &Arc<Self>, id: &str, m: TxnMetadata) {
+        let commit = m.state == TxnState::PrepareCommit;
+        tracing::info!(txn = %id, commit, "completing a transaction decided before the restart");
+        let mut done = m.clone();
+        done.state = if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
+        done.partitions.clear();
+        done.groups.clear();
+        let markers = Markers {
+            commit,
+            producer_id: m.producer_id,
+            producer_epoch: m.producer_epoch,
+            partitions: m.partitions.clone(),
+            groups: m.groups.clone(),
+            complete: done,
+        };
+        if let Err(e) = self.complete(id, markers).await {
+            tracing::error!(txn = %id, "recovery failed: {e}");
         }
+    }
+
+    /// The marker for `id`'s transaction as of now (the coordinator epoch is read at every
+    /// attempt: it rises when this broker takes a shard over).
+    fn marker(&self, id: &str, (producer_id, producer_epoch, commit): (i64, i16, bool)) -> Marker {
+        Marker { producer_id, producer_epoch, coordinator_epoch: self.epoch_for(id), commit }
+    }
+
+    /// Write one marker, retried until it is durable (or nothing of the transaction can be open
+    /// there); `MarkerDone::Fenced` if a newer coordinator has written to the partition.
+    async fn write_marker_until_durable(
+        &self,
+        markers: &dyn MarkerWriter,
+        id: &str,
+        topic: &str,
+        index: i32,
+        h: (i64, i16, bool),
+    ) -> MarkerDone {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match markers.write(id, topic, index, self.marker(id, h)).await {
+                MarkerDone::Retry => {}
+                done => return done,
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// Complete `pid`'s pending offsets in `group`, retried until durable: at the group's
+    /// coordinator — this broker, or another one through a marker on the group's offsets-log
+    /// partition — looked up again on every attempt (it may move while a leader is elected).
+    async fn complete_group_until_durable(
+        &self,
+        markers: &dyn MarkerWriter,
+        id: &str,
+        group: &str,
+        h: (i64, i16, bool),
+    ) {
+        let mut backoff = Duration::from_millis(50);
+        while !markers.complete_offsets(id, group, self.marker(id, h)).await {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// Write every marker (in parallel, each retried until durable), then log the completion —
+    /// never while a marker is missing: a partition that refused one because a newer coordinator
+    /// wrote to it leaves the transaction to that coordinator.
+    async fn complete(self: &Arc<Self>, id: &str, m: Markers) -> Result<TxnMetadata, StorageError> {
+        let Some(writer) = self.markers.get().cloned() else {
+            return Err(StorageError::InvalidConfig("the coordinator's marker writer is not wired".into()));
+        };
+        let header = (m.producer_id, m.producer_epoch, m.commit);
+        let mut tasks = tokio::task::JoinSet::new();
+        for (topic, index) in m.partitions.clone() {
+            let (me, writer, id) = (self.clone(), writer.clone(), id.to_string());
+            tasks
+                .spawn(async move { me.write_marker_until_durable(writer.as_ref(), &id, &topic, index, header).await });
+        }
+        for g in m.groups.clone() {
+            let (me, writer, id) = (self.clone(), writer.clone(), id.to_string());
+            tasks.spawn(async move {
+                me.complete_group_until_durable(writer.as_ref(), &id, &g, header).await;
+                MarkerDone::Written
+            });
+        }
+        let mut fenced = false;
+        while let Some(done) = tasks.join_next().await {
+            fenced |= !matches!(done, Ok(MarkerDone::Written));
+        }
+        if fenced {
+            return Err(StorageError::InvalidConfig(format!("markers of {id} refused: a newer coordinator owns it")));
+        }
+        let now = crate::clock::now_ms();
+        let wait = {
+            let i = self.shard_index(id);
+            let mut shard = self.shard_at(i);
+            let prev = shard.txns.get(id).map(|x| x.state);
+            if !m.complete.state.may_follow(prev) {
+                // replicated: leadership moved meanwhile; the new leader completes it
+                return Err(StorageError::InvalidConfig(format!(
+                    "completion of {id} from {prev:?}: no longer leading"
+                )));
+            }
+            let w = self
+                .log_write(i, &mut shard, &[encode(id, Some(&m.complete))], now)
+                .map_err(|e| StorageError::InvalidConfig(format!("{e:?}")))?;
+            shard.txns.insert(id.to_string(), m.complete.clone());
+            w
+        };
+        if wait_logged(wait).await.is_err() {
+            self.forget_after_failed_write(id);
+            return Err(StorageError::InvalidConfig("completion not logged".into()));
+        }
+        let outcome = if m.commit { "commit" } else { "abort" };
+        ::metrics::counter!(crate::metrics::TRANSACTIONS_TOTAL, "outcome" => outcome).increment(1);
+        Ok(m.complete)
     }
 
     /// Publish open-transaction gauges.
@@ -634,286 +679,43 @@ impl TxnCoordinator {
     }
 }
 
-/// Where a partition's marker goes.
-enum MarkerTarget {
-    /// This broker writes it (single node, or it leads an unreplicated partition).
-    Local,
-    /// This broker leads the replicated partition: through its Raft group.
-    Replica(Arc<crate::cluster::replica::Replica>),
-    /// Another broker leads it (the address of its client listener).
-    Remote(String),
-    /// A replicated partition without a leader right now: try again shortly.
-    Wait,
-}
-
-/// Cluster mode: who writes the marker for `topic`/`index`.
-fn marker_target(state: &BrokerState, topic: &str, index: i32) -> MarkerTarget {
-    let Some(c) = state.cluster.get() else { return MarkerTarget::Local };
-    let Some((leader, _)) = state.leader_of(topic, index) else { return MarkerTarget::Local };
-    if leader < 0 {
-        return MarkerTarget::Wait;
+/// The transaction log's shards on the shared coordinator runtime (cluster mode).
+impl crate::coordinator::ShardOwner for TxnCoordinator {
+    fn topic(&self) -> &'static str {
+        TXN_TOPIC
     }
-    if leader == state.config.node_id {
-        return match state.replica(topic, index) {
-            Some(r) => MarkerTarget::Replica(r),
-            None => MarkerTarget::Local,
-        };
-    }
-    match c.image().brokers.get(&leader) {
-        Some(b) => MarkerTarget::Remote(format!("{}:{}", b.host, b.port)),
-        None => MarkerTarget::Wait,
-    }
-}
 
-/// What became of one marker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MarkerDone {
-    /// Durable, or nothing of the transaction can be open there (the partition is gone, or it
-    /// holds no open transaction of the producer): the transaction may complete.
-    Written,
-    /// A newer coordinator wrote to the partition: this one must not complete the transaction
-    /// (the newer one finishes it).
-    Fenced,
-    /// Not written yet: try again.
-    Retry,
-}
-
-/// A marker was refused with INVALID_PRODUCER_EPOCH at a partition this broker holds: harmless
-/// if the producer has no open transaction there (nothing to close), otherwise the transaction
-/// must not be called complete — its data would stay open behind the LSO for ever.
-fn refused_epoch(partition: Option<&Partition>, id: &str, topic: &str, index: i32, pid: i64) -> MarkerDone {
-    let open = partition.is_some_and(|p| p.has_open_transaction(pid));
-    if open {
-        tracing::error!(
-            txn = id,
-            topic,
-            partition = index,
-            pid,
-            "marker refused (older producer epoch) while the transaction is open there; retrying"
-        );
-        MarkerDone::Retry
-    } else {
-        tracing::warn!(txn = id, topic, partition = index, pid, "marker refused; nothing of the transaction is open");
-        MarkerDone::Written
+    fn shard_count(&self) -> usize {
+        self.shards.len()
     }
-}
 
-/// Send the marker to the partition's leader (WriteTxnMarkers v1).
-async fn write_marker_remote(
-    state: &BrokerState,
-    addr: &str,
-    id: &str,
-    topic: &str,
-    index: i32,
-    h: (i64, i16, bool),
-) -> MarkerDone {
-    let (pid, epoch, commit) = h;
-    let coordinator_epoch = state.txns.epoch_for(id);
-    let ttl = Duration::from_secs(10);
-    let code =
-        match crate::interbroker::write_marker(addr, topic, index, pid, epoch, commit, coordinator_epoch, ttl).await {
-            Ok(code) => code,
-            Err(e) => {
-                tracing::warn!(txn = id, topic, partition = index, "marker to {addr}: {e}");
-                return MarkerDone::Retry;
-            }
-        };
-    match ResponseError::try_from_code(code) {
-        None if code == 0 => MarkerDone::Written,
-        Some(ResponseError::UnknownTopicOrPartition) => {
-            tracing::warn!(txn = id, topic, partition = index, "marker skipped: {addr} has no such partition");
-            MarkerDone::Written
-        }
-        Some(ResponseError::TransactionCoordinatorFenced) => {
-            tracing::warn!(txn = id, topic, partition = index, "marker refused by {addr}: a newer coordinator");
-            MarkerDone::Fenced
-        }
-        // INVALID_PRODUCER_EPOCH included: whether the transaction is open there is not known
-        // here, and completing it while it is would leave its data open for ever
-        _ => {
-            tracing::warn!(txn = id, topic, partition = index, code, "marker to {addr} failed; retrying");
-            MarkerDone::Retry
-        }
+    fn replication_factor(&self) -> i32 {
+        self.settings.replication_factor
     }
-}
 
-/// Write one marker, retried until it is durable (or nothing of the transaction can be open
-/// there); `MarkerDone::Fenced` if a newer coordinator has written to the partition.
-async fn write_marker_until_durable(
-    state: &Arc<BrokerState>,
-    id: &str,
-    topic: &str,
-    index: i32,
-    h: (i64, i16, bool),
-) -> MarkerDone {
-    let (pid, epoch, commit) = h;
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        match marker_target(state, topic, index) {
-            MarkerTarget::Remote(addr) => {
-                let done = write_marker_remote(state, &addr, id, topic, index, h).await;
-                if done != MarkerDone::Retry {
-                    return done;
+    fn apply(&self, shard: usize, records: &[crate::kvlog::KvRecord], now: i64) -> Result<(), String> {
+        self.apply_replicated(shard, records, now)
+    }
+
+    fn loaded(&self, shard: usize) -> bool {
+        self.shard_at(shard).loaded
+    }
+
+    /// Load the shard, then finish every transaction it holds that awaits its markers.
+    fn load(self: Arc<Self>, shard: usize, epoch: i32) {
+        for id in self.load_shard(shard, epoch) {
+            let me = self.clone();
+            tokio::spawn(async move {
+                if let Some(m) = me.get(&id) {
+                    me.recover_one(&id, m).await;
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
-            }
-            MarkerTarget::Wait => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
-            }
-            MarkerTarget::Replica(r) => {
-                use crate::replication::types::{PartCommand, PartResult};
-                let cmd = PartCommand::Marker {
-                    producer_id: pid,
-                    epoch,
-                    coordinator_epoch: state.txns.epoch_for(id),
-                    commit,
-                    now_ms: crate::clock::now_ms(),
-                };
-                let write = match tokio::time::timeout(Duration::from_secs(10), r.raft.client_write(cmd)).await {
-                    Ok(Ok(w)) => w.data,
-                    Ok(Err(e)) => PartResult::Error { code: -1, message: e.to_string() },
-                    Err(_) => PartResult::Error { code: -1, message: "not committed within 10 s".into() },
-                };
-                match write {
-                    PartResult::Error { code, message } if code == -1 || code == 6 || code == 7 => {
-                        tracing::warn!(txn = id, topic, partition = index, "replicated marker: {message}; retrying");
-                    }
-                    PartResult::Error { code, message } => {
-                        tracing::warn!(txn = id, topic, partition = index, "marker refused: {message}");
-                        match ResponseError::try_from_code(code) {
-                            Some(ResponseError::TransactionCoordinatorFenced) => return MarkerDone::Fenced,
-                            Some(ResponseError::InvalidProducerEpoch) => {
-                                let p = state.partition(topic, index);
-                                if refused_epoch(p.as_deref(), id, topic, index, pid) == MarkerDone::Written {
-                                    return MarkerDone::Written;
-                                }
-                            }
-                            _ => return MarkerDone::Written,
-                        }
-                    }
-                    _ => return MarkerDone::Written,
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
-            }
-            MarkerTarget::Local => {}
+            });
         }
-        let Some(p) = state.partition(topic, index) else {
-            tracing::warn!(txn = id, topic, partition = index, "marker skipped: partition is gone");
-            return MarkerDone::Written;
-        };
-        let now = crate::clock::now_ms();
-        let header = MarkerHeader { epoch, coordinator_epoch: state.txns.epoch_for(id), commit, timestamp: now };
-        let part = p.clone();
-        let written = tokio::task::spawn_blocking(move || part.write_marker(pid, &header, now))
-            .await
-            .unwrap_or_else(|e| Err(AppendError::Storage(StorageError::InvalidConfig(e.to_string()))));
-        match written {
-            Ok(w) => match p.wait_durable_async(w.offset + 1, w.sync).await {
-                Ok(()) => return MarkerDone::Written,
-                Err(e) => tracing::error!(txn = id, topic, partition = index, "marker fsync failed: {e}"),
-            },
-            Err(AppendError::Refused(Refusal::CoordinatorFenced { current, got })) => {
-                tracing::warn!(txn = id, topic, partition = index, current, got, "marker refused: a newer coordinator");
-                return MarkerDone::Fenced;
-            }
-            Err(AppendError::Refused(_)) => {
-                if refused_epoch(Some(&p), id, topic, index, pid) == MarkerDone::Written {
-                    return MarkerDone::Written;
-                }
-            }
-            Err(AppendError::Storage(e)) => {
-                tracing::error!(txn = id, topic, partition = index, "marker write failed: {e}")
-            }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
-}
 
-/// Complete `pid`'s pending offsets in `group`, retried until durable: at the group's
-/// coordinator — this broker, or another one through a marker on the group's offsets-log
-/// partition — looked up again on every attempt (it may move while a leader is elected).
-async fn complete_group_until_durable(state: &Arc<BrokerState>, id: &str, group: &str, header: (i64, i16, bool)) {
-    let (pid, _, commit) = header;
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        match state.coordinator_of(CoordinatorKey::Group(group)) {
-            Route::Broker(b) => {
-                let partition = shard_for(group, state.config.groups.partitions);
-                if write_marker_remote(state, &b.addr(), id, crate::group::OFFSETS_TOPIC, partition, header).await
-                    != MarkerDone::Retry
-                {
-                    return;
-                }
-            }
-            Route::Electing => {} // its coordinator is being elected
-            Route::Here => match state.groups.complete_txn(group, pid, commit, crate::clock::now_ms()) {
-                Ok(w) => {
-                    if crate::group::wait_durable(w).await.is_ok() {
-                        return;
-                    }
-                }
-                Err(e) => tracing::warn!(txn = id, group, "completing transactional offsets failed: {e:?}"),
-            },
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+    fn unload(&self, shard: usize) {
+        self.unload_shard(shard);
     }
-}
-
-/// Write every marker (in parallel, each retried until durable), then log the completion —
-/// never while a marker is missing: a partition that refused one because a newer coordinator
-/// wrote to it leaves the transaction to that coordinator.
-async fn complete(state: &Arc<BrokerState>, id: &str, m: Markers) -> Result<TxnMetadata, StorageError> {
-    let mut tasks = tokio::task::JoinSet::new();
-    for (topic, index) in m.partitions.clone() {
-        let (st, id, header) = (state.clone(), id.to_string(), (m.producer_id, m.producer_epoch, m.commit));
-        tasks.spawn(async move { write_marker_until_durable(&st, &id, &topic, index, header).await });
-    }
-    for g in m.groups.clone() {
-        let (st, id) = (state.clone(), id.to_string());
-        let header = (m.producer_id, m.producer_epoch, m.commit);
-        tasks.spawn(async move {
-            complete_group_until_durable(&st, &id, &g, header).await;
-            MarkerDone::Written
-        });
-    }
-    let mut fenced = false;
-    while let Some(done) = tasks.join_next().await {
-        fenced |= !matches!(done, Ok(MarkerDone::Written));
-    }
-    if fenced {
-        return Err(StorageError::InvalidConfig(format!("markers of {id} refused: a newer coordinator owns it")));
-    }
-    let now = crate::clock::now_ms();
-    let wait = {
-        let i = state.txns.shard_index(id);
-        let mut shard = state.txns.shard_at(i);
-        let prev = shard.txns.get(id).map(|x| x.state);
-        if !m.complete.state.may_follow(prev) {
-            // replicated: leadership moved meanwhile; the new leader completes it
-            return Err(StorageError::InvalidConfig(format!("completion of {id} from {prev:?}: no longer leading")));
-        }
-        let w = state
-            .txns
-            .log_write(i, &mut shard, &[encode(id, Some(&m.complete))], now)
-            .map_err(|e| StorageError::InvalidConfig(format!("{e:?}")))?;
-        shard.txns.insert(id.to_string(), m.complete.clone());
-        w
-    };
-    if wait_logged(wait).await.is_err() {
-        state.txns.forget_after_failed_write(id);
-        return Err(StorageError::InvalidConfig("completion not logged".into()));
-    }
-    let outcome = if m.commit { "commit" } else { "abort" };
-    ::metrics::counter!(crate::metrics::TRANSACTIONS_TOTAL, "outcome" => outcome).increment(1);
-    Ok(m.complete)
 }
 
 /// Replicated (cluster mode, replication factor > 1): each transaction-log partition is a
@@ -925,11 +727,6 @@ impl crate::routing::ShardPlacement for TxnCoordinator {
 
     /// The broker leading shard `shard`'s group, as this broker knows it.
     fn shard_leader(&self, shard: i32) -> Option<i32> {
-        let r = self.replication.get()?;
-        let i = usize::try_from(shard).ok()?;
-        match r.groups.get(i)? {
-            Some(g) => g.leader(),
-            None => r.replicas.get(i)?.first().copied(),
-        }
+        self.replication.get()?.leader(shard)
     }
 }

@@ -1,0 +1,264 @@
+//! The transaction coordinator's port to the partitions and to the group coordinator:
+//! [`MarkerWriter`] makes one attempt at writing a transaction marker on a partition, or at
+//! completing a group's pending transactional offsets — wherever that partition or group is
+//! led. The coordinator (`txn/mod.rs`) decides what to write and retries until it is durable;
+//! [`BrokerMarkers`], wired by the composition root, knows where things are: this broker's own
+//! partition, its replica's Raft group, or another broker (WriteTxnMarkers v1).
+
+use crate::partition::producer_state::{MarkerHeader, Refusal};
+use crate::partition::{AppendError, Partition};
+use crate::routing::{shard_for, CoordinatorKey, Route, Router as _};
+use crate::state::BrokerState;
+use kafka_protocol::error::ResponseError;
+use sluice_storage::StorageError;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// A boxed future (the port is used as a trait object).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One marker: which producer's transaction, ended how, by which coordinator epoch.
+#[derive(Debug, Clone, Copy)]
+pub struct Marker {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// The coordinator's epoch for the transaction's shard (fences a deposed coordinator).
+    pub coordinator_epoch: i32,
+    pub commit: bool,
+}
+
+/// What became of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerDone {
+    /// Durable, or nothing of the transaction can be open there (the partition is gone, or it
+    /// holds no open transaction of the producer): the transaction may complete.
+    Written,
+    /// A newer coordinator wrote to the partition: this one must not complete the transaction
+    /// (the newer one finishes it).
+    Fenced,
+    /// Not written yet: try again.
+    Retry,
+}
+
+/// Where the transaction coordinator's markers go (one attempt per call).
+pub trait MarkerWriter: Send + Sync {
+    /// Write `marker` on `topic`/`index` (`txn` names the transaction in logs).
+    fn write<'a>(&'a self, txn: &'a str, topic: &'a str, index: i32, marker: Marker) -> BoxFuture<'a, MarkerDone>;
+    /// Complete the producer's pending offsets in `group` at the group's coordinator: true once
+    /// durable.
+    fn complete_offsets<'a>(&'a self, txn: &'a str, group: &'a str, marker: Marker) -> BoxFuture<'a, bool>;
+}
+
+/// The broker's marker writer: partitions and groups found through the broker's topics and
+/// routing. Holds the broker weakly (the broker holds the coordinator that holds this).
+pub struct BrokerMarkers {
+    state: Weak<BrokerState>,
+}
+
+impl BrokerMarkers {
+    pub fn new(state: &Arc<BrokerState>) -> BrokerMarkers {
+        BrokerMarkers { state: Arc::downgrade(state) }
+    }
+}
+
+impl MarkerWriter for BrokerMarkers {
+    fn write<'a>(&'a self, txn: &'a str, topic: &'a str, index: i32, marker: Marker) -> BoxFuture<'a, MarkerDone> {
+        Box::pin(async move {
+            let Some(state) = self.state.upgrade() else { return MarkerDone::Retry };
+            write_once(&state, txn, topic, index, marker).await
+        })
+    }
+
+    fn complete_offsets<'a>(&'a self, txn: &'a str, group: &'a str, marker: Marker) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let Some(state) = self.state.upgrade() else { return false };
+            match state.coordinator_of(CoordinatorKey::Group(group)) {
+                Route::Broker(b) => {
+                    let partition = shard_for(group, state.config.groups.partitions);
+                    write_remote(&b.addr(), txn, crate::group::OFFSETS_TOPIC, partition, marker).await
+                        != MarkerDone::Retry
+                }
+                Route::Electing => false, // its coordinator is being elected
+                Route::Here => {
+                    let now = crate::clock::now_ms();
+                    match state.groups.complete_txn(group, marker.producer_id, marker.commit, now) {
+                        Ok(w) => crate::group::wait_durable(w).await.is_ok(),
+                        Err(e) => {
+                            tracing::warn!(txn, group, "completing transactional offsets failed: {e:?}");
+                            false
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Where a partition's marker goes.
+enum MarkerTarget {
+    /// This broker writes it (single node, or it leads an unreplicated partition).
+    Local,
+    /// This broker leads the replicated partition: through its Raft group.
+    Replica(Arc<crate::cluster::replica::Replica>),
+    /// Another broker leads it (the address of its client listener).
+    Remote(String),
+    /// A replicated partition without a leader right now: try again shortly.
+    Wait,
+}
+
+/// Cluster mode: who writes the marker for `topic`/`index`.
+fn marker_target(state: &BrokerState, topic: &str, index: i32) -> MarkerTarget {
+    let Some(c) = state.cluster.get() else { return MarkerTarget::Local };
+    let Some((leader, _)) = state.leader_of(topic, index) else { return MarkerTarget::Local };
+    if leader < 0 {
+        return MarkerTarget::Wait;
+    }
+    if leader == state.config.node_id {
+        return match state.replica(topic, index) {
+            Some(r) => MarkerTarget::Replica(r),
+            None => MarkerTarget::Local,
+        };
+    }
+    match c.image().brokers.get(&leader) {
+        Some(b) => MarkerTarget::Remote(format!("{}:{}", b.host, b.port)),
+        None => MarkerTarget::Wait,
+    }
+}
+
+/// A marker was refused with INVALID_PRODUCER_EPOCH at a partition this broker holds: harmless
+/// if the producer has no open transaction there (nothing to close), otherwise the transaction
+/// must not be called complete — its data would stay open behind the LSO for ever.
+fn refused_epoch(partition: Option<&Partition>, id: &str, topic: &str, index: i32, pid: i64) -> MarkerDone {
+    let open = partition.is_some_and(|p| p.has_open_transaction(pid));
+    if open {
+        tracing::error!(
+            txn = id,
+            topic,
+            partition = index,
+            pid,
+            "marker refused (older producer epoch) while the transaction is open there; retrying"
+        );
+        MarkerDone::Retry
+    } else {
+        tracing::warn!(txn = id, topic, partition = index, pid, "marker refused; nothing of the transaction is open");
+        MarkerDone::Written
+    }
+}
+
+/// Send the marker to the partition's leader (WriteTxnMarkers v1).
+async fn write_remote(addr: &str, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
+    let ttl = Duration::from_secs(10);
+    let code = match crate::interbroker::write_marker(
+        addr,
+        topic,
+        index,
+        m.producer_id,
+        m.producer_epoch,
+        m.commit,
+        m.coordinator_epoch,
+        ttl,
+    )
+    .await
+    {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::warn!(txn = id, topic, partition = index, "marker to {addr}: {e}");
+            return MarkerDone::Retry;
+        }
+    };
+    match ResponseError::try_from_code(code) {
+        None if code == 0 => MarkerDone::Written,
+        Some(ResponseError::UnknownTopicOrPartition) => {
+            tracing::warn!(txn = id, topic, partition = index, "marker skipped: {addr} has no such partition");
+            MarkerDone::Written
+        }
+        Some(ResponseError::TransactionCoordinatorFenced) => {
+            tracing::warn!(txn = id, topic, partition = index, "marker refused by {addr}: a newer coordinator");
+            MarkerDone::Fenced
+        }
+        // INVALID_PRODUCER_EPOCH included: whether the transaction is open there is not known
+        // here, and completing it while it is would leave its data open for ever
+        _ => {
+            tracing::warn!(txn = id, topic, partition = index, code, "marker to {addr} failed; retrying");
+            MarkerDone::Retry
+        }
+    }
+}
+
+/// One attempt at writing a marker where the partition is led.
+async fn write_once(state: &Arc<BrokerState>, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
+    let pid = m.producer_id;
+    match marker_target(state, topic, index) {
+        MarkerTarget::Remote(addr) => return write_remote(&addr, id, topic, index, m).await,
+        MarkerTarget::Wait => return MarkerDone::Retry,
+        MarkerTarget::Replica(r) => {
+            use crate::replication::types::{PartCommand, PartResult};
+            let cmd = PartCommand::Marker {
+                producer_id: pid,
+                epoch: m.producer_epoch,
+                coordinator_epoch: m.coordinator_epoch,
+                commit: m.commit,
+                now_ms: crate::clock::now_ms(),
+            };
+            let write = match tokio::time::timeout(Duration::from_secs(10), r.raft.client_write(cmd)).await {
+                Ok(Ok(w)) => w.data,
+                Ok(Err(e)) => PartResult::Error { code: -1, message: e.to_string() },
+                Err(_) => PartResult::Error { code: -1, message: "not committed within 10 s".into() },
+            };
+            return match write {
+                PartResult::Error { code, message } if code == -1 || code == 6 || code == 7 => {
+                    tracing::warn!(txn = id, topic, partition = index, "replicated marker: {message}; retrying");
+                    MarkerDone::Retry
+                }
+                PartResult::Error { code, message } => {
+                    tracing::warn!(txn = id, topic, partition = index, "marker refused: {message}");
+                    match ResponseError::try_from_code(code) {
+                        Some(ResponseError::TransactionCoordinatorFenced) => MarkerDone::Fenced,
+                        Some(ResponseError::InvalidProducerEpoch) => {
+                            let p = state.partition(topic, index);
+                            refused_epoch(p.as_deref(), id, topic, index, pid)
+                        }
+                        _ => MarkerDone::Written,
+                    }
+                }
+                _ => MarkerDone::Written,
+            };
+        }
+        MarkerTarget::Local => {}
+    }
+    let Some(p) = state.partition(topic, index) else {
+        tracing::warn!(txn = id, topic, partition = index, "marker skipped: partition is gone");
+        return MarkerDone::Written;
+    };
+    let now = crate::clock::now_ms();
+    let header = MarkerHeader {
+        epoch: m.producer_epoch,
+        coordinator_epoch: m.coordinator_epoch,
+        commit: m.commit,
+        timestamp: now,
+    };
+    let part = p.clone();
+    let written = tokio::task::spawn_blocking(move || part.write_marker(pid, &header, now))
+        .await
+        .unwrap_or_else(|e| Err(AppendError::Storage(StorageError::InvalidConfig(e.to_string()))));
+    match written {
+        Ok(w) => match p.wait_durable_async(w.offset + 1, w.sync).await {
+            Ok(()) => MarkerDone::Written,
+            Err(e) => {
+                tracing::error!(txn = id, topic, partition = index, "marker fsync failed: {e}");
+                MarkerDone::Retry
+            }
+        },
+        Err(AppendError::Refused(Refusal::CoordinatorFenced { current, got })) => {
+            tracing::warn!(txn = id, topic, partition = index, current, got, "marker refused: a newer coordinator");
+            MarkerDone::Fenced
+        }
+        Err(AppendError::Refused(_)) => refused_epoch(Some(&p), id, topic, index, pid),
+        Err(AppendError::Storage(e)) => {
+            tracing::error!(txn = id, topic, partition = index, "marker write failed: {e}");
+            MarkerDone::Retry
+        }
+    }
+}
