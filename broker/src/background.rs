@@ -4,13 +4,13 @@
 //! (`offsets.retention.check.interval.ms`), and transaction timeouts with transaction-log
 //! compaction (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
 
-use crate::state::BrokerState;
+use crate::services::Services;
 use sluice_storage::FlushPolicy;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
+pub async fn run(state: Arc<Services>, mut stop: watch::Receiver<bool>) {
     let flush_every = match state.config.log.flush {
         FlushPolicy::Interval { interval_ms } => Duration::from_millis(interval_ms),
         FlushPolicy::Sync => Duration::from_secs(60),
@@ -35,7 +35,7 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
             _ = flush_tick.tick() => {
                 let st = state.clone();
                 let _ = tokio::task::spawn_blocking(move || {
-                    for t in st.topics() {
+                    for t in st.topics.topics() {
                         for p in &t.partitions {
                             if let Err(e) = p.flush() {
                                 tracing::error!(topic = %t.name, partition = p.index, "flush failed: {e}");
@@ -48,7 +48,7 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
                 let st = state.clone();
                 let now = crate::clock::now_ms();
                 let _ = tokio::task::spawn_blocking(move || {
-                    for t in st.topics() {
+                    for t in st.topics.topics() {
                         for p in &t.partitions {
                             let expired = p.expire_producers(now, st.config.producer_id_expiration_ms);
                             if expired > 0 {
@@ -83,7 +83,7 @@ pub async fn run(state: Arc<BrokerState>, mut stop: watch::Receiver<bool>) {
             _ = gauges_tick.tick() => {
                 state.groups.record_gauges();
                 state.txns.record_gauges(crate::clock::now_ms());
-                for t in state.topics() {
+                for t in state.topics.topics() {
                     for p in &t.partitions {
                         p.record_gauges();
                     }

@@ -9,10 +9,17 @@
 //! quorum) and this broker's registration; last, the listeners, so no client is accepted
 //! before everything it could ask for exists.
 
+use crate::cluster::reconcile::{spawn_reconciler, SecuritySync};
 use crate::cluster::{ClusterNode, Command};
 use crate::config::Config;
 use crate::connection::ListenerRuntime;
-use crate::state::BrokerState;
+use crate::group::GroupCoordinator;
+use crate::producer_ids::ProducerIds;
+use crate::security::Security;
+use crate::services::Services;
+use crate::topics::TopicRegistry;
+use crate::txn::markers::BrokerMarkers;
+use crate::txn::TxnCoordinator;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -44,7 +51,7 @@ fn failed(what: &'static str) -> impl Fn(anyhow::Error) -> StartError {
 
 /// A started broker: its services wired, its listeners bound, not yet accepting.
 pub struct Broker {
-    state: Arc<BrokerState>,
+    state: Arc<Services>,
     listeners: Vec<(TcpListener, ListenerRuntime)>,
 }
 
@@ -60,9 +67,7 @@ impl Broker {
         }
         crate::failpoints::arm(&config.failpoints);
         let state =
-            tokio::task::block_in_place(|| BrokerState::open(config)).map_err(|e| StartError::Failed(e.to_string()))?;
-        let state = Arc::new(state);
-        wire_ports(&state);
+            tokio::task::block_in_place(|| open_services(config)).map_err(|e| StartError::Failed(e.to_string()))?;
         if !state.config.voters.is_empty() {
             join_cluster(&state).await?;
         }
@@ -70,8 +75,8 @@ impl Broker {
         Ok(Broker { state, listeners })
     }
 
-    /// The broker's state (topics, coordinators, security, the cluster node).
-    pub fn state(&self) -> &Arc<BrokerState> {
+    /// The broker's services (topic registry, coordinators, security, ...).
+    pub fn services(&self) -> &Arc<Services> {
         &self.state
     }
 
@@ -81,22 +86,39 @@ impl Broker {
         for l in &state.config.listeners {
             tracing::info!("sluice listening on {} ({}, {:?})", l.addr, l.name, l.protocol);
         }
-        tracing::info!("data in {}, cluster id {}", state.data_dir().display(), state.cluster_id);
+        tracing::info!("data in {}, cluster id {}", state.topics.data_dir().display(), state.topics.cluster_id);
         crate::server::run(state, self.listeners, shutdown).await;
     }
 }
 
-/// Connect the services that call each other through ports: the transaction coordinator's
-/// markers go to the partitions and the group coordinator.
-pub(crate) fn wire_ports(state: &Arc<BrokerState>) {
-    state.txns.set_markers(Arc::new(crate::txn::markers::BrokerMarkers::new(state)));
+/// Open every service over `config`'s data directory (its topics, coordinator logs,
+/// credentials and ACLs, producer-id blocks) and connect those that call each other through
+/// ports: the group coordinator follows the group configs the topic registry stores; the
+/// transaction coordinator's markers go to the partitions and the group coordinator. Blocking.
+pub(crate) fn open_services(config: Config) -> anyhow::Result<Arc<Services>> {
+    let config = Arc::new(config);
+    let topics = Arc::new(TopicRegistry::open(config.clone())?);
+    let data_dir = topics.data_dir().to_path_buf();
+    let producer_ids = ProducerIds::open(&data_dir)?;
+    let groups = Arc::new(GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?);
+    let will_replicate = TxnCoordinator::will_replicate(&config);
+    let txns = Arc::new(TxnCoordinator::open(&data_dir, &config.log, config.txns.clone(), will_replicate)?);
+    let security = Arc::new(Security::open(&data_dir, config.security.clone())?);
+    let weak = Arc::downgrade(&groups);
+    topics.on_group_configs(Box::new(move |configs| {
+        if let Some(g) = weak.upgrade() {
+            g.set_group_configs(configs);
+        }
+    }));
+    txns.set_markers(Arc::new(BrokerMarkers::new(&topics, &groups)));
+    Ok(Arc::new(Services { config, topics, groups, txns, security, producer_ids }))
 }
 
 /// Cluster mode: start this broker's member of the metadata quorum and everything that follows
 /// the quorum, then register the broker (in the background: the quorum may still be forming).
-async fn join_cluster(state: &Arc<BrokerState>) -> Result<(), StartError> {
+async fn join_cluster(state: &Arc<Services>) -> Result<(), StartError> {
     let id = state.config.node_id as u64;
-    let dir = state.data_dir().join("__cluster");
+    let dir = state.topics.data_dir().join("__cluster");
     // What this broker brings into the cluster: everything it had on its first join (so a
     // single node's ACLs and users are not lost), only its bootstrap users after that.
     let first_join = !dir.exists();
@@ -113,8 +135,13 @@ async fn join_cluster(state: &Arc<BrokerState>) -> Result<(), StartError> {
     let own = state.config.controller_listener.clone();
     let node =
         ClusterNode::start(id, state.config.voters.clone(), own, &dir).await.map_err(failed("metadata quorum"))?;
-    let _ = state.cluster.set(node.clone());
-    crate::cluster::reconcile::spawn_reconciler(state, node.clone(), &dir).map_err(failed("metadata quorum"))?;
+    let _ = state.topics.cluster.set(node.clone());
+    let security = state.security.clone();
+    let sync_security: SecuritySync = Box::new(move |image| {
+        let acls = security.acls.replace(image.acls.clone());
+        acls.and(security.credentials.replace(&image.credentials))
+    });
+    spawn_reconciler(&state.topics, sync_security, node.clone(), &dir).map_err(failed("metadata quorum"))?;
     crate::cluster::reassign::spawn_membership_driver(&node);
     state.txns.enable_replication(&node, &dir.join("replicas")).await.map_err(failed("transaction log replication"))?;
     state.groups.enable_replication(&node, &dir.join("replicas")).await.map_err(failed("offsets log replication"))?;
@@ -124,7 +151,7 @@ async fn join_cluster(state: &Arc<BrokerState>) -> Result<(), StartError> {
         node_id: state.config.node_id,
         host: l.advertised_host.clone(),
         port: l.advertised_port,
-        cluster_id: state.cluster_id.clone(),
+        cluster_id: state.topics.cluster_id.clone(),
     };
     tokio::spawn(async move {
         let hour = Duration::from_secs(3600);
@@ -148,7 +175,7 @@ async fn join_cluster(state: &Arc<BrokerState>) -> Result<(), StartError> {
 }
 
 /// Every configured listener, bound (its TLS set up first: a bad certificate is a settings error).
-async fn bind_listeners(state: &BrokerState) -> Result<Vec<(TcpListener, ListenerRuntime)>, StartError> {
+async fn bind_listeners(state: &Services) -> Result<Vec<(TcpListener, ListenerRuntime)>, StartError> {
     let mut bound = Vec::new();
     for l in &state.config.listeners {
         let runtime = ListenerRuntime::new(l, &state.config.security)

@@ -18,7 +18,7 @@ use crate::pipeline::dispatch::dispatch_from;
 use crate::security::quota::Kind;
 use crate::security::sasl::{SaslServer, Step};
 use crate::security::{tls, Session, ANONYMOUS};
-use crate::state::BrokerState;
+use crate::services::Services;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
@@ -155,7 +155,7 @@ fn blocking_api(key: ApiKey) -> bool {
 /// Serve one accepted socket on `listener`: the TLS handshake first on SSL listeners, then
 /// requests until the client leaves, the connection fails, or the broker stops.
 pub async fn handle(
-    state: Arc<BrokerState>,
+    state: Arc<Services>,
     socket: TcpStream,
     listener: Arc<ListenerRuntime>,
     shutdown: tokio::sync::watch::Receiver<bool>,
@@ -192,7 +192,7 @@ fn ms_since(base: std::time::Instant) -> i64 {
 }
 
 async fn serve<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
-    state: Arc<BrokerState>,
+    state: Arc<Services>,
     stream: S,
     mut session: Session,
     mut shutdown: tokio::sync::watch::Receiver<bool>,

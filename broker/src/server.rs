@@ -4,7 +4,7 @@
 //! then flush and close every log cleanly).
 
 use crate::connection::ListenerRuntime;
-use crate::state::BrokerState;
+use crate::services::Services;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 
 /// Serve `listeners` (bound sockets with their runtime settings) until `shutdown_signal`.
 pub async fn run(
-    state: Arc<BrokerState>,
+    state: Arc<Services>,
     listeners: Vec<(TcpListener, ListenerRuntime)>,
     shutdown_signal: impl std::future::Future<Output = ()>,
 ) {
@@ -78,11 +78,7 @@ pub async fn run(
         Ok(state) => tokio::task::block_in_place(|| state.shutdown()),
         Err(state) => {
             tracing::warn!("requests still running at shutdown; flushing without a clean marker");
-            for t in state.topics() {
-                for p in &t.partitions {
-                    let _ = p.flush();
-                }
-            }
+            state.topics.flush_all();
         }
     }
     tracing::info!("stopped");

@@ -22,8 +22,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("background", 8),
     // the request pipeline
     ("pipeline", 7),
-    // one file per API
+    // one file per API, and the handles they are given
     ("handlers", 6),
+    ("services", 6),
     // the error edge
     ("error_map", 5),
     // coordinators and security
@@ -33,7 +34,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("security", 4),
     // partition, topics, routing, metadata, inter-broker calls
     ("partition", 3),
-    ("state", 3),
+    ("topics", 3),
     ("kvlog", 3),
     ("producer_ids", 3),
     ("routing", 3),
@@ -66,9 +67,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("cluster/replica", "error_map"),
     ("cluster/replica", "kvlog"),
     ("cluster/replica", "partition"),
-    ("state", "group"),
-    ("state", "security"),
-    ("state", "txn"),
 ];
 
 const CLUSTER_MODULES: &[&str] = &["network", "reassign", "reconcile", "replica", "store"];
@@ -193,12 +191,12 @@ fn modules_import_only_their_layer_and_below() {
 fn the_reader_finds_an_upward_import() {
     let dir = tempfile_dir();
     std::fs::create_dir_all(dir.join("cluster")).expect("mkdir");
-    std::fs::write(dir.join("config.rs"), "use crate::state::BrokerState;\n#[cfg(test)]\nuse crate::txn::X;\n")
+    std::fs::write(dir.join("config.rs"), "use crate::topics::TopicRegistry;\n#[cfg(test)]\nuse crate::txn::X;\n")
         .expect("write");
     std::fs::write(dir.join("cluster/replica.rs"), "use super::ClusterNode;\nuse super::network::PartNetwork;\n")
         .expect("write");
     let edges = imports(&dir);
-    assert_eq!(edges["config"], BTreeSet::from(["state".to_string()]));
+    assert_eq!(edges["config"], BTreeSet::from(["topics".to_string()]));
     assert_eq!(edges["cluster/replica"], BTreeSet::from(["cluster/mod".to_string(), "cluster/network".to_string()]));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -248,9 +246,6 @@ const KNOWN_CYCLES: &[&[&str]] = &[
     &["cluster/replica", "kvlog"],
     // resolve() checks the topic-config defaults; topic and group configs read the Config
     &["config", "dynamic_config", "topic_config"],
-    // BrokerState still holds the transaction coordinator, whose marker writer reads the
-    // topics and routing through it (issue 18 item 1)
-    &["state", "txn"],
 ];
 
 #[test]
@@ -270,10 +265,10 @@ fn the_cycle_finder_finds_a_cycle_through_a_third_unit() {
     let dir = std::env::temp_dir().join(format!("sluice-layering-cycles-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::write(dir.join("state.rs"), "use crate::txn::TxnCoordinator;\n").expect("write");
+    std::fs::write(dir.join("topics.rs"), "use crate::txn::TxnCoordinator;\n").expect("write");
     std::fs::write(dir.join("txn.rs"), "use crate::group::X;\nuse crate::metrics;\n").expect("write");
-    std::fs::write(dir.join("group.rs"), "fn f(s: &crate::state::BrokerState) {}\n").expect("write");
+    std::fs::write(dir.join("group.rs"), "fn f(s: &crate::topics::TopicRegistry) {}\n").expect("write");
     std::fs::write(dir.join("metrics.rs"), "pub fn m() {}\n").expect("write");
     let found = cycles(&imports(&dir));
-    assert_eq!(found, vec![vec!["group".to_string(), "state".to_string(), "txn".to_string()]]);
+    assert_eq!(found, vec![vec!["group".to_string(), "topics".to_string(), "txn".to_string()]]);
 }

@@ -418,7 +418,7 @@ impl MetadataImage {
 
     /// The preferred leader (first replica) of partition `p` of `topic`, if the topic and
     /// partition exist. A replicated partition's actual leader is its Raft group's
-    /// (`BrokerState::partition_leader`).
+    /// (`TopicRegistry::leader_of`).
     pub fn leader(&self, topic: &str, p: i32) -> Option<i32> {
         self.topics.get(topic)?.replicas.get(usize::try_from(p).ok()?)?.first().copied()
     }

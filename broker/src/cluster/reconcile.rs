@@ -7,8 +7,8 @@
 //! before the broker joined a cluster is left alone, never silently deleted.
 
 use super::MetadataImage;
-use crate::state::BrokerState;
 use crate::sync::OrDie as _;
+use crate::topics::TopicRegistry;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -45,14 +45,12 @@ impl Reconciler {
     /// ACLs and SCRAM credentials: this broker's copies become the image's — only from an image
     /// newer than the last one copied (an older image replayed at start never rolls them back,
     /// e.g. never forgets a DENY added since).
-    fn sync_security(&self, state: &BrokerState, image: &MetadataImage) {
+    fn sync_security(&self, security: &SecuritySync, image: &MetadataImage) {
         let mut synced = self.synced.lock().or_die();
         if image.applied_index <= *synced {
             return;
         }
-        let acls = state.security.acls.replace(image.acls.clone());
-        let creds = state.security.credentials.replace(&image.credentials);
-        if let Err(e) = acls.and(creds) {
+        if let Err(e) = security(image) {
             tracing::error!("cannot store the cluster's ACLs or credentials: {e}");
             return;
         }
@@ -77,8 +75,8 @@ impl Reconciler {
     }
 
     /// One pass (blocking: creates and deletes directories).
-    pub fn run(&self, state: &BrokerState, image: &MetadataImage) {
-        self.sync_security(state, image);
+    pub fn run(&self, state: &TopicRegistry, security: &SecuritySync, image: &MetadataImage) {
+        self.sync_security(security, image);
         if state.dynamic() != image.configs {
             if let Err(e) = state.replace_dynamic(image.configs.clone()) {
                 tracing::error!("cannot store the cluster's dynamic configs: {e}");
@@ -149,7 +147,7 @@ impl Reconciler {
 
     /// Start this broker's replica of every replicated partition assigned to it, and stop (and
     /// remove) those of partitions deleted or no longer assigned here. Blocking.
-    fn sync_replicas(&self, state: &BrokerState, image: &MetadataImage) {
+    fn sync_replicas(&self, state: &TopicRegistry, image: &MetadataImage) {
         let Some(node) = state.cluster.get() else { return };
         let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
         let me = state.config.node_id;
@@ -244,10 +242,15 @@ async fn publish_leadership(node: std::sync::Weak<super::ClusterNode>, r: Arc<su
     }
 }
 
-/// Keep this broker's topics in line with the image, now and after every change. Holds the
-/// state weakly so that shutdown can still close it cleanly.
+/// Stores the image's ACLs and SCRAM credentials as this broker's (the security service's).
+pub type SecuritySync = Box<dyn Fn(&MetadataImage) -> anyhow::Result<()> + Send + Sync>;
+
+/// Keep this broker's topics (and, through `security`, its ACLs and credentials) in line with
+/// the image, now and after every change. Holds the registry weakly so that shutdown can still
+/// close it cleanly.
 pub fn spawn_reconciler(
-    state: &Arc<crate::state::BrokerState>,
+    state: &Arc<TopicRegistry>,
+    security: SecuritySync,
     node: Arc<super::ClusterNode>,
     dir: &std::path::Path,
 ) -> anyhow::Result<()> {
@@ -258,7 +261,7 @@ pub fn spawn_reconciler(
         loop {
             let Some(state) = weak.upgrade() else { return };
             let image = node.image();
-            tokio::task::block_in_place(|| reconciler.run(&state, &image));
+            tokio::task::block_in_place(|| reconciler.run(&state, &security, &image));
             drop(state);
             if changed.changed().await.is_err() {
                 return;

@@ -31,7 +31,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use crate::topics::OFFSETS_TOPIC;
 const PARTITIONS_FILE: &str = "__consumer_offsets.json";
 
 /// Committed offsets by topic: (partition, offset if any).

@@ -5,8 +5,9 @@
 use super::sb;
 use crate::dynamic_config::{self, DynamicConfigs};
 use crate::handlers::topics::topic_error_code;
-use crate::state::{BrokerState, TopicError};
+use crate::services::Services;
 use crate::topic_config::{self, Meaning, SOURCE_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_TOPIC};
+use crate::topics::TopicError;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
@@ -33,13 +34,13 @@ fn synonym(name: &str, value: &str, source: i8) -> DescribeConfigsSynonym {
 /// 3.x ones only when set) with its effective value, source, type and (asked for) synonyms —
 /// the topic's override, the broker's setting, the default — and documentation.
 pub(crate) fn describe_topic(
-    state: &BrokerState,
+    state: &Services,
     overrides: &BTreeMap<String, String>,
     wanted: &dyn Fn(&str) -> bool,
     synonyms: bool,
     documentation: bool,
 ) -> Vec<DescribeConfigsResourceResult> {
-    let dynamic = state.dynamic();
+    let dynamic = state.topics.dynamic();
     let mut out = Vec::new();
     for d in topic_config::TOPIC_CONFIGS {
         if !wanted(d.name) || (d.meaning == Meaning::Removed && !overrides.contains_key(d.name)) {
@@ -78,7 +79,7 @@ pub(crate) fn describe_topic(
     out
 }
 
-pub fn describe(state: &BrokerState, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+pub fn describe(state: &Services, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
     let mut resp = DescribeConfigsResponse::default();
     for res in req.resources {
         let mut r = DescribeConfigsResult::default();
@@ -87,7 +88,7 @@ pub fn describe(state: &BrokerState, req: DescribeConfigsRequest) -> DescribeCon
         let keys: Option<Vec<String>> = res.configuration_keys.map(|ks| ks.iter().map(|k| k.to_string()).collect());
         let wanted = |k: &str| keys.as_ref().is_none_or(|ks| ks.iter().any(|x| x == k));
         match res.resource_type {
-            RESOURCE_TOPIC => match state.topic(&res.resource_name) {
+            RESOURCE_TOPIC => match state.topics.topic(&res.resource_name) {
                 None => r.error_code = ResponseError::UnknownTopicOrPartition.code(),
                 Some(t) => {
                     r.configs =
@@ -115,12 +116,13 @@ pub fn describe(state: &BrokerState, req: DescribeConfigsRequest) -> DescribeCon
 
 /// The broker resource names this broker answers for: "" (the cluster default), its own id,
 /// and (cluster mode, altering) any registered broker's.
-fn broker_resource_ok(state: &BrokerState, name: &str, altering: bool) -> bool {
+fn broker_resource_ok(state: &Services, name: &str, altering: bool) -> bool {
     if name.is_empty() {
         return true;
     }
     let Ok(id) = name.parse::<i32>() else { return false };
-    id == state.config.node_id || (altering && state.cluster.get().is_some_and(|c| c.image().brokers.contains_key(&id)))
+    id == state.config.node_id
+        || (altering && state.topics.cluster.get().is_some_and(|c| c.image().brokers.contains_key(&id)))
 }
 
 /// Apply IncrementalAlterConfigs operations to `m`: SET, DELETE, and APPEND/SUBTRACT on the
@@ -172,7 +174,7 @@ type ConfigEdit<'a> = dyn Fn(&mut BTreeMap<String, String>) -> Result<(), TopicE
 /// Change one resource's configs with `f` (validated as its type requires): a topic's
 /// overrides, a broker resource's or a group's dynamic configs.
 fn alter_resource(
-    state: &BrokerState,
+    state: &Services,
     resource_type: i8,
     name: &str,
     f: &ConfigEdit,
@@ -180,7 +182,7 @@ fn alter_resource(
 ) -> Result<(), (i16, String)> {
     let err = |e: TopicError| (topic_error_code(&e), e.to_string());
     match resource_type {
-        RESOURCE_TOPIC => state.alter_topic_configs(name, f, validate_only).map_err(err),
+        RESOURCE_TOPIC => state.topics.alter_topic_configs(name, f, validate_only).map_err(err),
         RESOURCE_BROKER | RESOURCE_GROUP => {
             if resource_type == RESOURCE_BROKER && !broker_resource_ok(state, name, true) {
                 return Err((ResponseError::InvalidRequest.code(), format!("unknown broker id '{name}'")));
@@ -188,7 +190,7 @@ fn alter_resource(
             if resource_type == RESOURCE_GROUP && name.is_empty() {
                 return Err((ResponseError::InvalidRequest.code(), "a group config needs a group id".into()));
             }
-            let dynamic = state.dynamic();
+            let dynamic = state.topics.dynamic();
             let all = if resource_type == RESOURCE_GROUP { &dynamic.groups } else { &dynamic.brokers };
             let mut m = all.get(name).cloned().unwrap_or_default();
             f(&mut m).map_err(err)?;
@@ -203,7 +205,7 @@ fn alter_resource(
             if validate_only {
                 return Ok(());
             }
-            state.set_resource_configs(resource_type, name, m).map_err(err)
+            state.topics.set_resource_configs(resource_type, name, m).map_err(err)
         }
         _ => {
             Err((ResponseError::InvalidRequest.code(), "only topic, broker and group resources can be altered".into()))
@@ -211,7 +213,7 @@ fn alter_resource(
     }
 }
 
-pub fn alter(state: &BrokerState, req: AlterConfigsRequest) -> AlterConfigsResponse {
+pub fn alter(state: &Services, req: AlterConfigsRequest) -> AlterConfigsResponse {
     let mut resp = AlterConfigsResponse::default();
     for res in req.resources {
         let mut r = kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default();
@@ -235,7 +237,7 @@ pub fn alter(state: &BrokerState, req: AlterConfigsRequest) -> AlterConfigsRespo
     resp
 }
 
-pub fn incremental_alter(state: &BrokerState, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
+pub fn incremental_alter(state: &Services, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
     let mut resp = IncrementalAlterConfigsResponse::default();
     for res in req.resources {
         let mut r =
@@ -243,7 +245,7 @@ pub fn incremental_alter(state: &BrokerState, req: IncrementalAlterConfigsReques
         r.resource_type = res.resource_type;
         r.resource_name = res.resource_name.clone();
         let kind = res.resource_type;
-        let dynamic = state.dynamic();
+        let dynamic = state.topics.dynamic();
         let is_list = |name: &str| match kind {
             RESOURCE_TOPIC => topic_config::is_list(name),
             RESOURCE_BROKER => match dynamic_config::broker_config(name) {
@@ -284,7 +286,7 @@ pub fn incremental_alter(state: &BrokerState, req: IncrementalAlterConfigsReques
 /// that resource's own dynamic value: for a broker, the cluster default's, its static setting,
 /// or Kafka's default; for the cluster default, the static setting or Kafka's default.
 fn broker_log_value(
-    state: &BrokerState,
+    state: &Services,
     dynamic: &DynamicConfigs,
     d: &topic_config::TopicConfigDef,
     resource: &str,
@@ -324,12 +326,12 @@ fn entry(
 /// unless Kafka makes it dynamic) and every dynamic config Kafka has, with the value in force
 /// and its source; for the cluster default (""), the dynamic configs set there.
 fn describe_broker(
-    state: &BrokerState,
+    state: &Services,
     resource: &str,
     wanted: &dyn Fn(&str) -> bool,
     synonyms: bool,
 ) -> Vec<DescribeConfigsResourceResult> {
-    let dynamic = state.dynamic();
+    let dynamic = state.topics.dynamic();
     let own = dynamic.brokers.get(resource).cloned().unwrap_or_default();
     if resource.is_empty() {
         return own
@@ -398,12 +400,8 @@ fn describe_broker(
 
 /// A group's configs (KIP-848's and Kafka 4.x's others): set ones with source GROUP_CONFIG,
 /// the rest with the broker's default.
-fn describe_group(
-    state: &BrokerState,
-    group: &str,
-    wanted: &dyn Fn(&str) -> bool,
-) -> Vec<DescribeConfigsResourceResult> {
-    let dynamic = state.dynamic();
+fn describe_group(state: &Services, group: &str, wanted: &dyn Fn(&str) -> bool) -> Vec<DescribeConfigsResourceResult> {
+    let dynamic = state.topics.dynamic();
     let set = dynamic.groups.get(group).cloned().unwrap_or_default();
     dynamic_config::GROUP_CONFIGS
         .iter()

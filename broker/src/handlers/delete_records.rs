@@ -1,15 +1,15 @@
 //! DeleteRecords: advance a partition's log start offset (offset -1 means the high watermark).
 
 use crate::error_map;
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-pub fn handle(state: &BrokerState, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub fn handle(state: &Services, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let mut resp = DeleteRecordsResponse::default();
     for t in req.topics {
-        let topic = state.topic(&t.name.0);
+        let topic = state.topics.topic(&t.name.0);
         let mut tr = DeleteRecordsTopicResult::default();
         tr.name = t.name.clone();
         for p in t.partitions {

@@ -1,7 +1,7 @@
 //! DescribeCluster and DescribeLogDirs.
 
 use super::{sb, topic_name};
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
@@ -9,12 +9,12 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::{BrokerId, DescribeClusterResponse, DescribeLogDirsRequest, DescribeLogDirsResponse};
 
 pub fn describe_cluster(
-    state: &BrokerState,
+    state: &Services,
     listener: &crate::config::security::ListenerConfig,
 ) -> DescribeClusterResponse {
     let mut r = DescribeClusterResponse::default();
-    r.cluster_id = sb(&state.effective_cluster_id());
-    let (brokers, controller) = state.cluster_view(listener);
+    r.cluster_id = sb(&state.topics.effective_cluster_id());
+    let (brokers, controller) = state.topics.cluster_view(listener);
     r.controller_id = BrokerId(controller);
     r.endpoint_type = 1;
     r.brokers = brokers
@@ -36,17 +36,17 @@ fn disk_bytes(path: &std::path::Path) -> (i64, i64) {
     (total, usable)
 }
 
-pub fn describe_log_dirs(state: &BrokerState, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+pub fn describe_log_dirs(state: &Services, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
     let mut resp = DescribeLogDirsResponse::default();
     let mut dir = DescribeLogDirsResult::default();
-    let abs = std::fs::canonicalize(state.data_dir()).unwrap_or_else(|_| state.data_dir().to_path_buf());
+    let abs = std::fs::canonicalize(state.topics.data_dir()).unwrap_or_else(|_| state.topics.data_dir().to_path_buf());
     dir.log_dir = sb(&abs.to_string_lossy());
     let (total, usable) = disk_bytes(&abs);
     dir.total_bytes = total;
     dir.usable_bytes = usable;
     let wanted: Option<Vec<(String, Vec<i32>)>> =
         req.topics.map(|ts| ts.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect());
-    for topic in state.topics() {
+    for topic in state.topics.topics() {
         let parts: Vec<i32> = match &wanted {
             None => topic.partitions.iter().map(|p| p.index).collect(),
             Some(w) => match w.iter().find(|(n, _)| *n == topic.name) {

@@ -1,15 +1,15 @@
 //! DescribeProducers (v0): the producer state each partition holds — id, epoch, last sequence,
 //! last timestamp, coordinator epoch and the start of an open transaction (KIP-664 tooling).
 
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
-pub fn handle(state: &BrokerState, req: DescribeProducersRequest) -> DescribeProducersResponse {
+pub fn handle(state: &Services, req: DescribeProducersRequest) -> DescribeProducersResponse {
     let mut resp = DescribeProducersResponse::default();
     for t in req.topics {
-        let topic = state.topic(&t.name.0);
+        let topic = state.topics.topic(&t.name.0);
         let mut tr = TopicResponse::default();
         tr.name = t.name.clone();
         for idx in t.partition_indexes {

@@ -7,7 +7,7 @@
 
 use super::{sb, topic_name};
 use crate::routing::Router as _;
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
@@ -18,8 +18,8 @@ const ELECTION_NOT_NEEDED: i16 = 84;
 const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
 
 /// One partition: elect its preferred replica. Blocking (a handler).
-fn elect(state: &BrokerState, topic: &str, p: i32, deadline: Instant) -> (i16, Option<String>) {
-    let Some(node) = state.cluster.get() else {
+fn elect(state: &Services, topic: &str, p: i32, deadline: Instant) -> (i16, Option<String>) {
+    let Some(node) = state.topics.cluster.get() else {
         return (ELECTION_NOT_NEEDED, Some("a single broker leads every partition".into()));
     };
     let image = node.image();
@@ -46,7 +46,7 @@ fn elect(state: &BrokerState, topic: &str, p: i32, deadline: Instant) -> (i16, O
     loop {
         match state.leader_of(topic, p) {
             Some((l, _)) if l == preferred => return (0, None),
-            _ if state.replica(topic, p).is_none() => return (0, None), // not a replica here: cannot watch
+            _ if state.topics.replica(topic, p).is_none() => return (0, None), // not a replica here: cannot watch
             _ => {}
         }
         if Instant::now() >= deadline {
@@ -59,13 +59,14 @@ fn elect(state: &BrokerState, topic: &str, p: i32, deadline: Instant) -> (i16, O
     }
 }
 
-pub fn handle(state: &BrokerState, req: ElectLeadersRequest) -> ElectLeadersResponse {
+pub fn handle(state: &Services, req: ElectLeadersRequest) -> ElectLeadersResponse {
     let deadline = Instant::now() + Duration::from_millis(req.timeout_ms.clamp(1000, 60_000) as u64);
     let mut resp = ElectLeadersResponse::default();
     let wanted: BTreeMap<String, Vec<i32>> = match req.topic_partitions {
         Some(tps) => tps.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect(),
         // null: every partition with more than one replica
         None => state
+            .topics
             .cluster
             .get()
             .map(|c| {

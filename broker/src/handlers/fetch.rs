@@ -8,7 +8,7 @@
 
 use super::{LaterReply, Reply};
 use crate::error_map;
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, ResponseKind};
@@ -25,7 +25,7 @@ struct Wanted {
     max_bytes: usize,
 }
 
-fn read_all(state: &BrokerState, req: &FetchRequest, version: i16, wanted: &[Wanted]) -> (FetchResponse, usize, bool) {
+fn read_all(state: &Services, req: &FetchRequest, version: i16, wanted: &[Wanted]) -> (FetchResponse, usize, bool) {
     let read_committed = req.isolation_level == 1;
     let mut resp = FetchResponse::default();
     resp.session_id = 0;
@@ -44,7 +44,7 @@ fn read_all(state: &BrokerState, req: &FetchRequest, version: i16, wanted: &[Wan
     let mut any_error = false;
     for w in wanted {
         let t = &req.topics[w.topic_index];
-        let topic = if version >= 13 { state.topic_by_id(t.topic_id) } else { state.topic(&t.topic.0) };
+        let topic = if version >= 13 { state.topics.topic_by_id(t.topic_id) } else { state.topics.topic(&t.topic.0) };
         let mut pd = PartitionData::default();
         pd.partition_index = w.partition;
         pd.high_watermark = -1;
@@ -102,7 +102,7 @@ fn read_all(state: &BrokerState, req: &FetchRequest, version: i16, wanted: &[Wan
     (resp, total, any_error)
 }
 
-pub fn handle(state: &Arc<BrokerState>, version: i16, req: FetchRequest) -> Reply {
+pub fn handle(state: &Arc<Services>, version: i16, req: FetchRequest) -> Reply {
     if version >= 7 && (req.session_id != 0 || req.session_epoch > 0) {
         let mut resp = FetchResponse::default();
         resp.error_code = ResponseError::FetchSessionIdNotFound.code();
@@ -129,7 +129,7 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: FetchRequest) -> Repl
         loop {
             // Register for wake-ups before reading, so an append between the read and the
             // wait is not missed.
-            let notified = state.hw_changed.notified();
+            let notified = state.topics.hw_changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let (resp, total, any_error) = read_all(&state, &req, version, &wanted);

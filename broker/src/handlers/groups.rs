@@ -6,7 +6,7 @@ use super::{now_ms, sb, topic_name, LaterReply, Reply};
 use crate::group::machine::{GroupState, JoinArgs, SyncArgs};
 use crate::group::{self, OffsetToCommit};
 use crate::routing::{CoordinatorKey, Route, Router as _};
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -19,7 +19,7 @@ fn opt(s: &Option<StrBytes>) -> Option<&str> {
 /// FindCoordinator: this broker coordinates every group (key type 0) and every transactional
 /// id (key type 1).
 pub fn find_coordinator(
-    state: &BrokerState,
+    state: &Services,
     listener: &crate::config::security::ListenerConfig,
     version: i16,
     req: FindCoordinatorRequest,
@@ -76,13 +76,7 @@ fn join_error(code: ResponseError, member_id: StrBytes) -> JoinGroupResponse {
     r
 }
 
-pub fn join(
-    state: &BrokerState,
-    version: i16,
-    client_id: &str,
-    peer: Option<SocketAddr>,
-    req: JoinGroupRequest,
-) -> Reply {
+pub fn join(state: &Services, version: i16, client_id: &str, peer: Option<SocketAddr>, req: JoinGroupRequest) -> Reply {
     if req.group_id.is_empty() {
         return Reply::now(ResponseKind::JoinGroup(join_error(ResponseError::InvalidGroupId, req.member_id)));
     }
@@ -137,7 +131,7 @@ pub fn join(
     Reply::Later(fut)
 }
 
-pub fn sync(state: &BrokerState, req: SyncGroupRequest) -> Reply {
+pub fn sync(state: &Services, req: SyncGroupRequest) -> Reply {
     let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.to_vec())).collect();
     let args = SyncArgs {
         member_id: &req.member_id,
@@ -167,7 +161,7 @@ pub fn sync(state: &BrokerState, req: SyncGroupRequest) -> Reply {
 
 /// ConsumerGroupHeartbeat (KIP-848): topics by name in, by id out.
 pub fn consumer_heartbeat(
-    state: &BrokerState,
+    state: &Services,
     version: i16,
     client_id: &str,
     peer: Option<SocketAddr>,
@@ -187,7 +181,9 @@ pub fn consumer_heartbeat(
     }
     let owned = req.topic_partitions.as_ref().map(|tps| {
         tps.iter()
-            .filter_map(|t| state.topic_by_id(t.topic_id).map(|topic| (topic.name.clone(), t.partitions.clone())))
+            .filter_map(|t| {
+                state.topics.topic_by_id(t.topic_id).map(|topic| (topic.name.clone(), t.partitions.clone()))
+            })
             .flat_map(|(name, ps)| ps.into_iter().map(move |p| (name.clone(), p)))
             .collect()
     });
@@ -202,7 +198,7 @@ pub fn consumer_heartbeat(
         client_host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
         new_member_id: uuid::Uuid::new_v4().to_string(),
     };
-    let partitions = |t: &str| state.topic(t).map(|t| t.partitions.len() as i32);
+    let partitions = |t: &str| state.topics.topic(t).map(|t| t.partitions.len() as i32);
     match state.groups.consumer_heartbeat(&req.group_id, h, &partitions, now_ms()) {
         Err(e) => resp.error_code = e.code(),
         Ok(a) => {
@@ -217,7 +213,7 @@ pub fn consumer_heartbeat(
                 asg.topic_partitions = by_topic
                     .into_iter()
                     .filter_map(|(t, ps)| {
-                        let topic = state.topic(&t)?;
+                        let topic = state.topics.topic(&t)?;
                         let mut tp = consumer_group_heartbeat_response::TopicPartitions::default();
                         tp.topic_id = topic.id;
                         tp.partitions = ps;
@@ -231,14 +227,14 @@ pub fn consumer_heartbeat(
     resp
 }
 
-pub fn heartbeat(state: &BrokerState, req: HeartbeatRequest) -> HeartbeatResponse {
+pub fn heartbeat(state: &Services, req: HeartbeatRequest) -> HeartbeatResponse {
     let mut resp = HeartbeatResponse::default();
     resp.error_code =
         state.groups.heartbeat(&req.group_id, &req.member_id, opt(&req.group_instance_id), req.generation_id, now_ms());
     resp
 }
 
-pub fn leave(state: &BrokerState, version: i16, req: LeaveGroupRequest) -> Reply {
+pub fn leave(state: &Services, version: i16, req: LeaveGroupRequest) -> Reply {
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         req.members.iter().map(|m| (m.member_id.to_string(), opt(&m.group_instance_id).map(str::to_string))).collect()
     } else {
@@ -270,7 +266,7 @@ pub fn leave(state: &BrokerState, version: i16, req: LeaveGroupRequest) -> Reply
     Reply::Later(fut)
 }
 
-pub fn offset_commit(state: &BrokerState, req: OffsetCommitRequest) -> Reply {
+pub fn offset_commit(state: &Services, req: OffsetCommitRequest) -> Reply {
     let group_id = req.group_id.to_string();
     let rows = req.topics.iter().map(|t| {
         let ps = t
@@ -332,15 +328,12 @@ pub type OffsetRow = (i32, i64, i32, Option<StrBytes>);
 
 /// Split a commit into the offsets to store and the per-partition refusals (unknown partition,
 /// metadata over `offset.metadata.max.bytes`).
-pub fn plan_offsets(
-    state: &BrokerState,
-    topics: Vec<(TopicName, Vec<OffsetRow>)>,
-) -> (Vec<OffsetToCommit>, TopicCodes) {
+pub fn plan_offsets(state: &Services, topics: Vec<(TopicName, Vec<OffsetRow>)>) -> (Vec<OffsetToCommit>, TopicCodes) {
     let max_meta = state.groups.settings.metadata_max_bytes;
     let mut to_commit = Vec::new();
     let mut layout: TopicCodes = Vec::new();
     for (name, parts) in topics {
-        let topic = state.topic(&name);
+        let topic = state.topics.topic(&name);
         let mut rows = Vec::new();
         for (partition, offset, leader_epoch, metadata) in parts {
             let meta = metadata.map(|m| m.to_string()).unwrap_or_default();
@@ -365,13 +358,13 @@ pub fn plan_offsets(
     (to_commit, layout)
 }
 
-fn fetch_group(state: &BrokerState, group_id: &str, wanted: Wanted) -> group::OffsetRows {
+fn fetch_group(state: &Services, group_id: &str, wanted: Wanted) -> group::OffsetRows {
     state.groups.fetch_offsets(group_id, wanted)
 }
 
 /// OffsetFetch. With require_stable (v7+), a partition whose offset is pending in an open
 /// transaction answers UNSTABLE_OFFSET_COMMIT (the client retries until the marker lands).
-pub fn offset_fetch(state: &BrokerState, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
+pub fn offset_fetch(state: &Services, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
     let require_stable = version >= 7 && req.require_stable;
     let unstable = |group: &str, topic: &str, p: i32| {
         require_stable && state.groups.pending_partitions(group).contains(&(topic.to_string(), p))
@@ -443,7 +436,7 @@ fn fill(offset: &mut i64, epoch: &mut i32, meta: &mut Option<StrBytes>, o: Optio
     }
 }
 
-pub fn offset_delete(state: &BrokerState, req: OffsetDeleteRequest) -> Reply {
+pub fn offset_delete(state: &Services, req: OffsetDeleteRequest) -> Reply {
     let topics: Vec<(String, Vec<i32>)> = req
         .topics
         .iter()
@@ -494,7 +487,7 @@ fn described_member(
 /// ConsumerGroupDescribe (KIP-848): a consumer-protocol group with its epochs and each member's
 /// assignment and target. A classic group, or none, is GROUP_ID_NOT_FOUND as in Kafka (the Java
 /// Admin client then falls back to DescribeGroups).
-pub fn consumer_describe(state: &BrokerState, req: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse {
+pub fn consumer_describe(state: &Services, req: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse {
     use consumer_group_describe_response as cgd;
     let assignment = |tps: &std::collections::BTreeSet<(String, i32)>| {
         let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
@@ -505,7 +498,7 @@ pub fn consumer_describe(state: &BrokerState, req: ConsumerGroupDescribeRequest)
         a.topic_partitions = by_topic
             .into_iter()
             .filter_map(|(t, ps)| {
-                let topic = state.topic(t)?;
+                let topic = state.topics.topic(t)?;
                 let mut x = cgd::TopicPartitions::default();
                 x.topic_id = topic.id;
                 x.topic_name = TopicName(sb(t));
@@ -560,7 +553,7 @@ pub fn consumer_describe(state: &BrokerState, req: ConsumerGroupDescribeRequest)
     resp
 }
 
-pub fn describe(state: &BrokerState, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+pub fn describe(state: &Services, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
     let mut resp = DescribeGroupsResponse::default();
     for id in req.groups {
         let mut d = describe_groups_response::DescribedGroup::default();
@@ -611,7 +604,7 @@ pub fn describe(state: &BrokerState, req: DescribeGroupsRequest) -> DescribeGrou
     resp
 }
 
-pub fn list(state: &BrokerState, req: ListGroupsRequest) -> ListGroupsResponse {
+pub fn list(state: &Services, req: ListGroupsRequest) -> ListGroupsResponse {
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let types: Vec<String> = req.types_filter.iter().map(|s| s.to_lowercase()).collect();
     let mut resp = ListGroupsResponse::default();
@@ -632,7 +625,7 @@ pub fn list(state: &BrokerState, req: ListGroupsRequest) -> ListGroupsResponse {
     resp
 }
 
-pub fn delete(state: &BrokerState, req: DeleteGroupsRequest) -> Reply {
+pub fn delete(state: &Services, req: DeleteGroupsRequest) -> Reply {
     let now = now_ms();
     let outcomes: Vec<(GroupId, Result<_, ResponseError>)> =
         req.groups_names.into_iter().map(|g| (g.clone(), state.groups.delete_group(&g, now))).collect();

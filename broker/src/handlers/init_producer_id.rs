@@ -5,11 +5,11 @@
 //! with INVALID_PRODUCER_ID_MAPPING. Transactional ids need the transaction coordinator
 //! (issue 5) and are refused for now.
 
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
-pub fn handle(state: &BrokerState, version: i16, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub fn handle(state: &Services, version: i16, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let mut r = InitProducerIdResponse::default();
     r.producer_id = ProducerId(-1);
     r.producer_epoch = -1;

@@ -2,7 +2,7 @@
 //! timestamp (-3), or the first offset whose timestamp is ≥ the given one.
 
 use crate::error_map;
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
@@ -11,13 +11,13 @@ pub const EARLIEST: i64 = -2;
 pub const LATEST: i64 = -1;
 pub const MAX_TIMESTAMP: i64 = -3;
 
-pub fn handle(state: &BrokerState, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
+pub fn handle(state: &Services, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let read_committed = req.isolation_level == 1;
     // replica id -2 (debugging): this replica's own log end, leader or not
     let debugging = req.replica_id.0 == -2;
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
-        let topic = state.topic(&t.name.0);
+        let topic = state.topics.topic(&t.name.0);
         let mut tr = ListOffsetsTopicResponse::default();
         tr.name = t.name.clone();
         for p in t.partitions {

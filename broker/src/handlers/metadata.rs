@@ -4,7 +4,8 @@
 
 use super::{sb, topic_name};
 use crate::routing::Router as _;
-use crate::state::{BrokerState, Topic, TopicError};
+use crate::services::Services;
+use crate::topics::{Topic, TopicError};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -12,11 +13,11 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use std::collections::BTreeMap;
 
-fn topic_entry(state: &BrokerState, t: &Topic) -> MetadataResponseTopic {
+fn topic_entry(state: &Services, t: &Topic) -> MetadataResponseTopic {
     let node = BrokerId(state.config.node_id);
     // cluster mode: the quorum's assignment lists the replicas; the partition's Raft group
     // (replicated partitions) or the assignment says who leads
-    let image = state.cluster.get().map(|c| c.image());
+    let image = state.topics.cluster.get().map(|c| c.image());
     let replicas_of = |p: i32| -> Vec<BrokerId> {
         image
             .as_ref()
@@ -59,13 +60,13 @@ fn error_entry(name: Option<&str>, id: uuid::Uuid, code: i16) -> MetadataRespons
 }
 
 pub fn handle(
-    state: &BrokerState,
+    state: &Services,
     listener: &crate::config::security::ListenerConfig,
     version: i16,
     req: MetadataRequest,
 ) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
-    let (brokers, controller) = state.cluster_view(listener);
+    let (brokers, controller) = state.topics.cluster_view(listener);
     resp.brokers = brokers
         .into_iter()
         .map(|(id, host, port)| {
@@ -76,14 +77,14 @@ pub fn handle(
             b
         })
         .collect();
-    resp.cluster_id = Some(sb(&state.effective_cluster_id()));
+    resp.cluster_id = Some(sb(&state.topics.effective_cluster_id()));
     resp.controller_id = BrokerId(controller);
     let all = match &req.topics {
         None => true,
         Some(t) => t.is_empty() && version == 0,
     };
     if all {
-        resp.topics = state.topics().iter().map(|t| topic_entry(state, t)).collect();
+        resp.topics = state.topics.topics().iter().map(|t| topic_entry(state, t)).collect();
         return resp;
     }
     let allow_create = state.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
@@ -94,11 +95,11 @@ pub fn handle(
                 if seen.insert(name.clone(), ()).is_some() {
                     continue;
                 }
-                match state.topic(&name) {
+                match state.topics.topic(&name) {
                     Some(t) => topic_entry(state, &t),
-                    None if allow_create => match state.create_topic(&name, -1, -1, BTreeMap::new(), false) {
+                    None if allow_create => match state.topics.create_topic(&name, -1, -1, BTreeMap::new(), false) {
                         Ok(t) => topic_entry(state, &t),
-                        Err(TopicError::Exists(_)) => match state.topic(&name) {
+                        Err(TopicError::Exists(_)) => match state.topics.topic(&name) {
                             Some(t) => topic_entry(state, &t),
                             None => {
                                 error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::LeaderNotAvailable.code())
@@ -113,7 +114,7 @@ pub fn handle(
                         }
                     },
                     None => {
-                        let code = if crate::state::validate_topic_name(&name).is_err() {
+                        let code = if crate::topics::validate_topic_name(&name).is_err() {
                             ResponseError::InvalidTopicException.code()
                         } else {
                             ResponseError::UnknownTopicOrPartition.code()
@@ -122,7 +123,7 @@ pub fn handle(
                     }
                 }
             }
-            None => match state.topic_by_id(rt.topic_id) {
+            None => match state.topics.topic_by_id(rt.topic_id) {
                 Some(t) => topic_entry(state, &t),
                 None => error_entry(None, rt.topic_id, ResponseError::UnknownTopicId.code()),
             },

@@ -1,4 +1,4 @@
-//! One file per Kafka API. Each handler takes the broker state and its request struct and
+//! One file per Kafka API. Each handler takes the broker's `Services` and its request struct and
 //! returns a [`Reply`]: answered now, answered later (after durability or a long poll; the
 //! connection still writes responses in request order), or not at all (produce with acks=0).
 

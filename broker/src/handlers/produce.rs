@@ -16,7 +16,7 @@ use crate::error_map;
 use crate::partition::{AppendError, Appended, Partition};
 use crate::replication::types::{PartCommand, PartResult};
 use crate::routing::{CoordinatorKey, Route, Router as _};
-use crate::state::BrokerState;
+use crate::services::Services;
 use crate::topic_config::TopicSettings;
 use bytes::BytesMut;
 use kafka_protocol::error::ResponseError;
@@ -150,7 +150,7 @@ fn final_codec(bytes: &[u8], settings: &TopicSettings) -> Result<Option<bytes::B
 /// Raft majority: the replica and how many replicas must hold the write before it is answered.
 fn beyond_majority(
     rep: &Arc<crate::cluster::replica::Replica>,
-    topic: &crate::state::Topic,
+    topic: &crate::topics::Topic,
     acks: i16,
 ) -> Option<(Arc<crate::cluster::replica::Replica>, usize)> {
     let min = usize::try_from(topic.settings.min_insync_replicas).unwrap_or(1);
@@ -161,13 +161,13 @@ fn beyond_majority(
 /// Kafka's check before an acks=all append: at least `min.insync.replicas` replicas in sync
 /// (NOT_ENOUGH_REPLICAS). A partition that is not replicated has one; a replicated one's
 /// leader counts itself and the followers that caught up within `replica.lag.time.max.ms`.
-fn enough_replicas(state: &BrokerState, topic: &crate::state::Topic, index: i32, acks: i16) -> Result<(), Refused> {
+fn enough_replicas(state: &Services, topic: &crate::topics::Topic, index: i32, acks: i16) -> Result<(), Refused> {
     let min = topic.settings.min_insync_replicas;
     if acks != -1 || min <= 1 {
         return Ok(());
     }
     let lag = std::time::Duration::from_millis(state.config.replica_lag_time_max_ms);
-    let in_sync = match state.replica(&topic.name, index) {
+    let in_sync = match state.topics.replica(&topic.name, index) {
         Some(rep) => rep.in_sync(lag).len(),
         None => 1,
     };
@@ -195,7 +195,7 @@ fn implicit_add(version: i16, batch: &[u8]) -> Option<(i64, i16)> {
 }
 
 /// Cluster mode: the address of `id`'s transaction coordinator if it is another broker.
-fn remote_coordinator(state: &BrokerState, id: &str) -> Option<String> {
+fn remote_coordinator(state: &Services, id: &str) -> Option<String> {
     match state.coordinator_of(CoordinatorKey::Transaction(id)) {
         Route::Broker(b) => Some(b.addr()),
         Route::Here | Route::Electing => None,
@@ -247,7 +247,7 @@ fn verify_remote(
     tokio::task::block_in_place(|| handle.block_on(call))
 }
 
-pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Reply {
+pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply {
     if ![-1i16, 0, 1].contains(&req.acks) {
         let mut resp = ProduceResponse::default();
         for t in &req.topic_data {
@@ -272,7 +272,7 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
     let mut staged: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Staged)>)> = Vec::new();
     for t in req.topic_data {
         let name = t.name.0.to_string();
-        let topic = state.topic(&name);
+        let topic = state.topics.topic(&name);
         let log_append_time = topic.as_ref().is_some_and(|t| t.settings.log_append_time);
         let mut parts = Vec::new();
         for p in t.partition_data {
@@ -313,7 +313,7 @@ pub fn handle(state: &Arc<BrokerState>, version: i16, req: ProduceRequest) -> Re
                             // transaction verified, `PartCommand::Produce::verified_from`)
                             // (taken once the leader has applied what was committed before
                             // its term: a marker of an earlier transaction is below it)
-                            let replica = state.replica(&name, p.index);
+                            let replica = state.topics.replica(&name, p.index);
                             let settled = replica.as_ref().is_none_or(|r| r.applied_own_term());
                             let verified_from =
                                 (txn_id.is_some() && replica.is_some()).then(|| partition.log().log_end_offset());

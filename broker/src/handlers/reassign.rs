@@ -7,7 +7,7 @@
 //! progress is finished, not rolled back.
 
 use super::{sb, topic_name};
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
@@ -20,7 +20,7 @@ use kafka_protocol::messages::*;
 const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 
 pub fn alter(
-    state: &BrokerState,
+    state: &Services,
     version: i16,
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
@@ -28,7 +28,7 @@ pub fn alter(
     if version >= 1 {
         resp.allow_replication_factor_change = req.allow_replication_factor_change;
     }
-    let image = state.cluster.get().map(|c| c.image());
+    let image = state.topics.cluster.get().map(|c| c.image());
     for t in req.topics {
         let mut tr = ReassignableTopicResponse::default();
         tr.name = t.name.clone();
@@ -62,7 +62,7 @@ pub fn alter(
                             partition: p.partition_index,
                             replicas: new,
                         };
-                        match state.cluster_write(cmd) {
+                        match state.topics.cluster_write(cmd) {
                             Ok(crate::cluster::CommandResult::Refused(
                                 crate::cluster::Refusal::InvalidReplicaAssignment(m),
                             )) => (ResponseError::InvalidReplicaAssignment.code(), Some(m)),
@@ -84,9 +84,9 @@ pub fn alter(
     resp
 }
 
-pub fn list(state: &BrokerState, req: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse {
+pub fn list(state: &Services, req: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse {
     let mut resp = ListPartitionReassignmentsResponse::default();
-    let Some(image) = state.cluster.get().map(|c| c.image()) else { return resp };
+    let Some(image) = state.topics.cluster.get().map(|c| c.image()) else { return resp };
     let wanted: Option<std::collections::BTreeMap<String, Vec<i32>>> =
         req.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect());
     for (name, info) in &image.topics {
@@ -119,7 +119,7 @@ const BROKER_ID_NOT_REGISTERED: i16 = 102;
 /// running cluster (with `controller.listener`) from the metadata quorum and the broker list.
 /// Refused for the configured voters (they hold the coordinators' replicas) and for a broker
 /// that still holds partition replicas (move them first: `sluicectl cluster reassign`).
-pub fn unregister(state: &BrokerState, req: UnregisterBrokerRequest) -> UnregisterBrokerResponse {
+pub fn unregister(state: &Services, req: UnregisterBrokerRequest) -> UnregisterBrokerResponse {
     let mut resp = UnregisterBrokerResponse::default();
     let id = req.broker_id.0;
     let refuse = |mut r: UnregisterBrokerResponse, code: i16, m: String| {
@@ -127,7 +127,7 @@ pub fn unregister(state: &BrokerState, req: UnregisterBrokerRequest) -> Unregist
         r.error_message = Some(sb(&m));
         r
     };
-    let Some(node) = state.cluster.get() else {
+    let Some(node) = state.topics.cluster.get() else {
         return refuse(resp, ResponseError::InvalidRequest.code(), "a single broker is not a cluster".into());
     };
     let image = node.image();

@@ -5,7 +5,7 @@ use super::sb;
 use crate::cluster::{Command, CommandResult};
 use crate::security::acl::{AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType};
 use crate::security::credentials::{Change, CredentialRecord};
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError as E;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -32,7 +32,7 @@ fn filter(
     })
 }
 
-pub fn create_acls(state: &BrokerState, req: CreateAclsRequest) -> CreateAclsResponse {
+pub fn create_acls(state: &Services, req: CreateAclsRequest) -> CreateAclsResponse {
     let mut resp = CreateAclsResponse::default();
     let mut valid = Vec::new();
     let mut slots = Vec::new();
@@ -68,13 +68,14 @@ pub fn create_acls(state: &BrokerState, req: CreateAclsRequest) -> CreateAclsRes
         resp.results.push(r);
     }
     if !valid.is_empty() {
-        let stored = if state.cluster.get().is_some() {
+        let stored = if state.topics.cluster.get().is_some() {
             // cluster mode: through the quorum, then this broker's copy
             state
+                .topics
                 .cluster_write(Command::CreateAcls { acls: valid.clone() })
                 .and_then(|_| {
-                    state.await_cluster(|s| {
-                        let all = s.security.acls.all();
+                    state.topics.await_cluster(|_| {
+                        let all = state.security.acls.all();
                         valid.iter().all(|b| all.contains(b)).then_some(())
                     })
                 })
@@ -95,7 +96,7 @@ pub fn create_acls(state: &BrokerState, req: CreateAclsRequest) -> CreateAclsRes
     resp
 }
 
-pub fn describe_acls(state: &BrokerState, req: DescribeAclsRequest) -> DescribeAclsResponse {
+pub fn describe_acls(state: &Services, req: DescribeAclsRequest) -> DescribeAclsResponse {
     let mut resp = DescribeAclsResponse::default();
     let f = match filter(
         req.resource_type_filter,
@@ -141,7 +142,7 @@ pub fn describe_acls(state: &BrokerState, req: DescribeAclsRequest) -> DescribeA
     resp
 }
 
-pub fn delete_acls(state: &BrokerState, req: DeleteAclsRequest) -> DeleteAclsResponse {
+pub fn delete_acls(state: &Services, req: DeleteAclsRequest) -> DeleteAclsResponse {
     let mut resp = DeleteAclsResponse::default();
     let parsed: Vec<Result<AclFilter, String>> = req
         .filters
@@ -159,13 +160,14 @@ pub fn delete_acls(state: &BrokerState, req: DeleteAclsRequest) -> DeleteAclsRes
         })
         .collect();
     let good: Vec<AclFilter> = parsed.iter().filter_map(|f| f.as_ref().ok().cloned()).collect();
-    let deleted = if state.cluster.get().is_some() {
-        match state.cluster_write(Command::DeleteAcls { filters: good.clone() }) {
+    let deleted = if state.topics.cluster.get().is_some() {
+        match state.topics.cluster_write(Command::DeleteAcls { filters: good.clone() }) {
             Ok(CommandResult::DeletedAcls(d)) => {
                 let gone: Vec<AclBinding> = d.iter().flatten().cloned().collect();
                 state
-                    .await_cluster(|s| {
-                        let all = s.security.acls.all();
+                    .topics
+                    .await_cluster(|_| {
+                        let all = state.security.acls.all();
                         gone.iter().all(|b| !all.contains(b)).then_some(())
                     })
                     .map(|_| d)
@@ -223,7 +225,7 @@ pub fn delete_acls(state: &BrokerState, req: DeleteAclsRequest) -> DeleteAclsRes
 }
 
 pub fn describe_scram(
-    state: &BrokerState,
+    state: &Services,
     req: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
     let mut resp = DescribeUserScramCredentialsResponse::default();
@@ -280,7 +282,7 @@ pub fn describe_scram(
     resp
 }
 
-pub fn alter_scram(state: &BrokerState, req: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
+pub fn alter_scram(state: &Services, req: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
     let mut resp = AlterUserScramCredentialsResponse::default();
     // Kafka: a user named twice (any mechanism, deletion or upsertion) is refused whole
     let mut count: BTreeMap<(String, i8), usize> = BTreeMap::new();
@@ -383,7 +385,7 @@ pub fn alter_scram(state: &BrokerState, req: AlterUserScramCredentialsRequest) -
     let keep: Vec<bool> = change_users.iter().map(|u| !errors.contains_key(u)).collect();
     let changes: Vec<Change> = changes.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c).collect();
     if !changes.is_empty() {
-        let stored = if state.cluster.get().is_some() {
+        let stored = if state.topics.cluster.get().is_some() {
             alter_in_cluster(state, changes)
         } else {
             state.security.credentials.apply(changes).map(|_| ())
@@ -416,7 +418,7 @@ pub fn alter_scram(state: &BrokerState, req: AlterUserScramCredentialsRequest) -
 }
 
 /// Cluster mode: credential changes through the quorum, then wait for this broker's copy.
-fn alter_in_cluster(state: &BrokerState, changes: Vec<Change>) -> anyhow::Result<()> {
+fn alter_in_cluster(state: &Services, changes: Vec<Change>) -> anyhow::Result<()> {
     let mut upserts = Vec::new();
     let mut deletes = Vec::new();
     for c in &changes {
@@ -434,17 +436,19 @@ fn alter_in_cluster(state: &BrokerState, changes: Vec<Change>) -> anyhow::Result
         }
     }
     state
+        .topics
         .cluster_write(Command::AlterCredentials { upserts, deletes, only_if_absent: false })
         .map_err(|e| anyhow::anyhow!(e))?;
     state
-        .await_cluster(|s| {
+        .topics
+        .await_cluster(|_| {
             changes
                 .iter()
                 .all(|c| match c {
                     Change::Upsert { user, credential } => {
-                        s.security.credentials.get(user, credential.mechanism).as_ref() == Some(credential)
+                        state.security.credentials.get(user, credential.mechanism).as_ref() == Some(credential)
                     }
-                    Change::Delete { user, mechanism } => s.security.credentials.get(user, *mechanism).is_none(),
+                    Change::Delete { user, mechanism } => state.security.credentials.get(user, *mechanism).is_none(),
                 })
                 .then_some(())
         })

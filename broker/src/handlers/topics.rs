@@ -1,7 +1,8 @@
 //! CreateTopics, DeleteTopics, CreatePartitions.
 
 use super::{sb, topic_name};
-use crate::state::{BrokerState, TopicError};
+use crate::services::Services;
+use crate::topics::TopicError;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
@@ -31,8 +32,9 @@ pub fn topic_error_code(e: &TopicError) -> i16 {
 }
 
 /// A topic's replication factor: its first partition's replica count (one on a single broker).
-fn replication_factor(state: &BrokerState, topic: &crate::state::Topic) -> i16 {
+fn replication_factor(state: &Services, topic: &crate::topics::Topic) -> i16 {
     let n = state
+        .topics
         .cluster
         .get()
         .and_then(|c| c.image().topics.get(&topic.name).and_then(|i| i.replicas.first().map(Vec::len)));
@@ -65,7 +67,7 @@ fn assignment(
     Ok(by_index.into_values().collect())
 }
 
-pub fn create(state: &BrokerState, req: CreateTopicsRequest) -> CreateTopicsResponse {
+pub fn create(state: &Services, req: CreateTopicsRequest) -> CreateTopicsResponse {
     let mut resp = CreateTopicsResponse::default();
     let mut names_seen = BTreeMap::new();
     // every topic is proposed first, then all are waited for: in cluster mode their replica
@@ -97,15 +99,17 @@ pub fn create(state: &BrokerState, req: CreateTopicsRequest) -> CreateTopicsResp
         let result = match bad {
             Some(m) => Err(TopicError::InvalidConfig("request".into(), m)),
             None if !t.assignments.is_empty() => match assignment(&t) {
-                Ok(a) => state.propose_topic_assigned(&name, a, configs, req.validate_only),
+                Ok(a) => state.topics.propose_topic_assigned(&name, a, configs, req.validate_only),
                 Err(e) => Err(e),
             },
-            None => state.propose_topic(&name, t.num_partitions, t.replication_factor, configs, req.validate_only),
+            None => {
+                state.topics.propose_topic(&name, t.num_partitions, t.replication_factor, configs, req.validate_only)
+            }
         };
         proposed.push((t, r, result));
     }
     for (t, mut r, result) in proposed {
-        match result.and_then(|p| state.await_created(p)) {
+        match result.and_then(|p| state.topics.await_created(p)) {
             Ok(topic) => {
                 r.topic_id = topic.id;
                 r.num_partitions = if t.num_partitions == -1 { state.config.num_partitions } else { t.num_partitions };
@@ -136,7 +140,7 @@ pub fn create(state: &BrokerState, req: CreateTopicsRequest) -> CreateTopicsResp
     resp
 }
 
-pub fn delete(state: &BrokerState, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+pub fn delete(state: &Services, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
     let mut resp = DeleteTopicsResponse::default();
     let mut targets: Vec<(Option<String>, uuid::Uuid)> =
         req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
@@ -146,16 +150,16 @@ pub fn delete(state: &BrokerState, req: DeleteTopicsRequest) -> DeleteTopicsResp
         r.topic_id = id;
         let resolved = match &name {
             Some(n) => Some(n.clone()),
-            None => state.topic_by_id(id).map(|t| t.name.clone()),
+            None => state.topics.topic_by_id(id).map(|t| t.name.clone()),
         };
         r.name = resolved.as_deref().map(topic_name);
         match resolved {
             None => r.error_code = ResponseError::UnknownTopicId.code(),
             Some(n) => {
-                if let Some(t) = state.topic(&n) {
+                if let Some(t) = state.topics.topic(&n) {
                     r.topic_id = t.id;
                 }
-                if let Err(e) = state.delete_topic(&n) {
+                if let Err(e) = state.topics.delete_topic(&n) {
                     r.error_code = topic_error_code(&e);
                     r.error_message = Some(sb(&e.to_string()));
                 }
@@ -166,7 +170,7 @@ pub fn delete(state: &BrokerState, req: DeleteTopicsRequest) -> DeleteTopicsResp
     resp
 }
 
-pub fn create_partitions(state: &BrokerState, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+pub fn create_partitions(state: &Services, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
     let mut resp = CreatePartitionsResponse::default();
     for t in req.topics {
         let mut r = CreatePartitionsTopicResult::default();
@@ -174,9 +178,9 @@ pub fn create_partitions(state: &BrokerState, req: CreatePartitionsRequest) -> C
         let result = match t.assignments.as_ref().filter(|a| !a.is_empty()) {
             Some(a) => {
                 let lists = a.iter().map(|x| x.broker_ids.iter().map(|b| b.0).collect()).collect();
-                state.create_partitions_assigned(&t.name.0, t.count, lists, req.validate_only)
+                state.topics.create_partitions_assigned(&t.name.0, t.count, lists, req.validate_only)
             }
-            None => state.create_partitions(&t.name.0, t.count, req.validate_only),
+            None => state.topics.create_partitions(&t.name.0, t.count, req.validate_only),
         };
         if let Err(e) = result {
             r.error_code = topic_error_code(&e);

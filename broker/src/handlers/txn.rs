@@ -5,7 +5,7 @@
 use super::{now_ms, sb, LaterReply, Reply};
 use crate::group;
 use crate::routing::{CoordinatorKey, Route, Router as _};
-use crate::state::BrokerState;
+use crate::services::Services;
 use crate::txn::machine;
 use crate::txn::Outcome;
 use kafka_protocol::error::ResponseError;
@@ -34,7 +34,7 @@ fn fresh_pid(ids: &crate::producer_ids::ProducerIds) -> impl FnMut() -> Result<i
     move || ids.next().map_err(crate::producer_ids::IdError::code)
 }
 
-pub fn init_producer_id(state: &Arc<BrokerState>, version: i16, req: InitProducerIdRequest) -> Reply {
+pub fn init_producer_id(state: &Arc<Services>, version: i16, req: InitProducerIdRequest) -> Reply {
     let id = req.transactional_id.as_ref().map(|t| t.to_string()).unwrap_or_default();
     let expected = (version >= 3 && req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
     let timeout = req.transaction_timeout_ms;
@@ -62,7 +62,7 @@ pub fn init_producer_id(state: &Arc<BrokerState>, version: i16, req: InitProduce
     Reply::Later(fut)
 }
 
-pub fn add_partitions(state: &Arc<BrokerState>, version: i16, req: AddPartitionsToTxnRequest) -> Reply {
+pub fn add_partitions(state: &Arc<Services>, version: i16, req: AddPartitionsToTxnRequest) -> Reply {
     if version >= 4 {
         return add_partitions_batched(state, req);
     }
@@ -74,7 +74,7 @@ pub fn add_partitions(state: &Arc<BrokerState>, version: i16, req: AddPartitions
     let unknown: Vec<(String, i32)> = topics
         .iter()
         .flat_map(|(t, ps)| ps.iter().map(move |p| (t.to_string(), *p)))
-        .filter(|(t, p)| state.partition(t, *p).is_none())
+        .filter(|(t, p)| state.topics.partition(t, *p).is_none())
         .collect();
     let st = state.clone();
     let fut: LaterReply = Box::pin(async move {
@@ -110,7 +110,7 @@ pub fn add_partitions(state: &Arc<BrokerState>, version: i16, req: AddPartitions
 
 /// AddPartitionsToTxn v4+ (the broker-to-coordinator form, KIP-890): several transactions per
 /// request; `verify_only` checks that the partitions are already in the ongoing transaction.
-fn add_partitions_batched(state: &Arc<BrokerState>, req: AddPartitionsToTxnRequest) -> Reply {
+fn add_partitions_batched(state: &Arc<Services>, req: AddPartitionsToTxnRequest) -> Reply {
     let st = state.clone();
     let fut: LaterReply = Box::pin(async move {
         let mut resp = AddPartitionsToTxnResponse::default();
@@ -160,7 +160,7 @@ fn add_partitions_batched(state: &Arc<BrokerState>, req: AddPartitionsToTxnReque
     Reply::Later(fut)
 }
 
-pub fn add_offsets(state: &Arc<BrokerState>, version: i16, req: AddOffsetsToTxnRequest) -> Reply {
+pub fn add_offsets(state: &Arc<Services>, version: i16, req: AddOffsetsToTxnRequest) -> Reply {
     let id = req.transactional_id.to_string();
     let group = req.group_id.to_string();
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
@@ -182,7 +182,7 @@ pub fn add_offsets(state: &Arc<BrokerState>, version: i16, req: AddOffsetsToTxnR
     Reply::Later(fut)
 }
 
-pub fn end_txn(state: &Arc<BrokerState>, version: i16, req: EndTxnRequest) -> Reply {
+pub fn end_txn(state: &Arc<Services>, version: i16, req: EndTxnRequest) -> Reply {
     let id = req.transactional_id.to_string();
     let (pid, epoch, commit) = (req.producer_id.0, req.producer_epoch, req.committed);
     let tv2 = version >= 5;
@@ -207,7 +207,7 @@ pub fn end_txn(state: &Arc<BrokerState>, version: i16, req: EndTxnRequest) -> Re
     Reply::Later(fut)
 }
 
-pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetCommitRequest) -> Reply {
+pub fn txn_offset_commit(state: &Arc<Services>, version: i16, req: TxnOffsetCommitRequest) -> Reply {
     let id = req.transactional_id.to_string();
     let group_id = req.group_id.to_string();
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
@@ -295,7 +295,7 @@ pub fn txn_offset_commit(state: &Arc<BrokerState>, version: i16, req: TxnOffsetC
     Reply::Later(fut)
 }
 
-pub fn list(state: &BrokerState, req: ListTransactionsRequest) -> ListTransactionsResponse {
+pub fn list(state: &Services, req: ListTransactionsRequest) -> ListTransactionsResponse {
     let states: Vec<String> = req.state_filters.iter().map(|s| s.to_string()).collect();
     let pids: Vec<i64> = req.producer_id_filters.iter().map(|p| p.0).collect();
     let now = now_ms();
@@ -321,7 +321,7 @@ pub fn list(state: &BrokerState, req: ListTransactionsRequest) -> ListTransactio
     resp
 }
 
-pub fn describe(state: &BrokerState, req: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
+pub fn describe(state: &Services, req: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
     let mut resp = DescribeTransactionsResponse::default();
     for id in req.transactional_ids {
         let mut t = describe_transactions_response::TransactionState::default();

@@ -8,7 +8,7 @@ use super::{now_ms, LaterReply, Reply};
 use crate::error_map;
 use crate::partition::producer_state::MarkerHeader;
 use crate::partition::{AppendError, Partition};
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
@@ -29,7 +29,7 @@ enum Staged {
     Replicated(crate::cluster::replica::PendingWrite),
 }
 
-pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
+pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {
     let now = now_ms();
     let mut staged = Vec::new();
     for m in req.markers {
@@ -61,10 +61,10 @@ pub fn handle(state: &BrokerState, req: WriteTxnMarkersRequest) -> Reply {
                 topics.push((t.name, parts));
                 continue;
             }
-            let topic = state.topic(&t.name);
+            let topic = state.topics.topic(&t.name);
             let mut parts = Vec::new();
             for index in t.partition_indexes {
-                let replica = state.replica(&t.name, index);
+                let replica = state.topics.replica(&t.name, index);
                 let s = match topic.as_ref().and_then(|tp| tp.partition(index)) {
                     None => Staged::Error(ResponseError::UnknownTopicOrPartition.code()),
                     Some(_) if replica.is_some() => {

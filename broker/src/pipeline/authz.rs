@@ -14,14 +14,14 @@ use super::Gate;
 use crate::handlers::refuse;
 use crate::security::acl::{Operation as Op, ResourceType as Rt, CLUSTER};
 use crate::security::Session;
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError as E;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use std::collections::HashSet;
 
 struct Ctx<'a> {
-    state: &'a BrokerState,
+    state: &'a Services,
     session: &'a Session,
 }
 
@@ -91,7 +91,7 @@ fn msg(s: &str) -> Option<StrBytes> {
 }
 
 /// Decide for one request. Without an authorizer everything passes (one branch, no work).
-pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, version: i16) -> Gate {
+pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version: i16) -> Gate {
     if !state.security.settings.authorizer {
         return Gate::Pass;
     }
@@ -148,7 +148,7 @@ pub fn gate(state: &BrokerState, session: &Session, body: &mut RequestKind, vers
             let name_of = |t: &delete_topics_request::DeleteTopicState| -> Option<String> {
                 match &t.name {
                     Some(n) => Some(n.to_string()),
-                    None => state.topic_by_id(t.topic_id).map(|t| t.name.clone()),
+                    None => state.topics.topic_by_id(t.topic_id).map(|t| t.name.clone()),
                 }
             };
             let denied_names = split_off(&mut r.topic_names, |n| c.topic(Op::Delete, n));
@@ -786,7 +786,7 @@ fn produce(c: &Ctx<'_>, r: &mut ProduceRequest) -> Gate {
             Some(E::TransactionalIdAuthorizationFailed)
         } else if !c.topic(Op::Write, &t.name) {
             Some(E::TopicAuthorizationFailed)
-        } else if c.state.topic(&t.name).is_none() && !may_create && !c.topic(Op::Create, &t.name) {
+        } else if c.state.topics.topic(&t.name).is_none() && !may_create && !c.topic(Op::Create, &t.name) {
             Some(E::UnknownTopicOrPartition)
         } else {
             None
@@ -819,7 +819,7 @@ fn fetch(c: &Ctx<'_>, r: &mut FetchRequest, version: i16) -> Gate {
     }
     let denied = split_off(&mut r.topics, |t| {
         let name = if version >= 13 {
-            match c.state.topic_by_id(t.topic_id) {
+            match c.state.topics.topic_by_id(t.topic_id) {
                 Some(t) => t.name.clone(),
                 None => return true, // the handler answers UNKNOWN_TOPIC_ID
             }
@@ -851,7 +851,7 @@ fn metadata(c: &Ctx<'_>, r: &mut MetadataRequest) -> Gate {
     let Some(topics) = r.topics.as_mut() else {
         // all topics: list only those the principal may Describe
         let allowed: HashSet<String> =
-            c.state.topics().iter().filter(|t| c.topic(Op::Describe, &t.name)).map(|t| t.name.clone()).collect();
+            c.state.topics.topics().iter().filter(|t| c.topic(Op::Describe, &t.name)).map(|t| t.name.clone()).collect();
         return patch(
             move |resp: &mut MetadataResponse| {
                 resp.topics.retain(|t| t.name.as_ref().is_some_and(|n| allowed.contains(n.as_str())))
@@ -862,13 +862,13 @@ fn metadata(c: &Ctx<'_>, r: &mut MetadataRequest) -> Gate {
     let name_of = |t: &metadata_request::MetadataRequestTopic| -> Option<String> {
         match &t.name {
             Some(n) => Some(n.to_string()),
-            None => c.state.topic_by_id(t.topic_id).map(|t| t.name.clone()),
+            None => c.state.topics.topic_by_id(t.topic_id).map(|t| t.name.clone()),
         }
     };
     let denied = split_off(topics, |t| name_of(t).is_none_or(|n| c.topic(Op::Describe, &n)));
     if r.allow_auto_topic_creation
         && !c.cluster(Op::Create)
-        && topics.iter().filter_map(name_of).any(|n| c.state.topic(&n).is_none() && !c.topic(Op::Create, &n))
+        && topics.iter().filter_map(name_of).any(|n| c.state.topics.topic(&n).is_none() && !c.topic(Op::Create, &n))
     {
         r.allow_auto_topic_creation = false;
     }
@@ -895,7 +895,7 @@ fn metadata(c: &Ctx<'_>, r: &mut MetadataRequest) -> Gate {
 
 fn offset_fetch(c: &Ctx<'_>, r: &mut OffsetFetchRequest, version: i16) -> Gate {
     let allowed_topics: HashSet<String> =
-        c.state.topics().iter().filter(|t| c.topic(Op::Describe, &t.name)).map(|t| t.name.clone()).collect();
+        c.state.topics.topics().iter().filter(|t| c.topic(Op::Describe, &t.name)).map(|t| t.name.clone()).collect();
     if version < 8 {
         if !c.ok(Op::Describe, Rt::Group, &r.group_id) {
             let code = E::GroupAuthorizationFailed.code();

@@ -6,21 +6,21 @@ use super::Gate;
 use crate::handlers::{self, Reply};
 use crate::security::acl::{self, ResourceType as Rt};
 use crate::security::Session;
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use sluice_protocol::api::Request;
 use std::sync::Arc;
 
 /// Run stage 1 of `req` (in connection order) and return how it will be answered.
 /// Blocking work (metadata fsyncs, log appends) runs under `block_in_place`.
-pub fn dispatch(state: &Arc<BrokerState>, req: Request) -> Option<Reply> {
+pub fn dispatch(state: &Arc<Services>, req: Request) -> Option<Reply> {
     let session = state.config.listeners.first().map(Session::internal)?;
     dispatch_from(state, req, &session)
 }
 
 /// [`dispatch`] for a request of `session` (its principal is authorized first; its peer is
 /// shown in DescribeGroups; its listener decides the addresses handed out).
-pub fn dispatch_from(state: &Arc<BrokerState>, mut req: Request, session: &Session) -> Option<Reply> {
+pub fn dispatch_from(state: &Arc<Services>, mut req: Request, session: &Session) -> Option<Reply> {
     let version = req.version();
     let peer = session.peer;
     let authz = match super::authz::gate(state, session, &mut req.body, version) {
@@ -556,9 +556,8 @@ mod tests {
             map.insert(k.to_string(), v.to_string());
         }
         let cfg = crate::config::resolve(&map, &Default::default(), None).unwrap();
-        let state = Arc::new(BrokerState::open(cfg).unwrap());
-        crate::broker::wire_ports(&state);
-        state.create_topic("t", 2, 1, Default::default(), false).unwrap();
+        let state = crate::broker::open_services(cfg).unwrap();
+        state.topics.create_topic("t", 2, 1, Default::default(), false).unwrap();
         let mut answers = Vec::new();
         for spec in SUPPORTED_APIS {
             for v in spec.served_min..=spec.max {
@@ -566,7 +565,7 @@ mod tests {
                     .with_request_api_key(spec.key as i16)
                     .with_request_api_version(v)
                     .with_correlation_id(7);
-                let topic_id = state.topic("t").unwrap().id;
+                let topic_id = state.topics.topic("t").unwrap().id;
                 let frame = encode_request(&header, &make(spec.key, v, topic_id)).unwrap();
                 let req = decode_request(frame.freeze().slice(4..)).unwrap();
                 let asked = req.body.clone();
@@ -1068,7 +1067,6 @@ mod tests {
 
 #[cfg(test)]
 mod restart_tests {
-    use crate::state::BrokerState;
     use sluice_protocol::batch::{BatchBuilder, NewRecord};
 
     #[test]
@@ -1077,17 +1075,17 @@ mod restart_tests {
         let mut flags = std::collections::BTreeMap::new();
         flags.insert("log.dirs".to_string(), dir.path().display().to_string());
         let cfg = crate::config::resolve(&flags, &Default::default(), None).unwrap();
-        let state = BrokerState::open(cfg.clone()).unwrap();
-        state.create_topic("t", 1, 1, Default::default(), false).unwrap();
+        let state = crate::broker::open_services(cfg.clone()).unwrap();
+        state.topics.create_topic("t", 1, 1, Default::default(), false).unwrap();
         let mut b = BatchBuilder { producer_id: 5, producer_epoch: 0, base_sequence: 0, ..Default::default() }
             .build(&[NewRecord { timestamp: crate::clock::now_ms(), ..Default::default() }])
             .unwrap()
             .to_vec();
-        state.partition("t", 0).unwrap().append_batch(&mut b, 0).unwrap();
-        assert_eq!(state.partition("t", 0).unwrap().producer_entries().len(), 1);
+        state.topics.partition("t", 0).unwrap().append_batch(&mut b, 0).unwrap();
+        assert_eq!(state.topics.partition("t", 0).unwrap().producer_entries().len(), 1);
         drop(state);
-        let state = BrokerState::open(cfg).unwrap();
-        let p = state.partition("t", 0).unwrap();
+        let state = crate::broker::open_services(cfg).unwrap();
+        let p = state.topics.partition("t", 0).unwrap();
         assert_eq!(p.producer_entries().len(), 1);
         assert_eq!(p.expire_producers(crate::clock::now_ms(), state.config.producer_id_expiration_ms), 0);
     }

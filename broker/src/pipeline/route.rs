@@ -7,7 +7,7 @@
 use super::{Gate, Patch};
 use crate::handlers::refuse;
 use crate::routing::{CoordinatorKey, Route, Router as _};
-use crate::state::BrokerState;
+use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 
@@ -15,7 +15,7 @@ const NOT_LEADER: i16 = 6;
 
 /// Partitions of `topic` this broker does not lead (a replicated partition: its Raft group's
 /// leader; otherwise the image's assignment).
-fn not_mine(state: &BrokerState, _image: &crate::cluster::MetadataImage, topic: &str, p: i32) -> bool {
+fn not_mine(state: &Services, _image: &crate::cluster::MetadataImage, topic: &str, p: i32) -> bool {
     match state.leader_of(topic, p) {
         Some((l, _)) => l != state.config.node_id,
         None => false, // unknown here: the handler answers UNKNOWN_TOPIC_OR_PARTITION
@@ -30,7 +30,7 @@ fn patch(f: impl FnOnce(&mut ResponseKind) + Send + 'static) -> Gate {
 const NOT_COORDINATOR: i16 = 16;
 
 /// Does this broker coordinate `key` (0: group, 1: transactional id)?
-fn mine(state: &BrokerState, key_type: i8, key: &str) -> bool {
+fn mine(state: &Services, key_type: i8, key: &str) -> bool {
     CoordinatorKey::from_wire(key_type, key).is_some_and(|k| state.coordinator_of(k) == Route::Here)
 }
 
@@ -40,7 +40,7 @@ fn deny(r: ResponseKind) -> Gate {
 
 /// Group and transaction APIs reach only the key's coordinator; elsewhere NOT_COORDINATOR, so
 /// the client looks the coordinator up again.
-fn coordinator_gate(state: &BrokerState, body: &mut RequestKind, version: i16) -> Gate {
+fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> Gate {
     macro_rules! top {
         ($key_type:expr, $key:expr, $Resp:ident, $variant:ident) => {{
             if mine(state, $key_type, $key) {
@@ -214,8 +214,8 @@ fn coordinator_gate(state: &BrokerState, body: &mut RequestKind, version: i16) -
     }
 }
 
-pub fn gate(state: &BrokerState, body: &mut RequestKind, version: i16) -> Gate {
-    let Some(cluster) = state.cluster.get() else { return Gate::Pass };
+pub fn gate(state: &Services, body: &mut RequestKind, version: i16) -> Gate {
+    let Some(cluster) = state.topics.cluster.get() else { return Gate::Pass };
     if let g @ (Gate::Deny(_) | Gate::Patch(_)) = coordinator_gate(state, body, version) {
         return g;
     }
@@ -249,7 +249,7 @@ pub fn gate(state: &BrokerState, body: &mut RequestKind, version: i16) -> Gate {
             let mut moved: Vec<(TopicName, uuid::Uuid, Vec<i32>)> = Vec::new();
             for t in r.topics.iter_mut() {
                 let name = if version >= 13 {
-                    match state.topic_by_id(t.topic_id) {
+                    match state.topics.topic_by_id(t.topic_id) {
                         Some(x) => x.name.clone(),
                         None => continue,
                     }

@@ -5,10 +5,11 @@
 //! [`BrokerMarkers`], wired by the composition root, knows where things are: this broker's own
 //! partition, its replica's Raft group, or another broker (WriteTxnMarkers v1).
 
+use crate::group::GroupCoordinator;
 use crate::partition::producer_state::{MarkerHeader, Refusal};
 use crate::partition::{AppendError, Partition};
-use crate::routing::{shard_for, CoordinatorKey, Route, Router as _};
-use crate::state::BrokerState;
+use crate::routing::{shard_for, Route};
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
 use sluice_storage::StorageError;
 use std::future::Future;
@@ -51,39 +52,41 @@ pub trait MarkerWriter: Send + Sync {
     fn complete_offsets<'a>(&'a self, txn: &'a str, group: &'a str, marker: Marker) -> BoxFuture<'a, bool>;
 }
 
-/// The broker's marker writer: partitions and groups found through the broker's topics and
-/// routing. Holds the broker weakly (the broker holds the coordinator that holds this).
+/// The broker's marker writer: partitions found through the topic registry (and its view of
+/// the cluster), groups at the group coordinator. Holds both weakly: it lives in the
+/// transaction coordinator, which must not keep them open past shutdown.
 pub struct BrokerMarkers {
-    state: Weak<BrokerState>,
+    topics: Weak<TopicRegistry>,
+    groups: Weak<GroupCoordinator>,
 }
 
 impl BrokerMarkers {
-    pub fn new(state: &Arc<BrokerState>) -> BrokerMarkers {
-        BrokerMarkers { state: Arc::downgrade(state) }
+    pub fn new(topics: &Arc<TopicRegistry>, groups: &Arc<GroupCoordinator>) -> BrokerMarkers {
+        BrokerMarkers { topics: Arc::downgrade(topics), groups: Arc::downgrade(groups) }
     }
 }
 
 impl MarkerWriter for BrokerMarkers {
     fn write<'a>(&'a self, txn: &'a str, topic: &'a str, index: i32, marker: Marker) -> BoxFuture<'a, MarkerDone> {
         Box::pin(async move {
-            let Some(state) = self.state.upgrade() else { return MarkerDone::Retry };
-            write_once(&state, txn, topic, index, marker).await
+            let Some(topics) = self.topics.upgrade() else { return MarkerDone::Retry };
+            write_once(&topics, txn, topic, index, marker).await
         })
     }
 
     fn complete_offsets<'a>(&'a self, txn: &'a str, group: &'a str, marker: Marker) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            let Some(state) = self.state.upgrade() else { return false };
-            match state.coordinator_of(CoordinatorKey::Group(group)) {
+            let (Some(topics), Some(groups)) = (self.topics.upgrade(), self.groups.upgrade()) else { return false };
+            let partition = shard_for(group, topics.config.groups.partitions);
+            match topics.coordinator_route(groups.as_ref(), partition) {
                 Route::Broker(b) => {
-                    let partition = shard_for(group, state.config.groups.partitions);
-                    write_remote(&b.addr(), txn, crate::group::OFFSETS_TOPIC, partition, marker).await
+                    write_remote(&b.addr(), txn, crate::topics::OFFSETS_TOPIC, partition, marker).await
                         != MarkerDone::Retry
                 }
                 Route::Electing => false, // its coordinator is being elected
                 Route::Here => {
                     let now = crate::clock::now_ms();
-                    match state.groups.complete_txn(group, marker.producer_id, marker.commit, now) {
+                    match groups.complete_txn(group, marker.producer_id, marker.commit, now) {
                         Ok(w) => crate::group::wait_durable(w).await.is_ok(),
                         Err(e) => {
                             tracing::warn!(txn, group, "completing transactional offsets failed: {e:?}");
@@ -109,7 +112,7 @@ enum MarkerTarget {
 }
 
 /// Cluster mode: who writes the marker for `topic`/`index`.
-fn marker_target(state: &BrokerState, topic: &str, index: i32) -> MarkerTarget {
+fn marker_target(state: &TopicRegistry, topic: &str, index: i32) -> MarkerTarget {
     let Some(c) = state.cluster.get() else { return MarkerTarget::Local };
     let Some((leader, _)) = state.leader_of(topic, index) else { return MarkerTarget::Local };
     if leader < 0 {
@@ -188,7 +191,7 @@ async fn write_remote(addr: &str, id: &str, topic: &str, index: i32, m: Marker) 
 }
 
 /// One attempt at writing a marker where the partition is led.
-async fn write_once(state: &Arc<BrokerState>, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
+async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
     let pid = m.producer_id;
     match marker_target(state, topic, index) {
         MarkerTarget::Remote(addr) => return write_remote(&addr, id, topic, index, m).await,

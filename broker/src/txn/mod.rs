@@ -27,7 +27,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-pub const TXN_TOPIC: &str = "__transaction_state";
+pub use crate::topics::TXN_TOPIC;
 const META_FILE: &str = "__transaction_state.json";
 
 struct Shard {

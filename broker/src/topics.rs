@@ -1,4 +1,4 @@
-//! The broker's state: topics, their ids, partitions and config overrides, persisted in
+//! The topic registry: topics, their ids, partitions and config overrides, persisted in
 //! `<log.dirs>/__sluice_metadata.json` (written atomically: tmp file, fsync, rename, fsync dir),
 //! and the partition logs under `<log.dirs>/<topic>-<partition>/`.
 //!
@@ -8,7 +8,7 @@
 use crate::config::Config;
 use crate::dynamic_config::DynamicConfigs;
 use crate::partition::Partition;
-use crate::routing::{BrokerAddr, CoordinatorKey, Route, ShardPlacement};
+use crate::routing::{BrokerAddr, Route, ShardPlacement};
 use crate::sync::OrDie as _;
 use crate::topic_config::TopicSettings;
 use serde::{Deserialize, Serialize};
@@ -20,8 +20,12 @@ use uuid::Uuid;
 
 pub const METADATA_FILE: &str = "__sluice_metadata.json";
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// The group coordinator's internal log (its partitions are the coordinator's shards).
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// The transaction coordinator's internal log.
+pub const TXN_TOPIC: &str = "__transaction_state";
 /// Names of internal logs kept in the data directory; no user topic may take them.
-pub const RESERVED_TOPICS: &[&str] = &[crate::group::OFFSETS_TOPIC, crate::txn::TXN_TOPIC];
+pub const RESERVED_TOPICS: &[&str] = &[OFFSETS_TOPIC, TXN_TOPIC];
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 struct TopicRecord {
@@ -93,15 +97,18 @@ impl From<crate::topic_config::InvalidTopicConfig> for TopicError {
     }
 }
 
-/// A topic asked for ([`BrokerState::propose_topic`]): created, or (cluster mode) decided in the
-/// metadata quorum and not yet waited for ([`BrokerState::await_created`]).
+/// A topic asked for ([`TopicRegistry::propose_topic`]): created, or (cluster mode) decided in the
+/// metadata quorum and not yet waited for ([`TopicRegistry::await_created`]).
 pub enum Proposed {
     Created(Arc<Topic>),
     Decided { name: String, id: Uuid },
 }
 
-pub struct BrokerState {
-    pub config: Config,
+/// What this broker knows of the topics (and, in a cluster, of the metadata quorum's image
+/// that decides them). Knows no coordinator: the group configs it stores are handed to
+/// whoever subscribed ([`TopicRegistry::on_group_configs`]).
+pub struct TopicRegistry {
+    pub config: Arc<Config>,
     pub cluster_id: String,
     data_dir: PathBuf,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
@@ -109,10 +116,8 @@ pub struct BrokerState {
     /// settings are derived from them).
     dynamic: RwLock<DynamicConfigs>,
     pub hw_changed: Arc<tokio::sync::Notify>,
-    pub producer_ids: crate::producer_ids::ProducerIds,
-    pub groups: Arc<crate::group::GroupCoordinator>,
-    pub txns: Arc<crate::txn::TxnCoordinator>,
-    pub security: Arc<crate::security::Security>,
+    /// Told every group config when the dynamic configs change (the group coordinator).
+    group_configs: std::sync::OnceLock<GroupConfigsObserver>,
     /// The metadata quorum, in cluster mode (`controller.quorum.voters` set).
     pub cluster: std::sync::OnceLock<Arc<crate::cluster::ClusterNode>>,
     _lock: DirLock,
@@ -139,9 +144,12 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
     Ok(())
 }
 
-impl BrokerState {
+/// Receives the group configs (group id → configs) whenever they change.
+pub type GroupConfigsObserver = Box<dyn Fn(&BTreeMap<String, BTreeMap<String, String>>) + Send + Sync>;
+
+impl TopicRegistry {
     /// Lock the data directory, load topic metadata, open (and recover) every partition log.
-    pub fn open(config: Config) -> Result<BrokerState, anyhow::Error> {
+    pub fn open(config: Arc<Config>) -> Result<TopicRegistry, anyhow::Error> {
         let data_dir = config.log_dir.clone();
         let lock = DirLock::acquire(&data_dir)?;
         // finish deletions interrupted by a crash
@@ -188,19 +196,9 @@ impl BrokerState {
                 Arc::new(Topic { name: name.clone(), id: rec.id, configs: rec.configs.clone(), settings, partitions }),
             );
         }
-        let producer_ids = crate::producer_ids::ProducerIds::open(&data_dir)?;
-        let groups = Arc::new(crate::group::GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?);
-        groups.set_group_configs(&meta.dynamic.groups);
-        let will_replicate = crate::txn::TxnCoordinator::will_replicate(&config);
-        let txns =
-            Arc::new(crate::txn::TxnCoordinator::open(&data_dir, &config.log, config.txns.clone(), will_replicate)?);
-        let security = Arc::new(crate::security::Security::open(&data_dir, config.security.clone())?);
-        let state = BrokerState {
+        let state = TopicRegistry {
             cluster: std::sync::OnceLock::new(),
-            security,
-            producer_ids,
-            groups,
-            txns,
+            group_configs: std::sync::OnceLock::new(),
             config,
             cluster_id: meta.cluster_id.clone(),
             data_dir,
@@ -354,7 +352,9 @@ impl BrokerState {
                 partitions: t.partitions.clone(),
             });
         }
-        self.groups.set_group_configs(&new.groups);
+        if let Some(observer) = self.group_configs.get() {
+            observer(&new.groups);
+        }
         Ok(())
     }
 
@@ -394,8 +394,8 @@ impl BrokerState {
         self.await_created(proposed)
     }
 
-    /// [`BrokerState::create_topic`] without waiting for the cluster: in cluster mode the topic
-    /// is decided in the quorum and [`BrokerState::await_created`] waits for it, so that a
+    /// [`TopicRegistry::create_topic`] without waiting for the cluster: in cluster mode the topic
+    /// is decided in the quorum and [`TopicRegistry::await_created`] waits for it, so that a
     /// CreateTopics of many topics decides them all first and waits for them together (their
     /// replica groups start and elect at once, not one topic after the other).
     pub fn propose_topic(
@@ -431,7 +431,7 @@ impl BrokerState {
     }
 
     /// A topic proposed: the topic itself, or (cluster mode) decided in the quorum and
-    /// [`BrokerState::await_created`] — answered once this broker has the topic and its
+    /// [`TopicRegistry::await_created`] — answered once this broker has the topic and its
     /// replicated partitions have leaders (as Kafka's controller elects them at creation), so
     /// clients can use it at once.
     pub fn await_created(&self, proposed: Proposed) -> Result<Arc<Topic>, TopicError> {
@@ -531,7 +531,7 @@ impl BrokerState {
 
     /// Propose a topic with a manual replica assignment (CreateTopics `assignments`): partition
     /// i's replicas, preferred leader first, with Kafka's validation. On one broker the only
-    /// assignment is this broker, once per partition. Waited for as [`BrokerState::propose_topic`].
+    /// assignment is this broker, once per partition. Waited for as [`TopicRegistry::propose_topic`].
     pub fn propose_topic_assigned(
         &self,
         name: &str,
@@ -604,7 +604,7 @@ impl BrokerState {
     }
 
     /// Wait (up to 10 s, blocking) until this broker's reconciled state satisfies `f`.
-    pub fn await_cluster<T>(&self, f: impl Fn(&BrokerState) -> Option<T>) -> Result<T, String> {
+    pub fn await_cluster<T>(&self, f: impl Fn(&TopicRegistry) -> Option<T>) -> Result<T, String> {
         let multi_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         if multi_thread {
@@ -640,7 +640,7 @@ impl BrokerState {
     }
 
     /// Wait (up to 10 s) until this broker's reconciled state satisfies `f`.
-    fn await_local<T>(&self, f: impl Fn(&BrokerState) -> Option<T>) -> Result<T, TopicError> {
+    fn await_local<T>(&self, f: impl Fn(&TopicRegistry) -> Option<T>) -> Result<T, TopicError> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
             if let Some(x) = f(self) {
@@ -655,7 +655,7 @@ impl BrokerState {
         }
     }
 
-    /// [`BrokerState::create_topic`] with a given topic id (cluster mode: the quorum's).
+    /// [`TopicRegistry::create_topic`] with a given topic id (cluster mode: the quorum's).
     pub fn create_topic_with_id(
         &self,
         name: &str,
@@ -797,11 +797,18 @@ impl BrokerState {
         Ok(())
     }
 
+    /// Flush every partition (at shutdown, when the registry is still shared).
+    pub fn flush_all(&self) {
+        for t in self.topics() {
+            for p in &t.partitions {
+                let _ = p.flush();
+            }
+        }
+    }
+
     /// Flush every partition and close the logs cleanly (SIGTERM). Partitions still shared by
     /// in-flight requests are flushed but not marked clean.
     pub fn shutdown(self) {
-        self.groups.close();
-        self.txns.close();
         let topics = std::mem::take(&mut *self.topics.write().or_die());
         for (_, topic) in topics {
             let Ok(topic) = Arc::try_unwrap(topic) else { continue };
@@ -821,15 +828,12 @@ impl BrokerState {
     }
 }
 
-/// One node: every partition and key is served here. A cluster: a replicated partition's
-/// leader is its Raft group's; a key's coordinator leads its coordinator-log partition (or,
-/// with that log not replicated, the partitions are spread over the brokers in id order).
-impl crate::routing::Router for BrokerState {
+impl TopicRegistry {
     /// Cluster mode: who leads `topic`/`index` and its leader epoch. A replicated partition's
     /// leader is its Raft group's (-1 while it elects one; epoch = the Raft term) — on a broker
     /// that is not one of its replicas, the leader the group last published to the metadata
     /// quorum; otherwise the assigned broker (epoch 0). `None`: unknown here (or single-node mode).
-    fn leader_of(&self, topic: &str, index: i32) -> Option<(i32, i32)> {
+    pub fn leader_of(&self, topic: &str, index: i32) -> Option<(i32, i32)> {
         let c = self.cluster.get()?;
         if let Some(r) = c.replica(&(topic.to_string(), index)) {
             return Some((r.leader().unwrap_or(-1), r.term()));
@@ -839,13 +843,10 @@ impl crate::routing::Router for BrokerState {
         image.published_leader(topic, index).or_else(|| image.leader(topic, index).map(|l| (l, 0)))
     }
 
-    fn coordinator_of(&self, key: CoordinatorKey<'_>) -> Route {
+    /// Who coordinates `shard` of a coordinator placed by `placement`: here on one node; in a
+    /// cluster the shard's Raft leader (replicated log), or the brokers in id order otherwise.
+    pub fn coordinator_route(&self, placement: &dyn ShardPlacement, shard: i32) -> Route {
         let Some(c) = self.cluster.get() else { return Route::Here };
-        let (placement, partitions): (&dyn ShardPlacement, i32) = match key {
-            CoordinatorKey::Group(_) => (self.groups.as_ref(), self.config.groups.partitions),
-            CoordinatorKey::Transaction(_) => (self.txns.as_ref(), self.config.txns.partitions),
-        };
-        let shard = key.shard(partitions);
         let image = c.image();
         let owner = if placement.replicated() {
             placement.shard_leader(shard)
@@ -857,6 +858,14 @@ impl crate::routing::Router for BrokerState {
             Some(b) if b.node_id == self.config.node_id => Route::Here,
             Some(b) => Route::Broker(BrokerAddr { node_id: b.node_id, host: b.host.clone(), port: b.port }),
             None => Route::Electing,
+        }
+    }
+
+    /// Subscribe the group coordinator to the group configs (told the current ones now).
+    pub fn on_group_configs(&self, observer: GroupConfigsObserver) {
+        observer(&self.dynamic().groups);
+        if self.group_configs.set(observer).is_err() {
+            tracing::error!("group configs subscribed twice; keeping the first subscriber");
         }
     }
 }
