@@ -22,6 +22,7 @@ pub mod log;
 mod mmap;
 pub mod segment;
 pub mod sidefile;
+pub mod sync;
 pub mod txnindex;
 
 pub use config::{FlushPolicy, LogConfig};

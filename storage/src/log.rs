@@ -22,6 +22,7 @@ use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{IoContext, Result, StorageError};
 use crate::segment::{file_name, BatchMeta, Segment};
 use crate::sidefile;
+use crate::sync::OrDie as _;
 use crate::txnindex::AbortedTxn;
 use bytes::Bytes;
 use sluice_protocol::batch::{self, BatchView};
@@ -106,7 +107,7 @@ impl Flusher {
 
     /// Offsets below this have been written (to the page cache at least).
     pub fn written_end(&self) -> i64 {
-        self.target.lock().unwrap_or_else(|e| e.into_inner()).written_end
+        self.target.lock().or_die().written_end
     }
 
     /// Number of fsyncs performed (to observe group commit).
@@ -115,13 +116,13 @@ impl Flusher {
     }
 
     fn publish(&self, end: i64) {
-        let mut t = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.target.lock().or_die();
         debug_assert!(end >= t.written_end);
         t.written_end = end;
     }
 
     fn switch_file(&self, file: Arc<File>, path: PathBuf) {
-        let mut t = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.target.lock().or_die();
         let old_file = std::mem::replace(&mut t.file, file);
         let old_path = std::mem::replace(&mut t.path, path);
         t.dir_to_sync = old_path.parent().map(Path::to_path_buf);
@@ -135,9 +136,9 @@ impl Flusher {
         if durable >= end {
             return Ok(durable);
         }
-        let _one_at_a_time = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _one_at_a_time = self.sync_lock.lock().or_die();
         let (file, path, written, sealed, dir) = {
-            let t = self.target.lock().unwrap_or_else(|e| e.into_inner());
+            let t = self.target.lock().or_die();
             (t.file.clone(), t.path.clone(), t.written_end, t.sealed.clone(), t.dir_to_sync.clone())
         };
         if self.failed.load(Ordering::Acquire) {
@@ -163,7 +164,7 @@ impl Flusher {
             }
         }
         if !sealed.is_empty() || dir.is_some() {
-            let mut t = self.target.lock().unwrap_or_else(|e| e.into_inner());
+            let mut t = self.target.lock().or_die();
             t.sealed.retain(|(f, _)| !sealed.iter().any(|(g, _)| Arc::ptr_eq(f, g)));
             if t.dir_to_sync == dir {
                 t.dir_to_sync = None;
