@@ -1,6 +1,7 @@
 //! The ONE place where internal errors become Kafka error codes. Exhaustive matches, no
 //! catch-all arm: adding an error variant forces a decision here.
 
+use crate::replication::types::{ApplyFailure, PartResult, WriteError};
 use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchError;
 use sluice_storage::StorageError;
@@ -31,6 +32,39 @@ pub fn refusal_code(r: &crate::partition::producer_state::Refusal) -> i16 {
         Refusal::UnknownProducerId { .. } => ResponseError::UnknownProducerId.code(),
         Refusal::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced.code(),
         Refusal::TxnVerification(code) => *code,
+        Refusal::NotInTransaction => ResponseError::InvalidTxnState.code(),
+    }
+}
+
+/// Kafka error code for a replicated write that was not proposed or whose outcome is unknown:
+/// NOT_LEADER_OR_FOLLOWER and REQUEST_TIMED_OUT are retriable, and idempotence makes the
+/// client's retry safe.
+pub fn write_error_code(e: &WriteError) -> i16 {
+    match e {
+        WriteError::NotLeader | WriteError::LeadershipLost(_) | WriteError::Stopped => {
+            ResponseError::NotLeaderOrFollower.code()
+        }
+        WriteError::TimedOut(_) => ResponseError::RequestTimedOut.code(),
+        WriteError::NoRuntime => ResponseError::UnknownServerError.code(),
+    }
+}
+
+/// Kafka error code for a committed command that could not be applied.
+pub fn apply_failure_code(f: &ApplyFailure) -> i16 {
+    match f {
+        ApplyFailure::Storage(e) => storage_produce_code(e),
+        ApplyFailure::Shard(_) => ResponseError::CoordinatorNotAvailable.code(),
+        ApplyFailure::WrongGroup(_) => ResponseError::InvalidRequest.code(),
+    }
+}
+
+/// A replicated partition's answer that is not a write: its Kafka code and message (None for
+/// a write).
+pub fn part_result_error(r: &PartResult) -> Option<(i16, String)> {
+    match r {
+        PartResult::Done | PartResult::Appended { .. } => None,
+        PartResult::Refused(x) => Some((refusal_code(x), format!("{x:?}"))),
+        PartResult::Failed(f) => Some((apply_failure_code(f), f.to_string())),
     }
 }
 

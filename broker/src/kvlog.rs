@@ -59,8 +59,9 @@ impl LogWait {
                 .await
                 .unwrap_or_else(|_| Err(StorageError::InvalidConfig("fsync task failed".into()))),
             LogWait::Raft(p) => match p.wait(std::time::Duration::from_secs(10)).await {
-                crate::replication::types::PartResult::Done => Ok(()),
-                other => Err(StorageError::InvalidConfig(format!("coordinator log write not committed: {other:?}"))),
+                Ok(crate::replication::types::PartResult::Done) => Ok(()),
+                Ok(other) => Err(StorageError::InvalidConfig(format!("coordinator log write not applied: {other:?}"))),
+                Err(e) => Err(StorageError::InvalidConfig(format!("coordinator log write not committed: {e}"))),
             },
         }
     }

@@ -50,6 +50,8 @@ const LAYERS: &[(&str, u8)] = &[
     // the replication layer's own types
     ("replication", 2),
     ("config", 1),
+    // pure kernels (`KERNELS`)
+    ("partition/producer_state", 1),
     ("topic_config", 1),
     ("dynamic_config", 1),
     ("metrics", 1),
@@ -64,12 +66,15 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("cluster/mod", "security"),
     ("cluster/replica", "cluster/network"),
     ("cluster/replica", "cluster/store"),
-    ("cluster/replica", "error_map"),
     ("cluster/replica", "kvlog"),
     ("cluster/replica", "partition"),
 ];
 
 const CLUSTER_MODULES: &[&str] = &["network", "reassign", "reconcile", "replica", "store"];
+
+/// Pure kernels inside a module's directory, each a unit of its own (they import nothing of the
+/// crate, so they sit at the bottom, where the replication layer's types may name them).
+const KERNELS: &[(&str, &str)] = &[("partition", "producer_state")];
 
 /// The layering unit a source file belongs to: its top-level module, or `cluster/<file>`.
 fn unit_of(rel: &Path) -> String {
@@ -77,6 +82,7 @@ fn unit_of(rel: &Path) -> String {
     match parts.as_slice() {
         [c, sub, ..] if c == "cluster" && CLUSTER_MODULES.contains(&sub.as_str()) => format!("cluster/{sub}"),
         [c, ..] if c == "cluster" => "cluster/mod".to_string(),
+        [d, sub, ..] if KERNELS.contains(&(d.as_str(), sub.as_str())) => format!("{d}/{sub}"),
         [first, ..] => first.clone(),
         [] => String::new(),
     }
@@ -91,7 +97,10 @@ fn unit_named(first: &str, second: Option<&str>) -> String {
             _ => "cluster/mod".to_string(),
         }
     } else {
-        first.to_string()
+        match second {
+            Some(s) if KERNELS.contains(&(first, s)) => format!("{first}/{s}"),
+            _ => first.to_string(),
+        }
     }
 }
 

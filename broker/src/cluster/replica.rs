@@ -23,12 +23,12 @@
 #![allow(clippy::result_large_err)]
 
 use super::store::{io_err, LogStore};
-use crate::error_map;
-use crate::partition::producer_state::MarkerHeader;
+use crate::partition::producer_state::{MarkerHeader, Refusal};
 use crate::partition::{AppendError, Appended, Partition};
-use crate::replication::types::{GroupKey, NodeId, PartCommand, PartConfig, PartRaft, PartResult};
+use crate::replication::types::{
+    ApplyFailure, GroupKey, NodeId, PartCommand, PartConfig, PartRaft, PartResult, WriteError,
+};
 use crate::sync::OrDie as _;
-use kafka_protocol::error::ResponseError;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
@@ -167,14 +167,14 @@ impl Replica {
 
     /// Propose `cmd`; returns the receiver of its result, in proposal order. Called from the
     /// blocking stage of a request, so that requests on one connection are proposed in order.
-    pub fn propose(&self, cmd: PartCommand) -> Result<PendingWrite, i16> {
+    pub fn propose(&self, cmd: PartCommand) -> Result<PendingWrite, WriteError> {
         if self.leader() != i32::try_from(self.raft_id()).ok() {
-            return Err(ResponseError::NotLeaderOrFollower.code());
+            return Err(WriteError::NotLeader);
         }
-        let handle = tokio::runtime::Handle::try_current().map_err(|_| ResponseError::UnknownServerError.code())?;
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| WriteError::NoRuntime)?;
         let raft = self.raft.clone();
         let rx = tokio::task::block_in_place(|| handle.block_on(raft.client_write_ff(cmd)))
-            .map_err(|_| ResponseError::NotLeaderOrFollower.code())?;
+            .map_err(|_| WriteError::NotLeader)?;
         Ok(PendingWrite(rx))
     }
 
@@ -187,31 +187,21 @@ impl Replica {
 pub struct PendingWrite(tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<PartConfig>>);
 
 impl PendingWrite {
-    /// The result once committed and applied; NOT_LEADER_OR_FOLLOWER if leadership was lost
-    /// first (the write may or may not commit later: the client retries, and idempotence
-    /// makes the retry safe), REQUEST_TIMED_OUT after `timeout`.
-    pub async fn wait(self, timeout: Duration) -> PartResult {
-        self.wait_indexed(timeout).await.0
+    /// The result once committed and applied; an error if leadership was lost first or the
+    /// replica stopped (the write may or may not commit later: the client retries, and
+    /// idempotence makes the retry safe), or after `timeout`.
+    pub async fn wait(self, timeout: Duration) -> Result<PartResult, WriteError> {
+        self.wait_indexed(timeout).await.map(|(r, _)| r)
     }
 
-    /// [`PendingWrite::wait`], with the write's index in the group's Raft log once committed.
-    pub async fn wait_indexed(self, timeout: Duration) -> (PartResult, Option<u64>) {
-        let r = match tokio::time::timeout(timeout, self.0).await {
-            Ok(Ok(Ok(r))) => return (r.data, Some(r.log_id.index)),
-            Ok(Ok(Err(e))) => PartResult::Error {
-                code: ResponseError::NotLeaderOrFollower.code(),
-                message: format!("leadership moved: {e}"),
-            },
-            Ok(Err(_)) => PartResult::Error {
-                code: ResponseError::NotLeaderOrFollower.code(),
-                message: "the partition's replica stopped".into(),
-            },
-            Err(_) => PartResult::Error {
-                code: ResponseError::RequestTimedOut.code(),
-                message: format!("not committed by a majority of replicas within {timeout:?}"),
-            },
-        };
-        (r, None)
+    /// [`PendingWrite::wait`], with the write's index in the group's Raft log.
+    pub async fn wait_indexed(self, timeout: Duration) -> Result<(PartResult, u64), WriteError> {
+        match tokio::time::timeout(timeout, self.0).await {
+            Ok(Ok(Ok(r))) => Ok((r.data, r.log_id.index)),
+            Ok(Ok(Err(e))) => Err(WriteError::LeadershipLost(e.to_string())),
+            Ok(Err(_)) => Err(WriteError::Stopped),
+            Err(_) => Err(WriteError::TimedOut(timeout)),
+        }
     }
 }
 
@@ -352,15 +342,12 @@ impl RaftStateMachine<PartConfig> for KvSm {
                             .collect();
                         match (self.apply)(&recs, now_ms) {
                             Ok(()) => PartResult::Done,
-                            Err(message) => {
-                                PartResult::Error { code: ResponseError::CoordinatorNotAvailable.code(), message }
-                            }
+                            Err(message) => PartResult::Failed(ApplyFailure::Shard(message)),
                         }
                     }
-                    EntryPayload::Normal(_) => PartResult::Error {
-                        code: ResponseError::InvalidRequest.code(),
-                        message: "not a coordinator command".into(),
-                    },
+                    EntryPayload::Normal(_) => {
+                        PartResult::Failed(ApplyFailure::WrongGroup("not a coordinator command".into()))
+                    }
                     EntryPayload::Blank => PartResult::Done,
                     EntryPayload::Membership(m) => {
                         self.applied.membership = StoredMembership::new(Some(e.log_id), m);
@@ -494,7 +481,7 @@ impl ReplicaSm {
                     if verified && !ended {
                         Ok(())
                     } else {
-                        Err(ResponseError::InvalidTxnState.code())
+                        Err(Refusal::NotInTransaction)
                     }
                 };
                 match self.partition.append_batch_in_txn(&mut batch, now_ms, Some(&verify)) {
@@ -505,21 +492,13 @@ impl ReplicaSm {
                     Ok(Appended::Duplicate { first_offset, last_offset, log_start, .. }) => {
                         (PartResult::Appended { first: first_offset, last: last_offset, log_start }, last_offset + 1)
                     }
-                    Err(AppendError::Refused(r)) => {
-                        (PartResult::Error { code: error_map::refusal_code(&r), message: format!("{r:?}") }, 0)
-                    }
-                    Err(AppendError::Storage(e)) => {
-                        (PartResult::Error { code: error_map::storage_produce_code(&e), message: e.to_string() }, 0)
-                    }
+                    Err(AppendError::Refused(r)) => (PartResult::Refused(r), 0),
+                    Err(AppendError::Storage(e)) => (PartResult::Failed(ApplyFailure::Storage(Arc::new(e))), 0),
                 }
             }
-            PartCommand::Kv { .. } => (
-                PartResult::Error {
-                    code: ResponseError::InvalidRequest.code(),
-                    message: "not a partition command".into(),
-                },
-                0,
-            ),
+            PartCommand::Kv { .. } => {
+                (PartResult::Failed(ApplyFailure::WrongGroup("not a partition command".into())), 0)
+            }
             PartCommand::Marker { producer_id, epoch, coordinator_epoch, commit, now_ms } => {
                 if replaying {
                     return (self.match_stored(&[], Some(producer_id)).unwrap_or_default(), 0);
@@ -527,12 +506,8 @@ impl ReplicaSm {
                 let header = MarkerHeader { epoch, coordinator_epoch, commit, timestamp: now_ms };
                 match self.partition.write_marker(producer_id, &header, now_ms) {
                     Ok(w) => (PartResult::Appended { first: w.offset, last: w.offset, log_start: 0 }, w.offset + 1),
-                    Err(AppendError::Refused(r)) => {
-                        (PartResult::Error { code: error_map::refusal_code(&r), message: format!("{r:?}") }, 0)
-                    }
-                    Err(AppendError::Storage(e)) => {
-                        (PartResult::Error { code: error_map::storage_produce_code(&e), message: e.to_string() }, 0)
-                    }
+                    Err(AppendError::Refused(r)) => (PartResult::Refused(r), 0),
+                    Err(AppendError::Storage(e)) => (PartResult::Failed(ApplyFailure::Storage(Arc::new(e))), 0),
                 }
             }
         }
@@ -734,7 +709,7 @@ mod tests {
             out1.into_iter().chain(out2).collect()
         };
         assert!(matches!(first[3], PartResult::Appended { first: 5, last: 5, .. }), "{:?}", first[3]);
-        assert!(matches!(first[4], PartResult::Error { .. }), "{:?}", first[4]);
+        assert!(matches!(first[4], PartResult::Refused(_) | PartResult::Failed(_)), "{:?}", first[4]);
         let end_before = open_partition(data.path()).log().log_end_offset();
         assert_eq!(end_before, 3 + 2 + 1 + 1 + 1);
 

@@ -13,6 +13,7 @@
 use super::{now_ms, LaterReply, Reply};
 use crate::cluster::replica::PendingWrite;
 use crate::error_map;
+use crate::partition::producer_state::Refusal;
 use crate::partition::{AppendError, Appended, Partition};
 use crate::replication::types::{PartCommand, PartResult};
 use crate::routing::{CoordinatorKey, Route, Router as _};
@@ -337,7 +338,7 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                 }
                             }
                             let verify = |pid: i64, epoch: i16| match (&txn_id, implicit) {
-                                (_, Err(e)) => Err(verification_code(e.code())),
+                                (_, Err(e)) => Err(Refusal::TxnVerification(verification_code(e.code()))),
                                 // cluster mode with the coordinator on another broker: it
                                 // confirmed the partition before the append (below), and no
                                 // marker has been written here since
@@ -346,14 +347,14 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                         Ok(())
                                     } else {
                                         let code = remote_refusal.unwrap_or(ResponseError::InvalidTxnState.code());
-                                        Err(verification_code(code))
+                                        Err(Refusal::TxnVerification(verification_code(code)))
                                     }
                                 }
                                 (Some(id), Ok(())) => state
                                     .txns
                                     .verify_partition(id, pid, epoch, &name, p.index)
-                                    .map_err(|e| verification_code(e.code())),
-                                (None, Ok(())) => Err(ResponseError::InvalidTxnState.code()),
+                                    .map_err(|e| Refusal::TxnVerification(verification_code(e.code()))),
+                                (None, Ok(())) => Err(Refusal::TxnVerification(ResponseError::InvalidTxnState.code())),
                             };
                             if let Some(rep) = replica {
                                 // replicated: checked and written on every replica once a
@@ -384,8 +385,10 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                     // fenced, or the coordinator cannot answer now: refused as
                                     // on one broker (not-in-transaction is decided when applied:
                                     // an exact retry of a stored batch is still a duplicate)
-                                    Some(Err(code)) if code != ResponseError::InvalidTxnState.code() => {
-                                        Staged::Error(code, None)
+                                    Some(Err(r))
+                                        if error_map::refusal_code(&r) != ResponseError::InvalidTxnState.code() =>
+                                    {
+                                        Staged::Error(error_map::refusal_code(&r), None)
                                     }
                                     _ => match rep.propose(cmd) {
                                         Ok(write) => Staged::Replicated {
@@ -393,7 +396,7 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                             append_time: if log_append_time { now } else { -1 },
                                             min_insync: beyond_majority(&rep, topic, req.acks),
                                         },
-                                        Err(code) => Staged::Error(code, None),
+                                        Err(e) => Staged::Error(error_map::write_error_code(&e), None),
                                     },
                                 }
                             } else {
@@ -466,11 +469,11 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                     }
                     Staged::Replicated { write, append_time, min_insync } => {
                         match write.wait_indexed(replication_timeout).await {
-                            (PartResult::Appended { first, log_start, .. }, index) => {
+                            Ok((PartResult::Appended { first, log_start, .. }, index)) => {
                                 let deadline = tokio::time::Instant::now() + replication_timeout;
-                                let held = match (min_insync, index) {
-                                    (Some((rep, needed)), Some(i)) => rep.await_replicas(i, needed, deadline).await,
-                                    _ => true,
+                                let held = match min_insync {
+                                    Some((rep, needed)) => rep.await_replicas(index, needed, deadline).await,
+                                    None => true,
                                 };
                                 if held {
                                     pr.base_offset = first;
@@ -486,14 +489,18 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                 ));
                                 }
                             }
-                            (PartResult::Error { code, message }, _) => {
+                            Ok((other, _)) => {
+                                // refused or failed when applied (a batch is never answered Done)
+                                let (code, message) = error_map::part_result_error(&other)
+                                    .unwrap_or((ResponseError::UnknownServerError.code(), format!("{other:?}")));
                                 pr.error_code = code;
                                 pr.base_offset = -1;
                                 pr.error_message = Some(super::sb(&message));
                             }
-                            (PartResult::Done, _) => {
-                                pr.error_code = ResponseError::UnknownServerError.code();
+                            Err(e) => {
+                                pr.error_code = error_map::write_error_code(&e);
                                 pr.base_offset = -1;
+                                pr.error_message = Some(super::sb(&e.to_string()));
                             }
                         }
                     }

@@ -77,7 +77,7 @@ pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {
                         };
                         match replica.as_ref().map(|r| r.propose(cmd)) {
                             Some(Ok(w)) => Staged::Replicated(w),
-                            Some(Err(code)) => Staged::Error(code),
+                            Some(Err(e)) => Staged::Error(error_map::write_error_code(&e)),
                             None => Staged::Error(ResponseError::UnknownTopicOrPartition.code()),
                         }
                     }
@@ -107,8 +107,8 @@ pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {
                     pr.error_code = match s {
                         Staged::Error(code) => code,
                         Staged::Replicated(w) => match w.wait(std::time::Duration::from_secs(10)).await {
-                            crate::replication::types::PartResult::Error { code, .. } => code,
-                            _ => 0,
+                            Ok(r) => error_map::part_result_error(&r).map_or(0, |(code, _)| code),
+                            Err(e) => error_map::write_error_code(&e),
                         },
                         Staged::Offsets(None) => 0,
                         Staged::Offsets(Some(w)) => match crate::group::wait_durable(w).await {

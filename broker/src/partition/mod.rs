@@ -263,7 +263,7 @@ impl Partition {
         &self,
         batch: &mut [u8],
         now_ms: i64,
-        verify: Option<&dyn Fn(i64, i16) -> Result<(), i16>>,
+        verify: Option<&dyn Fn(i64, i16) -> Result<(), Refusal>>,
     ) -> Result<Appended, AppendError> {
         let header = BatchView::parse_unchecked_crc(batch).map(|v| {
             (
@@ -298,8 +298,7 @@ impl Partition {
             let Some(verify) = verify else {
                 return Err(AppendError::Refused(Refusal::InvalidTxnState));
             };
-            if let Err(code) = verify(pid, hdr.epoch) {
-                let r = Refusal::TxnVerification(code);
+            if let Err(r) = verify(pid, hdr.epoch) {
                 Self::count_refusal(&r);
                 return Err(AppendError::Refused(r));
             }
@@ -343,7 +342,7 @@ impl Partition {
             Refusal::InvalidTxnState => "invalid_txn_state",
             Refusal::UnknownProducerId { .. } => "unknown_producer_id",
             Refusal::CoordinatorFenced { .. } => "coordinator_fenced",
-            Refusal::TxnVerification(_) => "not_in_transaction",
+            Refusal::TxnVerification(_) | Refusal::NotInTransaction => "not_in_transaction",
         };
         ::metrics::counter!(crate::metrics::PRODUCE_REFUSED_TOTAL, "reason" => reason).increment(1);
         if matches!(r, Refusal::InvalidProducerEpoch { .. }) {
@@ -816,7 +815,7 @@ mod tests {
         assert_eq!(ru, vec![0, 1, 3], "read_uncommitted sees everything below the HW");
         // a transactional batch the coordinator does not vouch for is refused, and nothing is written
         let mut stray = txn_batch(9, 0, 0, 1);
-        let refuse = |_: i64, _: i16| Err(ResponseError::InvalidTxnState.code());
+        let refuse = |_: i64, _: i16| Err(Refusal::TxnVerification(ResponseError::InvalidTxnState.code()));
         assert!(matches!(
             p.append_batch_in_txn(&mut stray, 0, Some(&refuse)),
             Err(AppendError::Refused(Refusal::TxnVerification(_)))

@@ -47,8 +47,9 @@ pub struct BatchHeader {
     pub max_timestamp: i64,
 }
 
-/// Why a batch is refused. Mapped to Kafka codes in `error_map.rs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a batch is refused. Mapped to Kafka codes in `error_map.rs`. (Serializable: it is part
+/// of what a replicated partition's state machine answers, `replication::types::PartResult`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Refusal {
     /// An older epoch than the producer's current one: a zombie (INVALID_PRODUCER_EPOCH).
     InvalidProducerEpoch { current: i16, got: i16 },
@@ -65,6 +66,10 @@ pub enum Refusal {
     /// A transactional batch the transaction coordinator does not expect on this partition
     /// (not added to an ongoing transaction, wrong producer, fenced): the Kafka code it gave.
     TxnVerification(i16),
+    /// A transactional batch of a replicated partition that is not (or no longer) in its
+    /// producer's transaction: unverified, or a marker for the producer was applied since the
+    /// verification began (INVALID_TXN_STATE, counted as not in a transaction).
+    NotInTransaction,
 }
 
 /// A transaction marker (COMMIT/ABORT control batch) for one producer.

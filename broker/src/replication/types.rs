@@ -1,9 +1,13 @@
 //! The replication layer's types: node ids, a partition's Raft group key, and what a
 //! partition's (or a coordinator shard's) Raft log holds and returns.
 
+use crate::partition::producer_state::Refusal;
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
+use sluice_storage::StorageError;
 use std::io::Cursor;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// A broker's id in every Raft group (its `node.id`).
 pub type NodeId = u64;
@@ -69,15 +73,55 @@ mod b64opt {
     }
 }
 
-/// What applying a command did (answered to the produce or marker request on the leader).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What applying a command did (answered to the produce or marker request on the leader). No
+/// Kafka codes here: the error edge (`error_map.rs`) names them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub enum PartResult {
     #[default]
     Done,
     /// Written (or an exact retry of a retained batch) at these offsets.
     Appended { first: i64, last: i64, log_start: i64 },
-    /// A Kafka error code and message.
-    Error { code: i16, message: String },
+    /// The partition's producer state refused it: nothing was written (effect known).
+    Refused(Refusal),
+    /// It could not be applied (see [`ApplyFailure`]).
+    Failed(ApplyFailure),
+}
+
+/// Why a committed command could not be applied.
+#[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
+pub enum ApplyFailure {
+    /// Storage refused the batch or failed to write it (an I/O failure: effect unknown). A
+    /// result never leaves the broker that applied it, so this is never serialized.
+    #[serde(skip)]
+    #[error("{0}")]
+    Storage(Arc<StorageError>),
+    /// A coordinator shard's records could not be stored (its applier's message).
+    #[error("{0}")]
+    Shard(String),
+    /// A command of the other kind reached this group: a shard's records in a partition's
+    /// group, or a batch or marker in a shard's.
+    #[error("{0}")]
+    WrongGroup(String),
+}
+
+/// A proposed write that was not proposed, or whose outcome is not known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// This replica does not lead the group: nothing was proposed.
+    #[error("this replica does not lead the group")]
+    NotLeader,
+    /// No async runtime to propose on: nothing was proposed.
+    #[error("no runtime to propose on")]
+    NoRuntime,
+    /// Leadership moved before the write committed: it may still commit (effect unknown).
+    #[error("leadership moved: {0}")]
+    LeadershipLost(String),
+    /// The replica stopped before answering (effect unknown).
+    #[error("the replica stopped")]
+    Stopped,
+    /// Not committed by a majority within the timeout (effect unknown).
+    #[error("not committed by a majority of replicas within {0:?}")]
+    TimedOut(Duration),
 }
 
 /// Bytes as base64 text in human-readable formats (the JSON Raft log files) and as raw bytes in

@@ -197,7 +197,7 @@ async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m:
         MarkerTarget::Remote(addr) => return write_remote(&addr, id, topic, index, m).await,
         MarkerTarget::Wait => return MarkerDone::Retry,
         MarkerTarget::Replica(r) => {
-            use crate::replication::types::{PartCommand, PartResult};
+            use crate::replication::types::{ApplyFailure, PartCommand, PartResult};
             let cmd = PartCommand::Marker {
                 producer_id: pid,
                 epoch: m.producer_epoch,
@@ -207,26 +207,42 @@ async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m:
             };
             let write = match tokio::time::timeout(Duration::from_secs(10), r.raft.client_write(cmd)).await {
                 Ok(Ok(w)) => w.data,
-                Ok(Err(e)) => PartResult::Error { code: -1, message: e.to_string() },
-                Err(_) => PartResult::Error { code: -1, message: "not committed within 10 s".into() },
+                Ok(Err(e)) => {
+                    tracing::warn!(txn = id, topic, partition = index, "replicated marker: {e}; retrying");
+                    return MarkerDone::Retry;
+                }
+                Err(_) => {
+                    tracing::warn!(txn = id, topic, partition = index, "replicated marker not committed within 10 s");
+                    return MarkerDone::Retry;
+                }
             };
             return match write {
-                PartResult::Error { code, message } if code == -1 || code == 6 || code == 7 => {
-                    tracing::warn!(txn = id, topic, partition = index, "replicated marker: {message}; retrying");
-                    MarkerDone::Retry
-                }
-                PartResult::Error { code, message } => {
-                    tracing::warn!(txn = id, topic, partition = index, "marker refused: {message}");
-                    match ResponseError::try_from_code(code) {
-                        Some(ResponseError::TransactionCoordinatorFenced) => MarkerDone::Fenced,
-                        Some(ResponseError::InvalidProducerEpoch) => {
+                PartResult::Done | PartResult::Appended { .. } => MarkerDone::Written,
+                PartResult::Refused(r) => {
+                    tracing::warn!(txn = id, topic, partition = index, "marker refused: {r:?}");
+                    match r {
+                        Refusal::CoordinatorFenced { .. } => MarkerDone::Fenced,
+                        Refusal::InvalidProducerEpoch { .. } => {
                             let p = state.partition(topic, index);
                             refused_epoch(p.as_deref(), id, topic, index, pid)
                         }
-                        _ => MarkerDone::Written,
+                        // a marker is refused for no other reason (producer_state::check_marker)
+                        Refusal::OutOfOrderSequence { .. }
+                        | Refusal::InvalidTxnState
+                        | Refusal::UnknownProducerId { .. }
+                        | Refusal::TxnVerification(_)
+                        | Refusal::NotInTransaction => MarkerDone::Written,
                     }
                 }
-                _ => MarkerDone::Written,
+                // not written on this replica (storage failed: the same as on one node, retried)
+                PartResult::Failed(ApplyFailure::Storage(e)) => {
+                    tracing::error!(txn = id, topic, partition = index, "replicated marker write failed: {e}");
+                    MarkerDone::Retry
+                }
+                PartResult::Failed(f @ (ApplyFailure::Shard(_) | ApplyFailure::WrongGroup(_))) => {
+                    tracing::error!(txn = id, topic, partition = index, "replicated marker not applied: {f}");
+                    MarkerDone::Written
+                }
             };
         }
         MarkerTarget::Local => {}
