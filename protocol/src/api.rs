@@ -24,64 +24,97 @@ pub struct ApiSpec {
     pub served_min: i16,
 }
 
-const fn api(key: ApiKey, min: i16, max: i16) -> ApiSpec {
-    ApiSpec { key, min, max, served_min: min }
+/// Declares the API table and, from the same rows, [`SupportedRequest`]: one variant per
+/// supported API holding its request struct. The broker's dispatch matches that enum with no
+/// catch-all arm, so a row added here without a handler does not compile.
+macro_rules! supported_apis {
+    ($( $name:ident($req:ident): $min:literal..=$max:literal $([served from $served:literal])?,)*) => {
+        /// Every API the broker answers. Each row is also a variant of [`SupportedRequest`],
+        /// which the broker's dispatch matches exhaustively (a row without a handler does not
+        /// compile); a row without an authorization rule fails the broker's
+        /// `every_refusal_has_its_apis_shape_and_echoes_every_item` test.
+        pub const SUPPORTED_APIS: &[ApiSpec] = &[
+            $( ApiSpec { key: ApiKey::$name, min: $min, max: $max, served_min: supported_apis!(@served $min $(, $served)?) }, )*
+        ];
+
+        /// A decoded request of a supported API (the non-exhaustive `RequestKind`, narrowed to
+        /// the table's rows).
+        #[derive(Debug, Clone)]
+        pub enum SupportedRequest {
+            $( $name(kafka_protocol::messages::$req), )*
+        }
+
+        impl SupportedRequest {
+            /// The request as a supported API's; None for an API outside the table
+            /// (`decode_request` never produces one).
+            pub fn from_kind(kind: RequestKind) -> Option<SupportedRequest> {
+                match kind {
+                    $( RequestKind::$name(r) => Some(SupportedRequest::$name(r)), )*
+                    _ => None,
+                }
+            }
+
+            pub fn api_key(&self) -> ApiKey {
+                match self {
+                    $( SupportedRequest::$name(_) => ApiKey::$name, )*
+                }
+            }
+        }
+    };
+    (@served $min:literal) => { $min };
+    (@served $min:literal, $served:literal) => { $served };
 }
 
-/// Every API the broker answers. A row without a handler in the broker's dispatch (or without an
-/// authorization rule) fails the broker's `every_supported_version_is_answered` and
-/// `every_refusal_has_its_apis_shape_and_echoes_every_item` tests (the match over the
-/// non-exhaustive `RequestKind` has a catch-all arm that closes the connection).
-pub const SUPPORTED_APIS: &[ApiSpec] = &[
-    ApiSpec { key: ApiKey::Produce, min: 0, max: 12, served_min: 3 },
-    api(ApiKey::Fetch, 4, 16),
-    api(ApiKey::ListOffsets, 1, 8),
-    api(ApiKey::Metadata, 0, 12),
-    api(ApiKey::ApiVersions, 0, 3),
-    api(ApiKey::CreateTopics, 2, 7),
-    api(ApiKey::DeleteTopics, 1, 6),
-    api(ApiKey::CreatePartitions, 0, 3),
-    api(ApiKey::DeleteRecords, 0, 2),
-    api(ApiKey::DescribeConfigs, 1, 4),
-    api(ApiKey::AlterConfigs, 0, 2),
-    api(ApiKey::IncrementalAlterConfigs, 0, 1),
-    api(ApiKey::DescribeCluster, 0, 1),
-    api(ApiKey::DescribeLogDirs, 1, 4),
-    api(ApiKey::ElectLeaders, 0, 2),
-    api(ApiKey::AlterPartitionReassignments, 0, 1),
-    api(ApiKey::ListPartitionReassignments, 0, 0),
-    api(ApiKey::UnregisterBroker, 0, 0),
-    api(ApiKey::InitProducerId, 0, 4),
-    api(ApiKey::DescribeProducers, 0, 0),
-    api(ApiKey::FindCoordinator, 0, 4),
-    api(ApiKey::JoinGroup, 0, 9),
-    api(ApiKey::SyncGroup, 0, 5),
-    api(ApiKey::Heartbeat, 0, 4),
-    api(ApiKey::LeaveGroup, 0, 5),
-    api(ApiKey::OffsetCommit, 2, 9),
-    api(ApiKey::OffsetFetch, 1, 9),
-    api(ApiKey::OffsetDelete, 0, 0),
-    api(ApiKey::DescribeGroups, 0, 5),
-    api(ApiKey::ListGroups, 0, 5),
-    api(ApiKey::DeleteGroups, 0, 2),
-    api(ApiKey::WriteTxnMarkers, 1, 1),
-    api(ApiKey::AddPartitionsToTxn, 0, 5),
-    api(ApiKey::AddOffsetsToTxn, 0, 4),
-    api(ApiKey::EndTxn, 0, 5),
-    api(ApiKey::TxnOffsetCommit, 0, 5),
-    api(ApiKey::ListTransactions, 0, 1),
-    api(ApiKey::DescribeTransactions, 0, 0),
-    api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
-    api(ApiKey::ConsumerGroupDescribe, 0, 1),
+supported_apis! {
+    Produce(ProduceRequest): 0..=12 [served from 3],
+    Fetch(FetchRequest): 4..=16,
+    ListOffsets(ListOffsetsRequest): 1..=8,
+    Metadata(MetadataRequest): 0..=12,
+    ApiVersions(ApiVersionsRequest): 0..=3,
+    CreateTopics(CreateTopicsRequest): 2..=7,
+    DeleteTopics(DeleteTopicsRequest): 1..=6,
+    CreatePartitions(CreatePartitionsRequest): 0..=3,
+    DeleteRecords(DeleteRecordsRequest): 0..=2,
+    DescribeConfigs(DescribeConfigsRequest): 1..=4,
+    AlterConfigs(AlterConfigsRequest): 0..=2,
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest): 0..=1,
+    DescribeCluster(DescribeClusterRequest): 0..=1,
+    DescribeLogDirs(DescribeLogDirsRequest): 1..=4,
+    ElectLeaders(ElectLeadersRequest): 0..=2,
+    AlterPartitionReassignments(AlterPartitionReassignmentsRequest): 0..=1,
+    ListPartitionReassignments(ListPartitionReassignmentsRequest): 0..=0,
+    UnregisterBroker(UnregisterBrokerRequest): 0..=0,
+    InitProducerId(InitProducerIdRequest): 0..=4,
+    DescribeProducers(DescribeProducersRequest): 0..=0,
+    FindCoordinator(FindCoordinatorRequest): 0..=4,
+    JoinGroup(JoinGroupRequest): 0..=9,
+    SyncGroup(SyncGroupRequest): 0..=5,
+    Heartbeat(HeartbeatRequest): 0..=4,
+    LeaveGroup(LeaveGroupRequest): 0..=5,
+    OffsetCommit(OffsetCommitRequest): 2..=9,
+    OffsetFetch(OffsetFetchRequest): 1..=9,
+    OffsetDelete(OffsetDeleteRequest): 0..=0,
+    DescribeGroups(DescribeGroupsRequest): 0..=5,
+    ListGroups(ListGroupsRequest): 0..=5,
+    DeleteGroups(DeleteGroupsRequest): 0..=2,
+    WriteTxnMarkers(WriteTxnMarkersRequest): 1..=1,
+    AddPartitionsToTxn(AddPartitionsToTxnRequest): 0..=5,
+    AddOffsetsToTxn(AddOffsetsToTxnRequest): 0..=4,
+    EndTxn(EndTxnRequest): 0..=5,
+    TxnOffsetCommit(TxnOffsetCommitRequest): 0..=5,
+    ListTransactions(ListTransactionsRequest): 0..=1,
+    DescribeTransactions(DescribeTransactionsRequest): 0..=0,
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest): 0..=1,
+    ConsumerGroupDescribe(ConsumerGroupDescribeRequest): 0..=1,
     // v0 of SaslHandshake means raw SASL tokens after it; clients use v1 + SaslAuthenticate
-    api(ApiKey::SaslHandshake, 1, 1),
-    api(ApiKey::SaslAuthenticate, 0, 2),
-    api(ApiKey::CreateAcls, 1, 3),
-    api(ApiKey::DescribeAcls, 1, 3),
-    api(ApiKey::DeleteAcls, 1, 3),
-    api(ApiKey::DescribeUserScramCredentials, 0, 0),
-    api(ApiKey::AlterUserScramCredentials, 0, 0),
-];
+    SaslHandshake(SaslHandshakeRequest): 1..=1,
+    SaslAuthenticate(SaslAuthenticateRequest): 0..=2,
+    CreateAcls(CreateAclsRequest): 1..=3,
+    DescribeAcls(DescribeAclsRequest): 1..=3,
+    DeleteAcls(DeleteAclsRequest): 1..=3,
+    DescribeUserScramCredentials(DescribeUserScramCredentialsRequest): 0..=0,
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest): 0..=0,
+}
 
 /// The table row for `key`, if supported.
 pub fn spec(key: ApiKey) -> Option<&'static ApiSpec> {

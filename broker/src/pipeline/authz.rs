@@ -18,6 +18,7 @@ use crate::services::Services;
 use kafka_protocol::error::ResponseError as E;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use sluice_protocol::api::SupportedRequest;
 use std::collections::HashSet;
 
 struct Ctx<'a> {
@@ -91,7 +92,7 @@ fn msg(s: &str) -> Option<StrBytes> {
 }
 
 /// Decide for one request. Without an authorizer everything passes (one branch, no work).
-pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version: i16) -> Gate {
+pub fn gate(state: &Services, session: &Session, body: &mut SupportedRequest, version: i16) -> Gate {
     if !state.security.settings.authorizer {
         return Gate::Pass;
     }
@@ -100,11 +101,13 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
         return Gate::Pass;
     }
     match body {
-        RequestKind::ApiVersions(_) | RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) => Gate::Pass,
-        RequestKind::Produce(r) => produce(&c, r),
-        RequestKind::Fetch(r) => fetch(&c, r, version),
-        RequestKind::Metadata(r) => metadata(&c, r),
-        RequestKind::ListOffsets(r) => {
+        SupportedRequest::ApiVersions(_)
+        | SupportedRequest::SaslHandshake(_)
+        | SupportedRequest::SaslAuthenticate(_) => Gate::Pass,
+        SupportedRequest::Produce(r) => produce(&c, r),
+        SupportedRequest::Fetch(r) => fetch(&c, r, version),
+        SupportedRequest::Metadata(r) => metadata(&c, r),
+        SupportedRequest::ListOffsets(r) => {
             let denied = split_off(&mut r.topics, |t| c.topic(Op::Describe, &t.name));
             if denied.is_empty() {
                 return Gate::Pass;
@@ -123,7 +126,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(ListOffsets),
             )
         }
-        RequestKind::CreateTopics(r) => {
+        SupportedRequest::CreateTopics(r) => {
             let cluster_create = c.cluster(Op::Create);
             let denied = split_off(&mut r.topics, |t| cluster_create || c.topic(Op::Create, &t.name));
             if denied.is_empty() {
@@ -144,7 +147,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(CreateTopics),
             )
         }
-        RequestKind::DeleteTopics(r) => {
+        SupportedRequest::DeleteTopics(r) => {
             let name_of = |t: &delete_topics_request::DeleteTopicState| -> Option<String> {
                 match &t.name {
                     Some(n) => Some(n.to_string()),
@@ -170,7 +173,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(DeleteTopics),
             )
         }
-        RequestKind::CreatePartitions(r) => {
+        SupportedRequest::CreatePartitions(r) => {
             let denied = split_off(&mut r.topics, |t| c.topic(Op::Alter, &t.name));
             if denied.is_empty() {
                 return Gate::Pass;
@@ -187,7 +190,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(CreatePartitions),
             )
         }
-        RequestKind::DeleteRecords(r) => {
+        SupportedRequest::DeleteRecords(r) => {
             let denied = split_off(&mut r.topics, |t| c.topic(Op::Delete, &t.name));
             if denied.is_empty() {
                 return Gate::Pass;
@@ -214,7 +217,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(DeleteRecords),
             )
         }
-        RequestKind::DescribeConfigs(r) => {
+        SupportedRequest::DescribeConfigs(r) => {
             let denied = split_off(&mut r.resources, |x| {
                 config_allowed(&c, Op::DescribeConfigs, x.resource_type, &x.resource_name)
             });
@@ -235,10 +238,10 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(DescribeConfigs),
             )
         }
-        RequestKind::AlterConfigs(r) => {
+        SupportedRequest::AlterConfigs(r) => {
             alter_configs_gate!(c, r, AlterConfigsResponse, alter_configs_response, AlterConfigs)
         }
-        RequestKind::IncrementalAlterConfigs(r) => alter_configs_gate!(
+        SupportedRequest::IncrementalAlterConfigs(r) => alter_configs_gate!(
             c,
             r,
             IncrementalAlterConfigsResponse,
@@ -246,8 +249,8 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
             IncrementalAlterConfigs
         ),
         // Kafka answers DescribeCluster to any authenticated principal (as Metadata's broker list)
-        RequestKind::DescribeCluster(_) => Gate::Pass,
-        RequestKind::AlterPartitionReassignments(r) => {
+        SupportedRequest::DescribeCluster(_) => Gate::Pass,
+        SupportedRequest::AlterPartitionReassignments(r) => {
             if c.cluster(Op::Alter) {
                 return Gate::Pass;
             }
@@ -266,7 +269,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
             }
             Gate::Deny(Box::new(ResponseKind::AlterPartitionReassignments(x)))
         }
-        RequestKind::UnregisterBroker(_) => {
+        SupportedRequest::UnregisterBroker(_) => {
             if c.cluster(Op::Alter) {
                 return Gate::Pass;
             }
@@ -274,7 +277,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
             x.error_code = E::ClusterAuthorizationFailed.code();
             Gate::Deny(Box::new(ResponseKind::UnregisterBroker(x)))
         }
-        RequestKind::ListPartitionReassignments(_) => {
+        SupportedRequest::ListPartitionReassignments(_) => {
             if c.cluster(Op::Describe) {
                 return Gate::Pass;
             }
@@ -282,7 +285,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
             x.error_code = E::ClusterAuthorizationFailed.code();
             Gate::Deny(Box::new(ResponseKind::ListPartitionReassignments(x)))
         }
-        RequestKind::ElectLeaders(r) => {
+        SupportedRequest::ElectLeaders(r) => {
             if c.cluster(Op::Alter) {
                 return Gate::Pass;
             }
@@ -303,7 +306,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
             }
             Gate::Deny(Box::new(ResponseKind::ElectLeaders(x)))
         }
-        RequestKind::DescribeLogDirs(_) => {
+        SupportedRequest::DescribeLogDirs(_) => {
             if c.cluster(Op::Describe) {
                 return Gate::Pass;
             }
@@ -311,7 +314,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
             x.error_code = E::ClusterAuthorizationFailed.code();
             Gate::Deny(Box::new(ResponseKind::DescribeLogDirs(x)))
         }
-        RequestKind::InitProducerId(r) => {
+        SupportedRequest::InitProducerId(r) => {
             let allowed = match r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
                 Some(t) => c.ok(Op::Write, Rt::TransactionalId, t),
                 // Kafka 3.x: IdempotentWrite on the cluster, or Write on any topic
@@ -330,7 +333,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
             x.producer_epoch = -1;
             Gate::Deny(Box::new(ResponseKind::InitProducerId(x)))
         }
-        RequestKind::DescribeProducers(r) => {
+        SupportedRequest::DescribeProducers(r) => {
             let denied = split_off(&mut r.topics, |t| c.topic(Op::Read, &t.name));
             if denied.is_empty() {
                 return Gate::Pass;
@@ -356,7 +359,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(DescribeProducers),
             )
         }
-        RequestKind::FindCoordinator(r) => {
+        SupportedRequest::FindCoordinator(r) => {
             let (rt, code) = if r.key_type == 1 {
                 (Rt::TransactionalId, E::TransactionalIdAuthorizationFailed.code())
             } else {
@@ -390,34 +393,34 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(FindCoordinator),
             )
         }
-        RequestKind::JoinGroup(r) => group_gate(&c, &r.group_id, |code| {
+        SupportedRequest::JoinGroup(r) => group_gate(&c, &r.group_id, |code| {
             let mut x = JoinGroupResponse::default();
             x.error_code = code;
             x.generation_id = -1;
             ResponseKind::JoinGroup(x)
         }),
-        RequestKind::SyncGroup(r) => group_gate(&c, &r.group_id, |code| {
+        SupportedRequest::SyncGroup(r) => group_gate(&c, &r.group_id, |code| {
             let mut x = SyncGroupResponse::default();
             x.error_code = code;
             ResponseKind::SyncGroup(x)
         }),
-        RequestKind::Heartbeat(r) => group_gate(&c, &r.group_id, |code| {
+        SupportedRequest::Heartbeat(r) => group_gate(&c, &r.group_id, |code| {
             let mut x = HeartbeatResponse::default();
             x.error_code = code;
             ResponseKind::Heartbeat(x)
         }),
-        RequestKind::LeaveGroup(r) => group_gate(&c, &r.group_id, |code| {
+        SupportedRequest::LeaveGroup(r) => group_gate(&c, &r.group_id, |code| {
             let mut x = LeaveGroupResponse::default();
             x.error_code = code;
             ResponseKind::LeaveGroup(x)
         }),
-        RequestKind::ConsumerGroupHeartbeat(r) => group_gate(&c, &r.group_id, |code| {
+        SupportedRequest::ConsumerGroupHeartbeat(r) => group_gate(&c, &r.group_id, |code| {
             let mut x = ConsumerGroupHeartbeatResponse::default();
             x.error_code = code;
             x.error_message = msg("Group authorization failed.");
             ResponseKind::ConsumerGroupHeartbeat(x)
         }),
-        RequestKind::OffsetCommit(r) => {
+        SupportedRequest::OffsetCommit(r) => {
             let group_ok = c.ok(Op::Read, Rt::Group, &r.group_id);
             let denied = split_off(&mut r.topics, |t| group_ok && c.topic(Op::Read, &t.name));
             if denied.is_empty() {
@@ -433,8 +436,8 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(OffsetCommit),
             )
         }
-        RequestKind::OffsetFetch(r) => offset_fetch(&c, r, version),
-        RequestKind::OffsetDelete(r) => {
+        SupportedRequest::OffsetFetch(r) => offset_fetch(&c, r, version),
+        SupportedRequest::OffsetDelete(r) => {
             if !c.ok(Op::Delete, Rt::Group, &r.group_id) {
                 let mut x = OffsetDeleteResponse::default();
                 x.error_code = E::GroupAuthorizationFailed.code();
@@ -465,7 +468,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(OffsetDelete),
             )
         }
-        RequestKind::DescribeGroups(r) => {
+        SupportedRequest::DescribeGroups(r) => {
             let denied: HashSet<String> =
                 r.groups.iter().filter(|g| !c.ok(Op::Describe, Rt::Group, g)).map(|g| g.to_string()).collect();
             if denied.is_empty() {
@@ -484,7 +487,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(DescribeGroups),
             )
         }
-        RequestKind::ConsumerGroupDescribe(r) => {
+        SupportedRequest::ConsumerGroupDescribe(r) => {
             let denied: HashSet<String> =
                 r.group_ids.iter().filter(|g| !c.ok(Op::Describe, Rt::Group, g)).map(|g| g.to_string()).collect();
             if denied.is_empty() {
@@ -503,7 +506,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(ConsumerGroupDescribe),
             )
         }
-        RequestKind::ListGroups(_) => {
+        SupportedRequest::ListGroups(_) => {
             if c.cluster(Op::Describe) {
                 return Gate::Pass;
             }
@@ -515,7 +518,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(ListGroups),
             )
         }
-        RequestKind::DeleteGroups(r) => {
+        SupportedRequest::DeleteGroups(r) => {
             let denied = split_off(&mut r.groups_names, |g| c.ok(Op::Delete, Rt::Group, g));
             if denied.is_empty() {
                 return Gate::Pass;
@@ -532,7 +535,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(DeleteGroups),
             )
         }
-        RequestKind::WriteTxnMarkers(r) => {
+        SupportedRequest::WriteTxnMarkers(r) => {
             if c.cluster(Op::ClusterAction) {
                 return Gate::Pass;
             }
@@ -568,8 +571,8 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 .collect();
             Gate::Deny(Box::new(ResponseKind::WriteTxnMarkers(x)))
         }
-        RequestKind::AddPartitionsToTxn(r) => add_partitions(&c, r, version),
-        RequestKind::AddOffsetsToTxn(r) => {
+        SupportedRequest::AddPartitionsToTxn(r) => add_partitions(&c, r, version),
+        SupportedRequest::AddOffsetsToTxn(r) => {
             let code = if !c.ok(Op::Write, Rt::TransactionalId, &r.transactional_id) {
                 E::TransactionalIdAuthorizationFailed.code()
             } else if !c.ok(Op::Read, Rt::Group, &r.group_id) {
@@ -581,7 +584,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
             x.error_code = code;
             Gate::Deny(Box::new(ResponseKind::AddOffsetsToTxn(x)))
         }
-        RequestKind::EndTxn(r) => {
+        SupportedRequest::EndTxn(r) => {
             if c.ok(Op::Write, Rt::TransactionalId, &r.transactional_id) {
                 return Gate::Pass;
             }
@@ -591,7 +594,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
             x.producer_epoch = -1;
             Gate::Deny(Box::new(ResponseKind::EndTxn(x)))
         }
-        RequestKind::TxnOffsetCommit(r) => {
+        SupportedRequest::TxnOffsetCommit(r) => {
             let code = if !c.ok(Op::Write, Rt::TransactionalId, &r.transactional_id) {
                 Some(E::TransactionalIdAuthorizationFailed.code())
             } else if !c.ok(Op::Read, Rt::Group, &r.group_id) {
@@ -613,7 +616,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(TxnOffsetCommit),
             )
         }
-        RequestKind::ListTransactions(_) => {
+        SupportedRequest::ListTransactions(_) => {
             let (sec, who) = (state.security.clone(), session.clone());
             patch(
                 move |resp: &mut ListTransactionsResponse| {
@@ -623,7 +626,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(ListTransactions),
             )
         }
-        RequestKind::DescribeTransactions(r) => {
+        SupportedRequest::DescribeTransactions(r) => {
             let denied: HashSet<String> = r
                 .transactional_ids
                 .iter()
@@ -646,7 +649,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 pick!(DescribeTransactions),
             )
         }
-        RequestKind::CreateAcls(r) => {
+        SupportedRequest::CreateAcls(r) => {
             if c.cluster(Op::Alter) {
                 return Gate::Pass;
             }
@@ -663,7 +666,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 .collect();
             Gate::Deny(Box::new(ResponseKind::CreateAcls(x)))
         }
-        RequestKind::DeleteAcls(r) => {
+        SupportedRequest::DeleteAcls(r) => {
             if c.cluster(Op::Alter) {
                 return Gate::Pass;
             }
@@ -680,7 +683,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 .collect();
             Gate::Deny(Box::new(ResponseKind::DeleteAcls(x)))
         }
-        RequestKind::DescribeAcls(_) => {
+        SupportedRequest::DescribeAcls(_) => {
             if c.cluster(Op::Describe) {
                 return Gate::Pass;
             }
@@ -689,7 +692,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
             x.error_message = msg("Cluster authorization failed.");
             Gate::Deny(Box::new(ResponseKind::DescribeAcls(x)))
         }
-        RequestKind::DescribeUserScramCredentials(r) => {
+        SupportedRequest::DescribeUserScramCredentials(r) => {
             if c.cluster(Op::Describe) {
                 return Gate::Pass;
             }
@@ -716,7 +719,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 .collect();
             Gate::Deny(Box::new(ResponseKind::DescribeUserScramCredentials(x)))
         }
-        RequestKind::AlterUserScramCredentials(r) => {
+        SupportedRequest::AlterUserScramCredentials(r) => {
             if c.cluster(Op::Alter) {
                 return Gate::Pass;
             }
@@ -734,13 +737,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut RequestKind, version
                 })
                 .collect();
             Gate::Deny(Box::new(ResponseKind::AlterUserScramCredentials(x)))
-        }
-        // Every API in the table has an arm above (the every-API refusal test proves it);
-        // anything else is neither run nor answered.
-        _ => {
-            tracing::error!(principal = %session.principal, "no authorization rule for this API; closing");
-            Gate::Unhandled
-        }
+        } // no catch-all: every API of the table has its rule above, or this does not compile
     }
 }
 

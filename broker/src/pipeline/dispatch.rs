@@ -1,14 +1,15 @@
 //! Request dispatch: one arm per supported API, each calling its handler in `handlers/`.
-//! The API table (`sluice_protocol::api::SUPPORTED_APIS`) decides what reaches here; a test
-//! checks that every row of the table has an arm.
+//! The API table (`sluice_protocol::api::supported_apis!`) decides what reaches here: the
+//! match is over its `SupportedRequest`, with no catch-all arm, so a row without a handler does
+//! not compile.
 
 use super::Gate;
 use crate::handlers::{self, Reply};
 use crate::security::acl::{self, ResourceType as Rt};
 use crate::security::Session;
 use crate::services::Services;
-use kafka_protocol::messages::{RequestKind, ResponseKind};
-use sluice_protocol::api::Request;
+use kafka_protocol::messages::ResponseKind;
+use sluice_protocol::api::{Request, SupportedRequest};
 use std::sync::Arc;
 
 /// Run stage 1 of `req` (in connection order) and return how it will be answered.
@@ -20,20 +21,26 @@ pub fn dispatch(state: &Arc<Services>, req: Request) -> Option<Reply> {
 
 /// [`dispatch`] for a request of `session` (its principal is authorized first; its peer is
 /// shown in DescribeGroups; its listener decides the addresses handed out).
-pub fn dispatch_from(state: &Arc<Services>, mut req: Request, session: &Session) -> Option<Reply> {
+pub fn dispatch_from(state: &Arc<Services>, req: Request, session: &Session) -> Option<Reply> {
     let version = req.version();
     let peer = session.peer;
-    let authz = match super::authz::gate(state, session, &mut req.body, version) {
-        Gate::Pass => None,
-        Gate::Deny(answer) => return Some(Reply::Now(answer)),
-        Gate::Patch(p) => Some(p),
-        Gate::Unhandled => return None,
+    let client_id = req.header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default();
+    // keys outside the table never decode (`decode_request` refuses them); the gates and the
+    // match below have an arm for every row of the table, or this crate does not compile
+    let api_key = req.api_key;
+    let Some(mut body) = SupportedRequest::from_kind(req.body) else {
+        tracing::error!("a request outside the API table reached dispatch: {api_key:?}");
+        return None;
     };
-    let route = match super::route::gate(state, &mut req.body, version) {
+    let authz = match super::authz::gate(state, session, &mut body, version) {
         Gate::Pass => None,
         Gate::Deny(answer) => return Some(Reply::Now(answer)),
         Gate::Patch(p) => Some(p),
-        Gate::Unhandled => return None,
+    };
+    let route = match super::route::gate(state, &mut body, version) {
+        Gate::Pass => None,
+        Gate::Deny(answer) => return Some(Reply::Now(answer)),
+        Gate::Patch(p) => Some(p),
     };
     let patch: Option<super::Patch> = match (authz, route) {
         (None, None) => None,
@@ -43,12 +50,11 @@ pub fn dispatch_from(state: &Arc<Services>, mut req: Request, session: &Session)
             a(r);
         })),
     };
-    let client_id = req.header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default();
-    let reply = match req.body {
-        RequestKind::ApiVersions(_) => {
+    let reply = match body {
+        SupportedRequest::ApiVersions(_) => {
             Reply::now(ResponseKind::ApiVersions(handlers::api_versions::response(0, state.config.txns.version)))
         }
-        RequestKind::Metadata(r) => {
+        SupportedRequest::Metadata(r) => {
             let (topic_ops, cluster_ops) =
                 (r.include_topic_authorized_operations, r.include_cluster_authorized_operations);
             let mut resp = handlers::metadata::handle(state, &session.listener, version, r);
@@ -64,27 +70,27 @@ pub fn dispatch_from(state: &Arc<Services>, mut req: Request, session: &Session)
             }
             Reply::now(ResponseKind::Metadata(resp))
         }
-        RequestKind::Produce(r) => handlers::produce::handle(state, version, r),
-        RequestKind::Fetch(r) => handlers::fetch::handle(state, version, r),
-        RequestKind::ListOffsets(r) => {
+        SupportedRequest::Produce(r) => handlers::produce::handle(state, version, r),
+        SupportedRequest::Fetch(r) => handlers::fetch::handle(state, version, r),
+        SupportedRequest::ListOffsets(r) => {
             Reply::now(ResponseKind::ListOffsets(handlers::list_offsets::handle(state, version, r)))
         }
-        RequestKind::CreateTopics(r) => Reply::now(ResponseKind::CreateTopics(handlers::topics::create(state, r))),
-        RequestKind::DeleteTopics(r) => Reply::now(ResponseKind::DeleteTopics(handlers::topics::delete(state, r))),
-        RequestKind::CreatePartitions(r) => {
+        SupportedRequest::CreateTopics(r) => Reply::now(ResponseKind::CreateTopics(handlers::topics::create(state, r))),
+        SupportedRequest::DeleteTopics(r) => Reply::now(ResponseKind::DeleteTopics(handlers::topics::delete(state, r))),
+        SupportedRequest::CreatePartitions(r) => {
             Reply::now(ResponseKind::CreatePartitions(handlers::topics::create_partitions(state, r)))
         }
-        RequestKind::DeleteRecords(r) => {
+        SupportedRequest::DeleteRecords(r) => {
             Reply::now(ResponseKind::DeleteRecords(handlers::delete_records::handle(state, r)))
         }
-        RequestKind::DescribeConfigs(r) => {
+        SupportedRequest::DescribeConfigs(r) => {
             Reply::now(ResponseKind::DescribeConfigs(handlers::configs::describe(state, r)))
         }
-        RequestKind::AlterConfigs(r) => Reply::now(ResponseKind::AlterConfigs(handlers::configs::alter(state, r))),
-        RequestKind::IncrementalAlterConfigs(r) => {
+        SupportedRequest::AlterConfigs(r) => Reply::now(ResponseKind::AlterConfigs(handlers::configs::alter(state, r))),
+        SupportedRequest::IncrementalAlterConfigs(r) => {
             Reply::now(ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(state, r)))
         }
-        RequestKind::DescribeCluster(r) => {
+        SupportedRequest::DescribeCluster(r) => {
             let mut resp = handlers::describe_cluster::describe_cluster(state, &session.listener);
             if r.include_cluster_authorized_operations {
                 resp.cluster_authorized_operations =
@@ -92,46 +98,46 @@ pub fn dispatch_from(state: &Arc<Services>, mut req: Request, session: &Session)
             }
             Reply::now(ResponseKind::DescribeCluster(resp))
         }
-        RequestKind::DescribeLogDirs(r) => {
+        SupportedRequest::DescribeLogDirs(r) => {
             Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_cluster::describe_log_dirs(state, r)))
         }
-        RequestKind::ElectLeaders(r) => {
+        SupportedRequest::ElectLeaders(r) => {
             Reply::now(ResponseKind::ElectLeaders(handlers::elect_leaders::handle(state, r)))
         }
-        RequestKind::AlterPartitionReassignments(r) => {
+        SupportedRequest::AlterPartitionReassignments(r) => {
             Reply::now(ResponseKind::AlterPartitionReassignments(handlers::reassign::alter(state, version, r)))
         }
-        RequestKind::ListPartitionReassignments(r) => {
+        SupportedRequest::ListPartitionReassignments(r) => {
             Reply::now(ResponseKind::ListPartitionReassignments(handlers::reassign::list(state, r)))
         }
-        RequestKind::UnregisterBroker(r) => {
+        SupportedRequest::UnregisterBroker(r) => {
             Reply::now(ResponseKind::UnregisterBroker(handlers::reassign::unregister(state, r)))
         }
-        RequestKind::InitProducerId(r) if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) => {
+        SupportedRequest::InitProducerId(r) if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) => {
             handlers::txn::init_producer_id(state, version, r)
         }
-        RequestKind::InitProducerId(r) => {
+        SupportedRequest::InitProducerId(r) => {
             Reply::now(ResponseKind::InitProducerId(handlers::init_producer_id::handle(state, version, r)))
         }
-        RequestKind::DescribeProducers(r) => {
+        SupportedRequest::DescribeProducers(r) => {
             Reply::now(ResponseKind::DescribeProducers(handlers::describe_producers::handle(state, r)))
         }
-        RequestKind::FindCoordinator(r) => Reply::now(ResponseKind::FindCoordinator(
+        SupportedRequest::FindCoordinator(r) => Reply::now(ResponseKind::FindCoordinator(
             handlers::groups::find_coordinator(state, &session.listener, version, r),
         )),
-        RequestKind::JoinGroup(r) => handlers::groups::join(state, version, &client_id, peer, r),
-        RequestKind::SyncGroup(r) => handlers::groups::sync(state, r),
-        RequestKind::Heartbeat(r) => Reply::now(ResponseKind::Heartbeat(handlers::groups::heartbeat(state, r))),
-        RequestKind::ConsumerGroupHeartbeat(r) => Reply::now(ResponseKind::ConsumerGroupHeartbeat(
+        SupportedRequest::JoinGroup(r) => handlers::groups::join(state, version, &client_id, peer, r),
+        SupportedRequest::SyncGroup(r) => handlers::groups::sync(state, r),
+        SupportedRequest::Heartbeat(r) => Reply::now(ResponseKind::Heartbeat(handlers::groups::heartbeat(state, r))),
+        SupportedRequest::ConsumerGroupHeartbeat(r) => Reply::now(ResponseKind::ConsumerGroupHeartbeat(
             handlers::groups::consumer_heartbeat(state, version, &client_id, peer, r),
         )),
-        RequestKind::LeaveGroup(r) => handlers::groups::leave(state, version, r),
-        RequestKind::OffsetCommit(r) => handlers::groups::offset_commit(state, r),
-        RequestKind::OffsetFetch(r) => {
+        SupportedRequest::LeaveGroup(r) => handlers::groups::leave(state, version, r),
+        SupportedRequest::OffsetCommit(r) => handlers::groups::offset_commit(state, r),
+        SupportedRequest::OffsetFetch(r) => {
             Reply::now(ResponseKind::OffsetFetch(handlers::groups::offset_fetch(state, version, r)))
         }
-        RequestKind::OffsetDelete(r) => handlers::groups::offset_delete(state, r),
-        RequestKind::DescribeGroups(r) => {
+        SupportedRequest::OffsetDelete(r) => handlers::groups::offset_delete(state, r),
+        SupportedRequest::DescribeGroups(r) => {
             let ops = r.include_authorized_operations;
             let mut resp = handlers::groups::describe(state, r);
             for g in resp.groups.iter_mut().filter(|g| ops && g.error_code == 0) {
@@ -140,7 +146,7 @@ pub fn dispatch_from(state: &Arc<Services>, mut req: Request, session: &Session)
             }
             Reply::now(ResponseKind::DescribeGroups(resp))
         }
-        RequestKind::ConsumerGroupDescribe(r) => {
+        SupportedRequest::ConsumerGroupDescribe(r) => {
             let ops = r.include_authorized_operations;
             let mut resp = handlers::groups::consumer_describe(state, r);
             for g in resp.groups.iter_mut().filter(|g| ops && g.error_code == 0) {
@@ -149,37 +155,37 @@ pub fn dispatch_from(state: &Arc<Services>, mut req: Request, session: &Session)
             }
             Reply::now(ResponseKind::ConsumerGroupDescribe(resp))
         }
-        RequestKind::ListGroups(r) => Reply::now(ResponseKind::ListGroups(handlers::groups::list(state, r))),
-        RequestKind::DeleteGroups(r) => handlers::groups::delete(state, r),
-        RequestKind::WriteTxnMarkers(r) => handlers::write_txn_markers::handle(state, r),
-        RequestKind::AddPartitionsToTxn(r) => handlers::txn::add_partitions(state, version, r),
-        RequestKind::AddOffsetsToTxn(r) => handlers::txn::add_offsets(state, version, r),
-        RequestKind::EndTxn(r) => handlers::txn::end_txn(state, version, r),
-        RequestKind::TxnOffsetCommit(r) => handlers::txn::txn_offset_commit(state, version, r),
-        RequestKind::ListTransactions(r) => Reply::now(ResponseKind::ListTransactions(handlers::txn::list(state, r))),
-        RequestKind::DescribeTransactions(r) => {
+        SupportedRequest::ListGroups(r) => Reply::now(ResponseKind::ListGroups(handlers::groups::list(state, r))),
+        SupportedRequest::DeleteGroups(r) => handlers::groups::delete(state, r),
+        SupportedRequest::WriteTxnMarkers(r) => handlers::write_txn_markers::handle(state, r),
+        SupportedRequest::AddPartitionsToTxn(r) => handlers::txn::add_partitions(state, version, r),
+        SupportedRequest::AddOffsetsToTxn(r) => handlers::txn::add_offsets(state, version, r),
+        SupportedRequest::EndTxn(r) => handlers::txn::end_txn(state, version, r),
+        SupportedRequest::TxnOffsetCommit(r) => handlers::txn::txn_offset_commit(state, version, r),
+        SupportedRequest::ListTransactions(r) => {
+            Reply::now(ResponseKind::ListTransactions(handlers::txn::list(state, r)))
+        }
+        SupportedRequest::DescribeTransactions(r) => {
             Reply::now(ResponseKind::DescribeTransactions(handlers::txn::describe(state, r)))
         }
-        RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) => {
+        SupportedRequest::SaslHandshake(_) | SupportedRequest::SaslAuthenticate(_) => {
             // reached only outside a SASL listener's handshake (see `connection`)
             return Some(illegal_sasl_state(req.api_key));
         }
-        RequestKind::CreateAcls(r) => Reply::now(ResponseKind::CreateAcls(handlers::security::create_acls(state, r))),
-        RequestKind::DescribeAcls(r) => {
+        SupportedRequest::CreateAcls(r) => {
+            Reply::now(ResponseKind::CreateAcls(handlers::security::create_acls(state, r)))
+        }
+        SupportedRequest::DescribeAcls(r) => {
             Reply::now(ResponseKind::DescribeAcls(handlers::security::describe_acls(state, r)))
         }
-        RequestKind::DeleteAcls(r) => Reply::now(ResponseKind::DeleteAcls(handlers::security::delete_acls(state, r))),
-        RequestKind::DescribeUserScramCredentials(r) => {
+        SupportedRequest::DeleteAcls(r) => {
+            Reply::now(ResponseKind::DeleteAcls(handlers::security::delete_acls(state, r)))
+        }
+        SupportedRequest::DescribeUserScramCredentials(r) => {
             Reply::now(ResponseKind::DescribeUserScramCredentials(handlers::security::describe_scram(state, r)))
         }
-        RequestKind::AlterUserScramCredentials(r) => {
+        SupportedRequest::AlterUserScramCredentials(r) => {
             Reply::now(ResponseKind::AlterUserScramCredentials(handlers::security::alter_scram(state, r)))
-        }
-        // `RequestKind` is non-exhaustive; keys outside the table never decode to here
-        // (`decode_request` refuses them), so reaching this arm is a table/dispatch mismatch.
-        other => {
-            tracing::error!("no handler for {other:?}");
-            return None;
         }
     };
     Some(match (reply, patch) {

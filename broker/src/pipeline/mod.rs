@@ -23,7 +23,4 @@ pub enum Gate {
     Deny(Box<ResponseKind>),
     /// Run the handler on the (filtered) request, then patch its answer.
     Patch(Patch),
-    /// No rule for this API: the request is neither run nor answered (the connection closes,
-    /// as for a request without a handler). Never an answer of another API's shape.
-    Unhandled,
 }

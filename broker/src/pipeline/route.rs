@@ -10,6 +10,7 @@ use crate::routing::{CoordinatorKey, Route, Router as _};
 use crate::services::Services;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
+use sluice_protocol::api::SupportedRequest;
 
 const NOT_LEADER: i16 = 6;
 
@@ -40,7 +41,7 @@ fn deny(r: ResponseKind) -> Gate {
 
 /// Group and transaction APIs reach only the key's coordinator; elsewhere NOT_COORDINATOR, so
 /// the client looks the coordinator up again.
-fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> Gate {
+fn coordinator_gate(state: &Services, body: &mut SupportedRequest, version: i16) -> Gate {
     macro_rules! top {
         ($key_type:expr, $key:expr, $Resp:ident, $variant:ident) => {{
             if mine(state, $key_type, $key) {
@@ -52,7 +53,7 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
         }};
     }
     match body {
-        RequestKind::JoinGroup(r) => {
+        SupportedRequest::JoinGroup(r) => {
             if mine(state, 0, &r.group_id) {
                 return Gate::Pass;
             }
@@ -61,15 +62,15 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
             x.generation_id = -1;
             deny(ResponseKind::JoinGroup(x))
         }
-        RequestKind::SyncGroup(r) => top!(0, &r.group_id, SyncGroupResponse, SyncGroup),
-        RequestKind::Heartbeat(r) => top!(0, &r.group_id, HeartbeatResponse, Heartbeat),
-        RequestKind::LeaveGroup(r) => top!(0, &r.group_id, LeaveGroupResponse, LeaveGroup),
-        RequestKind::ConsumerGroupHeartbeat(r) => {
+        SupportedRequest::SyncGroup(r) => top!(0, &r.group_id, SyncGroupResponse, SyncGroup),
+        SupportedRequest::Heartbeat(r) => top!(0, &r.group_id, HeartbeatResponse, Heartbeat),
+        SupportedRequest::LeaveGroup(r) => top!(0, &r.group_id, LeaveGroupResponse, LeaveGroup),
+        SupportedRequest::ConsumerGroupHeartbeat(r) => {
             top!(0, &r.group_id, ConsumerGroupHeartbeatResponse, ConsumerGroupHeartbeat)
         }
-        RequestKind::OffsetDelete(r) => top!(0, &r.group_id, OffsetDeleteResponse, OffsetDelete),
-        RequestKind::AddOffsetsToTxn(r) => top!(1, &r.transactional_id, AddOffsetsToTxnResponse, AddOffsetsToTxn),
-        RequestKind::EndTxn(r) => {
+        SupportedRequest::OffsetDelete(r) => top!(0, &r.group_id, OffsetDeleteResponse, OffsetDelete),
+        SupportedRequest::AddOffsetsToTxn(r) => top!(1, &r.transactional_id, AddOffsetsToTxnResponse, AddOffsetsToTxn),
+        SupportedRequest::EndTxn(r) => {
             if mine(state, 1, &r.transactional_id) {
                 return Gate::Pass;
             }
@@ -79,7 +80,7 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
             x.producer_epoch = -1;
             deny(ResponseKind::EndTxn(x))
         }
-        RequestKind::InitProducerId(r) => match r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
+        SupportedRequest::InitProducerId(r) => match r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
             Some(t) if !mine(state, 1, t) => {
                 let mut x = InitProducerIdResponse::default();
                 x.error_code = NOT_COORDINATOR;
@@ -89,7 +90,7 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
             }
             _ => Gate::Pass,
         },
-        RequestKind::OffsetCommit(r) => {
+        SupportedRequest::OffsetCommit(r) => {
             if mine(state, 0, &r.group_id) {
                 return Gate::Pass;
             }
@@ -97,7 +98,7 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
             x.topics = r.topics.iter().map(|t| refuse::offset_commit_topic(t, NOT_COORDINATOR)).collect();
             deny(ResponseKind::OffsetCommit(x))
         }
-        RequestKind::TxnOffsetCommit(r) => {
+        SupportedRequest::TxnOffsetCommit(r) => {
             if mine(state, 0, &r.group_id) {
                 return Gate::Pass;
             }
@@ -105,14 +106,14 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
             x.topics = r.topics.iter().map(|t| refuse::txn_offset_commit_topic(t, NOT_COORDINATOR)).collect();
             deny(ResponseKind::TxnOffsetCommit(x))
         }
-        RequestKind::AddPartitionsToTxn(r) if version < 4 => {
+        SupportedRequest::AddPartitionsToTxn(r) if version < 4 => {
             if mine(state, 1, &r.v3_and_below_transactional_id) {
                 return Gate::Pass;
             }
             let x = refuse::add_partitions_v3(r, |_| NOT_COORDINATOR);
             deny(ResponseKind::AddPartitionsToTxn(x))
         }
-        RequestKind::OffsetFetch(r) if version < 8 => {
+        SupportedRequest::OffsetFetch(r) if version < 8 => {
             if mine(state, 0, &r.group_id) {
                 return Gate::Pass;
             }
@@ -120,7 +121,7 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
             x.error_code = NOT_COORDINATOR;
             deny(ResponseKind::OffsetFetch(x))
         }
-        RequestKind::OffsetFetch(r) => {
+        SupportedRequest::OffsetFetch(r) => {
             let (keep, away): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut r.groups).into_iter().partition(|g| mine(state, 0, &g.group_id));
             r.groups = keep;
@@ -139,7 +140,7 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
                 }
             })
         }
-        RequestKind::DescribeGroups(r) => {
+        SupportedRequest::DescribeGroups(r) => {
             let away: Vec<String> = r.groups.iter().filter(|g| !mine(state, 0, g)).map(|g| g.to_string()).collect();
             if away.is_empty() {
                 return Gate::Pass;
@@ -155,7 +156,7 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
                 }
             })
         }
-        RequestKind::ConsumerGroupDescribe(r) => {
+        SupportedRequest::ConsumerGroupDescribe(r) => {
             let away: Vec<String> = r.group_ids.iter().filter(|g| !mine(state, 0, g)).map(|g| g.to_string()).collect();
             if away.is_empty() {
                 return Gate::Pass;
@@ -171,7 +172,7 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
                 }
             })
         }
-        RequestKind::DeleteGroups(r) => {
+        SupportedRequest::DeleteGroups(r) => {
             let (keep, away): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut r.groups_names).into_iter().partition(|g| mine(state, 0, g));
             r.groups_names = keep;
@@ -189,7 +190,7 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
                 }
             })
         }
-        RequestKind::DescribeTransactions(r) => {
+        SupportedRequest::DescribeTransactions(r) => {
             let away: Vec<String> =
                 r.transactional_ids.iter().filter(|t| !mine(state, 1, t)).map(|t| t.to_string()).collect();
             if away.is_empty() {
@@ -214,7 +215,7 @@ fn coordinator_gate(state: &Services, body: &mut RequestKind, version: i16) -> G
     }
 }
 
-pub fn gate(state: &Services, body: &mut RequestKind, version: i16) -> Gate {
+pub fn gate(state: &Services, body: &mut SupportedRequest, version: i16) -> Gate {
     let Some(cluster) = state.topics.cluster.get() else { return Gate::Pass };
     if let g @ (Gate::Deny(_) | Gate::Patch(_)) = coordinator_gate(state, body, version) {
         return g;
@@ -222,7 +223,7 @@ pub fn gate(state: &Services, body: &mut RequestKind, version: i16) -> Gate {
     debug_assert_eq!(NOT_LEADER, ResponseError::NotLeaderOrFollower.code());
     let image = cluster.image();
     match body {
-        RequestKind::Produce(r) => {
+        SupportedRequest::Produce(r) => {
             let mut moved: Vec<(TopicName, Vec<i32>)> = Vec::new();
             for t in r.topic_data.iter_mut() {
                 let (keep, away): (Vec<_>, Vec<_>) = std::mem::take(&mut t.partition_data)
@@ -245,7 +246,7 @@ pub fn gate(state: &Services, body: &mut RequestKind, version: i16) -> Gate {
                 }
             })
         }
-        RequestKind::Fetch(r) => {
+        SupportedRequest::Fetch(r) => {
             let mut moved: Vec<(TopicName, uuid::Uuid, Vec<i32>)> = Vec::new();
             for t in r.topics.iter_mut() {
                 let name = if version >= 13 {
@@ -278,8 +279,8 @@ pub fn gate(state: &Services, body: &mut RequestKind, version: i16) -> Gate {
         }
         // replica id -2 (Kafka's "debugging" replica): any replica answers with its own log,
         // e.g. `sluicectl cluster describe` measuring each follower's lag
-        RequestKind::ListOffsets(r) if r.replica_id.0 == -2 => Gate::Pass,
-        RequestKind::ListOffsets(r) => {
+        SupportedRequest::ListOffsets(r) if r.replica_id.0 == -2 => Gate::Pass,
+        SupportedRequest::ListOffsets(r) => {
             let mut moved: Vec<(TopicName, Vec<i32>)> = Vec::new();
             for t in r.topics.iter_mut() {
                 let (keep, away): (Vec<_>, Vec<_>) = std::mem::take(&mut t.partitions)
