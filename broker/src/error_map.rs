@@ -1,6 +1,7 @@
 //! The ONE place where internal errors become Kafka error codes. Exhaustive matches, no
 //! catch-all arm: adding an error variant forces a decision here.
 
+use crate::partition_handle::MarkerError;
 use crate::replication::types::{ApplyFailure, PartResult, WriteError};
 use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchError;
@@ -65,6 +66,16 @@ pub fn part_result_error(r: &PartResult) -> Option<(i16, String)> {
         PartResult::Done | PartResult::Appended { .. } => None,
         PartResult::Refused(x) => Some((refusal_code(x), format!("{x:?}"))),
         PartResult::Failed(f) => Some((apply_failure_code(f), f.to_string())),
+    }
+}
+
+/// Kafka error code for a marker that was not written (WriteTxnMarkers).
+pub fn marker_code(e: &MarkerError) -> i16 {
+    match e {
+        MarkerError::Refused(r) => refusal_code(r),
+        MarkerError::Storage(e) => storage_produce_code(e),
+        MarkerError::Write(e) => write_error_code(e),
+        MarkerError::NotApplied(f) => apply_failure_code(f),
     }
 }
 

@@ -7,8 +7,13 @@
 //! - `connection`: the only code touching a socket: frames in, responses out, in order;
 //! - `pipeline`: the authorization and routing gates, then `dispatch` — one arm per API,
 //!   calling `handlers/` (one file per API);
-//! - `state`: topics, partitions and their persisted metadata;
-//! - `partition`: one partition's log, high watermark and append path;
+//! - `services`: the handles the pipeline and handlers receive (config, topic registry,
+//!   coordinators, security, producer ids) and the `Router` over them;
+//! - `topics`: the topic registry — topics, partitions, their persisted metadata, this
+//!   broker's view of the cluster (knows no coordinator);
+//! - `partition`: one partition's log, high watermark and append path (`producer_state`: the
+//!   pure idempotence and transaction checks);
+//! - `partition_handle`: a partition as this broker writes it, local or through its Raft group;
 //! - `group`: the group coordinator (consumer groups, committed offsets, the offsets log);
 //! - `background`: interval flush, checkpoints, retention, group timers;
 //! - `error_map`: the ONE place internal errors become Kafka error codes;
@@ -17,14 +22,19 @@
 //!   AddOffsetsToTxn), pooled connections, a timeout per call;
 //! - `sync`: `OrDie` — a poisoned lock stops the broker (a restart recovers from the logs).
 //!
-//! - `txn`: the transaction coordinator (transaction-state log, markers, timeouts);
+//! - `txn`: the transaction coordinator (transaction-state log, markers through its
+//!   `MarkerWriter` port, timeouts);
+//! - `coordinator`: the shard runtime both coordinators share (replicated log partitions,
+//!   loading a shard when this broker leads it);
 //! - `kvlog`: the internal key/value log under both coordinators;
 //! - `security`: listeners, TLS, SASL, credentials, ACLs and authorization, limits, quotas.
 //!
 //! - `cluster`: cluster mode — the metadata quorum on openraft, partition and coordinator-log
-//!   replication (one Raft group each), request routing to leaders and coordinators;
+//!   replication (one Raft group each), the reconciler, reassignment;
+//! - `routing`: where a partition's leader or a key's coordinator is (`Router`);
 //! - `config::{security, coordinators, cluster}`: the settings each service receives;
-//! - `replication`: the openraft layer's own types (node ids, group keys, partition commands).
+//! - `replication`: the openraft layer's own types (node ids, group keys, partition commands,
+//!   what applying one came to — no Kafka codes).
 
 pub mod background;
 pub mod broker;
@@ -42,6 +52,7 @@ pub mod interbroker;
 pub mod kvlog;
 pub mod metrics;
 pub mod partition;
+pub mod partition_handle;
 pub mod pipeline;
 pub mod producer_ids;
 pub mod replication;

@@ -235,6 +235,17 @@ impl TopicRegistry {
         self.cluster.get()?.replica(&(topic.to_string(), index))
     }
 
+    /// The partition `topic`/`index` as this broker writes it: through its Raft group when this
+    /// broker holds a replica of it, its local log otherwise. None: no such partition here.
+    pub fn handle(&self, topic: &str, index: i32) -> Option<crate::partition_handle::PartitionHandle> {
+        use crate::partition_handle::PartitionHandle;
+        let partition = self.partition(topic, index)?;
+        Some(match self.replica(topic, index) {
+            Some(replica) => PartitionHandle::Replicated { partition, replica },
+            None => PartitionHandle::Local(partition),
+        })
+    }
+
     /// Cluster mode: has every replicated partition of `topic` assigned to this broker a
     /// replica here that knows its leader?
     fn replicas_led(&self, topic: &str) -> bool {

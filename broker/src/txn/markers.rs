@@ -7,11 +7,11 @@
 
 use crate::group::GroupCoordinator;
 use crate::partition::producer_state::{MarkerHeader, Refusal};
-use crate::partition::{AppendError, Partition};
+use crate::partition::Partition;
+use crate::partition_handle::MarkerError;
 use crate::routing::{shard_for, Route};
 use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
-use sluice_storage::StorageError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -101,28 +101,24 @@ impl MarkerWriter for BrokerMarkers {
 
 /// Where a partition's marker goes.
 enum MarkerTarget {
-    /// This broker writes it (single node, or it leads an unreplicated partition).
-    Local,
-    /// This broker leads the replicated partition: through its Raft group.
-    Replica(Arc<crate::cluster::replica::Replica>),
+    /// This broker writes it: its own log, or (replicated) through the partition's Raft group,
+    /// which this broker leads.
+    Here,
     /// Another broker leads it (the address of its client listener).
     Remote(String),
     /// A replicated partition without a leader right now: try again shortly.
     Wait,
 }
 
-/// Cluster mode: who writes the marker for `topic`/`index`.
+/// Who writes the marker for `topic`/`index` (always this broker on one node).
 fn marker_target(state: &TopicRegistry, topic: &str, index: i32) -> MarkerTarget {
-    let Some(c) = state.cluster.get() else { return MarkerTarget::Local };
-    let Some((leader, _)) = state.leader_of(topic, index) else { return MarkerTarget::Local };
+    let Some(c) = state.cluster.get() else { return MarkerTarget::Here };
+    let Some((leader, _)) = state.leader_of(topic, index) else { return MarkerTarget::Here };
     if leader < 0 {
         return MarkerTarget::Wait;
     }
     if leader == state.config.node_id {
-        return match state.replica(topic, index) {
-            Some(r) => MarkerTarget::Replica(r),
-            None => MarkerTarget::Local,
-        };
+        return MarkerTarget::Here;
     }
     match c.image().brokers.get(&leader) {
         Some(b) => MarkerTarget::Remote(format!("{}:{}", b.host, b.port)),
@@ -196,58 +192,9 @@ async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m:
     match marker_target(state, topic, index) {
         MarkerTarget::Remote(addr) => return write_remote(&addr, id, topic, index, m).await,
         MarkerTarget::Wait => return MarkerDone::Retry,
-        MarkerTarget::Replica(r) => {
-            use crate::replication::types::{ApplyFailure, PartCommand, PartResult};
-            let cmd = PartCommand::Marker {
-                producer_id: pid,
-                epoch: m.producer_epoch,
-                coordinator_epoch: m.coordinator_epoch,
-                commit: m.commit,
-                now_ms: crate::clock::now_ms(),
-            };
-            let write = match tokio::time::timeout(Duration::from_secs(10), r.raft.client_write(cmd)).await {
-                Ok(Ok(w)) => w.data,
-                Ok(Err(e)) => {
-                    tracing::warn!(txn = id, topic, partition = index, "replicated marker: {e}; retrying");
-                    return MarkerDone::Retry;
-                }
-                Err(_) => {
-                    tracing::warn!(txn = id, topic, partition = index, "replicated marker not committed within 10 s");
-                    return MarkerDone::Retry;
-                }
-            };
-            return match write {
-                PartResult::Done | PartResult::Appended { .. } => MarkerDone::Written,
-                PartResult::Refused(r) => {
-                    tracing::warn!(txn = id, topic, partition = index, "marker refused: {r:?}");
-                    match r {
-                        Refusal::CoordinatorFenced { .. } => MarkerDone::Fenced,
-                        Refusal::InvalidProducerEpoch { .. } => {
-                            let p = state.partition(topic, index);
-                            refused_epoch(p.as_deref(), id, topic, index, pid)
-                        }
-                        // a marker is refused for no other reason (producer_state::check_marker)
-                        Refusal::OutOfOrderSequence { .. }
-                        | Refusal::InvalidTxnState
-                        | Refusal::UnknownProducerId { .. }
-                        | Refusal::TxnVerification(_)
-                        | Refusal::NotInTransaction => MarkerDone::Written,
-                    }
-                }
-                // not written on this replica (storage failed: the same as on one node, retried)
-                PartResult::Failed(ApplyFailure::Storage(e)) => {
-                    tracing::error!(txn = id, topic, partition = index, "replicated marker write failed: {e}");
-                    MarkerDone::Retry
-                }
-                PartResult::Failed(f @ (ApplyFailure::Shard(_) | ApplyFailure::WrongGroup(_))) => {
-                    tracing::error!(txn = id, topic, partition = index, "replicated marker not applied: {f}");
-                    MarkerDone::Written
-                }
-            };
-        }
-        MarkerTarget::Local => {}
+        MarkerTarget::Here => {}
     }
-    let Some(p) = state.partition(topic, index) else {
+    let Some(handle) = state.handle(topic, index) else {
         tracing::warn!(txn = id, topic, partition = index, "marker skipped: partition is gone");
         return MarkerDone::Written;
     };
@@ -258,26 +205,51 @@ async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m:
         commit: m.commit,
         timestamp: now,
     };
-    let part = p.clone();
-    let written = tokio::task::spawn_blocking(move || part.write_marker(pid, &header, now))
-        .await
-        .unwrap_or_else(|e| Err(AppendError::Storage(StorageError::InvalidConfig(e.to_string()))));
-    match written {
-        Ok(w) => match p.wait_durable_async(w.offset + 1, w.sync).await {
-            Ok(()) => MarkerDone::Written,
-            Err(e) => {
-                tracing::error!(txn = id, topic, partition = index, "marker fsync failed: {e}");
-                MarkerDone::Retry
-            }
-        },
-        Err(AppendError::Refused(Refusal::CoordinatorFenced { current, got })) => {
+    let h = handle.clone();
+    let written = match tokio::task::spawn_blocking(move || h.write_marker(pid, &header, now)).await {
+        Ok(Ok(w)) => w.wait(Duration::from_secs(10)).await,
+        Ok(Err(e)) => Err(e),
+        Err(e) => {
+            tracing::error!(txn = id, topic, partition = index, "marker write task failed: {e}");
+            return MarkerDone::Retry;
+        }
+    };
+    let e = match written {
+        Ok(()) => return MarkerDone::Written,
+        Err(e) => e,
+    };
+    match e {
+        MarkerError::Refused(Refusal::CoordinatorFenced { current, got }) => {
             tracing::warn!(txn = id, topic, partition = index, current, got, "marker refused: a newer coordinator");
             MarkerDone::Fenced
         }
-        Err(AppendError::Refused(_)) => refused_epoch(Some(&p), id, topic, index, pid),
-        Err(AppendError::Storage(e)) => {
+        MarkerError::Refused(Refusal::InvalidProducerEpoch { .. }) => {
+            refused_epoch(Some(handle.partition()), id, topic, index, pid)
+        }
+        // a marker is refused for no other reason (producer_state::check_marker)
+        MarkerError::Refused(
+            r @ (Refusal::OutOfOrderSequence { .. }
+            | Refusal::InvalidTxnState
+            | Refusal::UnknownProducerId { .. }
+            | Refusal::TxnVerification(_)
+            | Refusal::NotInTransaction),
+        ) => {
+            tracing::warn!(txn = id, topic, partition = index, "marker refused: {r:?}");
+            MarkerDone::Written
+        }
+        // not durable (an fsync failed, or storage failed on a replica): retried, as Kafka does
+        MarkerError::Storage(e) => {
             tracing::error!(txn = id, topic, partition = index, "marker write failed: {e}");
             MarkerDone::Retry
+        }
+        // not proposed (leadership moved) or not known to be committed yet
+        MarkerError::Write(e) => {
+            tracing::warn!(txn = id, topic, partition = index, "replicated marker: {e}; retrying");
+            MarkerDone::Retry
+        }
+        MarkerError::NotApplied(f) => {
+            tracing::error!(txn = id, topic, partition = index, "replicated marker not applied: {f}");
+            MarkerDone::Written
         }
     }
 }
