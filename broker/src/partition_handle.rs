@@ -7,7 +7,7 @@
 
 use crate::cluster::replica::{PendingWrite, Replica};
 use crate::partition::producer_state::{MarkerHeader, Refusal};
-use crate::partition::{AppendError, Partition};
+use crate::partition::{AppendError, Appended, Partition};
 use crate::replication::types::{ApplyFailure, PartCommand, PartResult, WriteError};
 use sluice_storage::StorageError;
 use std::sync::Arc;
@@ -39,6 +39,40 @@ pub enum MarkerError {
     NotApplied(ApplyFailure),
 }
 
+/// Where KIP-890's verification of a transactional batch began (see
+/// [`PartitionHandle::verification_start`]).
+#[derive(Debug, Clone, Copy)]
+pub struct VerificationStart {
+    /// Replicated: this broker leads with every entry of earlier terms applied.
+    settled: bool,
+    /// Replicated, transactional: the log end before the coordinator was asked.
+    from: Option<i64>,
+}
+
+/// A produce batch's write under way.
+pub enum BatchWrite {
+    /// Appended here at `first..end` (or an exact retry of a stored batch, answered with its
+    /// original offsets): durable once the partition's fsync reaches `end` (if `sync`).
+    Local { partition: Arc<Partition>, first: i64, end: i64, log_start: i64, sync: bool },
+    /// Proposed to the partition's Raft group: answered when applied.
+    Replicated(PendingWrite),
+}
+
+/// Why a produce batch was not written (or is not known to be).
+#[derive(Debug, thiserror::Error)]
+pub enum BatchRefused {
+    /// Refused by the producer state or the transaction coordinator: nothing was written.
+    #[error("refused: {0:?}")]
+    Refused(Refusal),
+    /// Storage refused the batch or failed to write it.
+    #[error("{0}")]
+    Storage(Arc<StorageError>),
+    /// Not proposed (replicated: not the leader, or a new leader still applying its
+    /// predecessor's entries — the client retries).
+    #[error("{0}")]
+    Write(WriteError),
+}
+
 /// A marker write under way: await [`MarkerWrite::wait`].
 pub enum MarkerWrite {
     Local { partition: Arc<Partition>, end: i64, sync: bool },
@@ -58,6 +92,79 @@ impl PartitionHandle {
             PartitionHandle::Local(_) => None,
             PartitionHandle::Replicated { replica, .. } => Some(replica),
         }
+    }
+
+    /// Note where KIP-890's verification of a (transactional) batch begins, before the
+    /// transaction coordinator is asked. Replicated: the log end now — a marker for the producer
+    /// applied at or after it ended the transaction the coordinator is about to confirm, and the
+    /// batch is refused when applied (`PartCommand::Produce::verified_from`, decision 0016) —
+    /// taken only once this leader has applied every entry of earlier terms (a marker of an
+    /// earlier transaction is then below it). Local: nothing to note (the verification runs
+    /// under the producer-state lock, with the append).
+    pub fn verification_start(&self, transactional: bool) -> VerificationStart {
+        match self {
+            PartitionHandle::Local(_) => VerificationStart { settled: true, from: None },
+            PartitionHandle::Replicated { partition, replica } => {
+                let settled = replica.applied_own_term();
+                VerificationStart { settled, from: transactional.then(|| partition.log().log_end_offset()) }
+            }
+        }
+    }
+
+    /// Append one produce batch; a transactional one must be in its producer's ongoing
+    /// transaction, as `verify` (the coordinator) says — `Refusal::NotInTransaction` when it is
+    /// not, any other refusal for a fenced producer or a coordinator that cannot answer.
+    /// Local: verified under the producer-state lock, which a marker also takes, then appended.
+    /// Replicated: verified now — a fenced producer is refused at once; a batch not in a
+    /// transaction is proposed unverified and refused when applied, so an exact retry of a
+    /// stored batch is still answered as the duplicate it is — and checked again in Raft order
+    /// against `start` when applied; a leader not yet settled refuses transactional batches.
+    /// Blocking (the local append takes the partition's locks; a proposal waits for the group).
+    pub fn append_batch(
+        &self,
+        batch: &mut [u8],
+        now: i64,
+        verify: &dyn Fn(i64, i16) -> Result<(), Refusal>,
+        start: VerificationStart,
+    ) -> Result<BatchWrite, BatchRefused> {
+        let PartitionHandle::Replicated { replica, .. } = self else {
+            let p = self.partition();
+            return match p.append_batch_in_txn(batch, now, Some(verify)) {
+                Ok(Appended::New { info, log_start, sync }) => Ok(BatchWrite::Local {
+                    partition: p.clone(),
+                    first: info.first_offset,
+                    end: info.last_offset + 1,
+                    log_start,
+                    sync,
+                }),
+                Ok(Appended::Duplicate { first_offset, last_offset, log_start, sync }) => Ok(BatchWrite::Local {
+                    partition: p.clone(),
+                    first: first_offset,
+                    end: last_offset + 1,
+                    log_start,
+                    sync,
+                }),
+                Err(AppendError::Refused(r)) => Err(BatchRefused::Refused(r)),
+                Err(AppendError::Storage(e)) => Err(BatchRefused::Storage(Arc::new(e))),
+            };
+        };
+        let verdict = transactional(batch).map(|(pid, epoch)| verify(pid, epoch));
+        let verified = matches!(verdict, Some(Ok(())));
+        if verified && crate::failpoints::armed(crate::failpoints::Failpoint::ProduceDelayAfterVerify) {
+            // tests only: widen the window between the verification and the proposal (a marker
+            // may be ordered in between)
+            tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(1500)));
+        }
+        match verdict {
+            // a new leader still applying its predecessor's entries: the client retries (the
+            // guard's start is not known yet)
+            Some(_) if !start.settled => return Err(BatchRefused::Write(WriteError::NotLeader)),
+            // fenced, or the coordinator cannot answer now: refused as on one broker
+            Some(Err(r)) if r != Refusal::NotInTransaction => return Err(BatchRefused::Refused(r)),
+            _ => {}
+        }
+        let cmd = PartCommand::Produce { batch: batch.to_vec(), now_ms: now, verified, verified_from: start.from };
+        replica.propose(cmd).map(BatchWrite::Replicated).map_err(BatchRefused::Write)
     }
 
     /// Write a COMMIT/ABORT marker for `producer_id`: appended now (local), or proposed to the
@@ -103,4 +210,10 @@ impl MarkerWrite {
             },
         }
     }
+}
+
+/// A transactional batch's producer id and epoch.
+fn transactional(batch: &[u8]) -> Option<(i64, i16)> {
+    let v = sluice_protocol::batch::BatchView::parse_unchecked_crc(batch).ok()?;
+    v.is_transactional().then(|| (v.producer_id(), v.producer_epoch()))
 }

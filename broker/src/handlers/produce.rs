@@ -14,8 +14,9 @@ use super::{now_ms, LaterReply, Reply};
 use crate::cluster::replica::PendingWrite;
 use crate::error_map;
 use crate::partition::producer_state::Refusal;
-use crate::partition::{AppendError, Appended, Partition};
-use crate::replication::types::{PartCommand, PartResult};
+use crate::partition::Partition;
+use crate::partition_handle::{BatchRefused, BatchWrite, PartitionHandle};
+use crate::replication::types::PartResult;
 use crate::routing::{CoordinatorKey, Route, Router as _};
 use crate::services::Services;
 use crate::topic_config::TopicSettings;
@@ -215,6 +216,16 @@ fn transactional(batch: &[u8]) -> Option<(i64, i16)> {
 /// transaction, moving, unreachable) is INVALID_TXN_STATE, so the client aborts and starts over
 /// at once; Kafka answers the retriable NOT_ENOUGH_REPLICAS there, which makes a client retry
 /// the batch until its delivery timeout while the coordinator is away (decision 0011).
+/// The refusal for a coordinator's answer `code` (see [`verification_code`]): not in the
+/// transaction (INVALID_TXN_STATE) is `Refusal::NotInTransaction`, which a replicated partition
+/// decides again when the batch is applied (an exact retry of a stored batch stays a duplicate).
+fn coordinator_refusal(code: i16) -> Refusal {
+    match verification_code(code) {
+        c if c == ResponseError::InvalidTxnState.code() => Refusal::NotInTransaction,
+        c => Refusal::TxnVerification(c),
+    }
+}
+
 fn verification_code(code: i16) -> i16 {
     tracing::debug!(code, "transactional batch refused by its coordinator");
     match ResponseError::try_from_code(code) {
@@ -314,10 +325,11 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                             // transaction verified, `PartCommand::Produce::verified_from`)
                             // (taken once the leader has applied what was committed before
                             // its term: a marker of an earlier transaction is below it)
-                            let replica = state.topics.replica(&name, p.index);
-                            let settled = replica.as_ref().is_none_or(|r| r.applied_own_term());
-                            let verified_from =
-                                (txn_id.is_some() && replica.is_some()).then(|| partition.log().log_end_offset());
+                            let handle = match state.topics.replica(&name, p.index) {
+                                Some(replica) => PartitionHandle::Replicated { partition: partition.clone(), replica },
+                                None => PartitionHandle::Local(partition.clone()),
+                            };
+                            let start = handle.verification_start(txn_id.is_some());
                             let remote = txn_id.as_deref().and_then(|id| remote_coordinator(state, id));
                             let implicit = match (&txn_id, implicit_add(version, &buf)) {
                                 (Some(id), Some((pid, epoch))) if remote.is_none() => {
@@ -338,7 +350,7 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                 }
                             }
                             let verify = |pid: i64, epoch: i16| match (&txn_id, implicit) {
-                                (_, Err(e)) => Err(Refusal::TxnVerification(verification_code(e.code()))),
+                                (_, Err(e)) => Err(coordinator_refusal(e.code())),
                                 // cluster mode with the coordinator on another broker: it
                                 // confirmed the partition before the append (below), and no
                                 // marker has been written here since
@@ -347,85 +359,37 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                         Ok(())
                                     } else {
                                         let code = remote_refusal.unwrap_or(ResponseError::InvalidTxnState.code());
-                                        Err(Refusal::TxnVerification(verification_code(code)))
+                                        Err(coordinator_refusal(code))
                                     }
                                 }
                                 (Some(id), Ok(())) => state
                                     .txns
                                     .verify_partition(id, pid, epoch, &name, p.index)
-                                    .map_err(|e| Refusal::TxnVerification(verification_code(e.code()))),
-                                (None, Ok(())) => Err(Refusal::TxnVerification(ResponseError::InvalidTxnState.code())),
+                                    .map_err(|e| coordinator_refusal(e.code())),
+                                (None, Ok(())) => Err(Refusal::NotInTransaction),
                             };
-                            if let Some(rep) = replica {
-                                // replicated: checked and written on every replica once a
-                                // majority has it (cluster::replica)
-                                let verdict = transactional(&buf).map(|(pid, e)| verify(pid, e));
-                                let verified = matches!(verdict, Some(Ok(())));
-                                if verified
-                                    && crate::failpoints::armed(crate::failpoints::Failpoint::ProduceDelayAfterVerify)
-                                {
-                                    // tests only: widen the window between the verification
-                                    // and the proposal (a marker may be ordered in between)
-                                    tokio::task::block_in_place(|| {
-                                        std::thread::sleep(std::time::Duration::from_millis(1500))
-                                    });
+                            let append_time = if log_append_time { now } else { -1 };
+                            match handle.append_batch(&mut buf, now, &verify, start) {
+                                Ok(BatchWrite::Local { partition, first, end, log_start, sync }) => Staged::Appended {
+                                    partition,
+                                    base_offset: first,
+                                    end,
+                                    log_start,
+                                    sync,
+                                    append_time,
+                                },
+                                Ok(BatchWrite::Replicated(write)) => Staged::Replicated {
+                                    write,
+                                    append_time,
+                                    min_insync: handle.replica().and_then(|rep| beyond_majority(rep, topic, req.acks)),
+                                },
+                                Err(BatchRefused::Refused(r)) => {
+                                    Staged::Error(error_map::refusal_code(&r), Some(format!("{r:?}")))
                                 }
-                                let cmd = PartCommand::Produce {
-                                    batch: Vec::from(buf),
-                                    now_ms: now,
-                                    verified,
-                                    verified_from,
-                                };
-                                match verdict {
-                                    // a new leader still applying its predecessor's entries:
-                                    // the client retries (the guard's start is not known yet)
-                                    Some(_) if !settled => {
-                                        Staged::Error(ResponseError::NotLeaderOrFollower.code(), None)
-                                    }
-                                    // fenced, or the coordinator cannot answer now: refused as
-                                    // on one broker (not-in-transaction is decided when applied:
-                                    // an exact retry of a stored batch is still a duplicate)
-                                    Some(Err(r))
-                                        if error_map::refusal_code(&r) != ResponseError::InvalidTxnState.code() =>
-                                    {
-                                        Staged::Error(error_map::refusal_code(&r), None)
-                                    }
-                                    _ => match rep.propose(cmd) {
-                                        Ok(write) => Staged::Replicated {
-                                            write,
-                                            append_time: if log_append_time { now } else { -1 },
-                                            min_insync: beyond_majority(&rep, topic, req.acks),
-                                        },
-                                        Err(e) => Staged::Error(error_map::write_error_code(&e), None),
-                                    },
+                                Err(BatchRefused::Storage(e)) => {
+                                    Staged::Error(error_map::storage_produce_code(&e), Some(e.to_string()))
                                 }
-                            } else {
-                                match partition.append_batch_in_txn(&mut buf, now, Some(&verify)) {
-                                    Ok(Appended::New { info, log_start, sync }) => Staged::Appended {
-                                        partition: partition.clone(),
-                                        base_offset: info.first_offset,
-                                        end: info.last_offset + 1,
-                                        log_start,
-                                        sync,
-                                        append_time: if log_append_time { now } else { -1 },
-                                    },
-                                    Ok(Appended::Duplicate { first_offset, last_offset, log_start, sync }) => {
-                                        Staged::Appended {
-                                            partition: partition.clone(),
-                                            base_offset: first_offset,
-                                            end: last_offset + 1,
-                                            log_start,
-                                            sync,
-                                            append_time: if log_append_time { now } else { -1 },
-                                        }
-                                    }
-                                    Err(AppendError::Storage(e)) => {
-                                        Staged::Error(error_map::storage_produce_code(&e), Some(e.to_string()))
-                                    }
-                                    Err(AppendError::Refused(r)) => {
-                                        Staged::Error(error_map::refusal_code(&r), Some(format!("{r:?}")))
-                                    }
-                                }
+                                Err(BatchRefused::Write(e)) => Staged::Error(error_map::write_error_code(&e), None),
                             }
                         }
                     },
