@@ -1,7 +1,7 @@
 //! The ONE place where internal errors become Kafka error codes. Exhaustive matches, no
 //! catch-all arm: adding an error variant forces a decision here.
 
-use crate::partition_handle::MarkerError;
+use crate::partition_handle::WriteRefused;
 use crate::replication::types::{ApplyFailure, PartResult, WriteError};
 use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchError;
@@ -69,13 +69,13 @@ pub fn part_result_error(r: &PartResult) -> Option<(i16, String)> {
     }
 }
 
-/// Kafka error code for a marker that was not written (WriteTxnMarkers).
-pub fn marker_code(e: &MarkerError) -> i16 {
+/// Kafka error code for a batch or marker a partition did not write (Produce, WriteTxnMarkers).
+pub fn write_refused_code(e: &WriteRefused) -> i16 {
     match e {
-        MarkerError::Refused(r) => refusal_code(r),
-        MarkerError::Storage(e) => storage_produce_code(e),
-        MarkerError::Write(e) => write_error_code(e),
-        MarkerError::NotApplied(f) => apply_failure_code(f),
+        WriteRefused::Refused(r) => refusal_code(r),
+        WriteRefused::Storage(e) => storage_produce_code(e),
+        WriteRefused::Write(e) => write_error_code(e),
+        WriteRefused::NotApplied(f) => apply_failure_code(f),
     }
 }
 

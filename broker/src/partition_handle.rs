@@ -22,16 +22,18 @@ pub enum PartitionHandle {
     Replicated { partition: Arc<Partition>, replica: Arc<Replica> },
 }
 
-/// Why a marker was not written (or is not known to be).
+/// Why a write (a batch or a marker) was not made, or is not known to be.
 #[derive(Debug, thiserror::Error)]
-pub enum MarkerError {
-    /// The partition's producer state refused it: nothing was written.
+pub enum WriteRefused {
+    /// The partition's producer state (or, for a batch, the transaction coordinator) refused
+    /// it: nothing was written.
     #[error("refused: {0:?}")]
     Refused(Refusal),
-    /// Storage failed: written or not, it is not durable.
+    /// Storage refused it or failed: written or not, it is not durable.
     #[error("{0}")]
     Storage(Arc<StorageError>),
-    /// Not proposed, or proposed with an unknown outcome (replicated).
+    /// Not proposed, or proposed with an unknown outcome (replicated; a new leader still
+    /// applying its predecessor's entries refuses transactional batches as not the leader).
     #[error("{0}")]
     Write(WriteError),
     /// Committed but not applied (replicated; a command of the wrong kind).
@@ -56,21 +58,6 @@ pub enum BatchWrite {
     Local { partition: Arc<Partition>, first: i64, end: i64, log_start: i64, sync: bool },
     /// Proposed to the partition's Raft group: answered when applied.
     Replicated(PendingWrite),
-}
-
-/// Why a produce batch was not written (or is not known to be).
-#[derive(Debug, thiserror::Error)]
-pub enum BatchRefused {
-    /// Refused by the producer state or the transaction coordinator: nothing was written.
-    #[error("refused: {0:?}")]
-    Refused(Refusal),
-    /// Storage refused the batch or failed to write it.
-    #[error("{0}")]
-    Storage(Arc<StorageError>),
-    /// Not proposed (replicated: not the leader, or a new leader still applying its
-    /// predecessor's entries — the client retries).
-    #[error("{0}")]
-    Write(WriteError),
 }
 
 /// A marker write under way: await [`MarkerWrite::wait`].
@@ -126,7 +113,7 @@ impl PartitionHandle {
         now: i64,
         verify: &dyn Fn(i64, i16) -> Result<(), Refusal>,
         start: VerificationStart,
-    ) -> Result<BatchWrite, BatchRefused> {
+    ) -> Result<BatchWrite, WriteRefused> {
         let PartitionHandle::Replicated { replica, .. } = self else {
             let p = self.partition();
             return match p.append_batch_in_txn(batch, now, Some(verify)) {
@@ -144,8 +131,8 @@ impl PartitionHandle {
                     log_start,
                     sync,
                 }),
-                Err(AppendError::Refused(r)) => Err(BatchRefused::Refused(r)),
-                Err(AppendError::Storage(e)) => Err(BatchRefused::Storage(Arc::new(e))),
+                Err(AppendError::Refused(r)) => Err(WriteRefused::Refused(r)),
+                Err(AppendError::Storage(e)) => Err(WriteRefused::Storage(Arc::new(e))),
             };
         };
         let verdict = transactional(batch).map(|(pid, epoch)| verify(pid, epoch));
@@ -158,24 +145,24 @@ impl PartitionHandle {
         match verdict {
             // a new leader still applying its predecessor's entries: the client retries (the
             // guard's start is not known yet)
-            Some(_) if !start.settled => return Err(BatchRefused::Write(WriteError::NotLeader)),
+            Some(_) if !start.settled => return Err(WriteRefused::Write(WriteError::NotLeader)),
             // fenced, or the coordinator cannot answer now: refused as on one broker
-            Some(Err(r)) if r != Refusal::NotInTransaction => return Err(BatchRefused::Refused(r)),
+            Some(Err(r)) if r != Refusal::NotInTransaction => return Err(WriteRefused::Refused(r)),
             _ => {}
         }
         let cmd = PartCommand::Produce { batch: batch.to_vec(), now_ms: now, verified, verified_from: start.from };
-        replica.propose(cmd).map(BatchWrite::Replicated).map_err(BatchRefused::Write)
+        replica.propose(cmd).map(BatchWrite::Replicated).map_err(WriteRefused::Write)
     }
 
     /// Write a COMMIT/ABORT marker for `producer_id`: appended now (local), or proposed to the
     /// partition's group. Blocking (the local append takes the partition's locks; a proposal
     /// waits for the group to accept it).
-    pub fn write_marker(&self, producer_id: i64, header: &MarkerHeader, now: i64) -> Result<MarkerWrite, MarkerError> {
+    pub fn write_marker(&self, producer_id: i64, header: &MarkerHeader, now: i64) -> Result<MarkerWrite, WriteRefused> {
         match self {
             PartitionHandle::Local(p) => match p.write_marker(producer_id, header, now) {
                 Ok(w) => Ok(MarkerWrite::Local { partition: p.clone(), end: w.offset + 1, sync: w.sync }),
-                Err(AppendError::Refused(r)) => Err(MarkerError::Refused(r)),
-                Err(AppendError::Storage(e)) => Err(MarkerError::Storage(Arc::new(e))),
+                Err(AppendError::Refused(r)) => Err(WriteRefused::Refused(r)),
+                Err(AppendError::Storage(e)) => Err(WriteRefused::Storage(Arc::new(e))),
             },
             PartitionHandle::Replicated { replica, .. } => {
                 let cmd = PartCommand::Marker {
@@ -185,7 +172,7 @@ impl PartitionHandle {
                     commit: header.commit,
                     now_ms: now,
                 };
-                replica.propose(cmd).map(MarkerWrite::Replicated).map_err(MarkerError::Write)
+                replica.propose(cmd).map(MarkerWrite::Replicated).map_err(WriteRefused::Write)
             }
         }
     }
@@ -194,19 +181,19 @@ impl PartitionHandle {
 impl MarkerWrite {
     /// Wait until the marker is durable (local: its fsync; replicated: applied once a majority
     /// has it, waiting at most `timeout`).
-    pub async fn wait(self, timeout: Duration) -> Result<(), MarkerError> {
+    pub async fn wait(self, timeout: Duration) -> Result<(), WriteRefused> {
         match self {
             MarkerWrite::Local { partition, end, sync } => {
-                partition.wait_durable_async(end, sync).await.map_err(|e| MarkerError::Storage(Arc::new(e)))
+                partition.wait_durable_async(end, sync).await.map_err(|e| WriteRefused::Storage(Arc::new(e)))
             }
             MarkerWrite::Replicated(w) => match w.wait(timeout).await {
                 Ok(PartResult::Done | PartResult::Appended { .. }) => Ok(()),
-                Ok(PartResult::Refused(r)) => Err(MarkerError::Refused(r)),
-                Ok(PartResult::Failed(ApplyFailure::Storage(e))) => Err(MarkerError::Storage(e)),
+                Ok(PartResult::Refused(r)) => Err(WriteRefused::Refused(r)),
+                Ok(PartResult::Failed(ApplyFailure::Storage(e))) => Err(WriteRefused::Storage(e)),
                 Ok(PartResult::Failed(f @ (ApplyFailure::Shard(_) | ApplyFailure::WrongGroup(_)))) => {
-                    Err(MarkerError::NotApplied(f))
+                    Err(WriteRefused::NotApplied(f))
                 }
-                Err(e) => Err(MarkerError::Write(e)),
+                Err(e) => Err(WriteRefused::Write(e)),
             },
         }
     }

@@ -15,7 +15,7 @@ use crate::cluster::replica::PendingWrite;
 use crate::error_map;
 use crate::partition::producer_state::Refusal;
 use crate::partition::Partition;
-use crate::partition_handle::{BatchRefused, BatchWrite, PartitionHandle};
+use crate::partition_handle::{BatchWrite, PartitionHandle, WriteRefused};
 use crate::replication::types::PartResult;
 use crate::routing::{CoordinatorKey, Route, Router as _};
 use crate::services::Services;
@@ -383,13 +383,16 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                     append_time,
                                     min_insync: handle.replica().and_then(|rep| beyond_majority(rep, topic, req.acks)),
                                 },
-                                Err(BatchRefused::Refused(r)) => {
+                                Err(WriteRefused::Refused(r)) => {
                                     Staged::Error(error_map::refusal_code(&r), Some(format!("{r:?}")))
                                 }
-                                Err(BatchRefused::Storage(e)) => {
+                                Err(WriteRefused::Storage(e)) => {
                                     Staged::Error(error_map::storage_produce_code(&e), Some(e.to_string()))
                                 }
-                                Err(BatchRefused::Write(e)) => Staged::Error(error_map::write_error_code(&e), None),
+                                Err(WriteRefused::Write(e)) => Staged::Error(error_map::write_error_code(&e), None),
+                                Err(e @ WriteRefused::NotApplied(_)) => {
+                                    Staged::Error(error_map::write_refused_code(&e), Some(e.to_string()))
+                                }
                             }
                         }
                     },

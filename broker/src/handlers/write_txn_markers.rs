@@ -61,7 +61,7 @@ pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {
                     None => Staged::Error(ResponseError::UnknownTopicOrPartition.code()),
                     Some(h) => match h.write_marker(m.producer_id.0, &header, now) {
                         Ok(w) => Staged::Marker(w),
-                        Err(e) => Staged::Error(error_map::marker_code(&e)),
+                        Err(e) => Staged::Error(error_map::write_refused_code(&e)),
                     },
                 };
                 parts.push((index, s));
@@ -85,7 +85,7 @@ pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {
                         Staged::Error(code) => code,
                         Staged::Marker(w) => match w.wait(std::time::Duration::from_secs(10)).await {
                             Ok(()) => 0,
-                            Err(e) => error_map::marker_code(&e),
+                            Err(e) => error_map::write_refused_code(&e),
                         },
                         Staged::Offsets(None) => 0,
                         Staged::Offsets(Some(w)) => match crate::group::wait_durable(w).await {

@@ -8,7 +8,7 @@
 use crate::group::GroupCoordinator;
 use crate::partition::producer_state::{MarkerHeader, Refusal};
 use crate::partition::Partition;
-use crate::partition_handle::MarkerError;
+use crate::partition_handle::WriteRefused;
 use crate::routing::{shard_for, Route};
 use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
@@ -219,15 +219,15 @@ async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m:
         Err(e) => e,
     };
     match e {
-        MarkerError::Refused(Refusal::CoordinatorFenced { current, got }) => {
+        WriteRefused::Refused(Refusal::CoordinatorFenced { current, got }) => {
             tracing::warn!(txn = id, topic, partition = index, current, got, "marker refused: a newer coordinator");
             MarkerDone::Fenced
         }
-        MarkerError::Refused(Refusal::InvalidProducerEpoch { .. }) => {
+        WriteRefused::Refused(Refusal::InvalidProducerEpoch { .. }) => {
             refused_epoch(Some(handle.partition()), id, topic, index, pid)
         }
         // a marker is refused for no other reason (producer_state::check_marker)
-        MarkerError::Refused(
+        WriteRefused::Refused(
             r @ (Refusal::OutOfOrderSequence { .. }
             | Refusal::InvalidTxnState
             | Refusal::UnknownProducerId { .. }
@@ -238,16 +238,16 @@ async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m:
             MarkerDone::Written
         }
         // not durable (an fsync failed, or storage failed on a replica): retried, as Kafka does
-        MarkerError::Storage(e) => {
+        WriteRefused::Storage(e) => {
             tracing::error!(txn = id, topic, partition = index, "marker write failed: {e}");
             MarkerDone::Retry
         }
         // not proposed (leadership moved) or not known to be committed yet
-        MarkerError::Write(e) => {
+        WriteRefused::Write(e) => {
             tracing::warn!(txn = id, topic, partition = index, "replicated marker: {e}; retrying");
             MarkerDone::Retry
         }
-        MarkerError::NotApplied(f) => {
+        WriteRefused::NotApplied(f) => {
             tracing::error!(txn = id, topic, partition = index, "replicated marker not applied: {f}");
             MarkerDone::Written
         }
