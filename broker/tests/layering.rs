@@ -53,6 +53,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("config", 1),
     // pure kernels (`KERNELS`)
     ("partition/producer_state", 1),
+    ("txn/machine", 1),
+    ("group/machine", 1),
     ("topic_config", 1),
     ("dynamic_config", 1),
     ("metrics", 1),
@@ -75,7 +77,7 @@ const CLUSTER_MODULES: &[&str] = &["network", "reassign", "reconcile", "replica"
 
 /// Pure kernels inside a module's directory, each a unit of its own (they import nothing of the
 /// crate, so they sit at the bottom, where the replication layer's types may name them).
-const KERNELS: &[(&str, &str)] = &[("partition", "producer_state")];
+const KERNELS: &[(&str, &str)] = &[("partition", "producer_state"), ("txn", "machine"), ("group", "machine")];
 
 /// The layering unit a source file belongs to: its top-level module, or `cluster/<file>`.
 fn unit_of(rel: &Path) -> String {
