@@ -9,6 +9,7 @@ use crate::cluster::replica::{PendingWrite, Replica};
 use crate::partition::producer_state::{MarkerHeader, Refusal};
 use crate::partition::{AppendError, Appended, Partition};
 use crate::replication::types::{ApplyFailure, PartCommand, PartResult, WriteError};
+use bytes::BytesMut;
 use sluice_storage::StorageError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,14 +110,14 @@ impl PartitionHandle {
     /// Blocking (the local append takes the partition's locks; a proposal waits for the group).
     pub fn append_batch(
         &self,
-        batch: &mut [u8],
+        mut batch: BytesMut,
         now: i64,
         verify: &dyn Fn(i64, i16) -> Result<(), Refusal>,
         start: VerificationStart,
     ) -> Result<BatchWrite, WriteRefused> {
         let PartitionHandle::Replicated { replica, .. } = self else {
             let p = self.partition();
-            return match p.append_batch_in_txn(batch, now, Some(verify)) {
+            return match p.append_batch_in_txn(&mut batch, now, Some(verify)) {
                 Ok(Appended::New { info, log_start, sync }) => Ok(BatchWrite::Local {
                     partition: p.clone(),
                     first: info.first_offset,
@@ -135,7 +136,7 @@ impl PartitionHandle {
                 Err(AppendError::Storage(e)) => Err(WriteRefused::Storage(Arc::new(e))),
             };
         };
-        let verdict = transactional(batch).map(|(pid, epoch)| verify(pid, epoch));
+        let verdict = transactional(&batch).map(|(pid, epoch)| verify(pid, epoch));
         let verified = matches!(verdict, Some(Ok(())));
         if verified && crate::failpoints::armed(crate::failpoints::Failpoint::ProduceDelayAfterVerify) {
             // tests only: widen the window between the verification and the proposal (a marker
@@ -150,7 +151,8 @@ impl PartitionHandle {
             Some(Err(r)) if r != Refusal::NotInTransaction => return Err(WriteRefused::Refused(r)),
             _ => {}
         }
-        let cmd = PartCommand::Produce { batch: batch.to_vec(), now_ms: now, verified, verified_from: start.from };
+        // the request's buffer becomes the command (no copy of the records)
+        let cmd = PartCommand::Produce { batch: Vec::from(batch), now_ms: now, verified, verified_from: start.from };
         replica.propose(cmd).map(BatchWrite::Replicated).map_err(WriteRefused::Write)
     }
 

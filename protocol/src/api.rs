@@ -53,12 +53,6 @@ macro_rules! supported_apis {
                     _ => None,
                 }
             }
-
-            pub fn api_key(&self) -> ApiKey {
-                match self {
-                    $( SupportedRequest::$name(_) => ApiKey::$name, )*
-                }
-            }
         }
     };
     (@served $min:literal) => { $min };

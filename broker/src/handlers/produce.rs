@@ -369,7 +369,7 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                 (None, Ok(())) => Err(Refusal::NotInTransaction),
                             };
                             let append_time = if log_append_time { now } else { -1 };
-                            match handle.append_batch(&mut buf, now, &verify, start) {
+                            match handle.append_batch(buf, now, &verify, start) {
                                 Ok(BatchWrite::Local { partition, first, end, log_start, sync }) => Staged::Appended {
                                     partition,
                                     base_offset: first,

@@ -160,11 +160,6 @@ impl TxnCoordinator {
         self.shards[i].lock().or_die()
     }
 
-    /// Is the transaction log replicated (cluster mode, replication factor > 1)?
-    pub fn replication(&self) -> Option<&crate::coordinator::ShardReplicas> {
-        self.replication.get()
-    }
-
     /// The coordinator epoch markers for `id` carry.
     pub fn epoch_for(&self, id: &str) -> i32 {
         if self.replication.get().is_some() {
