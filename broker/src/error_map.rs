@@ -46,7 +46,6 @@ pub fn write_error_code(e: &WriteError) -> i16 {
             ResponseError::NotLeaderOrFollower.code()
         }
         WriteError::TimedOut(_) => ResponseError::RequestTimedOut.code(),
-        WriteError::NoRuntime => ResponseError::UnknownServerError.code(),
     }
 }
 

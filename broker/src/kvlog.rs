@@ -66,16 +66,14 @@ impl LogWait {
         }
     }
 
-    /// [`LogWait::wait`] from blocking code.
+    /// [`LogWait::wait`] from blocking test code (a local log only: a replicated write is
+    /// awaited, never blocked on).
+    #[cfg(test)]
     pub fn wait_blocking(self) -> Result<(), StorageError> {
         match self {
             LogWait::Local(None) => Ok(()),
             LogWait::Local(Some((f, end))) => f.sync_to(end).map(|_| ()),
-            raft => {
-                let handle = tokio::runtime::Handle::try_current()
-                    .map_err(|e| StorageError::InvalidConfig(format!("no runtime: {e}")))?;
-                tokio::task::block_in_place(|| handle.block_on(raft.wait()))
-            }
+            LogWait::Raft(_) => Err(StorageError::InvalidConfig("a replicated write is awaited".into())),
         }
     }
 }

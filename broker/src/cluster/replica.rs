@@ -165,17 +165,21 @@ impl Replica {
         }
     }
 
-    /// Propose `cmd`; returns the receiver of its result, in proposal order. Called from the
-    /// blocking stage of a request, so that requests on one connection are proposed in order.
+    /// Propose `cmd`; returns the receiver of its result, in proposal order (called in a
+    /// request's ordered stage 1, or under a coordinator shard's lock, so proposals keep their
+    /// callers' order). Never waits: openraft's `client_write_ff` only puts the command on the
+    /// Raft core's unbounded queue, so its future is ready at its first poll; one that is not
+    /// (the core stopped, and openraft waits to say why) is refused as [`WriteError::Stopped`].
     pub fn propose(&self, cmd: PartCommand) -> Result<PendingWrite, WriteError> {
         if self.leader() != i32::try_from(self.raft_id()).ok() {
             return Err(WriteError::NotLeader);
         }
-        let handle = tokio::runtime::Handle::try_current().map_err(|_| WriteError::NoRuntime)?;
-        let raft = self.raft.clone();
-        let rx = tokio::task::block_in_place(|| handle.block_on(raft.client_write_ff(cmd)))
-            .map_err(|_| WriteError::NotLeader)?;
-        Ok(PendingWrite(rx))
+        let mut submit = std::pin::pin!(self.raft.client_write_ff(cmd));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::future::Future::poll(submit.as_mut(), &mut cx) {
+            std::task::Poll::Ready(Ok(rx)) => Ok(PendingWrite(rx)),
+            std::task::Poll::Ready(Err(_)) | std::task::Poll::Pending => Err(WriteError::Stopped),
+        }
     }
 
     fn raft_id(&self) -> NodeId {

@@ -64,9 +64,22 @@ impl Deliveries {
         Deliveries { durable: LogWait::none(), joins: Vec::new(), syncs: Vec::new() }
     }
 
-    /// Wait for durability (blocking), then answer. Returns whether the store succeeded.
+    /// Wait for durability, then answer. Returns whether the store succeeded.
+    pub async fn finish(mut self) -> bool {
+        let durable = std::mem::replace(&mut self.durable, LogWait::none());
+        self.deliver(durable.wait().await)
+    }
+
+    /// [`Deliveries::finish`] from blocking test code (a local log).
+    #[cfg(test)]
     pub fn finish_blocking(mut self) -> bool {
-        let ok = match std::mem::replace(&mut self.durable, LogWait::none()).wait_blocking() {
+        let durable = std::mem::replace(&mut self.durable, LogWait::none());
+        self.deliver(durable.wait_blocking())
+    }
+
+    /// Answer once the store ended with `stored`.
+    fn deliver(self, stored: Result<(), StorageError>) -> bool {
+        let ok = match stored {
             Ok(()) => true,
             Err(e) => {
                 tracing::error!("offsets log write failed: {e}");
@@ -86,14 +99,6 @@ impl Deliveries {
             let _ = tx.send(r);
         }
         ok
-    }
-
-    /// The async form: durability waits run on a blocking thread.
-    pub async fn finish(self) -> bool {
-        if self.durable.is_none() {
-            return self.finish_blocking();
-        }
-        tokio::task::spawn_blocking(move || self.finish_blocking()).await.unwrap_or(false)
     }
 }
 

@@ -110,9 +110,6 @@ pub enum WriteError {
     /// This replica does not lead the group: nothing was proposed.
     #[error("this replica does not lead the group")]
     NotLeader,
-    /// No async runtime to propose on: nothing was proposed.
-    #[error("no runtime to propose on")]
-    NoRuntime,
     /// Leadership moved before the write committed: it may still commit (effect unknown).
     #[error("leadership moved: {0}")]
     LeadershipLost(String),
