@@ -130,28 +130,6 @@ async fn write_chunks<W: AsyncWrite + Unpin>(wr: &mut W, chunks: &[Bytes]) -> st
     Ok(())
 }
 
-/// Admin requests do synchronous disk work (metadata fsync, directory creation).
-fn blocking_api(key: ApiKey) -> bool {
-    matches!(
-        key,
-        ApiKey::Metadata
-            | ApiKey::CreateTopics
-            | ApiKey::DeleteTopics
-            | ApiKey::CreatePartitions
-            | ApiKey::AlterConfigs
-            | ApiKey::IncrementalAlterConfigs
-            | ApiKey::DeleteRecords
-            | ApiKey::InitProducerId
-            | ApiKey::JoinGroup
-            | ApiKey::SyncGroup
-            | ApiKey::LeaveGroup
-            | ApiKey::OffsetCommit
-            | ApiKey::OffsetDelete
-            | ApiKey::DeleteGroups
-            | ApiKey::WriteTxnMarkers
-    )
-}
-
 /// Serve one accepted socket on `listener`: the TLS handshake first on SSL listeners, then
 /// requests until the client leaves, the connection fails, or the broker stops.
 pub async fn handle(
@@ -342,11 +320,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
             } else {
                 0
             };
-            let reply = if blocking_api(key) {
-                tokio::task::block_in_place(|| dispatch_from(&state, req, &session))
-            } else {
-                dispatch_from(&state, req, &session)
-            };
+            // stage 1, awaited before the next request is read: requests keep their order
+            let reply = dispatch_from(&state, req, &session).await;
             let reply = match reply {
                 Some(r) if produce_throttle > 0 => Some(with_throttle(r, move |_| produce_throttle)),
                 Some(r) if key == ApiKey::Fetch && state.security.quotas.enabled(Kind::Fetch) => {
@@ -364,7 +339,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
             };
             let out = match reply {
                 None => {
-                    tracing::error!(request_id = %meta.request_id, api = ?key, version, "request failed: no handler; closing");
+                    tracing::error!(request_id = %meta.request_id, api = ?key, version, "request failed (its handler failed); closing");
                     break 'conn;
                 }
                 Some(Reply::None) => continue,

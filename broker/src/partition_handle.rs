@@ -107,12 +107,13 @@ impl PartitionHandle {
     /// transaction is proposed unverified and refused when applied, so an exact retry of a
     /// stored batch is still answered as the duplicate it is — and checked again in Raft order
     /// against `start` when applied; a leader not yet settled refuses transactional batches.
-    /// Blocking (the local append takes the partition's locks; a proposal waits for the group).
-    pub fn append_batch(
+    /// The local append takes the partition's locks (no await while held); a proposal is
+    /// queued, not waited for.
+    pub async fn append_batch(
         &self,
         mut batch: BytesMut,
         now: i64,
-        verify: &dyn Fn(i64, i16) -> Result<(), Refusal>,
+        verify: &(dyn Fn(i64, i16) -> Result<(), Refusal> + Sync),
         start: VerificationStart,
     ) -> Result<BatchWrite, WriteRefused> {
         let PartitionHandle::Replicated { replica, .. } = self else {
@@ -141,7 +142,7 @@ impl PartitionHandle {
         if verified && crate::failpoints::armed(crate::failpoints::Failpoint::ProduceDelayAfterVerify) {
             // tests only: widen the window between the verification and the proposal (a marker
             // may be ordered in between)
-            tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(1500)));
+            tokio::time::sleep(Duration::from_millis(1500)).await;
         }
         match verdict {
             // a new leader still applying its predecessor's entries: the client retries (the

@@ -107,6 +107,10 @@ pub enum Proposed {
 /// What this broker knows of the topics (and, in a cluster, of the metadata quorum's image
 /// that decides them). Knows no coordinator: the group configs it stores are handed to
 /// whoever subscribed ([`TopicRegistry::on_group_configs`]).
+/// An edit of a topic's (or a broker or group resource's) config overrides, given the current
+/// ones: AlterConfigs replaces them, IncrementalAlterConfigs applies its operations.
+pub type ConfigEdit = Arc<dyn Fn(&mut BTreeMap<String, String>) -> Result<(), TopicError> + Send + Sync>;
+
 pub struct TopicRegistry {
     pub config: Arc<Config>,
     pub cluster_id: String,
@@ -306,24 +310,43 @@ impl TopicRegistry {
     /// Replace the dynamic configs of one resource (a broker's, "" the cluster default, or a
     /// group's: `resource_type` 4 or 32) with `configs`, validated by the caller (cluster mode:
     /// through the quorum).
-    pub fn set_resource_configs(
-        &self,
+    pub async fn set_resource_configs(
+        self: &Arc<Self>,
         resource_type: i8,
         name: &str,
         configs: BTreeMap<String, String>,
     ) -> Result<(), TopicError> {
         if self.cluster.get().is_none() {
-            let mut all = self.dynamic();
-            all.set_resource(resource_type, name, configs);
-            return self.replace_dynamic(all);
+            let name = name.to_string();
+            return self
+                .on_disk(move |s| {
+                    let mut all = s.dynamic();
+                    all.set_resource(resource_type, &name, configs);
+                    s.replace_dynamic(all)
+                })
+                .await;
         }
         let want = configs.clone();
-        self.quorum_write(crate::cluster::Command::SetResourceConfigs { resource_type, name: name.into(), configs })?;
+        self.quorum_write(crate::cluster::Command::SetResourceConfigs { resource_type, name: name.into(), configs })
+            .await?;
         self.await_local(|s| {
             let d = s.dynamic();
             let map = if resource_type == 32 { &d.groups } else { &d.brokers };
             (map.get(name).cloned().unwrap_or_default() == want).then_some(())
         })
+        .await
+    }
+
+    /// Run `f` — this broker's disk work: partition directories, metadata fsyncs — on the
+    /// blocking pool, so an async handler's worker thread never waits for the disk.
+    async fn on_disk<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&TopicRegistry) -> Result<T, TopicError> + Send + 'static,
+    ) -> Result<T, TopicError> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || f(&me))
+            .await
+            .unwrap_or_else(|e| Err(TopicError::Cluster(format!("the topic metadata task failed: {e}"))))
     }
 
     /// Make the dynamic configs `new` (this broker only: persisted, then every topic's settings
@@ -393,24 +416,24 @@ impl TopicRegistry {
     /// Create a topic (validating everything before touching disk). The metadata file is
     /// written after the partition directories exist, so a crash in between leaves only
     /// unreferenced directories, which a later create of the same name reuses after wiping.
-    pub fn create_topic(
-        &self,
+    pub async fn create_topic(
+        self: &Arc<Self>,
         name: &str,
         partitions: i32,
         replication_factor: i16,
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Arc<Topic>, TopicError> {
-        let proposed = self.propose_topic(name, partitions, replication_factor, configs, validate_only)?;
-        self.await_created(proposed)
+        let proposed = self.propose_topic(name, partitions, replication_factor, configs, validate_only).await?;
+        self.await_created(proposed).await
     }
 
     /// [`TopicRegistry::create_topic`] without waiting for the cluster: in cluster mode the topic
     /// is decided in the quorum and [`TopicRegistry::await_created`] waits for it, so that a
     /// CreateTopics of many topics decides them all first and waits for them together (their
     /// replica groups start and elect at once, not one topic after the other).
-    pub fn propose_topic(
-        &self,
+    pub async fn propose_topic(
+        self: &Arc<Self>,
         name: &str,
         partitions: i32,
         replication_factor: i16,
@@ -419,8 +442,12 @@ impl TopicRegistry {
     ) -> Result<Proposed, TopicError> {
         self.settings_for(&configs, true)?;
         if self.cluster.get().is_none() {
+            let name = name.to_string();
             return self
-                .create_topic_with_id(name, None, partitions, replication_factor, configs, validate_only)
+                .on_disk(move |s| {
+                    s.create_topic_with_id(&name, None, partitions, replication_factor, configs, validate_only)
+                })
+                .await
                 .map(Proposed::Created);
         }
         // cluster mode: validate here, decide in the quorum, then wait for this broker's copy
@@ -438,24 +465,24 @@ impl TopicRegistry {
         if validate_only {
             return self.create_topic_with_id(name, None, partitions, -1, configs, true).map(Proposed::Created);
         }
-        self.create_in_quorum(name, partitions, configs, i32::from(rf), None)
+        self.create_in_quorum(name, partitions, configs, i32::from(rf), None).await
     }
 
     /// A topic proposed: the topic itself, or (cluster mode) decided in the quorum and
     /// [`TopicRegistry::await_created`] — answered once this broker has the topic and its
     /// replicated partitions have leaders (as Kafka's controller elects them at creation), so
     /// clients can use it at once.
-    pub fn await_created(&self, proposed: Proposed) -> Result<Arc<Topic>, TopicError> {
+    pub async fn await_created(&self, proposed: Proposed) -> Result<Arc<Topic>, TopicError> {
         match proposed {
             Proposed::Created(t) => Ok(t),
             Proposed::Decided { name, id } => {
-                self.await_local(|s| s.topic(&name).filter(|t| t.id == id && s.replicas_led(&name)))
+                self.await_local(|s| s.topic(&name).filter(|t| t.id == id && s.replicas_led(&name))).await
             }
         }
     }
 
     /// Cluster mode: decide a new topic in the quorum (not waiting for it).
-    fn create_in_quorum(
+    async fn create_in_quorum(
         &self,
         name: &str,
         partitions: i32,
@@ -471,7 +498,8 @@ impl TopicRegistry {
             configs,
             replication_factor,
             assignment,
-        })?;
+        })
+        .await?;
         Ok(Proposed::Decided { name: name.to_string(), id })
     }
 
@@ -508,8 +536,8 @@ impl TopicRegistry {
 
     /// Grow a topic to `count` partitions placed as `assignment` says (CreatePartitions
     /// `assignments`: one replica list per new partition), with Kafka's validation.
-    pub fn create_partitions_assigned(
-        &self,
+    pub async fn create_partitions_assigned(
+        self: &Arc<Self>,
         name: &str,
         count: i32,
         assignment: Vec<Vec<i32>>,
@@ -530,21 +558,23 @@ impl TopicRegistry {
         };
         self.check_assignment(&assignment, rf)?;
         if self.cluster.get().is_none() || validate_only {
-            return self.create_partitions_local(name, count, validate_only);
+            let name = name.to_string();
+            return self.on_disk(move |s| s.create_partitions_local(&name, count, validate_only)).await;
         }
         self.quorum_write(crate::cluster::Command::CreatePartitions {
             name: name.into(),
             count,
             assignment: Some(assignment),
-        })?;
-        self.await_local(|s| s.topic(name).filter(|t| t.partitions.len() as i32 >= count).map(|_| ()))
+        })
+        .await?;
+        self.await_local(|s| s.topic(name).filter(|t| t.partitions.len() as i32 >= count).map(|_| ())).await
     }
 
     /// Propose a topic with a manual replica assignment (CreateTopics `assignments`): partition
     /// i's replicas, preferred leader first, with Kafka's validation. On one broker the only
     /// assignment is this broker, once per partition. Waited for as [`TopicRegistry::propose_topic`].
-    pub fn propose_topic_assigned(
-        &self,
+    pub async fn propose_topic_assigned(
+        self: &Arc<Self>,
         name: &str,
         assignment: Vec<Vec<i32>>,
         configs: BTreeMap<String, String>,
@@ -556,80 +586,86 @@ impl TopicRegistry {
         let partitions = i32::try_from(assignment.len()).unwrap_or(i32::MAX);
         if self.cluster.get().is_none() || validate_only {
             validate_topic_name(name)?;
+            let name = name.to_string();
             return self
-                .create_topic_with_id(name, None, partitions, -1, configs, validate_only)
+                .on_disk(move |s| s.create_topic_with_id(&name, None, partitions, -1, configs, validate_only))
+                .await
                 .map(Proposed::Created);
         }
         validate_topic_name(name)?;
-        self.create_in_quorum(name, partitions, configs, rf as i32, Some(assignment))
+        self.create_in_quorum(name, partitions, configs, rf as i32, Some(assignment)).await
     }
 
     /// Delete a topic (cluster mode: everywhere, through the quorum).
-    pub fn delete_topic(&self, name: &str) -> Result<(), TopicError> {
+    pub async fn delete_topic(self: &Arc<Self>, name: &str) -> Result<(), TopicError> {
         if self.cluster.get().is_none() {
-            return self.delete_topic_local(name);
+            let name = name.to_string();
+            return self.on_disk(move |s| s.delete_topic_local(&name)).await;
         }
-        self.quorum_write(crate::cluster::Command::DeleteTopic { name: name.into() })?;
-        self.await_local(|s| s.topic(name).is_none().then_some(()))
+        self.quorum_write(crate::cluster::Command::DeleteTopic { name: name.into() }).await?;
+        self.await_local(|s| s.topic(name).is_none().then_some(())).await
     }
 
     /// Grow a topic to `count` partitions (cluster mode: through the quorum).
-    pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
+    pub async fn create_partitions(
+        self: &Arc<Self>,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
         if self.cluster.get().is_none() || validate_only {
-            return self.create_partitions_local(name, count, validate_only);
+            let name = name.to_string();
+            return self.on_disk(move |s| s.create_partitions_local(&name, count, validate_only)).await;
         }
-        self.quorum_write(crate::cluster::Command::CreatePartitions { name: name.into(), count, assignment: None })?;
-        self.await_local(|s| s.topic(name).filter(|t| t.partitions.len() as i32 >= count).map(|_| ()))
+        self.quorum_write(crate::cluster::Command::CreatePartitions { name: name.into(), count, assignment: None })
+            .await?;
+        self.await_local(|s| s.topic(name).filter(|t| t.partitions.len() as i32 >= count).map(|_| ())).await
     }
 
     /// Change a topic's config overrides (cluster mode: through the quorum).
-    pub fn alter_topic_configs(
-        &self,
+    pub async fn alter_topic_configs(
+        self: &Arc<Self>,
         name: &str,
-        f: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,
+        f: ConfigEdit,
         validate_only: bool,
     ) -> Result<(), TopicError> {
-        // set now: Kafka's validation applies in full
-        let f = |m: &mut BTreeMap<String, String>| {
-            f(m)?;
-            self.settings_for(m, true).map(|_| ())
-        };
         if self.cluster.get().is_none() || validate_only {
-            return self.alter_topic_configs_local(name, f, validate_only);
+            let name = name.to_string();
+            return self
+                .on_disk(move |s| {
+                    // set now: Kafka's validation applies in full
+                    let f = |m: &mut BTreeMap<String, String>| {
+                        f(m)?;
+                        s.settings_for(m, true).map(|_| ())
+                    };
+                    s.alter_topic_configs_local(&name, f, validate_only)
+                })
+                .await;
         }
         let topic = self.topic(name).ok_or_else(|| TopicError::Unknown(name.to_string()))?;
         let mut configs = topic.configs.clone();
         f(&mut configs)?;
+        self.settings_for(&configs, true)?;
         let want = configs.clone();
-        self.quorum_write(crate::cluster::Command::SetTopicConfigs { name: name.into(), configs })?;
-        self.await_local(|s| s.topic(name).filter(|t| t.configs == want).map(|_| ()))
+        self.quorum_write(crate::cluster::Command::SetTopicConfigs { name: name.into(), configs }).await?;
+        self.await_local(|s| s.topic(name).filter(|t| t.configs == want).map(|_| ())).await
     }
 
-    /// Commit `cmd` in the metadata quorum and return what applying it gave (blocking: for
-    /// handler code on the runtime's worker threads).
-    pub fn cluster_write(&self, cmd: crate::cluster::Command) -> Result<crate::cluster::CommandResult, String> {
+    /// Commit `cmd` in the metadata quorum and return what applying it gave.
+    pub async fn cluster_write(&self, cmd: crate::cluster::Command) -> Result<crate::cluster::CommandResult, String> {
         let node = self.cluster.get().cloned().ok_or_else(|| "not in cluster mode".to_string())?;
-        let handle = tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?;
-        tokio::task::block_in_place(|| handle.block_on(node.write(cmd, std::time::Duration::from_secs(10))))
-            .map_err(|e| e.to_string())
+        node.write(cmd, std::time::Duration::from_secs(10)).await.map_err(|e| e.to_string())
     }
 
-    /// Wait (up to 10 s, blocking) until this broker's reconciled state satisfies `f`.
-    pub fn await_cluster<T>(&self, f: impl Fn(&TopicRegistry) -> Option<T>) -> Result<T, String> {
-        let multi_thread = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if multi_thread {
-            tokio::task::block_in_place(|| self.await_local(f)).map_err(|e| e.to_string())
-        } else {
-            self.await_local(f).map_err(|e| e.to_string())
-        }
+    /// Wait (up to 10 s) until this broker's reconciled state satisfies `f`.
+    pub async fn await_cluster<T>(&self, f: impl Fn(&TopicRegistry) -> Option<T>) -> Result<T, String> {
+        self.await_local(f).await.map_err(|e| e.to_string())
     }
 
-    /// Commit a topic command in the metadata quorum (blocking: called from blocking handlers).
-    fn quorum_write(&self, cmd: crate::cluster::Command) -> Result<(), TopicError> {
+    /// Commit a topic command in the metadata quorum.
+    async fn quorum_write(&self, cmd: crate::cluster::Command) -> Result<(), TopicError> {
         use crate::cluster::{CommandResult, Refusal};
         let node = self.cluster.get().cloned().ok_or_else(|| TopicError::Cluster("not in cluster mode".into()))?;
-        let handle = tokio::runtime::Handle::try_current().map_err(|e| TopicError::Cluster(e.to_string()))?;
         let name = match &cmd {
             crate::cluster::Command::CreateTopic { name, .. }
             | crate::cluster::Command::DeleteTopic { name }
@@ -637,9 +673,10 @@ impl TopicRegistry {
             | crate::cluster::Command::SetTopicConfigs { name, .. } => name.clone(),
             _ => String::new(),
         };
-        let result =
-            tokio::task::block_in_place(|| handle.block_on(node.write(cmd, std::time::Duration::from_secs(10))))
-                .map_err(|e| TopicError::Cluster(e.to_string()))?;
+        let result = node
+            .write(cmd, std::time::Duration::from_secs(10))
+            .await
+            .map_err(|e| TopicError::Cluster(e.to_string()))?;
         match result {
             CommandResult::Refused(Refusal::TopicExists) => Err(TopicError::Exists(name)),
             CommandResult::Refused(Refusal::UnknownTopic) => Err(TopicError::Unknown(name)),
@@ -651,7 +688,7 @@ impl TopicRegistry {
     }
 
     /// Wait (up to 10 s) until this broker's reconciled state satisfies `f`.
-    fn await_local<T>(&self, f: impl Fn(&TopicRegistry) -> Option<T>) -> Result<T, TopicError> {
+    async fn await_local<T>(&self, f: impl Fn(&TopicRegistry) -> Option<T>) -> Result<T, TopicError> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
             if let Some(x) = f(self) {
@@ -662,7 +699,7 @@ impl TopicRegistry {
                     "decided in the metadata quorum, not yet ready on this broker within 10 s (it will be)".into(),
                 ));
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 

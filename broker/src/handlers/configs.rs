@@ -7,7 +7,7 @@ use crate::dynamic_config::{self, DynamicConfigs};
 use crate::handlers::topics::topic_error_code;
 use crate::services::Services;
 use crate::topic_config::{self, Meaning, SOURCE_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_TOPIC};
-use crate::topics::TopicError;
+use crate::topics::{ConfigEdit, TopicError};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
@@ -168,21 +169,18 @@ fn apply_ops(
     Ok(())
 }
 
-/// An edit of a resource's configs.
-type ConfigEdit<'a> = dyn Fn(&mut BTreeMap<String, String>) -> Result<(), TopicError> + 'a;
-
 /// Change one resource's configs with `f` (validated as its type requires): a topic's
 /// overrides, a broker resource's or a group's dynamic configs.
-fn alter_resource(
+async fn alter_resource(
     state: &Services,
     resource_type: i8,
     name: &str,
-    f: &ConfigEdit,
+    f: ConfigEdit,
     validate_only: bool,
 ) -> Result<(), (i16, String)> {
     let err = |e: TopicError| (topic_error_code(&e), e.to_string());
     match resource_type {
-        RESOURCE_TOPIC => state.topics.alter_topic_configs(name, f, validate_only).map_err(err),
+        RESOURCE_TOPIC => state.topics.alter_topic_configs(name, f, validate_only).await.map_err(err),
         RESOURCE_BROKER | RESOURCE_GROUP => {
             if resource_type == RESOURCE_BROKER && !broker_resource_ok(state, name, true) {
                 return Err((ResponseError::InvalidRequest.code(), format!("unknown broker id '{name}'")));
@@ -205,7 +203,7 @@ fn alter_resource(
             if validate_only {
                 return Ok(());
             }
-            state.topics.set_resource_configs(resource_type, name, m).map_err(err)
+            state.topics.set_resource_configs(resource_type, name, m).await.map_err(err)
         }
         _ => {
             Err((ResponseError::InvalidRequest.code(), "only topic, broker and group resources can be altered".into()))
@@ -213,7 +211,7 @@ fn alter_resource(
     }
 }
 
-pub fn alter(state: &Services, req: AlterConfigsRequest) -> AlterConfigsResponse {
+pub async fn alter(state: &Services, req: AlterConfigsRequest) -> AlterConfigsResponse {
     let mut resp = AlterConfigsResponse::default();
     for res in req.resources {
         let mut r = kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default();
@@ -222,12 +220,12 @@ pub fn alter(state: &Services, req: AlterConfigsRequest) -> AlterConfigsResponse
         // AlterConfigs replaces every config of the resource with those given
         let new: BTreeMap<String, String> =
             res.configs.iter().filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string()))).collect();
-        let replace = |m: &mut BTreeMap<String, String>| {
+        let replace: ConfigEdit = Arc::new(move |m: &mut BTreeMap<String, String>| {
             *m = new.clone();
             Ok(())
-        };
+        });
         if let Err((code, msg)) =
-            alter_resource(state, res.resource_type, &res.resource_name, &replace, req.validate_only)
+            alter_resource(state, res.resource_type, &res.resource_name, replace, req.validate_only).await
         {
             r.error_code = code;
             r.error_message = Some(sb(&msg));
@@ -237,7 +235,10 @@ pub fn alter(state: &Services, req: AlterConfigsRequest) -> AlterConfigsResponse
     resp
 }
 
-pub fn incremental_alter(state: &Services, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
+pub async fn incremental_alter(
+    state: &Services,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
     let mut resp = IncrementalAlterConfigsResponse::default();
     for res in req.resources {
         let mut r =
@@ -246,7 +247,7 @@ pub fn incremental_alter(state: &Services, req: IncrementalAlterConfigsRequest) 
         r.resource_name = res.resource_name.clone();
         let kind = res.resource_type;
         let dynamic = state.topics.dynamic();
-        let is_list = |name: &str| match kind {
+        let is_list = move |name: &str| match kind {
             RESOURCE_TOPIC => topic_config::is_list(name),
             RESOURCE_BROKER => match dynamic_config::broker_config(name) {
                 Some(dynamic_config::BrokerConfig::Log(d)) => d.kind == topic_config::Kind::List,
@@ -256,24 +257,23 @@ pub fn incremental_alter(state: &Services, req: IncrementalAlterConfigsRequest) 
             _ => false,
         };
         // the value in force, where APPEND and SUBTRACT start
-        let current = |m: &BTreeMap<String, String>, name: &str| -> String {
+        let (config, resource) = (state.config.clone(), res.resource_name.to_string());
+        let current = move |m: &BTreeMap<String, String>, name: &str| -> String {
             if let Some(v) = m.get(name) {
                 return v.clone();
             }
             match kind {
-                RESOURCE_TOPIC => topic_config::effective(&state.config, &dynamic, m, name).0,
+                RESOURCE_TOPIC => topic_config::effective(&config, &dynamic, m, name).0,
                 _ => match dynamic_config::broker_config(name) {
-                    Some(dynamic_config::BrokerConfig::Log(d)) => {
-                        broker_log_value(state, &dynamic, d, &res.resource_name).0
-                    }
+                    Some(dynamic_config::BrokerConfig::Log(d)) => broker_log_value(&config, &dynamic, d, &resource).0,
                     Some(dynamic_config::BrokerConfig::Other(d)) => d.default.to_string(),
                     None => String::new(),
                 },
             }
         };
         let ops = res.configs.clone();
-        let f = |m: &mut BTreeMap<String, String>| apply_ops(m, &ops, &is_list, &current);
-        if let Err((code, msg)) = alter_resource(state, kind, &res.resource_name, &f, req.validate_only) {
+        let f: ConfigEdit = Arc::new(move |m: &mut BTreeMap<String, String>| apply_ops(m, &ops, &is_list, &current));
+        if let Err((code, msg)) = alter_resource(state, kind, &res.resource_name, f, req.validate_only).await {
             r.error_code = code;
             r.error_message = Some(sb(&msg));
         }
@@ -286,7 +286,7 @@ pub fn incremental_alter(state: &Services, req: IncrementalAlterConfigsRequest) 
 /// that resource's own dynamic value: for a broker, the cluster default's, its static setting,
 /// or Kafka's default; for the cluster default, the static setting or Kafka's default.
 fn broker_log_value(
-    state: &Services,
+    config: &crate::config::Config,
     dynamic: &DynamicConfigs,
     d: &topic_config::TopicConfigDef,
     resource: &str,
@@ -297,7 +297,7 @@ fn broker_log_value(
             return (v.clone(), dynamic_config::SOURCE_DYNAMIC_DEFAULT_BROKER);
         }
     }
-    match topic_config::broker_value(&state.config, synonym) {
+    match topic_config::broker_value(config, synonym) {
         Some((v, true)) => (v, SOURCE_STATIC_BROKER),
         Some((v, false)) => (v, SOURCE_DEFAULT),
         None => (d.default.to_string(), SOURCE_DEFAULT),
@@ -361,7 +361,7 @@ fn describe_broker(
             None => (2, false),
         };
         let below = match &def {
-            Some(dynamic_config::BrokerConfig::Log(d)) => broker_log_value(state, &dynamic, d, resource),
+            Some(dynamic_config::BrokerConfig::Log(d)) => broker_log_value(&state.config, &dynamic, d, resource),
             _ => match topic_config::broker_value(&state.config, name) {
                 Some((v, true)) => (v, SOURCE_STATIC_BROKER),
                 Some((v, false)) => (v, SOURCE_DEFAULT),

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 const ELECTION_NOT_NEEDED: i16 = 84;
 const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
 
-/// One partition: elect its preferred replica. Blocking (a handler).
-fn elect(state: &Services, topic: &str, p: i32, deadline: Instant) -> (i16, Option<String>) {
+/// One partition: elect its preferred replica.
+async fn elect(state: &Services, topic: &str, p: i32, deadline: Instant) -> (i16, Option<String>) {
     let Some(node) = state.topics.cluster.get() else {
         return (ELECTION_NOT_NEEDED, Some("a single broker leads every partition".into()));
     };
@@ -33,12 +33,7 @@ fn elect(state: &Services, topic: &str, p: i32, deadline: Instant) -> (i16, Opti
     if state.leader_of(topic, p).map(|(l, _)| l) == Some(preferred) {
         return (ELECTION_NOT_NEEDED, Some(format!("broker {preferred} already leads it")));
     }
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return (ResponseError::UnknownServerError.code(), None);
-    };
-    let asked = tokio::task::block_in_place(|| {
-        handle.block_on(crate::cluster::network::elect(node, u64::try_from(preferred).unwrap_or(0), topic, p))
-    });
+    let asked = crate::cluster::network::elect(node, u64::try_from(preferred).unwrap_or(0), topic, p).await;
     if let Err(e) = asked {
         return (PREFERRED_LEADER_NOT_AVAILABLE, Some(e.to_string()));
     }
@@ -55,11 +50,11 @@ fn elect(state: &Services, topic: &str, p: i32, deadline: Instant) -> (i16, Opti
                 Some(format!("broker {preferred} stood for election but does not lead yet")),
             );
         }
-        std::thread::sleep(Duration::from_millis(50));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-pub fn handle(state: &Services, req: ElectLeadersRequest) -> ElectLeadersResponse {
+pub async fn handle(state: &Services, req: ElectLeadersRequest) -> ElectLeadersResponse {
     let deadline = Instant::now() + Duration::from_millis(req.timeout_ms.clamp(1000, 60_000) as u64);
     let mut resp = ElectLeadersResponse::default();
     let wanted: BTreeMap<String, Vec<i32>> = match req.topic_partitions {
@@ -96,7 +91,7 @@ pub fn handle(state: &Services, req: ElectLeadersRequest) -> ElectLeadersRespons
                     ),
                 )
             } else {
-                elect(state, &topic, p, deadline)
+                elect(state, &topic, p, deadline).await
             };
             pr.error_code = code;
             pr.error_message = message.map(|m| sb(&m));

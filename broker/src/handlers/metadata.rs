@@ -59,7 +59,7 @@ fn error_entry(name: Option<&str>, id: uuid::Uuid, code: i16) -> MetadataRespons
     e
 }
 
-pub fn handle(
+pub async fn handle(
     state: &Services,
     listener: &crate::config::security::ListenerConfig,
     version: i16,
@@ -97,22 +97,26 @@ pub fn handle(
                 }
                 match state.topics.topic(&name) {
                     Some(t) => topic_entry(state, &t),
-                    None if allow_create => match state.topics.create_topic(&name, -1, -1, BTreeMap::new(), false) {
-                        Ok(t) => topic_entry(state, &t),
-                        Err(TopicError::Exists(_)) => match state.topics.topic(&name) {
-                            Some(t) => topic_entry(state, &t),
-                            None => {
-                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::LeaderNotAvailable.code())
+                    None if allow_create => {
+                        match state.topics.create_topic(&name, -1, -1, BTreeMap::new(), false).await {
+                            Ok(t) => topic_entry(state, &t),
+                            Err(TopicError::Exists(_)) => match state.topics.topic(&name) {
+                                Some(t) => topic_entry(state, &t),
+                                None => error_entry(
+                                    Some(&name),
+                                    uuid::Uuid::nil(),
+                                    ResponseError::LeaderNotAvailable.code(),
+                                ),
+                            },
+                            Err(TopicError::InvalidName(..)) => {
+                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::InvalidTopicException.code())
                             }
-                        },
-                        Err(TopicError::InvalidName(..)) => {
-                            error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::InvalidTopicException.code())
+                            Err(e) => {
+                                tracing::warn!("auto-create of {name} failed: {e}");
+                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::UnknownServerError.code())
+                            }
                         }
-                        Err(e) => {
-                            tracing::warn!("auto-create of {name} failed: {e}");
-                            error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::UnknownServerError.code())
-                        }
-                    },
+                    }
                     None => {
                         let code = if crate::topics::validate_topic_name(&name).is_err() {
                             ResponseError::InvalidTopicException.code()

@@ -241,25 +241,7 @@ fn verification_code(code: i16) -> i16 {
     }
 }
 
-/// KIP-890 across brokers (`interbroker::verify_in_txn`), from a produce handler's stage 1,
-/// which blocks.
-fn verify_remote(
-    addr: &str,
-    id: &str,
-    pid: i64,
-    epoch: i16,
-    topic: &str,
-    partition: i32,
-    add: bool,
-) -> Result<(), i16> {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return Err(ResponseError::NetworkException.code());
-    };
-    let call = crate::interbroker::verify_in_txn(addr, id, pid, epoch, topic, partition, add);
-    tokio::task::block_in_place(|| handle.block_on(call))
-}
-
-pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply {
+pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply {
     if ![-1i16, 0, 1].contains(&req.acks) {
         let mut resp = ProduceResponse::default();
         for t in &req.topic_data {
@@ -333,7 +315,7 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                             let remote = txn_id.as_deref().and_then(|id| remote_coordinator(state, id));
                             let implicit = match (&txn_id, implicit_add(version, &buf)) {
                                 (Some(id), Some((pid, epoch))) if remote.is_none() => {
-                                    state.txns.add_blocking(id, pid, epoch, &[(name.clone(), p.index)], None)
+                                    state.txns.add_durably(id, pid, epoch, &[(name.clone(), p.index)], None).await
                                 }
                                 _ => Ok(()),
                             };
@@ -342,7 +324,11 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                 if let Some(addr) = &remote {
                                     if !partition.is_verified(pid, epoch) {
                                         let add = implicit_add(version, &buf).is_some();
-                                        match verify_remote(addr, id, pid, epoch, &name, p.index, add) {
+                                        // KIP-890 across brokers
+                                        let asked = crate::interbroker::verify_in_txn(
+                                            addr, id, pid, epoch, &name, p.index, add,
+                                        );
+                                        match asked.await {
                                             Ok(()) => partition.mark_verified(pid, epoch),
                                             Err(code) => remote_refusal = Some(code),
                                         }
@@ -369,7 +355,7 @@ pub fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply
                                 (None, Ok(())) => Err(Refusal::NotInTransaction),
                             };
                             let append_time = if log_append_time { now } else { -1 };
-                            match handle.append_batch(buf, now, &verify, start) {
+                            match handle.append_batch(buf, now, &verify, start).await {
                                 Ok(BatchWrite::Local { partition, first, end, log_start, sync }) => Staged::Appended {
                                     partition,
                                     base_offset: first,

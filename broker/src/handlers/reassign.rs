@@ -19,7 +19,7 @@ use kafka_protocol::messages::*;
 
 const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 
-pub fn alter(
+pub async fn alter(
     state: &Services,
     version: i16,
     req: AlterPartitionReassignmentsRequest,
@@ -62,7 +62,7 @@ pub fn alter(
                             partition: p.partition_index,
                             replicas: new,
                         };
-                        match state.topics.cluster_write(cmd) {
+                        match state.topics.cluster_write(cmd).await {
                             Ok(crate::cluster::CommandResult::Refused(
                                 crate::cluster::Refusal::InvalidReplicaAssignment(m),
                             )) => (ResponseError::InvalidReplicaAssignment.code(), Some(m)),
@@ -119,7 +119,7 @@ const BROKER_ID_NOT_REGISTERED: i16 = 102;
 /// running cluster (with `controller.listener`) from the metadata quorum and the broker list.
 /// Refused for the configured voters (they hold the coordinators' replicas) and for a broker
 /// that still holds partition replicas (move them first: `sluicectl cluster reassign`).
-pub fn unregister(state: &Services, req: UnregisterBrokerRequest) -> UnregisterBrokerResponse {
+pub async fn unregister(state: &Services, req: UnregisterBrokerRequest) -> UnregisterBrokerResponse {
     let mut resp = UnregisterBrokerResponse::default();
     let id = req.broker_id.0;
     let refuse = |mut r: UnregisterBrokerResponse, code: i16, m: String| {
@@ -151,10 +151,7 @@ pub fn unregister(state: &Services, req: UnregisterBrokerRequest) -> UnregisterB
             format!("broker {id} still holds replicas of {} (move them first): {}", held.len(), held.join(", ")),
         );
     }
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return refuse(resp, ResponseError::UnknownServerError.code(), "no runtime".into());
-    };
-    let done = tokio::task::block_in_place(|| handle.block_on(node.remove_broker(u64::try_from(id).unwrap_or(0))));
+    let done = node.remove_broker(u64::try_from(id).unwrap_or(0)).await;
     if let Err(e) = done {
         resp = refuse(resp, ResponseError::RequestTimedOut.code(), e.to_string());
     }

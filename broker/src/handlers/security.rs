@@ -32,7 +32,7 @@ fn filter(
     })
 }
 
-pub fn create_acls(state: &Services, req: CreateAclsRequest) -> CreateAclsResponse {
+pub async fn create_acls(state: &Services, req: CreateAclsRequest) -> CreateAclsResponse {
     let mut resp = CreateAclsResponse::default();
     let mut valid = Vec::new();
     let mut slots = Vec::new();
@@ -70,16 +70,17 @@ pub fn create_acls(state: &Services, req: CreateAclsRequest) -> CreateAclsRespon
     if !valid.is_empty() {
         let stored = if state.topics.cluster.get().is_some() {
             // cluster mode: through the quorum, then this broker's copy
-            state
-                .topics
-                .cluster_write(Command::CreateAcls { acls: valid.clone() })
-                .and_then(|_| {
-                    state.topics.await_cluster(|_| {
+            match state.topics.cluster_write(Command::CreateAcls { acls: valid.clone() }).await {
+                Ok(_) => state
+                    .topics
+                    .await_cluster(|_| {
                         let all = state.security.acls.all();
                         valid.iter().all(|b| all.contains(b)).then_some(())
                     })
-                })
-                .map_err(|e| anyhow::anyhow!(e))
+                    .await
+                    .map_err(|e| anyhow::anyhow!(e)),
+                Err(e) => Err(anyhow::anyhow!(e)),
+            }
         } else {
             state.security.acls.create(&valid)
         };
@@ -142,7 +143,7 @@ pub fn describe_acls(state: &Services, req: DescribeAclsRequest) -> DescribeAcls
     resp
 }
 
-pub fn delete_acls(state: &Services, req: DeleteAclsRequest) -> DeleteAclsResponse {
+pub async fn delete_acls(state: &Services, req: DeleteAclsRequest) -> DeleteAclsResponse {
     let mut resp = DeleteAclsResponse::default();
     let parsed: Vec<Result<AclFilter, String>> = req
         .filters
@@ -161,7 +162,7 @@ pub fn delete_acls(state: &Services, req: DeleteAclsRequest) -> DeleteAclsRespon
         .collect();
     let good: Vec<AclFilter> = parsed.iter().filter_map(|f| f.as_ref().ok().cloned()).collect();
     let deleted = if state.topics.cluster.get().is_some() {
-        match state.topics.cluster_write(Command::DeleteAcls { filters: good.clone() }) {
+        match state.topics.cluster_write(Command::DeleteAcls { filters: good.clone() }).await {
             Ok(CommandResult::DeletedAcls(d)) => {
                 let gone: Vec<AclBinding> = d.iter().flatten().cloned().collect();
                 state
@@ -170,6 +171,7 @@ pub fn delete_acls(state: &Services, req: DeleteAclsRequest) -> DeleteAclsRespon
                         let all = state.security.acls.all();
                         gone.iter().all(|b| !all.contains(b)).then_some(())
                     })
+                    .await
                     .map(|_| d)
                     .map_err(|e| anyhow::anyhow!(e))
             }
@@ -282,7 +284,7 @@ pub fn describe_scram(
     resp
 }
 
-pub fn alter_scram(state: &Services, req: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
+pub async fn alter_scram(state: &Services, req: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
     let mut resp = AlterUserScramCredentialsResponse::default();
     // Kafka: a user named twice (any mechanism, deletion or upsertion) is refused whole
     let mut count: BTreeMap<(String, i8), usize> = BTreeMap::new();
@@ -386,7 +388,7 @@ pub fn alter_scram(state: &Services, req: AlterUserScramCredentialsRequest) -> A
     let changes: Vec<Change> = changes.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c).collect();
     if !changes.is_empty() {
         let stored = if state.topics.cluster.get().is_some() {
-            alter_in_cluster(state, changes)
+            alter_in_cluster(state, changes).await
         } else {
             state.security.credentials.apply(changes).map(|_| ())
         };
@@ -418,7 +420,7 @@ pub fn alter_scram(state: &Services, req: AlterUserScramCredentialsRequest) -> A
 }
 
 /// Cluster mode: credential changes through the quorum, then wait for this broker's copy.
-fn alter_in_cluster(state: &Services, changes: Vec<Change>) -> anyhow::Result<()> {
+async fn alter_in_cluster(state: &Services, changes: Vec<Change>) -> anyhow::Result<()> {
     let mut upserts = Vec::new();
     let mut deletes = Vec::new();
     for c in &changes {
@@ -438,6 +440,7 @@ fn alter_in_cluster(state: &Services, changes: Vec<Change>) -> anyhow::Result<()
     state
         .topics
         .cluster_write(Command::AlterCredentials { upserts, deletes, only_if_absent: false })
+        .await
         .map_err(|e| anyhow::anyhow!(e))?;
     state
         .topics
@@ -452,5 +455,6 @@ fn alter_in_cluster(state: &Services, changes: Vec<Change>) -> anyhow::Result<()
                 })
                 .then_some(())
         })
+        .await
         .map_err(|e| anyhow::anyhow!(e))
 }

@@ -67,7 +67,7 @@ fn assignment(
     Ok(by_index.into_values().collect())
 }
 
-pub fn create(state: &Services, req: CreateTopicsRequest) -> CreateTopicsResponse {
+pub async fn create(state: &Services, req: CreateTopicsRequest) -> CreateTopicsResponse {
     let mut resp = CreateTopicsResponse::default();
     let mut names_seen = BTreeMap::new();
     // every topic is proposed first, then all are waited for: in cluster mode their replica
@@ -99,17 +99,24 @@ pub fn create(state: &Services, req: CreateTopicsRequest) -> CreateTopicsRespons
         let result = match bad {
             Some(m) => Err(TopicError::InvalidConfig("request".into(), m)),
             None if !t.assignments.is_empty() => match assignment(&t) {
-                Ok(a) => state.topics.propose_topic_assigned(&name, a, configs, req.validate_only),
+                Ok(a) => state.topics.propose_topic_assigned(&name, a, configs, req.validate_only).await,
                 Err(e) => Err(e),
             },
             None => {
-                state.topics.propose_topic(&name, t.num_partitions, t.replication_factor, configs, req.validate_only)
+                state
+                    .topics
+                    .propose_topic(&name, t.num_partitions, t.replication_factor, configs, req.validate_only)
+                    .await
             }
         };
         proposed.push((t, r, result));
     }
     for (t, mut r, result) in proposed {
-        match result.and_then(|p| state.topics.await_created(p)) {
+        let created = match result {
+            Ok(p) => state.topics.await_created(p).await,
+            Err(e) => Err(e),
+        };
+        match created {
             Ok(topic) => {
                 r.topic_id = topic.id;
                 r.num_partitions = if t.num_partitions == -1 { state.config.num_partitions } else { t.num_partitions };
@@ -140,7 +147,7 @@ pub fn create(state: &Services, req: CreateTopicsRequest) -> CreateTopicsRespons
     resp
 }
 
-pub fn delete(state: &Services, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+pub async fn delete(state: &Services, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
     let mut resp = DeleteTopicsResponse::default();
     let mut targets: Vec<(Option<String>, uuid::Uuid)> =
         req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
@@ -159,7 +166,7 @@ pub fn delete(state: &Services, req: DeleteTopicsRequest) -> DeleteTopicsRespons
                 if let Some(t) = state.topics.topic(&n) {
                     r.topic_id = t.id;
                 }
-                if let Err(e) = state.topics.delete_topic(&n) {
+                if let Err(e) = state.topics.delete_topic(&n).await {
                     r.error_code = topic_error_code(&e);
                     r.error_message = Some(sb(&e.to_string()));
                 }
@@ -170,7 +177,7 @@ pub fn delete(state: &Services, req: DeleteTopicsRequest) -> DeleteTopicsRespons
     resp
 }
 
-pub fn create_partitions(state: &Services, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+pub async fn create_partitions(state: &Services, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
     let mut resp = CreatePartitionsResponse::default();
     for t in req.topics {
         let mut r = CreatePartitionsTopicResult::default();
@@ -178,9 +185,9 @@ pub fn create_partitions(state: &Services, req: CreatePartitionsRequest) -> Crea
         let result = match t.assignments.as_ref().filter(|a| !a.is_empty()) {
             Some(a) => {
                 let lists = a.iter().map(|x| x.broker_ids.iter().map(|b| b.0).collect()).collect();
-                state.topics.create_partitions_assigned(&t.name.0, t.count, lists, req.validate_only)
+                state.topics.create_partitions_assigned(&t.name.0, t.count, lists, req.validate_only).await
             }
-            None => state.topics.create_partitions(&t.name.0, t.count, req.validate_only),
+            None => state.topics.create_partitions(&t.name.0, t.count, req.validate_only).await,
         };
         if let Err(e) = result {
             r.error_code = topic_error_code(&e);

@@ -12,16 +12,35 @@ use kafka_protocol::messages::ResponseKind;
 use sluice_protocol::api::{Request, SupportedRequest};
 use std::sync::Arc;
 
-/// Run stage 1 of `req` (in connection order) and return how it will be answered.
-/// Blocking work (metadata fsyncs, log appends) runs under `block_in_place`.
-pub fn dispatch(state: &Arc<Services>, req: Request) -> Option<Reply> {
+/// Run stage 1 of `req` (in connection order: the connection awaits it before it reads the
+/// next request) and return how it will be answered. Stage 1 waits only by awaiting: quorum
+/// writes, calls to peer brokers and Raft proposals are futures; disk work that fsyncs
+/// (topic metadata, producer-id blocks, log start checkpoints) runs on the blocking pool.
+/// Nothing here blocks a worker thread or re-enters the runtime.
+pub async fn dispatch(state: &Arc<Services>, req: Request) -> Option<Reply> {
     let session = state.config.listeners.first().map(Session::internal)?;
-    dispatch_from(state, req, &session)
+    dispatch_from(state, req, &session).await
+}
+
+/// Run `f`, a handler whose work is the disk's (it fsyncs), on the blocking pool and await it.
+/// `None` (the connection closes) if it panicked.
+async fn on_blocking_pool<T: Send + 'static>(
+    state: &Arc<Services>,
+    f: impl FnOnce(&Arc<Services>) -> T + Send + 'static,
+) -> Option<T> {
+    let state = state.clone();
+    match tokio::task::spawn_blocking(move || f(&state)).await {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::error!("a request handler failed: {e}");
+            None
+        }
+    }
 }
 
 /// [`dispatch`] for a request of `session` (its principal is authorized first; its peer is
 /// shown in DescribeGroups; its listener decides the addresses handed out).
-pub fn dispatch_from(state: &Arc<Services>, req: Request, session: &Session) -> Option<Reply> {
+pub async fn dispatch_from(state: &Arc<Services>, req: Request, session: &Session) -> Option<Reply> {
     let version = req.version();
     let peer = session.peer;
     let client_id = req.header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default();
@@ -57,7 +76,7 @@ pub fn dispatch_from(state: &Arc<Services>, req: Request, session: &Session) -> 
         SupportedRequest::Metadata(r) => {
             let (topic_ops, cluster_ops) =
                 (r.include_topic_authorized_operations, r.include_cluster_authorized_operations);
-            let mut resp = handlers::metadata::handle(state, &session.listener, version, r);
+            let mut resp = handlers::metadata::handle(state, &session.listener, version, r).await;
             let sec = &state.security;
             if topic_ops {
                 for t in resp.topics.iter_mut().filter(|t| t.error_code == 0) {
@@ -70,25 +89,32 @@ pub fn dispatch_from(state: &Arc<Services>, req: Request, session: &Session) -> 
             }
             Reply::now(ResponseKind::Metadata(resp))
         }
-        SupportedRequest::Produce(r) => handlers::produce::handle(state, version, r),
+        SupportedRequest::Produce(r) => handlers::produce::handle(state, version, r).await,
         SupportedRequest::Fetch(r) => handlers::fetch::handle(state, version, r),
         SupportedRequest::ListOffsets(r) => {
             Reply::now(ResponseKind::ListOffsets(handlers::list_offsets::handle(state, version, r)))
         }
-        SupportedRequest::CreateTopics(r) => Reply::now(ResponseKind::CreateTopics(handlers::topics::create(state, r))),
-        SupportedRequest::DeleteTopics(r) => Reply::now(ResponseKind::DeleteTopics(handlers::topics::delete(state, r))),
+        SupportedRequest::CreateTopics(r) => {
+            Reply::now(ResponseKind::CreateTopics(handlers::topics::create(state, r).await))
+        }
+        SupportedRequest::DeleteTopics(r) => {
+            Reply::now(ResponseKind::DeleteTopics(handlers::topics::delete(state, r).await))
+        }
         SupportedRequest::CreatePartitions(r) => {
-            Reply::now(ResponseKind::CreatePartitions(handlers::topics::create_partitions(state, r)))
+            Reply::now(ResponseKind::CreatePartitions(handlers::topics::create_partitions(state, r).await))
         }
         SupportedRequest::DeleteRecords(r) => {
-            Reply::now(ResponseKind::DeleteRecords(handlers::delete_records::handle(state, r)))
+            let resp = on_blocking_pool(state, move |s| handlers::delete_records::handle(s, r)).await?;
+            Reply::now(ResponseKind::DeleteRecords(resp))
         }
         SupportedRequest::DescribeConfigs(r) => {
             Reply::now(ResponseKind::DescribeConfigs(handlers::configs::describe(state, r)))
         }
-        SupportedRequest::AlterConfigs(r) => Reply::now(ResponseKind::AlterConfigs(handlers::configs::alter(state, r))),
+        SupportedRequest::AlterConfigs(r) => {
+            Reply::now(ResponseKind::AlterConfigs(handlers::configs::alter(state, r).await))
+        }
         SupportedRequest::IncrementalAlterConfigs(r) => {
-            Reply::now(ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(state, r)))
+            Reply::now(ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(state, r).await))
         }
         SupportedRequest::DescribeCluster(r) => {
             let mut resp = handlers::describe_cluster::describe_cluster(state, &session.listener);
@@ -102,22 +128,23 @@ pub fn dispatch_from(state: &Arc<Services>, req: Request, session: &Session) -> 
             Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_cluster::describe_log_dirs(state, r)))
         }
         SupportedRequest::ElectLeaders(r) => {
-            Reply::now(ResponseKind::ElectLeaders(handlers::elect_leaders::handle(state, r)))
+            Reply::now(ResponseKind::ElectLeaders(handlers::elect_leaders::handle(state, r).await))
         }
         SupportedRequest::AlterPartitionReassignments(r) => {
-            Reply::now(ResponseKind::AlterPartitionReassignments(handlers::reassign::alter(state, version, r)))
+            Reply::now(ResponseKind::AlterPartitionReassignments(handlers::reassign::alter(state, version, r).await))
         }
         SupportedRequest::ListPartitionReassignments(r) => {
             Reply::now(ResponseKind::ListPartitionReassignments(handlers::reassign::list(state, r)))
         }
         SupportedRequest::UnregisterBroker(r) => {
-            Reply::now(ResponseKind::UnregisterBroker(handlers::reassign::unregister(state, r)))
+            Reply::now(ResponseKind::UnregisterBroker(handlers::reassign::unregister(state, r).await))
         }
         SupportedRequest::InitProducerId(r) if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) => {
-            handlers::txn::init_producer_id(state, version, r)
+            on_blocking_pool(state, move |s| handlers::txn::init_producer_id(s, version, r)).await?
         }
         SupportedRequest::InitProducerId(r) => {
-            Reply::now(ResponseKind::InitProducerId(handlers::init_producer_id::handle(state, version, r)))
+            let resp = on_blocking_pool(state, move |s| handlers::init_producer_id::handle(s, version, r)).await?;
+            Reply::now(ResponseKind::InitProducerId(resp))
         }
         SupportedRequest::DescribeProducers(r) => {
             Reply::now(ResponseKind::DescribeProducers(handlers::describe_producers::handle(state, r)))
@@ -173,19 +200,19 @@ pub fn dispatch_from(state: &Arc<Services>, req: Request, session: &Session) -> 
             return Some(illegal_sasl_state(req.api_key));
         }
         SupportedRequest::CreateAcls(r) => {
-            Reply::now(ResponseKind::CreateAcls(handlers::security::create_acls(state, r)))
+            Reply::now(ResponseKind::CreateAcls(handlers::security::create_acls(state, r).await))
         }
         SupportedRequest::DescribeAcls(r) => {
             Reply::now(ResponseKind::DescribeAcls(handlers::security::describe_acls(state, r)))
         }
         SupportedRequest::DeleteAcls(r) => {
-            Reply::now(ResponseKind::DeleteAcls(handlers::security::delete_acls(state, r)))
+            Reply::now(ResponseKind::DeleteAcls(handlers::security::delete_acls(state, r).await))
         }
         SupportedRequest::DescribeUserScramCredentials(r) => {
             Reply::now(ResponseKind::DescribeUserScramCredentials(handlers::security::describe_scram(state, r)))
         }
         SupportedRequest::AlterUserScramCredentials(r) => {
-            Reply::now(ResponseKind::AlterUserScramCredentials(handlers::security::alter_scram(state, r)))
+            Reply::now(ResponseKind::AlterUserScramCredentials(handlers::security::alter_scram(state, r).await))
         }
     };
     Some(match (reply, patch) {
@@ -563,7 +590,7 @@ mod tests {
         }
         let cfg = crate::config::resolve(&map, &Default::default(), None).unwrap();
         let state = crate::broker::open_services(cfg).unwrap();
-        state.topics.create_topic("t", 2, 1, Default::default(), false).unwrap();
+        state.topics.create_topic("t", 2, 1, Default::default(), false).await.unwrap();
         let mut answers = Vec::new();
         for spec in SUPPORTED_APIS {
             for v in spec.served_min..=spec.max {
@@ -575,7 +602,7 @@ mod tests {
                 let frame = encode_request(&header, &make(spec.key, v, topic_id)).unwrap();
                 let req = decode_request(frame.freeze().slice(4..)).unwrap();
                 let asked = req.body.clone();
-                let body = match tokio::task::block_in_place(|| dispatch(&state, req)) {
+                let body = match dispatch(&state, req).await {
                     Some(Reply::Now(b)) => *b,
                     Some(Reply::Later(f)) => f.await,
                     Some(Reply::None) => continue,
@@ -1082,7 +1109,7 @@ mod restart_tests {
         flags.insert("log.dirs".to_string(), dir.path().display().to_string());
         let cfg = crate::config::resolve(&flags, &Default::default(), None).unwrap();
         let state = crate::broker::open_services(cfg.clone()).unwrap();
-        state.topics.create_topic("t", 1, 1, Default::default(), false).unwrap();
+        state.topics.create_topic_with_id("t", None, 1, 1, Default::default(), false).unwrap();
         let mut b = BatchBuilder { producer_id: 5, producer_epoch: 0, base_sequence: 0, ..Default::default() }
             .build(&[NewRecord { timestamp: crate::clock::now_ms(), ..Default::default() }])
             .unwrap()

@@ -332,9 +332,9 @@ impl TxnCoordinator {
         Ok(())
     }
 
-    /// Add partitions (and/or a group) to `id`'s transaction and wait until that is durable,
-    /// blocking: the implicit add of transaction version 2 (Produce v12, TxnOffsetCommit v5).
-    pub fn add_blocking(
+    /// Add partitions (and/or a group) to `id`'s transaction and wait until that is durable:
+    /// the implicit add of transaction version 2 (Produce v12, TxnOffsetCommit v5).
+    pub async fn add_durably(
         &self,
         id: &str,
         pid: i64,
@@ -344,9 +344,7 @@ impl TxnCoordinator {
     ) -> Result<(), ResponseError> {
         let now = crate::clock::now_ms();
         let (d, durable) = self.decide(id, |m| machine::add_to_txn(m, pid, epoch, parts, group, now), now)?;
-        let handle = tokio::runtime::Handle::try_current().map_err(|_| ResponseError::CoordinatorNotAvailable)?;
-        tokio::task::block_in_place(|| handle.block_on(wait_logged(durable)))
-            .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+        wait_logged(durable).await.map_err(|_| ResponseError::CoordinatorNotAvailable)?;
         match d {
             Decision::Refuse(e) => Err(e),
             Decision::Unchanged | Decision::Apply(_) => Ok(()),
