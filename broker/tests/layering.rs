@@ -284,3 +284,80 @@ fn the_cycle_finder_finds_a_cycle_through_a_third_unit() {
     let found = cycles(&imports(&dir));
     assert_eq!(found, vec![vec!["group".to_string(), "topics".to_string(), "txn".to_string()]]);
 }
+
+/// The places allowed to block a thread or re-enter the runtime (`block_in_place`,
+/// `block_on(`, `thread::sleep`), each with how many and why: none is on a request path
+/// (issue 18 item 6; decision 0019). The list only shrinks, as `KNOWN_UPWARD` does.
+const KNOWN_BLOCKING: &[(&str, usize, &str)] = &[
+    ("broker.rs", 1, "opening the services at start (recovery reads every log)"),
+    ("main.rs", 1, "the process's runtime entry"),
+    ("server.rs", 1, "closing the logs at shutdown"),
+    ("coordinator.rs", 1, "loading a coordinator shard on leadership, in its watch task"),
+    ("cluster/replica.rs", 2, "the replica state machines' apply (openraft's task)"),
+    ("cluster/reconcile.rs", 3, "the reconciler (a background task) starting and stopping replicas"),
+];
+
+/// How often each production file under `dir` blocks (see [`KNOWN_BLOCKING`]), comments and
+/// test modules aside.
+fn blocking_sites(dir: &Path) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read src dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+                continue;
+            }
+            let src = std::fs::read_to_string(&path).expect("read source");
+            let n: usize = production_part(&src)
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.starts_with("//"))
+                .map(|l| {
+                    ["block_in_place", "block_on(", "thread::sleep"].iter().map(|p| l.matches(p).count()).sum::<usize>()
+                })
+                .sum();
+            if n > 0 {
+                let rel = path.strip_prefix(dir).expect("under src").to_string_lossy().replace('\\', "/");
+                out.insert(rel, n);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn nothing_blocks_on_a_request_path() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = blocking_sites(&src);
+    let known: BTreeMap<String, usize> = KNOWN_BLOCKING.iter().map(|(f, n, _)| (f.to_string(), *n)).collect();
+    let new: Vec<_> = found.iter().filter(|(f, n)| known.get(*f).is_none_or(|k| *n > k)).collect();
+    assert!(
+        new.is_empty(),
+        "blocking calls (block_in_place, block_on, thread::sleep) where none is allowed: await instead, or run \
+         disk work with spawn_blocking: {new:?}"
+    );
+    let gone: Vec<_> = known.iter().filter(|(f, n)| found.get(*f).is_none_or(|k| k < *n)).collect();
+    assert!(gone.is_empty(), "fewer blocking calls than KNOWN_BLOCKING lists: shrink the list: {gone:?}");
+}
+
+/// The counter itself: a blocking call is counted, a comment or a test module is not.
+#[test]
+fn the_counter_finds_a_blocking_call() {
+    // not tempfile_dir(): that removes the directory the reader test may be using right now
+    let dir = std::env::temp_dir().join(format!("sluice-layering-blocking-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("handlers")).expect("mkdir");
+    std::fs::write(
+        dir.join("handlers/x.rs"),
+        "fn f() {\n    // block_in_place is not here\n    tokio::task::block_in_place(|| h.block_on(g()));\n}\n\
+         #[cfg(test)]\nfn t() { std::thread::sleep(d); }\n",
+    )
+    .expect("write");
+    assert_eq!(blocking_sites(&dir), BTreeMap::from([("handlers/x.rs".to_string(), 2)]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
