@@ -95,7 +95,11 @@ pub async fn replicate<O: ShardOwner>(
         }
         let weak: Weak<O> = Arc::downgrade(owner);
         let apply: KvApply = Arc::new(move |records, now| match weak.upgrade() {
-            Some(o) => o.apply(i, records, now),
+            Some(o) => {
+                let records: Vec<KvRecord> =
+                    records.into_iter().map(|r| (bytes::Bytes::from(r.key), r.value.map(bytes::Bytes::from))).collect();
+                o.apply(i, &records, now)
+            }
             None => Err("the broker is shutting down".into()),
         });
         let spec = ReplicaSpec {

@@ -6,6 +6,7 @@
 //! has it, is decided here and nowhere else.
 
 use crate::cluster::replica::{PendingWrite, Replica};
+use crate::partition::apply::{apply_batch, apply_marker, TxnGuard};
 use crate::partition::producer_state::{MarkerHeader, Refusal};
 use crate::partition::{AppendError, Appended, Partition};
 use crate::replication::types::{ApplyFailure, PartCommand, PartResult, WriteError};
@@ -118,7 +119,7 @@ impl PartitionHandle {
     ) -> Result<BatchWrite, WriteRefused> {
         let PartitionHandle::Replicated { replica, .. } = self else {
             let p = self.partition();
-            return match p.append_batch_in_txn(&mut batch, now, Some(verify)) {
+            return match apply_batch(p, &mut batch, now, TxnGuard::Ask(verify)) {
                 Ok(Appended::New { info, log_start, sync }) => Ok(BatchWrite::Local {
                     partition: p.clone(),
                     first: info.first_offset,
@@ -162,7 +163,7 @@ impl PartitionHandle {
     /// waits for the group to accept it).
     pub fn write_marker(&self, producer_id: i64, header: &MarkerHeader, now: i64) -> Result<MarkerWrite, WriteRefused> {
         match self {
-            PartitionHandle::Local(p) => match p.write_marker(producer_id, header, now) {
+            PartitionHandle::Local(p) => match apply_marker(p, producer_id, header, now) {
                 Ok(w) => Ok(MarkerWrite::Local { partition: p.clone(), end: w.offset + 1, sync: w.sync }),
                 Err(AppendError::Refused(r)) => Err(WriteRefused::Refused(r)),
                 Err(AppendError::Storage(e)) => Err(WriteRefused::Storage(Arc::new(e))),

@@ -23,10 +23,8 @@
 #![allow(clippy::result_large_err)]
 
 use super::store::{io_err, LogStore};
-use crate::partition::producer_state::{MarkerHeader, Refusal};
-use crate::partition::{AppendError, Appended, Partition};
 use crate::replication::types::{
-    ApplyFailure, GroupKey, NodeId, PartCommand, PartConfig, PartRaft, PartResult, WriteError,
+    ApplyFailure, GroupKey, KvEntry, NodeId, PartCommand, PartConfig, PartRaft, PartResult, PartitionLog, WriteError,
 };
 use crate::sync::OrDie as _;
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -35,7 +33,6 @@ use openraft::{
     StoredMembership,
 };
 use serde::{Deserialize, Serialize};
-use sluice_protocol::batch::{iter_batches, BatchView};
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -225,7 +222,7 @@ pub async fn start(
     me: NodeId,
     spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
-    partition: Arc<Partition>,
+    partition: Arc<dyn PartitionLog>,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
     std::fs::create_dir_all(&dir)?;
@@ -287,7 +284,7 @@ async fn start_group<SM: RaftStateMachine<PartConfig>>(
 }
 
 /// Appends records to a coordinator shard's key/value log, durably.
-pub type KvApply = Arc<dyn Fn(&[crate::kvlog::KvRecord], i64) -> Result<(), String> + Send + Sync>;
+pub type KvApply = Arc<dyn Fn(Vec<KvEntry>, i64) -> Result<(), String> + Send + Sync>;
 
 /// The state machine of a coordinator shard's group: its key/value log. Applying a record twice
 /// (after a crash before `applied.json`) is harmless: the latest value per key is the state.
@@ -339,16 +336,10 @@ impl RaftStateMachine<PartConfig> for KvSm {
             for e in entries {
                 self.applied.last_applied = Some(e.log_id);
                 out.push(match e.payload {
-                    EntryPayload::Normal(PartCommand::Kv { records, now_ms }) => {
-                        let recs: Vec<crate::kvlog::KvRecord> = records
-                            .into_iter()
-                            .map(|r| (bytes::Bytes::from(r.key), r.value.map(bytes::Bytes::from)))
-                            .collect();
-                        match (self.apply)(&recs, now_ms) {
-                            Ok(()) => PartResult::Done,
-                            Err(message) => PartResult::Failed(ApplyFailure::Shard(message)),
-                        }
-                    }
+                    EntryPayload::Normal(PartCommand::Kv { records, now_ms }) => match (self.apply)(records, now_ms) {
+                        Ok(()) => PartResult::Done,
+                        Err(message) => PartResult::Failed(ApplyFailure::Shard(message)),
+                    },
                     EntryPayload::Normal(_) => {
                         PartResult::Failed(ApplyFailure::WrongGroup("not a coordinator command".into()))
                     }
@@ -400,10 +391,10 @@ const APPLIED_FILE: &str = "applied.json";
 /// `applied.json` is rewritten at most this often (replay after a crash covers the rest).
 const APPLIED_EVERY: Duration = Duration::from_millis(500);
 
-/// The state machine: the partition itself.
+/// The state machine: the partition itself (`partition/apply.rs` applies each command).
 pub struct ReplicaSm {
     dir: PathBuf,
-    partition: Arc<Partition>,
+    partition: Arc<dyn PartitionLog>,
     applied: Applied,
     /// While `cursor < replay_end`, applied batches are already in the partition log (written
     /// after the last `applied.json`): matched, not written again.
@@ -413,21 +404,17 @@ pub struct ReplicaSm {
 }
 
 impl ReplicaSm {
-    fn open(dir: &Path, partition: Arc<Partition>) -> anyhow::Result<ReplicaSm> {
+    fn open(dir: &Path, partition: Arc<dyn PartitionLog>) -> anyhow::Result<ReplicaSm> {
         let applied: Applied = match std::fs::read(dir.join(APPLIED_FILE)) {
             Ok(b) => serde_json::from_slice(&b)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Applied::default(),
             Err(e) => return Err(e.into()),
         };
-        let (start, end) = {
-            let log = partition.log();
-            (log.log_start_offset(), log.log_end_offset())
-        };
+        let (start, end) = partition.offsets();
         let cursor = applied.log_end.max(start);
         if cursor > end {
             tracing::error!(
-                topic = partition.topic.as_str(),
-                partition = partition.index,
+                partition = partition.name(),
                 "the partition log ends at {end}, before the last applied offset {cursor}"
             );
         }
@@ -444,76 +431,20 @@ impl ReplicaSm {
         Ok(())
     }
 
-    /// Replay: is the stored batch at the cursor this one (same producer, sequence, count and
-    /// records)? Then it was written before the crash; move past it.
-    fn match_stored(&mut self, batch: &[u8], control_pid: Option<i64>) -> Option<PartResult> {
-        let stored = self.partition.log().read(self.cursor, 1, None, true).ok()?;
-        let (_, view) = iter_batches(&stored).next()?.ok()?;
-        let same = match control_pid {
-            Some(pid) => view.is_control() && view.producer_id() == pid,
-            None => {
-                let ours = BatchView::parse_unchecked_crc(batch).ok()?;
-                !view.is_control()
-                    && view.producer_id() == ours.producer_id()
-                    && view.base_sequence() == ours.base_sequence()
-                    && view.last_offset_delta() == ours.last_offset_delta()
-                    && view.records_bytes() == ours.records_bytes()
-            }
-        };
-        if !same || view.base_offset() != self.cursor {
-            return None;
-        }
-        self.cursor = view.last_offset() + 1;
-        let log_start = self.partition.log().log_start_offset();
-        Some(PartResult::Appended { first: view.base_offset(), last: view.last_offset(), log_start })
-    }
-
+    /// Apply one committed command — unless it is being replayed (the partition log already
+    /// holds what it wrote, after the last `applied.json`): then the stored batch at the cursor
+    /// is matched and passed, and a command not found there was refused (or a duplicate) the
+    /// first time.
     fn apply_one(&mut self, cmd: PartCommand) -> (PartResult, i64) {
-        let replaying = self.cursor < self.replay_end;
-        match cmd {
-            PartCommand::Produce { mut batch, now_ms, verified, verified_from } => {
-                if replaying {
-                    // not at the cursor: it was refused (or a duplicate) the first time
-                    return (self.match_stored(&batch, None).unwrap_or_default(), 0);
-                }
-                // KIP-890, in Raft order: verified by the coordinator, and no marker for the
-                // producer since the verification began (one ordered before this batch ended
-                // the transaction the coordinator confirmed)
-                let partition = &self.partition;
-                let verify = |pid: i64, _: i16| {
-                    let ended = verified_from.is_some_and(|from| partition.marker_since(pid, from));
-                    if verified && !ended {
-                        Ok(())
-                    } else {
-                        Err(Refusal::NotInTransaction)
-                    }
-                };
-                match self.partition.append_batch_in_txn(&mut batch, now_ms, Some(&verify)) {
-                    Ok(Appended::New { info, log_start, .. }) => (
-                        PartResult::Appended { first: info.first_offset, last: info.last_offset, log_start },
-                        info.last_offset + 1,
-                    ),
-                    Ok(Appended::Duplicate { first_offset, last_offset, log_start, .. }) => {
-                        (PartResult::Appended { first: first_offset, last: last_offset, log_start }, last_offset + 1)
-                    }
-                    Err(AppendError::Refused(r)) => (PartResult::Refused(r), 0),
-                    Err(AppendError::Storage(e)) => (PartResult::Failed(ApplyFailure::Storage(Arc::new(e))), 0),
-                }
+        if self.cursor >= self.replay_end || matches!(cmd, PartCommand::Kv { .. }) {
+            return self.partition.apply(cmd);
+        }
+        match self.partition.stored(self.cursor, &cmd) {
+            Some((result, next)) => {
+                self.cursor = next;
+                (result, 0)
             }
-            PartCommand::Kv { .. } => {
-                (PartResult::Failed(ApplyFailure::WrongGroup("not a partition command".into())), 0)
-            }
-            PartCommand::Marker { producer_id, epoch, coordinator_epoch, commit, now_ms } => {
-                if replaying {
-                    return (self.match_stored(&[], Some(producer_id)).unwrap_or_default(), 0);
-                }
-                let header = MarkerHeader { epoch, coordinator_epoch, commit, timestamp: now_ms };
-                match self.partition.write_marker(producer_id, &header, now_ms) {
-                    Ok(w) => (PartResult::Appended { first: w.offset, last: w.offset, log_start: 0 }, w.offset + 1),
-                    Err(AppendError::Refused(r)) => (PartResult::Refused(r), 0),
-                    Err(AppendError::Storage(e)) => (PartResult::Failed(ApplyFailure::Storage(Arc::new(e))), 0),
-                }
-            }
+            None => (PartResult::default(), 0),
         }
     }
 }
@@ -570,7 +501,7 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
             if end > 0 {
                 self.partition.publish_committed();
             }
-            self.applied.log_end = self.partition.log().log_end_offset().max(self.cursor);
+            self.applied.log_end = self.partition.offsets().1.max(self.cursor);
             if self.cursor < self.replay_end {
                 // still replaying: record only what is known to be matched
                 self.applied.log_end = self.cursor;
@@ -619,6 +550,7 @@ impl Drop for ReplicaSm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::partition::Partition;
     use crate::replication::types::KvEntry;
     use openraft::CommittedLeaderId;
     use sluice_protocol::batch::{BatchBuilder, NewRecord};
@@ -718,7 +650,7 @@ mod tests {
         assert_eq!(end_before, 3 + 2 + 1 + 1 + 1);
 
         let partition = open_partition(data.path());
-        let mut sm = ReplicaSm::open(raft.path(), partition.clone()).unwrap();
+        let mut sm = ReplicaSm::open(raft.path(), partition.clone() as Arc<dyn PartitionLog>).unwrap();
         assert_eq!(sm.applied_state().await.unwrap().0.map(|l| l.index), Some(2));
         let again = sm.apply(cmds[2..].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 3, c))).await.unwrap();
         assert_eq!(partition.log().log_end_offset(), end_before, "nothing written twice");

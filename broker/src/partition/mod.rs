@@ -14,6 +14,7 @@
 //! aborted-transaction index (fsynced at once: read_committed consumers rely on it, and replay
 //! regenerates an entry a crash lost before that fsync).
 
+pub mod apply;
 pub mod producer_state;
 
 use crate::sync::OrDie as _;

@@ -87,6 +87,25 @@ pub enum PartResult {
     Failed(ApplyFailure),
 }
 
+/// What a replicated partition's state machine applies committed commands to: the partition,
+/// as `partition/apply.rs` implements it. The replication layer sees nothing else of it.
+pub trait PartitionLog: Send + Sync + 'static {
+    /// `topic-index`, for logs.
+    fn name(&self) -> String;
+    /// The log's start and end offsets.
+    fn offsets(&self) -> (i64, i64);
+    /// Apply one committed command: what it did, and the log end it wrote up to (0: nothing
+    /// written).
+    fn apply(&self, cmd: PartCommand) -> (PartResult, i64);
+    /// Replay after a restart: is the stored batch at `offset` the one `cmd` wrote there before
+    /// the crash? Then what applying it did, and the offset after it.
+    fn stored(&self, offset: i64, cmd: &PartCommand) -> Option<(PartResult, i64)>;
+    /// Make everything applied so far visible (committed on a majority: the high watermark).
+    fn publish_committed(&self);
+    /// Make everything applied so far durable (fsync).
+    fn flush(&self) -> Result<(), StorageError>;
+}
+
 /// Why a committed command could not be applied.
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
 pub enum ApplyFailure {

@@ -1,0 +1,126 @@
+//! The one place a write is applied to a partition: [`apply_batch`] for a produce batch,
+//! [`apply_marker`] for a COMMIT/ABORT marker. On one node `PartitionHandle::Local` calls them
+//! at once; in a cluster every replica's state machine calls them (through the replication
+//! layer's [`PartitionLog`], implemented here) for each committed command, in Raft order.
+//! Either way they run under the partition's producer-state lock, so a batch and a marker of
+//! the same producer are ordered the same on every copy.
+//!
+//! KIP-890's guard is checked here too ([`TxnGuard`]): on one node the coordinator is asked
+//! under that lock; replicated, the leader's verification travels in the Raft command as data
+//! (`verified`, `verified_from`) and is checked in Raft order against the markers applied since
+//! the verification began (decision 0016).
+
+use super::producer_state::{MarkerHeader, Refusal};
+use super::{AppendError, Appended, MarkerWritten, Partition};
+use crate::replication::types::{ApplyFailure, PartCommand, PartResult, PartitionLog};
+use sluice_protocol::batch::{iter_batches, BatchView};
+use sluice_storage::StorageError;
+use std::sync::Arc;
+
+/// How a transactional batch is known to be in its producer's ongoing transaction (KIP-890).
+pub enum TxnGuard<'a> {
+    /// One node: ask the transaction coordinator (under the producer-state lock, which a marker
+    /// also takes, so a batch verified before its transaction ended precedes that marker).
+    Ask(&'a dyn Fn(i64, i16) -> Result<(), Refusal>),
+    /// Replicated: the leader's verification, carried in the command — `verified` by the
+    /// coordinator, which began when the log ended at `from`; a marker for the producer at or
+    /// after `from` ended the transaction the coordinator confirmed.
+    Carried { verified: bool, from: Option<i64> },
+}
+
+/// Append one produce batch (idempotence check, transactional guard, append, producer state),
+/// or answer an exact retry of a stored batch with its original offsets.
+pub fn apply_batch(p: &Partition, batch: &mut [u8], now_ms: i64, guard: TxnGuard<'_>) -> Result<Appended, AppendError> {
+    match guard {
+        TxnGuard::Ask(verify) => p.append_batch_in_txn(batch, now_ms, Some(verify)),
+        TxnGuard::Carried { verified, from } => {
+            let verify = |pid: i64, _: i16| {
+                let ended = from.is_some_and(|from| p.marker_since(pid, from));
+                if verified && !ended {
+                    Ok(())
+                } else {
+                    Err(Refusal::NotInTransaction)
+                }
+            };
+            p.append_batch_in_txn(batch, now_ms, Some(&verify))
+        }
+    }
+}
+
+/// Write a COMMIT or ABORT marker for producer `pid`, closing its open transaction here.
+pub fn apply_marker(p: &Partition, pid: i64, header: &MarkerHeader, now_ms: i64) -> Result<MarkerWritten, AppendError> {
+    p.write_marker(pid, header, now_ms)
+}
+
+impl PartitionLog for Partition {
+    fn name(&self) -> String {
+        format!("{}-{}", self.topic, self.index)
+    }
+
+    fn offsets(&self) -> (i64, i64) {
+        let log = self.log();
+        (log.log_start_offset(), log.log_end_offset())
+    }
+
+    fn apply(&self, cmd: PartCommand) -> (PartResult, i64) {
+        let failed = |e: StorageError| (PartResult::Failed(ApplyFailure::Storage(Arc::new(e))), 0);
+        match cmd {
+            PartCommand::Produce { mut batch, now_ms, verified, verified_from } => {
+                let guard = TxnGuard::Carried { verified, from: verified_from };
+                match apply_batch(self, &mut batch, now_ms, guard) {
+                    Ok(Appended::New { info, log_start, .. }) => (
+                        PartResult::Appended { first: info.first_offset, last: info.last_offset, log_start },
+                        info.last_offset + 1,
+                    ),
+                    Ok(Appended::Duplicate { first_offset, last_offset, log_start, .. }) => {
+                        (PartResult::Appended { first: first_offset, last: last_offset, log_start }, last_offset + 1)
+                    }
+                    Err(AppendError::Refused(r)) => (PartResult::Refused(r), 0),
+                    Err(AppendError::Storage(e)) => failed(e),
+                }
+            }
+            PartCommand::Marker { producer_id, epoch, coordinator_epoch, commit, now_ms } => {
+                let header = MarkerHeader { epoch, coordinator_epoch, commit, timestamp: now_ms };
+                match apply_marker(self, producer_id, &header, now_ms) {
+                    Ok(w) => (PartResult::Appended { first: w.offset, last: w.offset, log_start: 0 }, w.offset + 1),
+                    Err(AppendError::Refused(r)) => (PartResult::Refused(r), 0),
+                    Err(AppendError::Storage(e)) => failed(e),
+                }
+            }
+            PartCommand::Kv { .. } => {
+                (PartResult::Failed(ApplyFailure::WrongGroup("not a partition command".into())), 0)
+            }
+        }
+    }
+
+    fn stored(&self, offset: i64, cmd: &PartCommand) -> Option<(PartResult, i64)> {
+        let stored = self.log().read(offset, 1, None, true).ok()?;
+        let (_, view) = iter_batches(&stored).next()?.ok()?;
+        let same = match cmd {
+            PartCommand::Marker { producer_id, .. } => view.is_control() && view.producer_id() == *producer_id,
+            PartCommand::Produce { batch, .. } => {
+                let ours = BatchView::parse_unchecked_crc(batch).ok()?;
+                !view.is_control()
+                    && view.producer_id() == ours.producer_id()
+                    && view.base_sequence() == ours.base_sequence()
+                    && view.last_offset_delta() == ours.last_offset_delta()
+                    && view.records_bytes() == ours.records_bytes()
+            }
+            PartCommand::Kv { .. } => false,
+        };
+        if !same || view.base_offset() != offset {
+            return None;
+        }
+        let log_start = self.log().log_start_offset();
+        let result = PartResult::Appended { first: view.base_offset(), last: view.last_offset(), log_start };
+        Some((result, view.last_offset() + 1))
+    }
+
+    fn publish_committed(&self) {
+        Partition::publish_committed(self)
+    }
+
+    fn flush(&self) -> Result<(), StorageError> {
+        Partition::flush(self)
+    }
+}
