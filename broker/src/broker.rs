@@ -100,9 +100,9 @@ pub(crate) fn open_services(config: Config) -> anyhow::Result<Arc<Services>> {
     let topics = Arc::new(TopicRegistry::open(config.clone())?);
     let data_dir = topics.data_dir().to_path_buf();
     let producer_ids = ProducerIds::open(&data_dir)?;
-    let groups = Arc::new(GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?);
+    let groups = GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?;
     let will_replicate = TxnCoordinator::will_replicate(&config);
-    let txns = Arc::new(TxnCoordinator::open(&data_dir, &config.log, config.txns.clone(), will_replicate)?);
+    let txns = TxnCoordinator::open(&data_dir, &config.log, config.txns.clone(), will_replicate)?;
     let security = Arc::new(Security::open(&data_dir, config.security.clone())?);
     let weak = Arc::downgrade(&groups);
     topics.on_group_configs(Box::new(move |configs| {

@@ -11,7 +11,12 @@
 //!   the state loaded is exactly what the log holds) and when to drop it (it no longer leads) —
 //!   re-checked at least every second, so a shard dropped after a failed write is reloaded once
 //!   its log is applied;
-//! - [`ShardReplicas`] answers who leads a shard (both coordinators' `ShardPlacement`).
+//! - [`ShardReplicas`] answers who leads a shard (both coordinators' `ShardPlacement`);
+//! - [`ShardState`] is where a shard is in that life, the same for both coordinators, and
+//!   [`ShardWrite`] is a write to a shard's log: when it fails or its outcome is unknown, the
+//!   shard is rolled back ([`roll_back`]) — its in-memory state, changed before the write was
+//!   durable, is dropped and reloaded from the log, at once on one node and by the leadership
+//!   watcher in a cluster — so what a coordinator answers always follows its log.
 //!
 //! A coordinator keeps its own shard contents and decides what loading means (the group
 //! coordinator replays groups and offsets; the transaction coordinator also finishes the
@@ -19,13 +24,109 @@
 
 use crate::cluster::replica::{start_kv, KvApply, Replica, ReplicaSpec};
 use crate::cluster::ClusterNode;
-use crate::kvlog::KvRecord;
+use crate::kvlog::{KvRecord, LogWait};
 use crate::sync::OrDie as _;
+use sluice_storage::StorageError;
 use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// A coordinator whose shards the shared runtime replicates.
+/// Where a coordinator shard is in its life on this broker. Loading runs under the shard's
+/// lock, so no request sees a shard half loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardState {
+    /// Not coordinated here: another broker leads it (replicated), or this one has not loaded
+    /// it yet. Requests for it are answered NOT_COORDINATOR.
+    Unloaded,
+    /// Its in-memory state is what its log holds: requests are served.
+    Active,
+    /// A write to its log failed or has an unknown outcome, so its in-memory state (changed
+    /// before the write was durable) no longer follows the log: dropped, and reloaded from the
+    /// log ([`roll_back`]). Answered as `Unloaded` meanwhile.
+    Failed,
+}
+
+impl ShardState {
+    pub fn is_active(self) -> bool {
+        self == ShardState::Active
+    }
+}
+
+/// A write to a coordinator shard's log under way (a local append's fsync, or a Raft commit).
+/// Await [`ShardWrite::wait`]: when the write fails or its outcome is unknown, the shard it was
+/// made to is rolled back before the error is returned.
+#[must_use]
+pub struct ShardWrite {
+    wait: LogWait,
+    shard: Option<(Weak<dyn ShardOwner>, usize)>,
+}
+
+impl ShardWrite {
+    /// A write of `owner`'s shard `shard`, durable once `wait` ends well.
+    pub fn new(wait: LogWait, owner: Weak<dyn ShardOwner>, shard: usize) -> ShardWrite {
+        ShardWrite { wait, shard: Some((owner, shard)) }
+    }
+
+    /// Nothing written: nothing to wait for.
+    pub fn none() -> ShardWrite {
+        ShardWrite { wait: LogWait::none(), shard: None }
+    }
+
+    pub fn is_none(&self) -> bool {
+        self.wait.is_none()
+    }
+
+    /// `self` unless it waits on nothing (a later write's wait covers the earlier ones of the
+    /// same shard: the local log fsyncs in order, Raft commits in order).
+    pub fn or(self, other: ShardWrite) -> ShardWrite {
+        if self.is_none() {
+            other
+        } else {
+            self
+        }
+    }
+
+    /// Wait until the write is durable; on failure (or an unknown outcome) roll its shard back.
+    pub async fn wait(self) -> Result<(), StorageError> {
+        let result = self.wait.wait().await;
+        if result.is_err() {
+            if let Some(owner) = self.shard.as_ref().and_then(|(o, _)| o.upgrade()) {
+                roll_back(owner, self.shard.map_or(0, |(_, i)| i));
+            }
+        }
+        result
+    }
+
+    /// [`ShardWrite::wait`] from blocking test code (a local log; no roll back).
+    #[cfg(test)]
+    pub fn wait_blocking(self) -> Result<(), StorageError> {
+        self.wait.wait_blocking()
+    }
+
+    /// Test code: a write whose outcome is never known (as a Raft commit whose replica stopped).
+    #[cfg(test)]
+    pub fn lost(owner: Weak<dyn ShardOwner>, shard: usize) -> ShardWrite {
+        ShardWrite::new(LogWait::Raft(crate::cluster::replica::PendingWrite::lost()), owner, shard)
+    }
+}
+
+/// Shard `shard` of `owner` no longer follows its log (a write failed or its outcome is
+/// unknown): drop its in-memory state (parked requests are answered NOT_COORDINATOR) and reload
+/// it from the log — at once on one node; replicated, once this broker leads the shard with every
+/// entry applied ([`watch_leadership`]), so a write that commits after all is in what is loaded.
+pub fn roll_back(owner: Arc<dyn ShardOwner>, shard: usize) {
+    tracing::warn!(
+        topic = owner.topic(),
+        shard,
+        "a write to the coordinator log failed or has an unknown outcome; reloading the shard from its log"
+    );
+    owner.unload(shard, ShardState::Failed);
+    if !owner.replicated() {
+        owner.load(shard, None);
+    }
+}
+
+/// A coordinator whose shards the shared runtime replicates and rolls back.
 pub trait ShardOwner: Send + Sync + 'static {
     /// The internal topic whose partitions are the shards (names the replicas and their files).
     fn topic(&self) -> &'static str;
@@ -35,13 +136,17 @@ pub trait ShardOwner: Send + Sync + 'static {
     fn replication_factor(&self) -> i32;
     /// Applied on every replica of shard `shard` (its Raft state machine): append durably.
     fn apply(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String>;
-    /// Does this broker hold shard `shard` loaded (it leads it and its state follows the log)?
-    fn loaded(&self, shard: usize) -> bool;
-    /// This broker leads shard `shard` in Raft term `epoch` with every entry applied: load its
-    /// state from the log. Blocking (reads the shard's log).
-    fn load(self: Arc<Self>, shard: usize, epoch: i32);
-    /// This broker no longer leads shard `shard` (or has not yet loaded it): drop its state.
-    fn unload(&self, shard: usize);
+    /// Are the shards replicated (cluster mode, a Raft group each)?
+    fn replicated(&self) -> bool;
+    /// Where shard `shard` is (see [`ShardState`]).
+    fn state(&self, shard: usize) -> ShardState;
+    /// Load shard `shard`'s state from its log and make it `Active` (`Failed` if the log cannot
+    /// be read). Replicated: this broker leads it in Raft term `epoch` with every entry applied;
+    /// `None` on one node. Blocking (reads the shard's log).
+    fn load(self: Arc<Self>, shard: usize, epoch: Option<i32>);
+    /// Drop shard `shard`'s state, leaving it `to` (`Unloaded`: this broker no longer leads it;
+    /// `Failed`: it no longer follows its log). Parked requests are answered NOT_COORDINATOR.
+    fn unload(&self, shard: usize, to: ShardState);
 }
 
 /// The replicas of a coordinator's shards in a cluster.
@@ -88,7 +193,7 @@ pub async fn replicate<O: ShardOwner>(
     let topic = owner.topic();
     let mut groups = Vec::with_capacity(n);
     for (i, r) in assignment.iter().enumerate() {
-        owner.unload(i);
+        owner.unload(i, ShardState::Unloaded);
         if !r.contains(&me) {
             groups.push(None);
             continue;
@@ -133,14 +238,14 @@ pub fn watch_leadership<O: ShardOwner>(owner: &Arc<O>, replicas: &ShardReplicas)
                     (m.current_leader == Some(m.id), all_applied && this_term, m.current_term)
                 };
                 let Some(owner) = weak.upgrade() else { return };
-                let loaded = owner.loaded(i);
-                if is_leader && ready && !loaded {
+                let state = owner.state(i);
+                if is_leader && ready && !state.is_active() {
                     let epoch = i32::try_from(term).unwrap_or(i32::MAX);
-                    tokio::task::block_in_place(|| owner.load(i, epoch));
-                } else if !is_leader && loaded {
-                    owner.unload(i);
+                    tokio::task::block_in_place(|| owner.load(i, Some(epoch)));
+                } else if !is_leader && state != ShardState::Unloaded {
+                    owner.unload(i, ShardState::Unloaded);
                 }
-                // re-checked at least every second (a shard dropped after a failed write is
+                // re-checked at least every second (a shard rolled back after a failed write is
                 // reloaded once its log is applied)
                 if let Ok(Err(_)) = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await {
                     return;

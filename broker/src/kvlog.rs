@@ -85,6 +85,9 @@ pub struct KvLog {
     records_since_compaction: u64,
     /// Live keys found by the last fold ([`KvLog::compact_folding`]).
     live_at_last_fold: u64,
+    /// Test code: appends write nothing, as if lost before they reached the disk.
+    #[cfg(test)]
+    pub drop_appends: bool,
 }
 
 impl KvLog {
@@ -96,7 +99,15 @@ impl KvLog {
         config.retention_ms = -1;
         config.retention_bytes = -1;
         config.flush = FlushPolicy::Sync;
-        KvLog { dir, config, log: None, records_since_compaction: 0, live_at_last_fold: 0 }
+        KvLog {
+            dir,
+            config,
+            log: None,
+            records_since_compaction: 0,
+            live_at_last_fold: 0,
+            #[cfg(test)]
+            drop_appends: false,
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -115,6 +126,10 @@ impl KvLog {
 
     /// Append records in order; returns what to wait on for their durability.
     pub fn append(&mut self, records: &[KvRecord], now: i64) -> Result<Durable, StorageError> {
+        #[cfg(test)]
+        if self.drop_appends {
+            return Ok(None);
+        }
         if records.is_empty() {
             return Ok(None);
         }

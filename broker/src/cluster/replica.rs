@@ -188,6 +188,13 @@ impl Replica {
 pub struct PendingWrite(tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<PartConfig>>);
 
 impl PendingWrite {
+    /// Test code: a write whose replica stopped before answering (its outcome never known).
+    #[cfg(test)]
+    pub fn lost() -> PendingWrite {
+        let (_, rx) = tokio::sync::oneshot::channel();
+        PendingWrite(rx)
+    }
+
     /// The result once committed and applied; an error if leadership was lost first or the
     /// replica stopped (the write may or may not commit later: the client retries, and
     /// idempotence makes the retry safe), or after `timeout`.

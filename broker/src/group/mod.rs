@@ -8,7 +8,9 @@
 //!
 //! Durability: an offset commit or a group's new assignment is answered only after its record
 //! is fsynced. The in-memory value is updated when the record is appended (under the shard
-//! lock, so memory follows log order); see docs/decisions/0004-group-coordinator.md.
+//! lock, so memory follows log order); see docs/decisions/0004-group-coordinator.md. A write
+//! that fails, or whose outcome is unknown, rolls its shard back: the in-memory groups are
+//! reloaded from the log (`coordinator::ShardWrite`, shared with the transaction coordinator).
 //!
 //! Reload time is bounded by compaction: when a shard has appended many more records than it
 //! has live keys, it re-appends its live state and moves the log start offset to that point, so
@@ -19,6 +21,7 @@ pub mod consumer;
 pub mod machine;
 
 use crate::config::coordinators::CoordinatorSettings;
+use crate::coordinator::{ShardOwner, ShardState, ShardWrite};
 use crate::kvlog::{KvLog, KvRecord, LogWait};
 use crate::sync::OrDie as _;
 use bytes::Bytes;
@@ -28,7 +31,7 @@ use machine::{CommittedOffset, Effect, Group, GroupState, JoinArgs, JoinResult, 
 use sluice_storage::{LogConfig, StorageError};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tokio::sync::oneshot;
 
 pub use crate::topics::OFFSETS_TOPIC;
@@ -44,8 +47,11 @@ pub struct Shard {
     log: KvLog,
     /// Cluster mode, replicated offsets log: this broker's replica of the shard's Raft group.
     replica: Option<Arc<crate::cluster::replica::Replica>>,
-    /// Replicated: this broker leads the shard and has loaded it. Always true otherwise.
-    loaded: bool,
+    /// Where the shard is: `Active` once loaded (on one node from the start; replicated, while
+    /// this broker leads it), `Failed` after a write it cannot vouch for (reloaded).
+    state: ShardState,
+    /// The coordinator, which a failed write rolls back ([`ShardWrite`]).
+    owner: Weak<dyn ShardOwner>,
     pub groups: HashMap<String, Group>,
     join_waiters: Waiters<JoinResult>,
     sync_waiters: Waiters<SyncResult>,
@@ -54,26 +60,26 @@ pub struct Shard {
 /// Answers to deliver once `durable` (if any) is reached.
 #[must_use]
 pub struct Deliveries {
-    durable: LogWait,
+    durable: ShardWrite,
     joins: Vec<(oneshot::Sender<JoinResult>, JoinResult)>,
     syncs: Vec<(oneshot::Sender<SyncResult>, SyncResult)>,
 }
 
 impl Deliveries {
     fn none() -> Deliveries {
-        Deliveries { durable: LogWait::none(), joins: Vec::new(), syncs: Vec::new() }
+        Deliveries { durable: ShardWrite::none(), joins: Vec::new(), syncs: Vec::new() }
     }
 
     /// Wait for durability, then answer. Returns whether the store succeeded.
     pub async fn finish(mut self) -> bool {
-        let durable = std::mem::replace(&mut self.durable, LogWait::none());
+        let durable = std::mem::replace(&mut self.durable, ShardWrite::none());
         self.deliver(durable.wait().await)
     }
 
     /// [`Deliveries::finish`] from blocking test code (a local log).
     #[cfg(test)]
     pub fn finish_blocking(mut self) -> bool {
-        let durable = std::mem::replace(&mut self.durable, LogWait::none());
+        let durable = std::mem::replace(&mut self.durable, ShardWrite::none());
         self.deliver(durable.wait_blocking())
     }
 
@@ -122,11 +128,18 @@ impl Shard {
         Ok(existed)
     }
 
-    /// Append entries (in order) and return what to wait on for their durability.
-    fn append(&mut self, entries: &[Entry], now: i64) -> Result<LogWait, StorageError> {
+    /// Append entries (in order) and return what to wait on for their durability (a failure
+    /// there rolls the shard back).
+    fn append(&mut self, entries: &[Entry], now: i64) -> Result<ShardWrite, StorageError> {
+        let wait = self.append_log(entries, now)?;
+        Ok(ShardWrite::new(wait, self.owner.clone(), self.index as usize))
+    }
+
+    /// [`Shard::append`] without the roll back: for callers that handle a failure themselves.
+    fn append_log(&mut self, entries: &[Entry], now: i64) -> Result<LogWait, StorageError> {
         let records: Vec<KvRecord> = entries.iter().map(codec::encode).collect();
         let Some(replica) = self.replica.clone() else { return self.log.append(&records, now).map(LogWait::Local) };
-        if !self.loaded {
+        if !self.state.is_active() {
             return Err(StorageError::InvalidConfig("this broker does not coordinate this shard".into()));
         }
         let records = records
@@ -180,7 +193,7 @@ impl Shard {
                     let Some(g) = self.groups.get(group_id) else { continue };
                     let entry = self.group_entry(g);
                     match self.append(&[entry], now) {
-                        Ok(w) => d.durable = w.or(std::mem::replace(&mut d.durable, LogWait::none())),
+                        Ok(w) => d.durable = w.or(std::mem::replace(&mut d.durable, ShardWrite::none())),
                         Err(e) => {
                             tracing::error!(group = group_id, "storing group metadata failed: {e}");
                             store_failed = true;
@@ -205,7 +218,50 @@ impl Shard {
                 }
             }
         }
+        if store_failed {
+            // the transition is in memory but not in the log
+            self.roll_back(now);
+        }
         d
+    }
+
+    /// Drop the in-memory groups, leaving the shard `to` (parked joins and syncs are told
+    /// NOT_COORDINATOR).
+    fn drop_state(&mut self, to: ShardState) {
+        for (_, tx) in self.join_waiters.drain() {
+            let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, ""));
+        }
+        for (_, tx) in self.sync_waiters.drain() {
+            let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
+        }
+        self.groups.clear();
+        self.state = to;
+    }
+
+    /// Load the groups from the log: `Active`, or `Failed` if it cannot be read.
+    fn reload(&mut self, now: i64) {
+        self.drop_state(ShardState::Failed);
+        match self.load(now) {
+            Ok(n) => {
+                self.state = ShardState::Active;
+                tracing::info!(
+                    shard = self.index,
+                    records = n,
+                    groups = self.groups.len(),
+                    "loaded offsets-log partition"
+                );
+            }
+            Err(e) => tracing::error!(shard = self.index, "cannot load the offsets log: {e}"),
+        }
+    }
+
+    /// A write this shard cannot vouch for (under its lock): as `coordinator::roll_back`.
+    fn roll_back(&mut self, now: i64) {
+        tracing::warn!(shard = self.index, "an offsets-log write failed; reloading the shard from its log");
+        self.drop_state(ShardState::Failed);
+        if self.replica.is_none() {
+            self.reload(now);
+        }
     }
 
     fn live_keys(&self) -> usize {
@@ -387,7 +443,7 @@ impl GroupCoordinator {
     }
 
     /// Open every existing offsets-log partition under `data_dir` and replay it.
-    pub fn open(data_dir: &Path, base: &LogConfig, mut settings: CoordinatorSettings) -> anyhow::Result<Self> {
+    pub fn open(data_dir: &Path, base: &LogConfig, mut settings: CoordinatorSettings) -> anyhow::Result<Arc<Self>> {
         // The partition count is fixed at first use: changing it would move groups between logs.
         let pfile = data_dir.join(PARTITIONS_FILE);
         match std::fs::read(&pfile) {
@@ -421,7 +477,8 @@ impl GroupCoordinator {
                 index: i,
                 log: KvLog::new(dir.clone(), base, settings.segment_bytes),
                 replica: None,
-                loaded: true,
+                state: ShardState::Active,
+                owner: Weak::<GroupCoordinator>::new(),
                 groups: HashMap::new(),
                 join_waiters: HashMap::new(),
                 sync_waiters: HashMap::new(),
@@ -432,7 +489,17 @@ impl GroupCoordinator {
             }
             shards.push(Mutex::new(shard));
         }
-        Ok(GroupCoordinator { settings, shards, replication: std::sync::OnceLock::new(), timers: Default::default() })
+        let c = Arc::new(GroupCoordinator {
+            settings,
+            shards,
+            replication: std::sync::OnceLock::new(),
+            timers: Default::default(),
+        });
+        let owner: Weak<dyn ShardOwner> = Arc::downgrade(&c) as Weak<GroupCoordinator>;
+        for shard in &c.shards {
+            shard.lock().or_die().owner = owner.clone();
+        }
+        Ok(c)
     }
 
     /// Applied on every replica of shard `i` (its Raft state machine): append durably. The
@@ -442,35 +509,6 @@ impl GroupCoordinator {
         match shard.log.append(records, now).map_err(|e| e.to_string())? {
             Some((flusher, end)) => flusher.sync_to(end).map(|_| ()).map_err(|e| e.to_string()),
             None => Ok(()),
-        }
-    }
-
-    /// Replicated: drop shard `i`'s in-memory groups (parked joins and syncs are told
-    /// NOT_COORDINATOR) and, when `lead`, reload them from the replicated log.
-    fn reset_shard(&self, i: usize, lead: bool, now: i64) {
-        let Some(lock) = self.shards.get(i) else { return };
-        let mut shard = lock.lock().or_die();
-        for (_, tx) in shard.join_waiters.drain() {
-            let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, ""));
-        }
-        for (_, tx) in shard.sync_waiters.drain() {
-            let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
-        }
-        shard.groups.clear();
-        shard.loaded = false;
-        if lead {
-            match shard.load(now) {
-                Ok(n) => {
-                    shard.loaded = true;
-                    tracing::info!(
-                        shard = i,
-                        records = n,
-                        groups = shard.groups.len(),
-                        "leading offsets-log partition"
-                    );
-                }
-                Err(e) => tracing::error!(shard = i, "cannot load the offsets log: {e}"),
-            }
         }
     }
 
@@ -605,7 +643,7 @@ impl GroupCoordinator {
         generation: i32,
         offsets: Vec<OffsetToCommit>,
         now: i64,
-    ) -> Result<LogWait, ResponseError> {
+    ) -> Result<ShardWrite, ResponseError> {
         let mut shard = self.shard(group_id);
         if !shard.groups.contains_key(group_id) && generation >= 0 {
             return Err(ResponseError::IllegalGeneration);
@@ -649,7 +687,7 @@ impl GroupCoordinator {
         generation: i32,
         offsets: Vec<OffsetToCommit>,
         now: i64,
-    ) -> Result<LogWait, ResponseError> {
+    ) -> Result<ShardWrite, ResponseError> {
         let mut shard = self.shard(group_id);
         shard.check_group(group_id, now, |g| g.validate_txn_offset_commit(member_id, instance_id, generation))?;
         let entries: Vec<Entry> = offsets
@@ -673,9 +711,9 @@ impl GroupCoordinator {
     }
 
     /// The marker for `pid`'s transaction reached this group: commit or drop its offsets.
-    pub fn complete_txn(&self, group_id: &str, pid: i64, commit: bool, now: i64) -> Result<LogWait, ResponseError> {
+    pub fn complete_txn(&self, group_id: &str, pid: i64, commit: bool, now: i64) -> Result<ShardWrite, ResponseError> {
         let mut shard = self.shard(group_id);
-        if !shard.loaded {
+        if !shard.state.is_active() {
             return Err(ResponseError::NotCoordinator);
         }
         let entry = Entry::TxnEnd { group: group_id.to_string(), producer_id: pid, commit };
@@ -698,12 +736,12 @@ impl GroupCoordinator {
         pid: i64,
         commit: bool,
         now: i64,
-    ) -> Result<Option<LogWait>, ResponseError> {
+    ) -> Result<Option<ShardWrite>, ResponseError> {
         let Some(lock) = usize::try_from(partition).ok().and_then(|i| self.shards.get(i)) else {
             return Err(ResponseError::UnknownTopicOrPartition);
         };
         let mut shard = lock.lock().or_die();
-        if !shard.loaded {
+        if !shard.state.is_active() {
             // replicated: another broker leads this offsets-log partition (or is taking over)
             return Err(ResponseError::NotCoordinator);
         }
@@ -772,7 +810,7 @@ impl GroupCoordinator {
         group_id: &str,
         topics: Vec<(String, Vec<i32>)>,
         now: i64,
-    ) -> Result<(Vec<(String, Vec<(i32, i16)>)>, LogWait), ResponseError> {
+    ) -> Result<(Vec<(String, Vec<(i32, i16)>)>, ShardWrite), ResponseError> {
         let mut shard = self.shard(group_id);
         let Some(g) = shard.groups.get(group_id) else {
             return Err(ResponseError::GroupIdNotFound);
@@ -821,7 +859,7 @@ impl GroupCoordinator {
     }
 
     /// DeleteGroups for one group.
-    pub fn delete_group(&self, group_id: &str, now: i64) -> Result<LogWait, ResponseError> {
+    pub fn delete_group(&self, group_id: &str, now: i64) -> Result<ShardWrite, ResponseError> {
         let mut shard = self.shard(group_id);
         let Some(g) = shard.groups.get_mut(group_id) else {
             return Err(ResponseError::GroupIdNotFound);
@@ -864,7 +902,7 @@ impl GroupCoordinator {
     /// The earliest moment [`GroupCoordinator::tick`] has work, over every loaded group.
     pub fn next_deadline(&self) -> Option<i64> {
         self.shards()
-            .filter(|s| s.loaded)
+            .filter(|s| s.state.is_active())
             .filter_map(|s| {
                 s.groups
                     .values()
@@ -883,7 +921,7 @@ impl GroupCoordinator {
     pub fn tick(&self, now: i64) -> Vec<Deliveries> {
         let mut out = Vec::new();
         for mut shard in self.shards() {
-            if !shard.loaded {
+            if !shard.state.is_active() {
                 continue;
             }
             let ids: Vec<String> = shard.groups.keys().cloned().collect();
@@ -912,7 +950,7 @@ impl GroupCoordinator {
     pub fn maintain(&self, now: i64) {
         let retention = self.settings.retention_ms;
         for mut shard in self.shards() {
-            if !shard.loaded {
+            if !shard.state.is_active() {
                 continue;
             }
             let mut entries = Vec::new();
@@ -943,16 +981,22 @@ impl GroupCoordinator {
                 shard.groups.remove(&id);
             }
             if !entries.is_empty() {
-                match shard.append(&entries, now) {
+                match shard.append_log(&entries, now) {
                     // replicated: the commit is not awaited under the shard's lock (applying it
                     // takes that lock); a lost expiry is redone next time
                     Ok(LogWait::Local(Some((f, end)))) => {
                         if let Err(e) = f.sync_to(end) {
                             tracing::error!(shard = shard.index, "offsets log fsync failed: {e}");
+                            shard.roll_back(now);
+                            continue;
                         }
                     }
                     Ok(_) => {}
-                    Err(e) => tracing::error!(shard = shard.index, "offset expiry failed: {e}"),
+                    Err(e) => {
+                        tracing::error!(shard = shard.index, "offset expiry failed: {e}");
+                        shard.roll_back(now);
+                        continue;
+                    }
                 }
             }
             match shard.compact(now) {
@@ -997,8 +1041,9 @@ fn count_rebalances(before: u64, after: u64) {
     }
 }
 
-/// Wait for an offsets-log write (a local fsync on a blocking thread, or a Raft commit).
-pub async fn wait_durable(wait: LogWait) -> Result<(), StorageError> {
+/// Wait for an offsets-log write (a local fsync on a blocking thread, or a Raft commit); a
+/// failure rolls its shard back.
+pub async fn wait_durable(wait: ShardWrite) -> Result<(), StorageError> {
     wait.wait().await
 }
 
@@ -1025,16 +1070,28 @@ impl crate::coordinator::ShardOwner for GroupCoordinator {
         self.apply_replicated(shard, records, now)
     }
 
-    fn loaded(&self, shard: usize) -> bool {
-        self.shards.get(shard).is_some_and(|s| s.lock().or_die().loaded)
+    fn replicated(&self) -> bool {
+        self.replication.get().is_some()
     }
 
-    fn load(self: Arc<Self>, shard: usize, _epoch: i32) {
-        self.reset_shard(shard, true, crate::clock::now_ms());
+    fn state(&self, shard: usize) -> ShardState {
+        self.shards.get(shard).map_or(ShardState::Unloaded, |s| s.lock().or_die().state)
     }
 
-    fn unload(&self, shard: usize) {
-        self.reset_shard(shard, false, crate::clock::now_ms());
+    fn load(self: Arc<Self>, shard: usize, _epoch: Option<i32>) {
+        if let Some(s) = self.shards.get(shard) {
+            s.lock().or_die().reload(crate::clock::now_ms());
+        }
+    }
+
+    fn unload(&self, shard: usize, to: ShardState) {
+        if let Some(s) = self.shards.get(shard) {
+            let mut s = s.lock().or_die();
+            if s.state.is_active() && to == ShardState::Unloaded {
+                tracing::info!(shard, "no longer leading offsets-log partition");
+            }
+            s.drop_state(to);
+        }
     }
 }
 
@@ -1071,6 +1128,27 @@ mod tests {
         let wait = c.commit_offsets(group, "", None, -1, vec![o], now).unwrap();
         assert!(!wait.is_none());
         wait.wait_blocking().unwrap();
+    }
+
+    /// A write whose outcome is unknown (here: lost before it reached the disk) rolls its shard
+    /// back: the offset committed in memory before the write was durable is gone again, and the
+    /// shard serves what its log holds.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_write_that_fails_rolls_its_shard_back_to_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = GroupCoordinator::open(dir.path(), &LogConfig::default(), settings()).unwrap();
+        commit(&c, "g", 0, 5, 1);
+        let i = c.partition_for("g") as usize;
+        c.shards[i].lock().or_die().log.drop_appends = true;
+        let o = OffsetToCommit { topic: "t".into(), partition: 0, offset: 9, leader_epoch: 0, metadata: String::new() };
+        let write = c.commit_offsets("g", "", None, -1, vec![o], 2).unwrap();
+        assert_eq!(offsets(&c, "g"), vec![(0, 9)], "in memory before it is durable");
+        drop(write);
+        c.shards[i].lock().or_die().log.drop_appends = false;
+        let owner: Weak<dyn ShardOwner> = Arc::downgrade(&c) as Weak<GroupCoordinator>;
+        assert!(ShardWrite::lost(owner, i).wait().await.is_err());
+        assert_eq!(offsets(&c, "g"), vec![(0, 5)], "rolled back to what the log holds");
+        assert_eq!(c.state(i), ShardState::Active, "reloaded at once on one node");
     }
 
     fn offsets(c: &GroupCoordinator, group: &str) -> Vec<(i32, i64)> {

@@ -279,7 +279,7 @@ pub fn offset_commit(state: &Services, req: OffsetCommitRequest) -> Reply {
     let outcome = if group_id.is_empty() {
         Err(ResponseError::InvalidGroupId)
     } else if to_commit.is_empty() {
-        Ok(crate::kvlog::LogWait::none())
+        Ok(crate::coordinator::ShardWrite::none())
     } else {
         state.groups.commit_offsets(
             &group_id,

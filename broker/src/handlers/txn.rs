@@ -258,7 +258,7 @@ pub fn txn_offset_commit(state: &Arc<Services>, version: i16, req: TxnOffsetComm
         };
         let outcome = check.and_then(|()| {
             if to_commit.is_empty() {
-                Ok(crate::kvlog::LogWait::none())
+                Ok(crate::coordinator::ShardWrite::none())
             } else {
                 st.groups.commit_txn_offsets(
                     &group_id,

@@ -20,7 +20,7 @@ enum Staged {
     /// Written here, or proposed to the partition's Raft group (`PartitionHandle`).
     Marker(MarkerWrite),
     /// A marker on the offsets log: pending transactional offsets completed.
-    Offsets(Option<crate::kvlog::LogWait>),
+    Offsets(Option<crate::coordinator::ShardWrite>),
 }
 
 pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {

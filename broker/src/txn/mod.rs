@@ -24,7 +24,7 @@ use markers::{Marker, MarkerDone, MarkerWriter};
 use sluice_storage::{LogConfig, StorageError};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 pub use crate::topics::TXN_TOPIC;
@@ -33,16 +33,17 @@ const META_FILE: &str = "__transaction_state.json";
 struct Shard {
     log: KvLog,
     txns: HashMap<String, TxnMetadata>,
-    /// Replicated (cluster mode): this broker leads the shard's Raft group and has loaded its
-    /// state from the replicated log. Always true otherwise.
-    loaded: bool,
+    /// Where the shard is: `Active` once loaded (on one node from the start; replicated, while
+    /// this broker leads its Raft group), `Failed` after a write it cannot vouch for (reloaded).
+    state: ShardState,
     /// Replicated: the Raft term this broker leads the shard in — the coordinator epoch its
     /// markers carry (rises with every new leader, so a deposed one is fenced).
     epoch: i32,
 }
 
 /// What to wait on before acting on a logged transition.
-use crate::kvlog::LogWait as TxnWait;
+use crate::coordinator::{ShardOwner, ShardState, ShardWrite as TxnWait};
+use crate::kvlog::LogWait;
 
 async fn wait_logged(w: TxnWait) -> Result<(), ()> {
     w.wait().await.map_err(|e| tracing::warn!("transaction log write: {e}"))
@@ -78,6 +79,8 @@ pub struct TxnCoordinator {
     will_replicate: bool,
     /// Where markers go (wired by the composition root).
     markers: std::sync::OnceLock<Arc<dyn MarkerWriter>>,
+    /// This coordinator, which a failed write rolls back (`coordinator::ShardWrite`).
+    me: std::sync::OnceLock<Weak<TxnCoordinator>>,
 }
 
 /// What a request's decision led to.
@@ -95,7 +98,7 @@ impl TxnCoordinator {
         base: &LogConfig,
         mut settings: TxnSettings,
         will_replicate: bool,
-    ) -> anyhow::Result<Self> {
+    ) -> anyhow::Result<Arc<Self>> {
         let meta_path = data_dir.join(META_FILE);
         let mut coordinator_epoch = 0;
         match std::fs::read(&meta_path) {
@@ -122,7 +125,7 @@ impl TxnCoordinator {
             let mut shard = Shard {
                 log: KvLog::new(data_dir.join(format!("{TXN_TOPIC}-{i}")), base, settings.segment_bytes),
                 txns: HashMap::new(),
-                loaded: true,
+                state: ShardState::Active,
                 epoch: coordinator_epoch,
             };
             for (k, v) in shard.log.read_all()? {
@@ -138,14 +141,17 @@ impl TxnCoordinator {
             }
             shards.push(Mutex::new(shard));
         }
-        Ok(TxnCoordinator {
+        let c = Arc::new(TxnCoordinator {
             settings,
             coordinator_epoch,
             shards,
             replication: std::sync::OnceLock::new(),
             will_replicate,
             markers: std::sync::OnceLock::new(),
-        })
+            me: std::sync::OnceLock::new(),
+        });
+        let _ = c.me.set(Arc::downgrade(&c));
+        Ok(c)
     }
 
     fn shard_index(&self, id: &str) -> usize {
@@ -178,13 +184,14 @@ impl TxnCoordinator {
         records: &[crate::kvlog::KvRecord],
         now: i64,
     ) -> Result<TxnWait, ResponseError> {
+        let owner: Weak<dyn ShardOwner> = self.me.get().cloned().unwrap_or_default();
         let Some(r) = self.replication.get() else {
-            return shard.log.append(records, now).map(TxnWait::Local).map_err(|e| {
+            return shard.log.append(records, now).map(|d| TxnWait::new(LogWait::Local(d), owner, i)).map_err(|e| {
                 tracing::error!(shard = i, "transaction log append failed: {e}");
                 ResponseError::CoordinatorNotAvailable
             });
         };
-        if !shard.loaded {
+        if !shard.state.is_active() {
             return Err(ResponseError::NotCoordinator);
         }
         let group = r.replica(i).ok_or(ResponseError::NotCoordinator)?;
@@ -194,7 +201,7 @@ impl TxnCoordinator {
             .collect();
         group
             .propose(crate::replication::types::PartCommand::Kv { records, now_ms: now })
-            .map(TxnWait::Raft)
+            .map(|w| TxnWait::new(LogWait::Raft(w), owner, i))
             .map_err(|_| ResponseError::NotCoordinator)
     }
 
@@ -231,7 +238,7 @@ impl TxnCoordinator {
                 None => {}
             }
         }
-        shard.loaded = true;
+        shard.state = ShardState::Active;
         shard.epoch = term;
         tracing::info!(shard = i, term, ids = shard.txns.len(), "leading transaction-log partition");
         shard
@@ -242,21 +249,12 @@ impl TxnCoordinator {
             .collect()
     }
 
-    /// Replicated: a logged transition of `id` was not confirmed committed — drop its shard
-    /// (reloaded from the log by the leadership watcher once everything proposed is applied).
-    fn forget_after_failed_write(&self, id: &str) {
-        if self.replication.get().is_some() {
-            tracing::warn!(txn = id, "transaction log write not confirmed; reloading the shard");
-            self.unload_shard(self.shard_index(id));
-        }
-    }
-
-    fn unload_shard(&self, i: usize) {
+    fn unload_shard(&self, i: usize, to: ShardState) {
         let mut shard = self.shard_at(i);
-        if shard.loaded {
+        if shard.state.is_active() && to == ShardState::Unloaded {
             tracing::info!(shard = i, "no longer leading transaction-log partition");
         }
-        shard.loaded = false;
+        shard.state = to;
         shard.txns.clear();
     }
 
@@ -274,7 +272,7 @@ impl TxnCoordinator {
 
     pub fn get(&self, id: &str) -> Option<TxnMetadata> {
         let shard = self.shard(id);
-        if !shard.loaded {
+        if !shard.state.is_active() {
             return None;
         }
         shard.txns.get(id).cloned()
@@ -287,7 +285,7 @@ impl TxnCoordinator {
             .iter()
             .flat_map(|s| {
                 let s = s.lock().or_die();
-                if !s.loaded {
+                if !s.state.is_active() {
                     return Vec::new();
                 }
                 s.txns.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>()
@@ -311,7 +309,7 @@ impl TxnCoordinator {
         partition: i32,
     ) -> Result<(), ResponseError> {
         let shard = self.shard(id);
-        if !shard.loaded {
+        if !shard.state.is_active() {
             return Err(ResponseError::NotCoordinator);
         }
         let Some(m) = shard.txns.get(id) else { return Err(ResponseError::InvalidProducerIdMapping) };
@@ -360,7 +358,7 @@ impl TxnCoordinator {
     ) -> Result<(Decision, TxnWait), ResponseError> {
         let i = self.shard_index(id);
         let mut shard = self.shard_at(i);
-        if !shard.loaded {
+        if !shard.state.is_active() {
             return Err(ResponseError::NotCoordinator);
         }
         let d = f(shard.txns.get(id));
@@ -373,7 +371,7 @@ impl TxnCoordinator {
                 shard.txns.insert(id.to_string(), t.next.clone());
                 wait
             }
-            _ => TxnWait::Local(None),
+            _ => TxnWait::none(),
         };
         Ok((d, durable))
     }
@@ -393,10 +391,10 @@ impl TxnCoordinator {
             Err(e) => return Outcome::Refused(e),
         };
         if wait_logged(durable).await.is_err() {
-            // replicated: the write may still commit later; the in-memory state no longer
-            // follows the log, so drop the shard and reload it once the log is applied (the
-            // reload finishes whatever it finds decided)
-            self.forget_after_failed_write(id);
+            // the write may still commit later (replicated) or be in the log after all; the
+            // in-memory state no longer follows the log, so the shard was rolled back: reloaded
+            // from the log (replicated: once it is applied), which finishes whatever it finds
+            // decided
             return Outcome::Refused(ResponseError::CoordinatorNotAvailable);
         }
         match d {
@@ -432,7 +430,7 @@ impl TxnCoordinator {
         let mut waits = Vec::new();
         for (i, s) in self.shards.iter().enumerate() {
             let mut s = s.lock().or_die();
-            if !s.loaded {
+            if !s.state.is_active() {
                 continue;
             }
             let expired: Vec<String> = s
@@ -641,8 +639,7 @@ impl TxnCoordinator {
             w
         };
         if wait_logged(wait).await.is_err() {
-            self.forget_after_failed_write(id);
-            return Err(StorageError::InvalidConfig("completion not logged".into()));
+            return Err(StorageError::InvalidConfig("completion not logged (the shard was rolled back)".into()));
         }
         let outcome = if m.commit { "commit" } else { "abort" };
         ::metrics::counter!(crate::metrics::TRANSACTIONS_TOTAL, "outcome" => outcome).increment(1);
@@ -690,13 +687,17 @@ impl crate::coordinator::ShardOwner for TxnCoordinator {
         self.apply_replicated(shard, records, now)
     }
 
-    fn loaded(&self, shard: usize) -> bool {
-        self.shard_at(shard).loaded
+    fn replicated(&self) -> bool {
+        self.replication.get().is_some()
+    }
+
+    fn state(&self, shard: usize) -> ShardState {
+        self.shards.get(shard).map_or(ShardState::Unloaded, |s| s.lock().or_die().state)
     }
 
     /// Load the shard, then finish every transaction it holds that awaits its markers.
-    fn load(self: Arc<Self>, shard: usize, epoch: i32) {
-        for id in self.load_shard(shard, epoch) {
+    fn load(self: Arc<Self>, shard: usize, epoch: Option<i32>) {
+        for id in self.load_shard(shard, epoch.unwrap_or(self.coordinator_epoch)) {
             let me = self.clone();
             tokio::spawn(async move {
                 if let Some(m) = me.get(&id) {
@@ -706,8 +707,8 @@ impl crate::coordinator::ShardOwner for TxnCoordinator {
         }
     }
 
-    fn unload(&self, shard: usize) {
-        self.unload_shard(shard);
+    fn unload(&self, shard: usize, to: ShardState) {
+        self.unload_shard(shard, to);
     }
 }
 
@@ -721,5 +722,33 @@ impl crate::routing::ShardPlacement for TxnCoordinator {
     /// The broker leading shard `shard`'s group, as this broker knows it.
     fn shard_leader(&self, shard: i32) -> Option<i32> {
         self.replication.get()?.leader(shard)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transition in memory that its log does not hold (its write lost) is undone by rolling
+    /// the shard back: on one node it is reloaded from the log at once and serves again.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn rolling_a_shard_back_restores_what_its_log_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = TxnSettings { partitions: 1, ..Default::default() };
+        let c = TxnCoordinator::open(dir.path(), &LogConfig::default(), settings, false).unwrap();
+        let limits = c.limits();
+        let now = crate::clock::now_ms();
+        let init = c.run("t", |m| machine::init_producer_id(m, 60_000, None, &mut || Ok(7), limits, now)).await;
+        let Outcome::Done(m) = init else { panic!("init refused") };
+        c.shard_at(0).log.drop_appends = true;
+        let parts = [("topic".to_string(), 0)];
+        let add = c.run("t", |m| machine::add_to_txn(m, 7, m.map_or(0, |m| m.producer_epoch), &parts, None, now)).await;
+        assert!(matches!(add, Outcome::Done(ref a) if a.state == TxnState::Ongoing), "the lost write looked durable");
+        assert_eq!(c.get("t").map(|m| m.state), Some(TxnState::Ongoing));
+        c.shard_at(0).log.drop_appends = false;
+        crate::coordinator::roll_back(c.clone(), 0);
+        assert_eq!(c.get("t").map(|x| x.state), Some(m.state), "back to what the log holds");
+        assert!(c.get("t").is_some_and(|x| x.partitions.is_empty()));
+        assert!(crate::coordinator::ShardOwner::state(&*c, 0).is_active());
     }
 }
