@@ -102,9 +102,38 @@ fn unit_named(first: &str, second: Option<&str>) -> String {
     }
 }
 
-/// The source before its first `#[cfg(test)]` (test modules sit at the end of a file here).
-fn production_part(src: &str) -> &str {
-    src.find("#[cfg(test)]").map_or(src, |i| &src[..i])
+/// The production code of a source file: everything before its test module (`#[cfg(test)]` on
+/// a `mod`, at the end of a file here), without the other `#[cfg(test)]` items (a test-only
+/// `use`, fn or field: the item after the attribute, to the end of its braces or its `;`).
+fn production_part(src: &str) -> String {
+    let mut out = String::new();
+    let mut lines = src.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim() != "#[cfg(test)]" {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let next = lines.peek().map(|l| l.trim_start()).unwrap_or_default();
+        if next.starts_with("mod ") || next.starts_with("pub mod ") {
+            break;
+        }
+        // skip the item: its attributes and doc lines, then up to where its braces close or
+        // its statement ends
+        let mut depth = 0i32;
+        for item in lines.by_ref() {
+            let t = item.trim();
+            depth += t.matches('{').count() as i32 - t.matches('}').count() as i32;
+            let attribute = t.starts_with("#[") || t.starts_with("///") || t.starts_with("//");
+            if !attribute && depth <= 0 && (t.ends_with(';') || t.ends_with('}') || t.ends_with("},")) {
+                break;
+            }
+            if !attribute && depth <= 0 && t.ends_with(',') {
+                break; // a field
+            }
+        }
+    }
+    out
 }
 
 /// Identifier characters of a path segment.
@@ -131,6 +160,7 @@ fn imports(src_dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
             let unit = unit_of(rel);
             let text = std::fs::read_to_string(&path).expect("read source");
             let code = production_part(&text);
+            let code = code.as_str();
             let mut named = BTreeSet::new();
             let mut prefixes = vec!["crate::"];
             if unit.starts_with("cluster/") && unit != "cluster/mod" {
@@ -348,9 +378,11 @@ fn the_counter_finds_a_blocking_call() {
     std::fs::write(
         dir.join("handlers/x.rs"),
         "fn f() {\n    // block_in_place is not here\n    tokio::task::block_in_place(|| h.block_on(g()));\n}\n\
-         #[cfg(test)]\nfn t() { std::thread::sleep(d); }\n",
+         #[cfg(test)]\nfn t() {\n    std::thread::sleep(d);\n}\nfn u() {\n    std::thread::sleep(d);\n}\n\
+         #[cfg(test)]\nmod tests {\n    fn v() { std::thread::sleep(d); }\n}\n",
     )
     .expect("write");
-    assert_eq!(blocking_sites(&dir), BTreeMap::from([("handlers/x.rs".to_string(), 2)]));
+    // f's two and u's one: not the test-only fn t, nor the test module
+    assert_eq!(blocking_sites(&dir), BTreeMap::from([("handlers/x.rs".to_string(), 3)]));
     let _ = std::fs::remove_dir_all(&dir);
 }
