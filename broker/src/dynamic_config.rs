@@ -6,7 +6,7 @@
 //! that does not override it, at once; other dynamic broker configs Kafka has are accepted,
 //! validated, kept and described, with no effect here for the reason their entry gives.
 
-use crate::topic_config::{self, Check, Kind, Meaning};
+use crate::config::topic_defs::{self as topic_config, Check, Kind, Meaning};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod coordinators;
 pub mod security;
+pub mod topic_defs;
 
 use coordinators::{CoordinatorSettings, GroupSettings, TxnSettings};
 use security::{ClientAuth, ListenerConfig, SecurityProtocol, SecuritySettings};
@@ -585,7 +586,7 @@ pub fn resolve(
     };
     let values: BTreeMap<String, String> = SETTINGS.iter().map(|s| (s.name.to_string(), get(s.name).0)).collect();
     // the broker-level defaults of topic configs, with Kafka's validation of the topic config
-    if let Err((name, value, reason)) = crate::topic_config::check_broker_defaults(&values) {
+    if let Err((name, value, reason)) = topic_defs::check_broker_defaults(&values) {
         let origin = get(&name).1;
         return Err(ConfigError::Invalid { name, value, origin, reason });
     }
