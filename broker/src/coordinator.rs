@@ -213,7 +213,8 @@ pub async fn replicate<O: ShardOwner>(
             replicas: r.clone(),
             initialize: true,
         };
-        let g = start_kv(node.node_id, spec, &node.voters, apply, dir.join(format!("{topic}-{i}"))).await?;
+        let network = crate::cluster::network::PartNetwork::new(&spec.key, &node.voters);
+        let g = start_kv(node.node_id, spec, &node.voters, network, apply, dir.join(format!("{topic}-{i}"))).await?;
         node.replicas.write().or_die().insert(g.key.clone(), g.clone());
         groups.push(Some(g));
     }

@@ -55,6 +55,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("partition/producer_state", 1),
     ("txn/machine", 1),
     ("group/machine", 1),
+    ("security/model", 1),
     ("topic_config", 1),
     ("dynamic_config", 1),
     ("metrics", 1),
@@ -65,14 +66,14 @@ const LAYERS: &[(&str, u8)] = &[
 
 /// Upward imports that predate this test (module → module of a higher layer). Remove an entry
 /// when its import goes; never add one.
-const KNOWN_UPWARD: &[(&str, &str)] =
-    &[("cluster/mod", "security"), ("cluster/replica", "cluster/network"), ("cluster/replica", "cluster/store")];
+const KNOWN_UPWARD: &[(&str, &str)] = &[];
 
 const CLUSTER_MODULES: &[&str] = &["network", "reassign", "reconcile", "replica", "store"];
 
 /// Pure kernels inside a module's directory, each a unit of its own (they import nothing of the
 /// crate, so they sit at the bottom, where the replication layer's types may name them).
-const KERNELS: &[(&str, &str)] = &[("partition", "producer_state"), ("txn", "machine"), ("group", "machine")];
+const KERNELS: &[(&str, &str)] =
+    &[("partition", "producer_state"), ("txn", "machine"), ("group", "machine"), ("security", "model")];
 
 /// The layering unit a source file belongs to: its top-level module, or `cluster/<file>`.
 fn unit_of(rel: &Path) -> String {

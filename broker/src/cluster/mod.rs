@@ -110,16 +110,16 @@ pub enum Command {
     },
     /// Add ACL bindings (already validated; present ones are kept once).
     CreateAcls {
-        acls: Vec<crate::security::acl::AclBinding>,
+        acls: Vec<crate::security::model::AclBinding>,
     },
     /// Delete the bindings each filter matches.
     DeleteAcls {
-        filters: Vec<crate::security::acl::AclFilter>,
+        filters: Vec<crate::security::model::AclFilter>,
     },
     /// Set and delete SCRAM credentials (`(user, mechanism name)`); with `only_if_absent`, an
     /// upsert applies only to a user with no credential yet (bootstrap users, first join).
     AlterCredentials {
-        upserts: Vec<(String, String, crate::security::credentials::CredentialRecord)>,
+        upserts: Vec<(String, String, crate::security::model::CredentialRecord)>,
         deletes: Vec<(String, String)>,
         only_if_absent: bool,
     },
@@ -133,7 +133,7 @@ pub enum CommandResult {
     /// `[first, first + count)` is the caller's.
     ProducerIds { first: i64, count: i64 },
     /// The bindings each DeleteAcls filter removed.
-    DeletedAcls(Vec<Vec<crate::security::acl::AclBinding>>),
+    DeletedAcls(Vec<Vec<crate::security::model::AclBinding>>),
     /// The command was refused (the image is unchanged).
     Refused(Refusal),
 }
@@ -199,10 +199,10 @@ pub struct MetadataImage {
     pub topics: BTreeMap<String, TopicInfo>,
     /// ACL bindings, cluster-wide.
     #[serde(default)]
-    pub acls: Vec<crate::security::acl::AclBinding>,
+    pub acls: Vec<crate::security::model::AclBinding>,
     /// SCRAM credentials, cluster-wide.
     #[serde(default)]
-    pub credentials: crate::security::credentials::CredentialMap,
+    pub credentials: crate::security::model::CredentialMap,
     /// Dynamic broker and group configs, cluster-wide.
     #[serde(default)]
     pub configs: crate::dynamic_config::DynamicConfigs,

@@ -173,6 +173,13 @@ pub struct PartNetwork {
     pub book: Arc<std::collections::BTreeMap<NodeId, String>>,
 }
 
+impl PartNetwork {
+    /// The transport of group `group`, reaching each peer at the address `addresses` gives.
+    pub fn new(group: &GroupKey, addresses: &std::collections::BTreeMap<NodeId, String>) -> PartNetwork {
+        PartNetwork { group: group.clone(), book: Arc::new(addresses.clone()) }
+    }
+}
+
 impl RaftNetworkFactory<PartConfig> for PartNetwork {
     type Network = PartPeer;
 

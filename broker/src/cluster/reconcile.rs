@@ -192,7 +192,10 @@ impl Reconciler {
             };
             let dir = self.replicas_dir.join(format!("{id}-{}", key.1));
             let spec = super::replica::ReplicaSpec { key: key.clone(), topic_id: id, replicas, initialize };
-            let started = handle.block_on(super::replica::start(node.node_id, spec, &node.addresses(), partition, dir));
+            let addresses = node.addresses();
+            let network = super::network::PartNetwork::new(&spec.key, &addresses);
+            let started =
+                handle.block_on(super::replica::start(node.node_id, spec, &addresses, network, partition, dir));
             match started {
                 Ok(r) => {
                     node.replicas.write().or_die().insert(key, r.clone());

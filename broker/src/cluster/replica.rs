@@ -22,11 +22,12 @@
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
 
-use super::store::{io_err, LogStore};
+use crate::replication::log_store::{io_err, LogStore};
 use crate::replication::types::{
     ApplyFailure, GroupKey, KvEntry, NodeId, PartCommand, PartConfig, PartRaft, PartResult, PartitionLog, WriteError,
 };
 use crate::sync::OrDie as _;
+use openraft::network::RaftNetworkFactory;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
@@ -225,36 +226,41 @@ pub struct ReplicaSpec {
 /// Start (or reopen) this broker's replica of a partition. With `initialize` (the first replica
 /// of a partition never reassigned), a replica that never held the group's state forms it with
 /// every replica in `replicas` as a voter; any other waits to be contacted by the leader.
-pub async fn start(
+pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     me: NodeId,
     spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
+    network: N,
     partition: Arc<dyn PartitionLog>,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
     std::fs::create_dir_all(&dir)?;
     let sm = ReplicaSm::open(&dir, partition)?;
-    start_group(me, spec, addresses, sm, dir).await
+    start_group(me, spec, addresses, network, sm, dir).await
 }
 
 /// A coordinator shard's replica: its state machine appends to the shard's key/value log
 /// through `apply` (which makes the records durable before returning).
-pub async fn start_kv(
+pub async fn start_kv<N: RaftNetworkFactory<PartConfig>>(
     me: NodeId,
     spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
+    network: N,
     apply: KvApply,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
     std::fs::create_dir_all(&dir)?;
     let sm = KvSm::open(&dir, apply)?;
-    start_group(me, spec, addresses, sm, dir).await
+    start_group(me, spec, addresses, network, sm, dir).await
 }
 
-async fn start_group<SM: RaftStateMachine<PartConfig>>(
+/// Start a group over `network`, the transport the caller gives it (the cluster's RPC port,
+/// `cluster/network.rs`: this layer knows no transport of its own).
+async fn start_group<N: RaftNetworkFactory<PartConfig>, SM: RaftStateMachine<PartConfig>>(
     me: NodeId,
     spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
+    network: N,
     sm: SM,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
@@ -274,7 +280,6 @@ async fn start_group<SM: RaftStateMachine<PartConfig>>(
     let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
     let log = LogStore::<PartConfig>::open(&dir)?;
     let initialized = log.has_vote_or_entries();
-    let network = super::network::PartNetwork { group: key.clone(), book: Arc::new(addresses.clone()) };
     let raft = PartRaft::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
     if initialize && !initialized && replicas.first().and_then(|r| NodeId::try_from(*r).ok()) == Some(me) {
         let mut members = BTreeMap::new();

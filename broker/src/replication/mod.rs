@@ -1,5 +1,8 @@
-//! Replication: the openraft glue below partitions, coordinators and the metadata image. It
-//! grows into the log stores, state machines, transport and membership of every Raft group
-//! (`../shared/BROKER-LAYOUT.md`); today it holds the types they share.
+//! Replication: the openraft glue below partitions, coordinators and the metadata image: the
+//! types every Raft group shares (`types.rs`: commands, results, the `PartitionLog` a partition's
+//! state machine applies to) and the Raft log on disk (`log_store.rs`). The state machines and
+//! groups are in `cluster/replica.rs`; the transport, which carries the metadata quorum's RPCs
+//! too, is in `cluster/network.rs` and handed to a group when it starts.
 
+pub mod log_store;
 pub mod types;

@@ -46,17 +46,7 @@ fn decode(m: Mechanism, c: &StoredCredential) -> Option<Credential> {
     })
 }
 
-/// A credential in a serializable form (the quorum's image holds these).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CredentialRecord {
-    pub salt: Vec<u8>,
-    pub stored_key: Vec<u8>,
-    pub server_key: Vec<u8>,
-    pub iterations: i32,
-}
-
-/// user → mechanism name → credential.
-pub type CredentialMap = BTreeMap<String, BTreeMap<String, CredentialRecord>>;
+pub use super::model::{CredentialMap, CredentialRecord};
 
 /// A change to one user's credential (AlterUserScramCredentials).
 pub enum Change {

@@ -10,6 +10,7 @@
 
 pub mod acl;
 pub mod credentials;
+pub mod model;
 pub mod quota;
 pub mod sasl;
 pub mod tls;
