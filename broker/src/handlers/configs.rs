@@ -414,3 +414,70 @@ fn describe_group(state: &Services, group: &str, wanted: &dyn Fn(&str) -> bool) 
         })
         .collect()
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    /// AlterConfigs and IncrementalAlterConfigs: the same rule and answer shape, different types.
+    macro_rules! alter_configs_gate {
+        ($c:expr, $r:expr, $Resp:ident, $module:ident, $variant:ident) => {{
+            let denied = split_off(&mut $r.resources, |x| {
+                config_allowed(&$c, Op::AlterConfigs, x.resource_type, &x.resource_name)
+            });
+            if denied.is_empty() {
+                return Gate::Pass;
+            }
+            let denied: Vec<(i8, StrBytes)> = denied.into_iter().map(|d| (d.resource_type, d.resource_name)).collect();
+            patch(
+                move |resp: &mut $Resp| {
+                    for (t, n) in denied {
+                        let mut x = $module::AlterConfigsResourceResponse::default();
+                        x.error_code = config_error(t);
+                        x.error_message = msg("Authorization failed.");
+                        x.resource_type = t;
+                        x.resource_name = n;
+                        resp.responses.push(x);
+                    }
+                },
+                pick!($variant),
+            )
+        }};
+    }
+
+    pub fn describe_configs(c: &Authz<'_>, r: &mut DescribeConfigsRequest, _version: i16) -> Gate {
+        let denied =
+            split_off(&mut r.resources, |x| config_allowed(c, Op::DescribeConfigs, x.resource_type, &x.resource_name));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut DescribeConfigsResponse| {
+                for d in denied {
+                    let mut x = describe_configs_response::DescribeConfigsResult::default();
+                    x.error_code = config_error(d.resource_type);
+                    x.error_message = msg("Authorization failed.");
+                    x.resource_type = d.resource_type;
+                    x.resource_name = d.resource_name;
+                    resp.results.push(x);
+                }
+            },
+            pick!(DescribeConfigs),
+        )
+    }
+
+    pub fn alter_configs(c: &Authz<'_>, r: &mut AlterConfigsRequest, _version: i16) -> Gate {
+        alter_configs_gate!(c, r, AlterConfigsResponse, alter_configs_response, AlterConfigs)
+    }
+
+    pub fn incremental_alter_configs(c: &Authz<'_>, r: &mut IncrementalAlterConfigsRequest, _version: i16) -> Gate {
+        alter_configs_gate!(
+            c,
+            r,
+            IncrementalAlterConfigsResponse,
+            incremental_alter_configs_response,
+            IncrementalAlterConfigs
+        )
+    }
+}

@@ -33,3 +33,37 @@ pub fn handle(state: &Services, req: DeleteRecordsRequest) -> DeleteRecordsRespo
     }
     resp
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn authorize(c: &Authz<'_>, r: &mut DeleteRecordsRequest, _version: i16) -> Gate {
+        let denied = split_off(&mut r.topics, |t| c.topic(Op::Delete, &t.name));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut DeleteRecordsResponse| {
+                for t in denied {
+                    let mut out = delete_records_response::DeleteRecordsTopicResult::default();
+                    out.name = t.name;
+                    out.partitions = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            let mut x = delete_records_response::DeleteRecordsPartitionResult::default();
+                            x.partition_index = p.partition_index;
+                            x.low_watermark = -1;
+                            x.error_code = E::TopicAuthorizationFailed.code();
+                            x
+                        })
+                        .collect();
+                    resp.topics.push(out);
+                }
+            },
+            pick!(DeleteRecords),
+        )
+    }
+}

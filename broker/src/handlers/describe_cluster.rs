@@ -69,3 +69,23 @@ pub fn describe_log_dirs(state: &Services, req: DescribeLogDirsRequest) -> Descr
     resp.results = vec![dir];
     resp
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    // Kafka answers DescribeCluster to any authenticated principal (as Metadata's broker list)
+    pub fn describe_cluster(_c: &Authz<'_>, _r: &mut DescribeClusterRequest, _version: i16) -> Gate {
+        Gate::Pass
+    }
+
+    pub fn describe_log_dirs(c: &Authz<'_>, _r: &mut DescribeLogDirsRequest, _version: i16) -> Gate {
+        if c.cluster(Op::Describe) {
+            return Gate::Pass;
+        }
+        let mut x = DescribeLogDirsResponse::default();
+        x.error_code = E::ClusterAuthorizationFailed.code();
+        Gate::Deny(Box::new(ResponseKind::DescribeLogDirs(x)))
+    }
+}

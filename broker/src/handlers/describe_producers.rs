@@ -41,3 +41,36 @@ pub fn handle(state: &Services, req: DescribeProducersRequest) -> DescribeProduc
     }
     resp
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn authorize(c: &Authz<'_>, r: &mut DescribeProducersRequest, _version: i16) -> Gate {
+        let denied = split_off(&mut r.topics, |t| c.topic(Op::Read, &t.name));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut DescribeProducersResponse| {
+                for t in denied {
+                    let mut out = describe_producers_response::TopicResponse::default();
+                    out.name = t.name;
+                    out.partitions = t
+                        .partition_indexes
+                        .iter()
+                        .map(|p| {
+                            let mut x = describe_producers_response::PartitionResponse::default();
+                            x.partition_index = *p;
+                            x.error_code = E::TopicAuthorizationFailed.code();
+                            x
+                        })
+                        .collect();
+                    resp.topics.push(out);
+                }
+            },
+            pick!(DescribeProducers),
+        )
+    }
+}

@@ -101,3 +101,31 @@ pub async fn handle(state: &Services, req: ElectLeadersRequest) -> ElectLeadersR
     }
     resp
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn authorize(c: &Authz<'_>, r: &mut ElectLeadersRequest, version: i16) -> Gate {
+        if c.cluster(Op::Alter) {
+            return Gate::Pass;
+        }
+        let mut x = ElectLeadersResponse::default();
+        if version >= 1 {
+            x.error_code = E::ClusterAuthorizationFailed.code();
+        }
+        for t in r.topic_partitions.iter().flatten() {
+            let mut tr = elect_leaders_response::ReplicaElectionResult::default();
+            tr.topic = t.topic.clone();
+            for p in &t.partitions {
+                let mut pr = elect_leaders_response::PartitionResult::default();
+                pr.partition_id = *p;
+                pr.error_code = E::ClusterAuthorizationFailed.code();
+                tr.partition_result.push(pr);
+            }
+            x.replica_election_results.push(tr);
+        }
+        Gate::Deny(Box::new(ResponseKind::ElectLeaders(x)))
+    }
+}

@@ -144,3 +144,50 @@ pub fn handle(state: &Arc<Services>, version: i16, req: FetchRequest) -> Reply {
     });
     Reply::Later(fut)
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn authorize(c: &Authz<'_>, r: &mut FetchRequest, version: i16) -> Gate {
+        fetch(c, r, version)
+    }
+
+    fn fetch(c: &Authz<'_>, r: &mut FetchRequest, version: i16) -> Gate {
+        let replica = if version >= 15 { r.replica_state.replica_id.0 } else { r.replica_id.0 };
+        if replica >= 0 && !c.cluster(Op::ClusterAction) {
+            let mut x = FetchResponse::default();
+            x.error_code = E::ClusterAuthorizationFailed.code();
+            return Gate::Deny(Box::new(ResponseKind::Fetch(x)));
+        }
+        let denied = split_off(&mut r.topics, |t| {
+            let name = if version >= 13 {
+                match c.state.topics.topic_by_id(t.topic_id) {
+                    Some(t) => t.name.clone(),
+                    None => return true, // the handler answers UNKNOWN_TOPIC_ID
+                }
+            } else {
+                t.topic.to_string()
+            };
+            replica >= 0 || c.topic(Op::Read, &name)
+        });
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut FetchResponse| {
+                for t in denied {
+                    let parts = t.partitions.iter().map(|p| p.partition);
+                    resp.responses.push(refuse::fetch_topic(
+                        t.topic.clone(),
+                        t.topic_id,
+                        parts,
+                        E::TopicAuthorizationFailed.code(),
+                    ));
+                }
+            },
+            pick!(Fetch),
+        )
+    }
+}

@@ -647,3 +647,300 @@ pub fn delete(state: &Services, req: DeleteGroupsRequest) -> Reply {
     });
     Reply::Later(fut)
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn find_coordinator(c: &Authz<'_>, r: &mut FindCoordinatorRequest, version: i16) -> Gate {
+        let (rt, code) = if r.key_type == 1 {
+            (Rt::TransactionalId, E::TransactionalIdAuthorizationFailed.code())
+        } else {
+            (Rt::Group, E::GroupAuthorizationFailed.code())
+        };
+        let denied: HashSet<String> = std::iter::once(r.key.to_string())
+            .filter(|_| version < 4)
+            .chain(r.coordinator_keys.iter().map(|k| k.to_string()))
+            .filter(|k| !c.ok(Op::Describe, rt, k))
+            .collect();
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut FindCoordinatorResponse| {
+                if version < 4 {
+                    resp.error_code = code;
+                    resp.error_message = msg("Authorization failed.");
+                    resp.node_id = BrokerId(-1);
+                    resp.host = StrBytes::default();
+                    resp.port = -1;
+                }
+                for k in resp.coordinators.iter_mut().filter(|k| denied.contains(k.key.as_str())) {
+                    k.error_code = code;
+                    k.error_message = msg("Authorization failed.");
+                    k.node_id = BrokerId(-1);
+                    k.host = StrBytes::default();
+                    k.port = -1;
+                }
+            },
+            pick!(FindCoordinator),
+        )
+    }
+
+    pub fn join_group(c: &Authz<'_>, r: &mut JoinGroupRequest, _version: i16) -> Gate {
+        group_gate(c, &r.group_id, |code| {
+            let mut x = JoinGroupResponse::default();
+            x.error_code = code;
+            x.generation_id = -1;
+            ResponseKind::JoinGroup(x)
+        })
+    }
+
+    pub fn sync_group(c: &Authz<'_>, r: &mut SyncGroupRequest, _version: i16) -> Gate {
+        group_gate(c, &r.group_id, |code| {
+            let mut x = SyncGroupResponse::default();
+            x.error_code = code;
+            ResponseKind::SyncGroup(x)
+        })
+    }
+
+    pub fn heartbeat(c: &Authz<'_>, r: &mut HeartbeatRequest, _version: i16) -> Gate {
+        group_gate(c, &r.group_id, |code| {
+            let mut x = HeartbeatResponse::default();
+            x.error_code = code;
+            ResponseKind::Heartbeat(x)
+        })
+    }
+
+    pub fn leave_group(c: &Authz<'_>, r: &mut LeaveGroupRequest, _version: i16) -> Gate {
+        group_gate(c, &r.group_id, |code| {
+            let mut x = LeaveGroupResponse::default();
+            x.error_code = code;
+            ResponseKind::LeaveGroup(x)
+        })
+    }
+
+    pub fn consumer_group_heartbeat(c: &Authz<'_>, r: &mut ConsumerGroupHeartbeatRequest, _version: i16) -> Gate {
+        group_gate(c, &r.group_id, |code| {
+            let mut x = ConsumerGroupHeartbeatResponse::default();
+            x.error_code = code;
+            x.error_message = msg("Group authorization failed.");
+            ResponseKind::ConsumerGroupHeartbeat(x)
+        })
+    }
+
+    pub fn offset_commit(c: &Authz<'_>, r: &mut OffsetCommitRequest, _version: i16) -> Gate {
+        let group_ok = c.ok(Op::Read, Rt::Group, &r.group_id);
+        let denied = split_off(&mut r.topics, |t| group_ok && c.topic(Op::Read, &t.name));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        let code = if group_ok { E::TopicAuthorizationFailed } else { E::GroupAuthorizationFailed }.code();
+        patch(
+            move |resp: &mut OffsetCommitResponse| {
+                for t in denied {
+                    resp.topics.push(refuse::offset_commit_topic(&t, code));
+                }
+            },
+            pick!(OffsetCommit),
+        )
+    }
+
+    pub fn offset_delete(c: &Authz<'_>, r: &mut OffsetDeleteRequest, _version: i16) -> Gate {
+        if !c.ok(Op::Delete, Rt::Group, &r.group_id) {
+            let mut x = OffsetDeleteResponse::default();
+            x.error_code = E::GroupAuthorizationFailed.code();
+            return Gate::Deny(Box::new(ResponseKind::OffsetDelete(x)));
+        }
+        let denied = split_off(&mut r.topics, |t| c.topic(Op::Read, &t.name));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut OffsetDeleteResponse| {
+                for t in denied {
+                    let mut out = offset_delete_response::OffsetDeleteResponseTopic::default();
+                    out.name = t.name;
+                    out.partitions = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            let mut x = offset_delete_response::OffsetDeleteResponsePartition::default();
+                            x.partition_index = p.partition_index;
+                            x.error_code = E::TopicAuthorizationFailed.code();
+                            x
+                        })
+                        .collect();
+                    resp.topics.push(out);
+                }
+            },
+            pick!(OffsetDelete),
+        )
+    }
+
+    pub fn describe_groups(c: &Authz<'_>, r: &mut DescribeGroupsRequest, _version: i16) -> Gate {
+        let denied: HashSet<String> =
+            r.groups.iter().filter(|g| !c.ok(Op::Describe, Rt::Group, g)).map(|g| g.to_string()).collect();
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut DescribeGroupsResponse| {
+                for g in resp.groups.iter_mut().filter(|g| denied.contains(g.group_id.as_str())) {
+                    let mut x = describe_groups_response::DescribedGroup::default();
+                    x.group_id = g.group_id.clone();
+                    x.error_code = E::GroupAuthorizationFailed.code();
+                    x.authorized_operations = i32::MIN;
+                    *g = x;
+                }
+            },
+            pick!(DescribeGroups),
+        )
+    }
+
+    pub fn consumer_group_describe(c: &Authz<'_>, r: &mut ConsumerGroupDescribeRequest, _version: i16) -> Gate {
+        let denied: HashSet<String> =
+            r.group_ids.iter().filter(|g| !c.ok(Op::Describe, Rt::Group, g)).map(|g| g.to_string()).collect();
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut ConsumerGroupDescribeResponse| {
+                for g in resp.groups.iter_mut().filter(|g| denied.contains(g.group_id.as_str())) {
+                    let mut x = consumer_group_describe_response::DescribedGroup::default();
+                    x.group_id = g.group_id.clone();
+                    x.error_code = E::GroupAuthorizationFailed.code();
+                    x.authorized_operations = i32::MIN;
+                    *g = x;
+                }
+            },
+            pick!(ConsumerGroupDescribe),
+        )
+    }
+
+    pub fn list_groups(c: &Authz<'_>, _r: &mut ListGroupsRequest, _version: i16) -> Gate {
+        if c.cluster(Op::Describe) {
+            return Gate::Pass;
+        }
+        let (sec, who) = (c.state.security.clone(), c.session.clone());
+        patch(
+            move |resp: &mut ListGroupsResponse| {
+                resp.groups.retain(|g| sec.allowed(&who, Op::Describe, Rt::Group, &g.group_id))
+            },
+            pick!(ListGroups),
+        )
+    }
+
+    pub fn delete_groups(c: &Authz<'_>, r: &mut DeleteGroupsRequest, _version: i16) -> Gate {
+        let denied = split_off(&mut r.groups_names, |g| c.ok(Op::Delete, Rt::Group, g));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut DeleteGroupsResponse| {
+                for g in denied {
+                    let mut x = delete_groups_response::DeletableGroupResult::default();
+                    x.group_id = g;
+                    x.error_code = E::GroupAuthorizationFailed.code();
+                    resp.results.push(x);
+                }
+            },
+            pick!(DeleteGroups),
+        )
+    }
+
+    pub fn offset_fetch(c: &Authz<'_>, r: &mut OffsetFetchRequest, version: i16) -> Gate {
+        let allowed_topics: HashSet<String> =
+            c.state.topics.topics().iter().filter(|t| c.topic(Op::Describe, &t.name)).map(|t| t.name.clone()).collect();
+        if version < 8 {
+            if !c.ok(Op::Describe, Rt::Group, &r.group_id) {
+                let code = E::GroupAuthorizationFailed.code();
+                let mut x = OffsetFetchResponse::default();
+                x.error_code = code;
+                // v0-v1 have no top-level error: Kafka answers it on every partition asked
+                if version < 2 {
+                    x.topics = r.topics.iter().flatten().map(|t| offset_fetch_topic_refused(t, code)).collect();
+                }
+                return Gate::Deny(Box::new(ResponseKind::OffsetFetch(x)));
+            }
+            let denied = match r.topics.as_mut() {
+                Some(ts) => split_off(ts, |t| c.topic(Op::Describe, &t.name)),
+                None => Vec::new(),
+            };
+            return patch(
+                move |resp: &mut OffsetFetchResponse| {
+                    resp.topics.retain(|t| allowed_topics.contains(t.name.as_str()));
+                    for t in &denied {
+                        resp.topics.push(offset_fetch_topic_refused(t, E::TopicAuthorizationFailed.code()));
+                    }
+                },
+                pick!(OffsetFetch),
+            );
+        }
+        let denied_groups = split_off(&mut r.groups, |g| c.ok(Op::Describe, Rt::Group, &g.group_id));
+        let mut denied_topics: Vec<(GroupId, Vec<offset_fetch_request::OffsetFetchRequestTopics>)> = Vec::new();
+        for g in r.groups.iter_mut() {
+            if let Some(ts) = g.topics.as_mut() {
+                let d = split_off(ts, |t| c.topic(Op::Describe, &t.name));
+                if !d.is_empty() {
+                    denied_topics.push((g.group_id.clone(), d));
+                }
+            }
+        }
+        patch(
+            move |resp: &mut OffsetFetchResponse| {
+                for g in resp.groups.iter_mut() {
+                    g.topics.retain(|t| allowed_topics.contains(t.name.as_str()));
+                    for (_, ts) in denied_topics.iter().filter(|(id, _)| *id == g.group_id) {
+                        for t in ts {
+                            let mut out = offset_fetch_response::OffsetFetchResponseTopics::default();
+                            out.name = t.name.clone();
+                            out.topic_id = t.topic_id;
+                            out.partitions = t
+                                .partition_indexes
+                                .iter()
+                                .map(|p| {
+                                    let mut x = offset_fetch_response::OffsetFetchResponsePartitions::default();
+                                    x.partition_index = *p;
+                                    x.committed_offset = -1;
+                                    x.error_code = E::TopicAuthorizationFailed.code();
+                                    x
+                                })
+                                .collect();
+                            g.topics.push(out);
+                        }
+                    }
+                }
+                for g in denied_groups {
+                    let mut x = offset_fetch_response::OffsetFetchResponseGroup::default();
+                    x.group_id = g.group_id;
+                    x.error_code = E::GroupAuthorizationFailed.code();
+                    resp.groups.push(x);
+                }
+            },
+            pick!(OffsetFetch),
+        )
+    }
+
+    /// OffsetFetch v0-v7: topic `t` refused with `code` on every partition asked.
+    fn offset_fetch_topic_refused(
+        t: &offset_fetch_request::OffsetFetchRequestTopic,
+        code: i16,
+    ) -> offset_fetch_response::OffsetFetchResponseTopic {
+        let mut out = offset_fetch_response::OffsetFetchResponseTopic::default();
+        out.name = t.name.clone();
+        out.partitions = t
+            .partition_indexes
+            .iter()
+            .map(|p| {
+                let mut x = offset_fetch_response::OffsetFetchResponsePartition::default();
+                x.partition_index = *p;
+                x.committed_offset = -1;
+                x.error_code = code;
+                x
+            })
+            .collect();
+        out
+    }
+}

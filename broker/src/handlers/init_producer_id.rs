@@ -39,3 +39,29 @@ pub fn handle(state: &Services, version: i16, req: InitProducerIdRequest) -> Ini
     }
     r
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn authorize(c: &Authz<'_>, r: &mut InitProducerIdRequest, _version: i16) -> Gate {
+        let allowed = match r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
+            Some(t) => c.ok(Op::Write, Rt::TransactionalId, t),
+            // Kafka 3.x: IdempotentWrite on the cluster, or Write on any topic
+            None => c.cluster(Op::IdempotentWrite) || any_topic_write(c),
+        };
+        if allowed {
+            return Gate::Pass;
+        }
+        let mut x = InitProducerIdResponse::default();
+        x.error_code = if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) {
+            E::TransactionalIdAuthorizationFailed.code()
+        } else {
+            E::ClusterAuthorizationFailed.code()
+        };
+        x.producer_id = ProducerId(-1);
+        x.producer_epoch = -1;
+        Gate::Deny(Box::new(ResponseKind::InitProducerId(x)))
+    }
+}

@@ -74,3 +74,29 @@ pub fn handle(state: &Services, version: i16, req: ListOffsetsRequest) -> ListOf
     }
     resp
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn authorize(c: &Authz<'_>, r: &mut ListOffsetsRequest, _version: i16) -> Gate {
+        let denied = split_off(&mut r.topics, |t| c.topic(Op::Describe, &t.name));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut ListOffsetsResponse| {
+                for t in denied {
+                    let parts = t.partitions.iter().map(|p| p.partition_index);
+                    resp.topics.push(refuse::list_offsets_topic(
+                        t.name.clone(),
+                        parts,
+                        E::TopicAuthorizationFailed.code(),
+                    ));
+                }
+            },
+            pick!(ListOffsets),
+        )
+    }
+}

@@ -136,3 +136,65 @@ pub async fn handle(
     }
     resp
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn authorize(c: &Authz<'_>, r: &mut MetadataRequest, _version: i16) -> Gate {
+        metadata(c, r)
+    }
+
+    fn metadata(c: &Authz<'_>, r: &mut MetadataRequest) -> Gate {
+        let Some(topics) = r.topics.as_mut() else {
+            // all topics: list only those the principal may Describe
+            let allowed: HashSet<String> = c
+                .state
+                .topics
+                .topics()
+                .iter()
+                .filter(|t| c.topic(Op::Describe, &t.name))
+                .map(|t| t.name.clone())
+                .collect();
+            return patch(
+                move |resp: &mut MetadataResponse| {
+                    resp.topics.retain(|t| t.name.as_ref().is_some_and(|n| allowed.contains(n.as_str())))
+                },
+                pick!(Metadata),
+            );
+        };
+        let name_of = |t: &metadata_request::MetadataRequestTopic| -> Option<String> {
+            match &t.name {
+                Some(n) => Some(n.to_string()),
+                None => c.state.topics.topic_by_id(t.topic_id).map(|t| t.name.clone()),
+            }
+        };
+        let denied = split_off(topics, |t| name_of(t).is_none_or(|n| c.topic(Op::Describe, &n)));
+        if r.allow_auto_topic_creation
+            && !c.cluster(Op::Create)
+            && topics.iter().filter_map(name_of).any(|n| c.state.topics.topic(&n).is_none() && !c.topic(Op::Create, &n))
+        {
+            r.allow_auto_topic_creation = false;
+        }
+        // Answer only what was asked and allowed (an emptied list means "all topics" in v0).
+        let kept: HashSet<String> = topics.iter().filter_map(name_of).collect();
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut MetadataResponse| {
+                resp.topics.retain(|t| t.name.as_ref().is_none_or(|n| kept.contains(n.as_str())));
+                for t in denied {
+                    let mut x = metadata_response::MetadataResponseTopic::default();
+                    x.error_code = E::TopicAuthorizationFailed.code();
+                    x.name = t.name;
+                    x.topic_id = t.topic_id;
+                    x.topic_authorized_operations = i32::MIN;
+                    resp.topics.push(x);
+                }
+            },
+            pick!(Metadata),
+        )
+    }
+}

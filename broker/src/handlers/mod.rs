@@ -9,6 +9,7 @@ pub mod describe_cluster;
 pub mod describe_producers;
 pub mod elect_leaders;
 pub mod fetch;
+pub mod gate;
 pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;

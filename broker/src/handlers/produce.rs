@@ -487,3 +487,48 @@ pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) ->
         Reply::Later(stage2)
     }
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn authorize(c: &Authz<'_>, r: &mut ProduceRequest, _version: i16) -> Gate {
+        produce(c, r)
+    }
+
+    fn produce(c: &Authz<'_>, r: &mut ProduceRequest) -> Gate {
+        let txn_denied =
+            r.transactional_id.as_ref().is_some_and(|t| !t.is_empty() && !c.ok(Op::Write, Rt::TransactionalId, t));
+        // A topic that does not exist would be auto-created by the append: that needs Create.
+        let may_create = c.cluster(Op::Create);
+        let mut codes = Vec::new();
+        let denied = split_off(&mut r.topic_data, |t| {
+            let code = if txn_denied {
+                Some(E::TransactionalIdAuthorizationFailed)
+            } else if !c.topic(Op::Write, &t.name) {
+                Some(E::TopicAuthorizationFailed)
+            } else if c.state.topics.topic(&t.name).is_none() && !may_create && !c.topic(Op::Create, &t.name) {
+                Some(E::UnknownTopicOrPartition)
+            } else {
+                None
+            };
+            if let Some(code) = code {
+                codes.push(code.code());
+            }
+            code.is_none()
+        });
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut ProduceResponse| {
+                for (t, code) in denied.into_iter().zip(codes) {
+                    let parts = t.partition_data.iter().map(|p| p.index);
+                    resp.responses.push(refuse::produce_topic(t.name.clone(), parts, code));
+                }
+            },
+            pick!(Produce),
+        )
+    }
+}

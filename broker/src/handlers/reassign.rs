@@ -157,3 +157,55 @@ pub async fn unregister(state: &Services, req: UnregisterBrokerRequest) -> Unreg
     }
     resp
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn alter_partition_reassignments(
+        c: &Authz<'_>,
+        r: &mut AlterPartitionReassignmentsRequest,
+        _version: i16,
+    ) -> Gate {
+        if c.cluster(Op::Alter) {
+            return Gate::Pass;
+        }
+        let mut x = AlterPartitionReassignmentsResponse::default();
+        x.error_code = E::ClusterAuthorizationFailed.code();
+        for t in &r.topics {
+            let mut tr = alter_partition_reassignments_response::ReassignableTopicResponse::default();
+            tr.name = t.name.clone();
+            for p in &t.partitions {
+                let mut pr = alter_partition_reassignments_response::ReassignablePartitionResponse::default();
+                pr.partition_index = p.partition_index;
+                pr.error_code = E::ClusterAuthorizationFailed.code();
+                tr.partitions.push(pr);
+            }
+            x.responses.push(tr);
+        }
+        Gate::Deny(Box::new(ResponseKind::AlterPartitionReassignments(x)))
+    }
+
+    pub fn unregister_broker(c: &Authz<'_>, _r: &mut UnregisterBrokerRequest, _version: i16) -> Gate {
+        if c.cluster(Op::Alter) {
+            return Gate::Pass;
+        }
+        let mut x = UnregisterBrokerResponse::default();
+        x.error_code = E::ClusterAuthorizationFailed.code();
+        Gate::Deny(Box::new(ResponseKind::UnregisterBroker(x)))
+    }
+
+    pub fn list_partition_reassignments(
+        c: &Authz<'_>,
+        _r: &mut ListPartitionReassignmentsRequest,
+        _version: i16,
+    ) -> Gate {
+        if c.cluster(Op::Describe) {
+            return Gate::Pass;
+        }
+        let mut x = ListPartitionReassignmentsResponse::default();
+        x.error_code = E::ClusterAuthorizationFailed.code();
+        Gate::Deny(Box::new(ResponseKind::ListPartitionReassignments(x)))
+    }
+}

@@ -197,3 +197,76 @@ pub async fn create_partitions(state: &Services, req: CreatePartitionsRequest) -
     }
     resp
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn create_topics(c: &Authz<'_>, r: &mut CreateTopicsRequest, _version: i16) -> Gate {
+        let cluster_create = c.cluster(Op::Create);
+        let denied = split_off(&mut r.topics, |t| cluster_create || c.topic(Op::Create, &t.name));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut CreateTopicsResponse| {
+                for t in denied {
+                    let mut x = create_topics_response::CreatableTopicResult::default();
+                    x.name = t.name;
+                    x.error_code = E::TopicAuthorizationFailed.code();
+                    x.error_message = msg("Authorization failed.");
+                    x.num_partitions = -1;
+                    x.replication_factor = -1;
+                    resp.topics.push(x);
+                }
+            },
+            pick!(CreateTopics),
+        )
+    }
+
+    pub fn delete_topics(c: &Authz<'_>, r: &mut DeleteTopicsRequest, _version: i16) -> Gate {
+        let name_of = |t: &delete_topics_request::DeleteTopicState| -> Option<String> {
+            match &t.name {
+                Some(n) => Some(n.to_string()),
+                None => c.state.topics.topic_by_id(t.topic_id).map(|t| t.name.clone()),
+            }
+        };
+        let denied_names = split_off(&mut r.topic_names, |n| c.topic(Op::Delete, n));
+        let denied_states = split_off(&mut r.topics, |t| name_of(t).is_none_or(|n| c.topic(Op::Delete, &n)));
+        if denied_names.is_empty() && denied_states.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut DeleteTopicsResponse| {
+                let names = denied_names.into_iter().map(|n| (Some(n), uuid::Uuid::nil()));
+                for (name, id) in names.chain(denied_states.into_iter().map(|t| (t.name, t.topic_id))) {
+                    let mut x = delete_topics_response::DeletableTopicResult::default();
+                    x.name = name;
+                    x.topic_id = id;
+                    x.error_code = E::TopicAuthorizationFailed.code();
+                    resp.responses.push(x);
+                }
+            },
+            pick!(DeleteTopics),
+        )
+    }
+
+    pub fn create_partitions(c: &Authz<'_>, r: &mut CreatePartitionsRequest, _version: i16) -> Gate {
+        let denied = split_off(&mut r.topics, |t| c.topic(Op::Alter, &t.name));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut CreatePartitionsResponse| {
+                for t in denied {
+                    let mut x = create_partitions_response::CreatePartitionsTopicResult::default();
+                    x.name = t.name;
+                    x.error_code = E::TopicAuthorizationFailed.code();
+                    resp.results.push(x);
+                }
+            },
+            pick!(CreatePartitions),
+        )
+    }
+}

@@ -356,3 +356,125 @@ pub fn describe(state: &Services, req: DescribeTransactionsRequest) -> DescribeT
     }
     resp
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn add_partitions_to_txn(c: &Authz<'_>, r: &mut AddPartitionsToTxnRequest, version: i16) -> Gate {
+        add_partitions(c, r, version)
+    }
+
+    pub fn add_offsets_to_txn(c: &Authz<'_>, r: &mut AddOffsetsToTxnRequest, _version: i16) -> Gate {
+        let code = if !c.ok(Op::Write, Rt::TransactionalId, &r.transactional_id) {
+            E::TransactionalIdAuthorizationFailed.code()
+        } else if !c.ok(Op::Read, Rt::Group, &r.group_id) {
+            E::GroupAuthorizationFailed.code()
+        } else {
+            return Gate::Pass;
+        };
+        let mut x = AddOffsetsToTxnResponse::default();
+        x.error_code = code;
+        Gate::Deny(Box::new(ResponseKind::AddOffsetsToTxn(x)))
+    }
+
+    pub fn end_txn(c: &Authz<'_>, r: &mut EndTxnRequest, _version: i16) -> Gate {
+        if c.ok(Op::Write, Rt::TransactionalId, &r.transactional_id) {
+            return Gate::Pass;
+        }
+        let mut x = EndTxnResponse::default();
+        x.error_code = E::TransactionalIdAuthorizationFailed.code();
+        x.producer_id = ProducerId(-1);
+        x.producer_epoch = -1;
+        Gate::Deny(Box::new(ResponseKind::EndTxn(x)))
+    }
+
+    pub fn txn_offset_commit(c: &Authz<'_>, r: &mut TxnOffsetCommitRequest, _version: i16) -> Gate {
+        let code = if !c.ok(Op::Write, Rt::TransactionalId, &r.transactional_id) {
+            Some(E::TransactionalIdAuthorizationFailed.code())
+        } else if !c.ok(Op::Read, Rt::Group, &r.group_id) {
+            Some(E::GroupAuthorizationFailed.code())
+        } else {
+            None
+        };
+        let denied = split_off(&mut r.topics, |t| code.is_none() && c.topic(Op::Read, &t.name));
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        let code = code.unwrap_or(E::TopicAuthorizationFailed.code());
+        patch(
+            move |resp: &mut TxnOffsetCommitResponse| {
+                for t in denied {
+                    resp.topics.push(refuse::txn_offset_commit_topic(&t, code));
+                }
+            },
+            pick!(TxnOffsetCommit),
+        )
+    }
+
+    pub fn list_transactions(c: &Authz<'_>, _r: &mut ListTransactionsRequest, _version: i16) -> Gate {
+        let (sec, who) = (c.state.security.clone(), c.session.clone());
+        patch(
+            move |resp: &mut ListTransactionsResponse| {
+                resp.transaction_states
+                    .retain(|t| sec.allowed(&who, Op::Describe, Rt::TransactionalId, &t.transactional_id))
+            },
+            pick!(ListTransactions),
+        )
+    }
+
+    pub fn describe_transactions(c: &Authz<'_>, r: &mut DescribeTransactionsRequest, _version: i16) -> Gate {
+        let denied: HashSet<String> = r
+            .transactional_ids
+            .iter()
+            .filter(|t| !c.ok(Op::Describe, Rt::TransactionalId, t))
+            .map(|t| t.to_string())
+            .collect();
+        if denied.is_empty() {
+            return Gate::Pass;
+        }
+        patch(
+            move |resp: &mut DescribeTransactionsResponse| {
+                for t in resp.transaction_states.iter_mut().filter(|t| denied.contains(t.transactional_id.as_str())) {
+                    let mut x = describe_transactions_response::TransactionState::default();
+                    x.transactional_id = t.transactional_id.clone();
+                    x.error_code = E::TransactionalIdAuthorizationFailed.code();
+                    *t = x;
+                }
+            },
+            pick!(DescribeTransactions),
+        )
+    }
+
+    fn add_partitions(c: &Authz<'_>, r: &mut AddPartitionsToTxnRequest, version: i16) -> Gate {
+        if version >= 4 {
+            // the batched form is broker-to-broker (verification): Kafka requires ClusterAction
+            if c.cluster(Op::ClusterAction) {
+                return Gate::Pass;
+            }
+            let mut x = AddPartitionsToTxnResponse::default();
+            x.error_code = E::ClusterAuthorizationFailed.code();
+            return Gate::Deny(Box::new(ResponseKind::AddPartitionsToTxn(x)));
+        }
+        let txn_ok = c.ok(Op::Write, Rt::TransactionalId, &r.v3_and_below_transactional_id);
+        let denied: HashSet<String> =
+            r.v3_and_below_topics.iter().filter(|t| !c.topic(Op::Write, &t.name)).map(|t| t.name.to_string()).collect();
+        if txn_ok && denied.is_empty() {
+            return Gate::Pass;
+        }
+        // all or nothing, as Kafka: denied topics get the authorization error, the rest
+        // OPERATION_NOT_ATTEMPTED
+        let x = refuse::add_partitions_v3(r, |topic| {
+            if !txn_ok {
+                E::TransactionalIdAuthorizationFailed
+            } else if denied.contains(topic) {
+                E::TopicAuthorizationFailed
+            } else {
+                E::OperationNotAttempted
+            }
+            .code()
+        });
+        Gate::Deny(Box::new(ResponseKind::AddPartitionsToTxn(x)))
+    }
+}

@@ -103,3 +103,45 @@ pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {
     });
     Reply::Later(fut)
 }
+
+/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// before the handler by `pipeline/authz.rs`.
+pub mod acl {
+    use crate::handlers::gate::prelude::*;
+
+    pub fn authorize(c: &Authz<'_>, r: &mut WriteTxnMarkersRequest, _version: i16) -> Gate {
+        if c.cluster(Op::ClusterAction) {
+            return Gate::Pass;
+        }
+        let mut x = WriteTxnMarkersResponse::default();
+        x.markers = r
+            .markers
+            .iter()
+            .map(|m| {
+                let mut out = write_txn_markers_response::WritableTxnMarkerResult::default();
+                out.producer_id = m.producer_id;
+                out.topics = m
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        let mut tr = write_txn_markers_response::WritableTxnMarkerTopicResult::default();
+                        tr.name = t.name.clone();
+                        tr.partitions = t
+                            .partition_indexes
+                            .iter()
+                            .map(|p| {
+                                let mut pr = write_txn_markers_response::WritableTxnMarkerPartitionResult::default();
+                                pr.partition_index = *p;
+                                pr.error_code = E::ClusterAuthorizationFailed.code();
+                                pr
+                            })
+                            .collect();
+                        tr
+                    })
+                    .collect();
+                out
+            })
+            .collect();
+        Gate::Deny(Box::new(ResponseKind::WriteTxnMarkers(x)))
+    }
+}

@@ -12,15 +12,4 @@ pub mod authz;
 pub mod dispatch;
 pub mod route;
 
-use kafka_protocol::messages::ResponseKind;
-
-/// A fix-up applied to the handler's answer.
-pub type Patch = Box<dyn FnOnce(&mut ResponseKind) + Send>;
-
-pub enum Gate {
-    Pass,
-    /// Answer this instead of running the handler.
-    Deny(Box<ResponseKind>),
-    /// Run the handler on the (filtered) request, then patch its answer.
-    Patch(Patch),
-}
+pub use crate::handlers::gate::{Gate, Patch};
