@@ -191,3 +191,42 @@ pub mod acl {
         )
     }
 }
+
+/// This file's APIs' routing rules in a cluster (a partition's requests reach only its leader, a
+/// key's only its coordinator), applied before the handler by `pipeline/route.rs`.
+pub mod route {
+    use crate::handlers::gate::prelude::*;
+    use crate::handlers::gate::routing::*;
+    use crate::services::Services;
+
+    pub fn fetch(state: &Services, r: &mut FetchRequest, version: i16) -> Gate {
+        let mut moved: Vec<(TopicName, uuid::Uuid, Vec<i32>)> = Vec::new();
+        for t in r.topics.iter_mut() {
+            let name = if version >= 13 {
+                match state.topics.topic_by_id(t.topic_id) {
+                    Some(x) => x.name.clone(),
+                    None => continue,
+                }
+            } else {
+                t.topic.to_string()
+            };
+            let (keep, away): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut t.partitions).into_iter().partition(|p| !not_mine(state, &name, p.partition));
+            t.partitions = keep;
+            if !away.is_empty() {
+                moved.push((t.topic.clone(), t.topic_id, away.iter().map(|p| p.partition).collect()));
+            }
+        }
+        r.topics.retain(|t| !t.partitions.is_empty());
+        if moved.is_empty() {
+            return Gate::Pass;
+        }
+        patch_answer(move |resp| {
+            if let ResponseKind::Fetch(resp) = resp {
+                for (topic, id, parts) in moved {
+                    resp.responses.push(refuse::fetch_topic(topic, id, parts, NOT_LEADER));
+                }
+            }
+        })
+    }
+}

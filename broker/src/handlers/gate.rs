@@ -107,6 +107,60 @@ pub fn group_gate(c: &Authz<'_>, group: &str, deny: impl FnOnce(i16) -> Response
     }
 }
 
+/// The toolkit of the routing rules (cluster mode; each file's `route` module): a partition's
+/// requests reach only its leader, a group's or transaction's only its coordinator.
+pub mod routing {
+    pub use super::Gate;
+    use crate::routing::{CoordinatorKey, Route, Router as _};
+    use crate::services::Services;
+    use kafka_protocol::messages::ResponseKind;
+
+    /// NOT_LEADER_OR_FOLLOWER: the client refreshes its metadata and goes to the leader.
+    pub const NOT_LEADER: i16 = 6;
+    /// NOT_COORDINATOR: the client looks the coordinator up again.
+    pub const NOT_COORDINATOR: i16 = 16;
+
+    /// Does this broker lead none of partition `p` of `topic`? (A replicated partition: its Raft
+    /// group's leader; otherwise the image's assignment. Unknown here: the handler answers
+    /// UNKNOWN_TOPIC_OR_PARTITION.)
+    pub fn not_mine(state: &Services, topic: &str, p: i32) -> bool {
+        match state.leader_of(topic, p) {
+            Some((l, _)) => l != state.config.node_id,
+            None => false,
+        }
+    }
+
+    /// Does this broker coordinate `key` (0: group, 1: transactional id)?
+    pub fn mine(state: &Services, key_type: i8, key: &str) -> bool {
+        CoordinatorKey::from_wire(key_type, key).is_some_and(|k| state.coordinator_of(k) == Route::Here)
+    }
+
+    /// Answer `r` instead of running the handler.
+    pub fn deny(r: ResponseKind) -> Gate {
+        Gate::Deny(Box::new(r))
+    }
+
+    /// Run the handler on the filtered request, then fix its answer with `f`.
+    pub fn patch_answer(f: impl FnOnce(&mut ResponseKind) + Send + 'static) -> Gate {
+        Gate::Patch(Box::new(f))
+    }
+
+    /// A key's API answered NOT_COORDINATOR (with no other field set) unless this broker
+    /// coordinates the key.
+    macro_rules! top {
+        ($state:expr, $key_type:expr, $key:expr, $Resp:ident, $variant:ident) => {{
+            if mine($state, $key_type, $key) {
+                Gate::Pass
+            } else {
+                let mut x = $Resp::default();
+                x.error_code = NOT_COORDINATOR;
+                deny(ResponseKind::$variant(x))
+            }
+        }};
+    }
+    pub(crate) use top;
+}
+
 /// What an `acl` module needs.
 pub mod prelude {
     pub(crate) use super::pick;

@@ -944,3 +944,131 @@ pub mod acl {
         out
     }
 }
+
+/// This file's APIs' routing rules in a cluster (a partition's requests reach only its leader, a
+/// key's only its coordinator), applied before the handler by `pipeline/route.rs`.
+pub mod route {
+    use crate::handlers::gate::prelude::*;
+    use crate::handlers::gate::routing::*;
+    use crate::services::Services;
+
+    pub fn join_group(state: &Services, r: &mut JoinGroupRequest, _version: i16) -> Gate {
+        if mine(state, 0, &r.group_id) {
+            return Gate::Pass;
+        }
+        let mut x = JoinGroupResponse::default();
+        x.error_code = NOT_COORDINATOR;
+        x.generation_id = -1;
+        deny(ResponseKind::JoinGroup(x))
+    }
+
+    pub fn sync_group(state: &Services, r: &mut SyncGroupRequest, _version: i16) -> Gate {
+        top!(state, 0, &r.group_id, SyncGroupResponse, SyncGroup)
+    }
+
+    pub fn heartbeat(state: &Services, r: &mut HeartbeatRequest, _version: i16) -> Gate {
+        top!(state, 0, &r.group_id, HeartbeatResponse, Heartbeat)
+    }
+
+    pub fn leave_group(state: &Services, r: &mut LeaveGroupRequest, _version: i16) -> Gate {
+        top!(state, 0, &r.group_id, LeaveGroupResponse, LeaveGroup)
+    }
+
+    pub fn consumer_group_heartbeat(state: &Services, r: &mut ConsumerGroupHeartbeatRequest, _version: i16) -> Gate {
+        top!(state, 0, &r.group_id, ConsumerGroupHeartbeatResponse, ConsumerGroupHeartbeat)
+    }
+
+    pub fn offset_delete(state: &Services, r: &mut OffsetDeleteRequest, _version: i16) -> Gate {
+        top!(state, 0, &r.group_id, OffsetDeleteResponse, OffsetDelete)
+    }
+
+    pub fn offset_commit(state: &Services, r: &mut OffsetCommitRequest, _version: i16) -> Gate {
+        if mine(state, 0, &r.group_id) {
+            return Gate::Pass;
+        }
+        let mut x = OffsetCommitResponse::default();
+        x.topics = r.topics.iter().map(|t| refuse::offset_commit_topic(t, NOT_COORDINATOR)).collect();
+        deny(ResponseKind::OffsetCommit(x))
+    }
+
+    pub fn offset_fetch(state: &Services, r: &mut OffsetFetchRequest, version: i16) -> Gate {
+        if version < 8 {
+            if mine(state, 0, &r.group_id) {
+                return Gate::Pass;
+            }
+            let mut x = OffsetFetchResponse::default();
+            x.error_code = NOT_COORDINATOR;
+            return deny(ResponseKind::OffsetFetch(x));
+        }
+        let (keep, away): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut r.groups).into_iter().partition(|g| mine(state, 0, &g.group_id));
+        r.groups = keep;
+        if away.is_empty() {
+            return Gate::Pass;
+        }
+        let away: Vec<GroupId> = away.into_iter().map(|g| g.group_id).collect();
+        patch_answer(move |resp| {
+            if let ResponseKind::OffsetFetch(resp) = resp {
+                for g in away {
+                    let mut x = offset_fetch_response::OffsetFetchResponseGroup::default();
+                    x.group_id = g;
+                    x.error_code = NOT_COORDINATOR;
+                    resp.groups.push(x);
+                }
+            }
+        })
+    }
+
+    pub fn describe_groups(state: &Services, r: &mut DescribeGroupsRequest, _version: i16) -> Gate {
+        let away: Vec<String> = r.groups.iter().filter(|g| !mine(state, 0, g)).map(|g| g.to_string()).collect();
+        if away.is_empty() {
+            return Gate::Pass;
+        }
+        patch_answer(move |resp| {
+            if let ResponseKind::DescribeGroups(resp) = resp {
+                for g in resp.groups.iter_mut().filter(|g| away.iter().any(|a| a == g.group_id.as_str())) {
+                    let mut x = describe_groups_response::DescribedGroup::default();
+                    x.group_id = g.group_id.clone();
+                    x.error_code = NOT_COORDINATOR;
+                    *g = x;
+                }
+            }
+        })
+    }
+
+    pub fn consumer_group_describe(state: &Services, r: &mut ConsumerGroupDescribeRequest, _version: i16) -> Gate {
+        let away: Vec<String> = r.group_ids.iter().filter(|g| !mine(state, 0, g)).map(|g| g.to_string()).collect();
+        if away.is_empty() {
+            return Gate::Pass;
+        }
+        patch_answer(move |resp| {
+            if let ResponseKind::ConsumerGroupDescribe(resp) = resp {
+                for g in resp.groups.iter_mut().filter(|g| away.iter().any(|a| a == g.group_id.as_str())) {
+                    let mut x = consumer_group_describe_response::DescribedGroup::default();
+                    x.group_id = g.group_id.clone();
+                    x.error_code = NOT_COORDINATOR;
+                    *g = x;
+                }
+            }
+        })
+    }
+
+    pub fn delete_groups(state: &Services, r: &mut DeleteGroupsRequest, _version: i16) -> Gate {
+        let (keep, away): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut r.groups_names).into_iter().partition(|g| mine(state, 0, g));
+        r.groups_names = keep;
+        if away.is_empty() {
+            return Gate::Pass;
+        }
+        patch_answer(move |resp| {
+            if let ResponseKind::DeleteGroups(resp) = resp {
+                for g in away {
+                    let mut x = delete_groups_response::DeletableGroupResult::default();
+                    x.group_id = g;
+                    x.error_code = NOT_COORDINATOR;
+                    resp.results.push(x);
+                }
+            }
+        })
+    }
+}

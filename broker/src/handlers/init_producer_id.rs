@@ -65,3 +65,24 @@ pub mod acl {
         Gate::Deny(Box::new(ResponseKind::InitProducerId(x)))
     }
 }
+
+/// This file's APIs' routing rules in a cluster (a partition's requests reach only its leader, a
+/// key's only its coordinator), applied before the handler by `pipeline/route.rs`.
+pub mod route {
+    use crate::handlers::gate::prelude::*;
+    use crate::handlers::gate::routing::*;
+    use crate::services::Services;
+
+    pub fn init_producer_id(state: &Services, r: &mut InitProducerIdRequest, _version: i16) -> Gate {
+        match r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
+            Some(t) if !mine(state, 1, t) => {
+                let mut x = InitProducerIdResponse::default();
+                x.error_code = NOT_COORDINATOR;
+                x.producer_id = ProducerId(-1);
+                x.producer_epoch = -1;
+                deny(ResponseKind::InitProducerId(x))
+            }
+            _ => Gate::Pass,
+        }
+    }
+}

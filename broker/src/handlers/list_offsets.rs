@@ -100,3 +100,40 @@ pub mod acl {
         )
     }
 }
+
+/// This file's APIs' routing rules in a cluster (a partition's requests reach only its leader, a
+/// key's only its coordinator), applied before the handler by `pipeline/route.rs`.
+pub mod route {
+    use crate::handlers::gate::prelude::*;
+    use crate::handlers::gate::routing::*;
+    use crate::services::Services;
+
+    pub fn list_offsets(state: &Services, r: &mut ListOffsetsRequest, _version: i16) -> Gate {
+        // replica id -2 (Kafka's "debugging" replica): any replica answers with its own log,
+        // e.g. `sluicectl cluster describe` measuring each follower's lag
+        if r.replica_id.0 == -2 {
+            return Gate::Pass;
+        }
+        let mut moved: Vec<(TopicName, Vec<i32>)> = Vec::new();
+        for t in r.topics.iter_mut() {
+            let (keep, away): (Vec<_>, Vec<_>) = std::mem::take(&mut t.partitions)
+                .into_iter()
+                .partition(|p| !not_mine(state, &t.name, p.partition_index));
+            t.partitions = keep;
+            if !away.is_empty() {
+                moved.push((t.name.clone(), away.iter().map(|p| p.partition_index).collect()));
+            }
+        }
+        r.topics.retain(|t| !t.partitions.is_empty());
+        if moved.is_empty() {
+            return Gate::Pass;
+        }
+        patch_answer(move |resp| {
+            if let ResponseKind::ListOffsets(resp) = resp {
+                for (name, parts) in moved {
+                    resp.topics.push(refuse::list_offsets_topic(name, parts, NOT_LEADER));
+                }
+            }
+        })
+    }
+}

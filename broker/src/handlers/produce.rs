@@ -532,3 +532,34 @@ pub mod acl {
         )
     }
 }
+
+/// This file's APIs' routing rules in a cluster (a partition's requests reach only its leader, a
+/// key's only its coordinator), applied before the handler by `pipeline/route.rs`.
+pub mod route {
+    use crate::handlers::gate::prelude::*;
+    use crate::handlers::gate::routing::*;
+    use crate::services::Services;
+
+    pub fn produce(state: &Services, r: &mut ProduceRequest, _version: i16) -> Gate {
+        let mut moved: Vec<(TopicName, Vec<i32>)> = Vec::new();
+        for t in r.topic_data.iter_mut() {
+            let (keep, away): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut t.partition_data).into_iter().partition(|p| !not_mine(state, &t.name, p.index));
+            t.partition_data = keep;
+            if !away.is_empty() {
+                moved.push((t.name.clone(), away.iter().map(|p| p.index).collect()));
+            }
+        }
+        r.topic_data.retain(|t| !t.partition_data.is_empty());
+        if moved.is_empty() {
+            return Gate::Pass;
+        }
+        patch_answer(move |resp| {
+            if let ResponseKind::Produce(resp) = resp {
+                for (name, parts) in moved {
+                    resp.responses.push(refuse::produce_topic(name, parts, NOT_LEADER));
+                }
+            }
+        })
+    }
+}

@@ -478,3 +478,67 @@ pub mod acl {
         Gate::Deny(Box::new(ResponseKind::AddPartitionsToTxn(x)))
     }
 }
+
+/// This file's APIs' routing rules in a cluster (a partition's requests reach only its leader, a
+/// key's only its coordinator), applied before the handler by `pipeline/route.rs`.
+pub mod route {
+    use crate::handlers::gate::prelude::*;
+    use crate::handlers::gate::routing::*;
+    use crate::services::Services;
+
+    pub fn add_offsets_to_txn(state: &Services, r: &mut AddOffsetsToTxnRequest, _version: i16) -> Gate {
+        top!(state, 1, &r.transactional_id, AddOffsetsToTxnResponse, AddOffsetsToTxn)
+    }
+
+    pub fn end_txn(state: &Services, r: &mut EndTxnRequest, _version: i16) -> Gate {
+        if mine(state, 1, &r.transactional_id) {
+            return Gate::Pass;
+        }
+        let mut x = EndTxnResponse::default();
+        x.error_code = NOT_COORDINATOR;
+        x.producer_id = ProducerId(-1);
+        x.producer_epoch = -1;
+        deny(ResponseKind::EndTxn(x))
+    }
+
+    pub fn txn_offset_commit(state: &Services, r: &mut TxnOffsetCommitRequest, _version: i16) -> Gate {
+        if mine(state, 0, &r.group_id) {
+            return Gate::Pass;
+        }
+        let mut x = TxnOffsetCommitResponse::default();
+        x.topics = r.topics.iter().map(|t| refuse::txn_offset_commit_topic(t, NOT_COORDINATOR)).collect();
+        deny(ResponseKind::TxnOffsetCommit(x))
+    }
+
+    pub fn add_partitions_to_txn(state: &Services, r: &mut AddPartitionsToTxnRequest, version: i16) -> Gate {
+        if version < 4 {
+            if mine(state, 1, &r.v3_and_below_transactional_id) {
+                return Gate::Pass;
+            }
+            let x = refuse::add_partitions_v3(r, |_| NOT_COORDINATOR);
+            return deny(ResponseKind::AddPartitionsToTxn(x));
+        }
+        // v4+ (broker to coordinator, verification): sent to the coordinator by the leader itself
+        Gate::Pass
+    }
+
+    pub fn describe_transactions(state: &Services, r: &mut DescribeTransactionsRequest, _version: i16) -> Gate {
+        let away: Vec<String> =
+            r.transactional_ids.iter().filter(|t| !mine(state, 1, t)).map(|t| t.to_string()).collect();
+        if away.is_empty() {
+            return Gate::Pass;
+        }
+        patch_answer(move |resp| {
+            if let ResponseKind::DescribeTransactions(resp) = resp {
+                for t in
+                    resp.transaction_states.iter_mut().filter(|t| away.iter().any(|a| a == t.transactional_id.as_str()))
+                {
+                    let mut x = describe_transactions_response::TransactionState::default();
+                    x.transactional_id = t.transactional_id.clone();
+                    x.error_code = NOT_COORDINATOR;
+                    *t = x;
+                }
+            }
+        })
+    }
+}
