@@ -771,7 +771,8 @@ impl Group {
             .members
             .values()
             .filter(|m| !m.awaiting_join && !m.awaiting_sync)
-            .filter(|m| now - m.last_heartbeat_ms > i64::from(m.session_timeout_ms))
+            // Kafka's `shouldKeepAlive`: alive while last heartbeat + session timeout > now
+            .filter(|m| now - m.last_heartbeat_ms >= i64::from(m.session_timeout_ms))
             .map(|m| m.id.clone())
             .collect();
         for id in expired {
@@ -787,12 +788,12 @@ impl Group {
         let pending = self.pending_members.values().copied().min();
         let join = self.join_deadline_ms.filter(|_| self.state == GroupState::PreparingRebalance);
         let sync = self.sync_deadline_ms.filter(|_| self.state == GroupState::CompletingRebalance);
-        // a session has expired once more than its timeout has passed since the last heartbeat
+        // a session has expired once its timeout has passed since the last heartbeat
         let sessions = self
             .members
             .values()
             .filter(|m| !m.awaiting_join && !m.awaiting_sync)
-            .map(|m| m.last_heartbeat_ms + i64::from(m.session_timeout_ms) + 1)
+            .map(|m| m.last_heartbeat_ms + i64::from(m.session_timeout_ms))
             .min();
         [pending, join, sync, sessions].into_iter().flatten().min()
     }
@@ -1072,11 +1073,13 @@ mod tests {
         sync(&mut g, &a, None, 2, None, None, vec![], 0);
         assert_eq!(g.state, GroupState::Stable);
         // a keeps heartbeating, b goes silent
-        for t in (1000..=11_000).step_by(1000) {
+        for t in (1000..=9_000).step_by(1000) {
             assert_eq!(g.heartbeat(&a, None, 2, t), 0);
             g.tick(t, &s);
         }
-        let effects = g.tick(11_001, &s);
+        assert!(g.tick(9_999, &s).is_empty() && g.members.contains_key(&b), "alive until its session ends");
+        // Kafka's rule: alive while last heartbeat + session timeout > now
+        let effects = g.tick(10_000, &s);
         assert!(!g.members.contains_key(&b));
         assert_eq!(g.state, GroupState::PreparingRebalance);
         assert!(join_results(&effects).is_empty());
@@ -1124,7 +1127,7 @@ mod tests {
         // stable: the member's session, from its last heartbeat
         assert_eq!(g.heartbeat(&a, None, 1, 4_000), 0);
         let due = g.next_deadline().unwrap();
-        assert_eq!(due, 4_000 + 10_000 + 1);
+        assert_eq!(due, 4_000 + 10_000);
         assert!(g.tick(due - 1, &s).is_empty() && g.members.contains_key(&a), "not a millisecond early");
         let effects = g.tick(due, &s);
         assert!(!g.members.contains_key(&a), "expired at its deadline: {effects:?}");

@@ -861,6 +861,7 @@ impl GroupCoordinator {
     /// DeleteGroups for one group.
     pub fn delete_group(&self, group_id: &str, now: i64) -> Result<ShardWrite, ResponseError> {
         let mut shard = self.shard(group_id);
+        self.run_due_timers(&mut shard, group_id, now);
         let Some(g) = shard.groups.get_mut(group_id) else {
             return Err(ResponseError::GroupIdNotFound);
         };
@@ -879,6 +880,28 @@ impl GroupCoordinator {
             tracing::error!(group = group_id, "group delete failed: {e}");
             ResponseError::CoordinatorNotAvailable
         })
+    }
+
+    /// Run group `group_id`'s timers that are due by `now` (session expiry, lapsed pending
+    /// members, a join phase past its deadline), as the background timer will: a request that
+    /// depends on who is in the group (DeleteGroups) sees what Kafka's coordinator, whose
+    /// timers fire on time, would see — not a member whose session ended a moment ago.
+    fn run_due_timers(&self, shard: &mut Shard, group_id: &str, now: i64) {
+        let Some(g) = shard.groups.get_mut(group_id) else { return };
+        let before = g.rebalances;
+        let effects = g.tick(now, &self.settings.group);
+        count_rebalances(before, g.rebalances);
+        if effects.is_empty() {
+            return;
+        }
+        let d = shard.apply(group_id, effects, now);
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(d.finish());
+            }
+            // no runtime (blocking test code): parked requests see their answer dropped
+            Err(_) => drop(d),
+        }
     }
 
     /// A copy of one group (DescribeGroups).
@@ -1149,6 +1172,49 @@ mod tests {
         assert!(ShardWrite::lost(owner, i).wait().await.is_err());
         assert_eq!(offsets(&c, "g"), vec![(0, 5)], "rolled back to what the log holds");
         assert_eq!(c.state(i), ShardState::Active, "reloaded at once on one node");
+    }
+
+    /// A static member that closes without leaving (KIP-345) is gone once its session timeout
+    /// has passed since its last heartbeat or commit — at that very millisecond, as with Kafka,
+    /// whether or not the background timer has run yet: DeleteGroups then succeeds (librdkafka's
+    /// 0081 deletes such groups exactly one session timeout after closing their consumers).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_group_whose_last_session_just_ended_can_be_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = GroupCoordinator::open(dir.path(), &LogConfig::default(), settings()).unwrap();
+        let args = JoinArgs {
+            member_id: String::new(),
+            instance_id: Some("static-1".into()),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), vec![0])],
+            session_timeout_ms: 6_000,
+            rebalance_timeout_ms: 10_000,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            require_known_member_id: false,
+            new_member_id: "m-1".into(),
+        };
+        let (mut rx, d) = c.join("g", args, 0);
+        assert!(d.finish().await);
+        assert_eq!(rx.try_recv().unwrap().generation, 1);
+        let sync = SyncArgs {
+            member_id: "m-1",
+            instance_id: Some("static-1"),
+            generation: 1,
+            protocol_type: None,
+            protocol: None,
+            assignments: vec![("m-1".into(), vec![1])],
+        };
+        let (mut rx, d) = c.sync("g", sync, 10);
+        assert!(d.finish().await);
+        assert_eq!(rx.try_recv().unwrap().error, 0);
+        // the consumer's last act: a commit on close (it refreshes the session), then no leave
+        let o = OffsetToCommit { topic: "t".into(), partition: 0, offset: 3, leader_epoch: 0, metadata: String::new() };
+        c.commit_offsets("g", "m-1", Some("static-1"), 1, vec![o], 1_000).unwrap().wait().await.unwrap();
+        assert!(matches!(c.delete_group("g", 6_999), Err(ResponseError::NonEmptyGroup)), "still in its session");
+        let deleted = c.delete_group("g", 7_000).expect("the session ended at 7000");
+        deleted.wait().await.unwrap();
+        assert!(c.describe("g").is_none());
     }
 
     fn offsets(c: &GroupCoordinator, group: &str) -> Vec<(i32, i64)> {
