@@ -1,7 +1,7 @@
 //! Partition replication: one Raft group (openraft) per partition whose topic has a
 //! replication factor above one, its voters the partition's replicas.
 //!
-//! Two logs (decision record 0010): each group's Raft log (`store::LogStore`, JSON lines,
+//! Two logs (decision record 0010): each group's Raft log (`replication::log_store::LogStore`, JSON lines,
 //! fsynced) holds the produce batches and transaction markers in the order the leader proposed
 //! them; the partition log is the state machine. A batch is applied — the idempotence and
 //! transaction checks, the offsets, the write — on every replica only once a majority has it,
