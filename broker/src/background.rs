@@ -18,11 +18,9 @@ pub async fn run(state: Arc<Services>, mut stop: watch::Receiver<bool>) {
     let mut flush_tick = tokio::time::interval(flush_every);
     let mut retention_tick = tokio::time::interval(Duration::from_millis(state.config.retention_check_interval_ms));
     let mut gauges_tick = tokio::time::interval(Duration::from_secs(1));
-    // group timers fire at their deadline: the loop sleeps until the earliest one, waking at
-    // least every 100 ms to pick up deadlines set by requests since (each is a session or
-    // rebalance timeout away, so it is seen well before it is due)
-    let group_wake = tokio::time::sleep(Duration::ZERO);
-    tokio::pin!(group_wake);
+    // group timers run in their own task, so the disk work below (flushes, retention,
+    // compaction) never makes one late
+    tokio::spawn(group_timers(state.clone(), stop.clone()));
     tokio::spawn({
         let st = state.clone();
         async move { st.txns.recover().await }
@@ -63,13 +61,6 @@ pub async fn run(state: Arc<Services>, mut stop: watch::Receiver<bool>) {
                     }
                 }).await;
             }
-            _ = &mut group_wake => {
-                for d in state.groups.tick(crate::clock::now_ms()) {
-                    tokio::spawn(d.finish());
-                }
-                let wait = state.groups.next_deadline().map_or(100, |due| (due - crate::clock::now_ms()).clamp(1, 100));
-                group_wake.as_mut().reset(tokio::time::Instant::now() + Duration::from_millis(wait.unsigned_abs()));
-            }
             _ = txn_tick.tick() => {
                 let st = state.clone();
                 tokio::spawn(async move { st.txns.check_timeouts().await });
@@ -89,6 +80,22 @@ pub async fn run(state: Arc<Services>, mut stop: watch::Receiver<bool>) {
                     }
                 }
             }
+            _ = stop.changed() => break,
+        }
+    }
+}
+
+/// Group timers fire at their deadline: the task sleeps until the earliest one, waking at least
+/// every 100 ms to pick up deadlines set by requests since (each is a session or rebalance
+/// timeout away, so it is seen well before it is due).
+async fn group_timers(state: Arc<Services>, mut stop: watch::Receiver<bool>) {
+    loop {
+        for d in state.groups.tick(crate::clock::now_ms()) {
+            tokio::spawn(d.finish());
+        }
+        let wait = state.groups.next_deadline().map_or(100, |due| (due - crate::clock::now_ms()).clamp(1, 100));
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())) => {}
             _ = stop.changed() => break,
         }
     }

@@ -42,16 +42,6 @@ impl LogWait {
         matches!(self, LogWait::Local(None))
     }
 
-    /// `self` unless it waits on nothing (a later write's wait covers the earlier ones: the
-    /// local log fsyncs in order, Raft commits in order).
-    pub fn or(self, other: LogWait) -> LogWait {
-        if self.is_none() {
-            other
-        } else {
-            self
-        }
-    }
-
     pub async fn wait(self) -> Result<(), StorageError> {
         match self {
             LogWait::Local(None) => Ok(()),

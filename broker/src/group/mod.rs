@@ -550,7 +550,7 @@ impl GroupCoordinator {
     /// JoinGroup: the answer arrives on the returned receiver (now or when the join phase ends).
     pub fn join(&self, group_id: &str, args: JoinArgs, now: i64) -> (oneshot::Receiver<JoinResult>, Deliveries) {
         let (tx, rx) = oneshot::channel();
-        let mut shard = self.shard(group_id);
+        let mut shard = self.group_shard(group_id, now);
         let known = !args.member_id.is_empty();
         if known && !shard.groups.contains_key(group_id) {
             let _ = tx.send(JoinResult::error(ResponseError::UnknownMemberId, &args.member_id));
@@ -568,7 +568,7 @@ impl GroupCoordinator {
     /// SyncGroup: the answer arrives on the returned receiver (now or when the leader syncs).
     pub fn sync(&self, group_id: &str, a: SyncArgs<'_>, now: i64) -> (oneshot::Receiver<SyncResult>, Deliveries) {
         let (tx, rx) = oneshot::channel();
-        let mut shard = self.shard(group_id);
+        let mut shard = self.group_shard(group_id, now);
         let Some(g) = shard.groups.get_mut(group_id) else {
             let _ = tx.send(SyncResult::error(ResponseError::UnknownMemberId));
             return (rx, Deliveries::none());
@@ -607,7 +607,7 @@ impl GroupCoordinator {
         generation: i32,
         now: i64,
     ) -> i16 {
-        let mut shard = self.shard(group_id);
+        let mut shard = self.group_shard(group_id, now);
         match shard.groups.get_mut(group_id) {
             Some(g) => g.heartbeat(member_id, instance_id, generation, now),
             None => ResponseError::UnknownMemberId.code(),
@@ -616,7 +616,7 @@ impl GroupCoordinator {
 
     /// LeaveGroup for each (member id, instance id): error codes in order.
     pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)], now: i64) -> (Vec<i16>, Deliveries) {
-        let mut shard = self.shard(group_id);
+        let mut shard = self.group_shard(group_id, now);
         let Some(g) = shard.groups.get_mut(group_id) else {
             return (vec![ResponseError::UnknownMemberId.code(); members.len()], Deliveries::none());
         };
@@ -644,7 +644,7 @@ impl GroupCoordinator {
         offsets: Vec<OffsetToCommit>,
         now: i64,
     ) -> Result<ShardWrite, ResponseError> {
-        let mut shard = self.shard(group_id);
+        let mut shard = self.group_shard(group_id, now);
         if !shard.groups.contains_key(group_id) && generation >= 0 {
             return Err(ResponseError::IllegalGeneration);
         }
@@ -688,7 +688,7 @@ impl GroupCoordinator {
         offsets: Vec<OffsetToCommit>,
         now: i64,
     ) -> Result<ShardWrite, ResponseError> {
-        let mut shard = self.shard(group_id);
+        let mut shard = self.group_shard(group_id, now);
         shard.check_group(group_id, now, |g| g.validate_txn_offset_commit(member_id, instance_id, generation))?;
         let entries: Vec<Entry> = offsets
             .iter()
@@ -811,7 +811,7 @@ impl GroupCoordinator {
         topics: Vec<(String, Vec<i32>)>,
         now: i64,
     ) -> Result<(Vec<(String, Vec<(i32, i16)>)>, ShardWrite), ResponseError> {
-        let mut shard = self.shard(group_id);
+        let mut shard = self.group_shard(group_id, now);
         let Some(g) = shard.groups.get(group_id) else {
             return Err(ResponseError::GroupIdNotFound);
         };
@@ -860,8 +860,7 @@ impl GroupCoordinator {
 
     /// DeleteGroups for one group.
     pub fn delete_group(&self, group_id: &str, now: i64) -> Result<ShardWrite, ResponseError> {
-        let mut shard = self.shard(group_id);
-        self.run_due_timers(&mut shard, group_id, now);
+        let mut shard = self.group_shard(group_id, now);
         let Some(g) = shard.groups.get_mut(group_id) else {
             return Err(ResponseError::GroupIdNotFound);
         };
@@ -882,10 +881,18 @@ impl GroupCoordinator {
         })
     }
 
-    /// Run group `group_id`'s timers that are due by `now` (session expiry, lapsed pending
-    /// members, a join phase past its deadline), as the background timer will: a request that
-    /// depends on who is in the group (DeleteGroups) sees what Kafka's coordinator, whose
-    /// timers fire on time, would see — not a member whose session ended a moment ago.
+    /// Group `group_id`'s shard, with the group's timers that are due by `now` run first (session
+    /// expiry, lapsed pending members, a join or sync phase past its deadline), as the background
+    /// timer would run them: a request sees the group as Kafka's coordinator, whose timers fire
+    /// on time, would — not a member whose session ended a moment ago (librdkafka's 0081 deletes
+    /// a group exactly one session timeout after closing its static members).
+    fn group_shard(&self, group_id: &str, now: i64) -> MutexGuard<'_, Shard> {
+        let mut shard = self.shard(group_id);
+        self.run_due_timers(&mut shard, group_id, now);
+        shard
+    }
+
+    /// Run group `group_id`'s timers that are due by `now` (see [`GroupCoordinator::group_shard`]).
     fn run_due_timers(&self, shard: &mut Shard, group_id: &str, now: i64) {
         let Some(g) = shard.groups.get_mut(group_id) else { return };
         let before = g.rebalances;
