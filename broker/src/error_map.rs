@@ -1,8 +1,11 @@
 //! The ONE place where internal errors become Kafka error codes. Exhaustive matches, no
 //! catch-all arm: adding an error variant forces a decision here.
 
+use crate::group::error::GroupError;
 use crate::partition_handle::WriteRefused;
+use crate::producer_ids::IdError;
 use crate::replication::types::{ApplyFailure, PartResult, WriteError};
+use crate::txn::error::TxnError;
 use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchError;
 use sluice_storage::StorageError;
@@ -76,6 +79,71 @@ pub fn write_refused_code(e: &WriteRefused) -> i16 {
         WriteRefused::Write(e) => write_error_code(e),
         WriteRefused::NotApplied(f) => apply_failure_code(f),
     }
+}
+
+/// Kafka error code for a group coordinator's refusal.
+pub fn group_code(e: GroupError) -> i16 {
+    group_response(e).code()
+}
+
+/// The Kafka error of a group coordinator's refusal (for handlers that mix it with their own).
+pub fn group_response(e: GroupError) -> ResponseError {
+    match e {
+        GroupError::CoordinatorNotAvailable | GroupError::WriteFailed => ResponseError::CoordinatorNotAvailable,
+        GroupError::NotCoordinator => ResponseError::NotCoordinator,
+        GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
+        GroupError::IllegalGeneration => ResponseError::IllegalGeneration,
+        GroupError::RebalanceInProgress => ResponseError::RebalanceInProgress,
+        GroupError::FencedInstanceId => ResponseError::FencedInstanceId,
+        GroupError::InconsistentGroupProtocol => ResponseError::InconsistentGroupProtocol,
+        GroupError::InvalidSessionTimeout => ResponseError::InvalidSessionTimeout,
+        GroupError::GroupMaxSizeReached => ResponseError::GroupMaxSizeReached,
+        GroupError::MemberIdRequired => ResponseError::MemberIdRequired,
+        GroupError::NonEmptyGroup => ResponseError::NonEmptyGroup,
+        GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
+        GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
+        GroupError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+        GroupError::FencedMemberEpoch => ResponseError::FencedMemberEpoch,
+        GroupError::StaleMemberEpoch => ResponseError::StaleMemberEpoch,
+        GroupError::InvalidRequest => ResponseError::InvalidRequest,
+    }
+}
+
+/// [`group_code`] of an answer that may be a success (0).
+pub fn group_answer(r: Result<(), GroupError>) -> i16 {
+    r.err().map_or(0, group_code)
+}
+
+/// [`group_code`] of an error that may be absent (0).
+pub fn group_error(e: Option<GroupError>) -> i16 {
+    e.map_or(0, group_code)
+}
+
+/// Kafka error code for a transaction coordinator's refusal.
+pub fn txn_code(e: TxnError) -> i16 {
+    txn_response(e).code()
+}
+
+/// The Kafka error of a transaction coordinator's refusal (for handlers that mix it with their
+/// own, or map it by request version).
+pub fn txn_response(e: TxnError) -> ResponseError {
+    match e {
+        TxnError::NotCoordinator => ResponseError::NotCoordinator,
+        TxnError::WriteFailed => ResponseError::CoordinatorNotAvailable,
+        TxnError::ProducerIdsLoading => ResponseError::CoordinatorLoadInProgress,
+        TxnError::ProducerIdStorage => ResponseError::KafkaStorageError,
+        TxnError::InvalidTransactionTimeout => ResponseError::InvalidTransactionTimeout,
+        TxnError::ProducerFenced => ResponseError::ProducerFenced,
+        TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+        TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
+        TxnError::InvalidTxnState => ResponseError::InvalidTxnState,
+    }
+}
+
+/// Kafka error code for a producer id that could not be allocated (InitProducerId without a
+/// transactional id); a storage failure is logged.
+pub fn id_error_code(e: IdError) -> i16 {
+    txn_response(TxnError::from(e)).code()
 }
 
 /// Kafka error code for a storage error on the read path (Fetch, ListOffsets).

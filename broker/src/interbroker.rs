@@ -74,7 +74,30 @@ fn give_back(addr: &str, s: TcpStream) {
     }
 }
 
-/// WriteTxnMarkers v1 for one partition at its leader: the partition's error code.
+/// What a partition's leader answered to a transaction marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerAnswer {
+    Written,
+    /// UNKNOWN_TOPIC_OR_PARTITION: the partition is gone there.
+    NoSuchPartition,
+    /// TRANSACTION_COORDINATOR_FENCED: a newer coordinator wrote to it.
+    CoordinatorFenced,
+    /// Any other error (its Kafka code, -1 for a malformed answer): retried.
+    Failed(i16),
+}
+
+impl MarkerAnswer {
+    fn of(code: i16) -> MarkerAnswer {
+        match ResponseError::try_from_code(code) {
+            None if code == 0 => MarkerAnswer::Written,
+            Some(ResponseError::UnknownTopicOrPartition) => MarkerAnswer::NoSuchPartition,
+            Some(ResponseError::TransactionCoordinatorFenced) => MarkerAnswer::CoordinatorFenced,
+            _ => MarkerAnswer::Failed(code),
+        }
+    }
+}
+
+/// WriteTxnMarkers v1 for one partition at its leader: what it answered.
 #[allow(clippy::too_many_arguments)]
 pub async fn write_marker(
     addr: &str,
@@ -85,7 +108,7 @@ pub async fn write_marker(
     commit: bool,
     coordinator_epoch: i32,
     ttl: Duration,
-) -> anyhow::Result<i16> {
+) -> anyhow::Result<MarkerAnswer> {
     let mut t = write_txn_markers_request::WritableTxnMarkerTopic::default();
     t.name = TopicName(sb(topic));
     t.partition_indexes = vec![partition];
@@ -98,14 +121,15 @@ pub async fn write_marker(
     let mut req = WriteTxnMarkersRequest::default();
     req.markers = vec![m];
     match call(addr, ApiKey::WriteTxnMarkers, 1, RequestKind::WriteTxnMarkers(req), ttl).await? {
-        ResponseKind::WriteTxnMarkers(r) => Ok(r
-            .markers
-            .first()
-            .and_then(|m| m.topics.first())
-            .and_then(|t| t.partitions.first())
-            .map(|p| p.error_code)
-            .unwrap_or(-1)),
-        _ => Ok(-1),
+        ResponseKind::WriteTxnMarkers(r) => Ok(MarkerAnswer::of(
+            r.markers
+                .first()
+                .and_then(|m| m.topics.first())
+                .and_then(|t| t.partitions.first())
+                .map(|p| p.error_code)
+                .unwrap_or(-1),
+        )),
+        _ => Ok(MarkerAnswer::Failed(-1)),
     }
 }
 

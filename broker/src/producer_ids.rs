@@ -41,16 +41,15 @@ pub enum IdError {
     NotReady,
 }
 
-impl IdError {
-    /// The Kafka error a client gets (logged here when it is not a transient one).
-    pub fn code(self) -> kafka_protocol::error::ResponseError {
-        use kafka_protocol::error::ResponseError;
-        match self {
+/// What the transaction coordinator answers when it needs an id and none can be had.
+impl From<IdError> for crate::txn::error::TxnError {
+    fn from(e: IdError) -> crate::txn::error::TxnError {
+        match e {
             IdError::Storage(e) => {
                 tracing::error!("cannot allocate a producer id: {e}");
-                ResponseError::KafkaStorageError
+                crate::txn::error::TxnError::ProducerIdStorage
             }
-            IdError::NotReady => ResponseError::CoordinatorLoadInProgress,
+            IdError::NotReady => crate::txn::error::TxnError::ProducerIdsLoading,
         }
     }
 }

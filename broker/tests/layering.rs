@@ -55,6 +55,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("partition/producer_state", 1),
     ("txn/machine", 1),
     ("group/machine", 1),
+    ("txn/error", 1),
+    ("group/error", 1),
     ("security/model", 1),
     ("topic_config", 1),
     ("dynamic_config", 1),
@@ -72,8 +74,14 @@ const CLUSTER_MODULES: &[&str] = &["network", "reassign", "reconcile", "replica"
 
 /// Pure kernels inside a module's directory, each a unit of its own (they import nothing of the
 /// crate, so they sit at the bottom, where the replication layer's types may name them).
-const KERNELS: &[(&str, &str)] =
-    &[("partition", "producer_state"), ("txn", "machine"), ("group", "machine"), ("security", "model")];
+const KERNELS: &[(&str, &str)] = &[
+    ("partition", "producer_state"),
+    ("txn", "machine"),
+    ("txn", "error"),
+    ("group", "machine"),
+    ("group", "error"),
+    ("security", "model"),
+];
 
 /// The layering unit a source file belongs to: its top-level module, or `cluster/<file>`.
 fn unit_of(rel: &Path) -> String {
@@ -321,6 +329,12 @@ const KNOWN_BLOCKING: &[(&str, usize, &str)] = &[
 /// How often each production file under `dir` blocks (see [`KNOWN_BLOCKING`]), comments and
 /// test modules aside.
 fn blocking_sites(dir: &Path) -> BTreeMap<String, usize> {
+    sites(dir, &["block_in_place", "block_on(", "thread::sleep"])
+}
+
+/// How often each production file under `dir` names one of `patterns`, comments and test
+/// modules aside.
+fn sites(dir: &Path, patterns: &[&str]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -338,9 +352,7 @@ fn blocking_sites(dir: &Path) -> BTreeMap<String, usize> {
                 .lines()
                 .map(str::trim)
                 .filter(|l| !l.starts_with("//"))
-                .map(|l| {
-                    ["block_in_place", "block_on(", "thread::sleep"].iter().map(|p| l.matches(p).count()).sum::<usize>()
-                })
+                .map(|l| patterns.iter().map(|p| l.matches(p).count()).sum::<usize>())
                 .sum();
             if n > 0 {
                 let rel = path.strip_prefix(dir).expect("under src").to_string_lossy().replace('\\', "/");
@@ -383,4 +395,30 @@ fn the_counter_finds_a_blocking_call() {
     // f's two and u's one: not the test-only fn t, nor the test module
     assert_eq!(blocking_sites(&dir), BTreeMap::from([("handlers/x.rs".to_string(), 3)]));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Below the request pipeline and the handlers, nothing makes a Kafka error code: coordinators,
+/// partitions, topics and replication answer with typed errors (`GroupError`, `TxnError`,
+/// `Refusal`, `StorageError`, `WriteError`, ...) and `error_map.rs` turns them into codes
+/// (issue 18 item 5). These are the edges that speak Kafka codes themselves, with why.
+const KNOWN_KAFKA_ERRORS: &[(&str, &str)] = &[
+    ("error_map.rs", "the one place internal errors become Kafka codes"),
+    ("connection.rs", "a request header the pipeline cannot decode (UNSUPPORTED_VERSION)"),
+    ("interbroker.rs", "reads the codes in peer brokers' answers"),
+    ("security/sasl.rs", "the SASL exchange, answered by the connection's session"),
+];
+
+#[test]
+fn kafka_error_codes_are_made_at_the_edge() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found: BTreeSet<String> = sites(&src, &["ResponseError"])
+        .into_keys()
+        .filter(|f| !f.starts_with("handlers/") && !f.starts_with("pipeline/"))
+        .collect();
+    let known: BTreeSet<String> = KNOWN_KAFKA_ERRORS.iter().map(|(f, _)| f.to_string()).collect();
+    assert_eq!(
+        found, known,
+        "Kafka error codes (ResponseError) below the handlers differ from KNOWN_KAFKA_ERRORS: return a typed error \
+         and map it in error_map.rs"
+    );
 }

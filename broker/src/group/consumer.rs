@@ -11,7 +11,7 @@
 //! Membership is not persisted: after a broker restart members get UNKNOWN_MEMBER_ID and rejoin
 //! (their committed offsets are durable as for classic groups).
 
-use kafka_protocol::error::ResponseError;
+use crate::group::error::GroupError;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub type Tp = (String, i32);
@@ -136,7 +136,7 @@ impl ConsumerGroup {
         h: Heartbeat,
         partitions: &dyn Fn(&str) -> Option<i32>,
         now: i64,
-    ) -> Result<HeartbeatAnswer, ResponseError> {
+    ) -> Result<HeartbeatAnswer, GroupError> {
         if h.member_epoch == -1 || h.member_epoch == -2 {
             self.remove(&h.member_id);
             return Ok(HeartbeatAnswer { member_id: h.member_id, member_epoch: h.member_epoch, assignment: None });
@@ -144,7 +144,7 @@ impl ConsumerGroup {
         let id = if h.member_id.is_empty() { h.new_member_id.clone() } else { h.member_id.clone() };
         if h.member_epoch == 0 {
             let Some(subscribed) = h.subscribed.clone() else {
-                return Err(ResponseError::InvalidRequest);
+                return Err(GroupError::InvalidRequest);
             };
             // a (re)join: whatever the member owned before is gone on its side
             self.remove(&id);
@@ -167,10 +167,10 @@ impl ConsumerGroup {
             self.group_epoch += 1;
         } else {
             let Some(m) = self.members.get_mut(&id) else {
-                return Err(ResponseError::UnknownMemberId);
+                return Err(GroupError::UnknownMemberId);
             };
             if h.member_epoch != m.epoch {
-                return Err(ResponseError::FencedMemberEpoch);
+                return Err(GroupError::FencedMemberEpoch);
             }
             m.last_heartbeat_ms = now;
             if let Some(s) = &h.subscribed {
@@ -190,7 +190,7 @@ impl ConsumerGroup {
         }
         self.assignment_epoch = self.group_epoch;
         self.reconcile(&id, h.owned.as_ref(), now);
-        let m = self.members.get(&id).ok_or(ResponseError::UnknownMemberId)?;
+        let m = self.members.get(&id).ok_or(GroupError::UnknownMemberId)?;
         Ok(HeartbeatAnswer { member_id: id, member_epoch: m.epoch, assignment: Some(m.assigned.clone()) })
     }
 
@@ -260,16 +260,16 @@ impl ConsumerGroup {
     }
 
     /// OffsetCommit by a member (v9+: the member epoch in place of the generation).
-    pub fn validate_commit(&self, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
+    pub fn validate_commit(&self, member_id: &str, epoch: i32) -> Result<(), GroupError> {
         if member_id.is_empty() && epoch < 0 {
-            return if self.members.is_empty() { Ok(()) } else { Err(ResponseError::UnknownMemberId) };
+            return if self.members.is_empty() { Ok(()) } else { Err(GroupError::UnknownMemberId) };
         }
-        let m = self.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
+        let m = self.members.get(member_id).ok_or(GroupError::UnknownMemberId)?;
         if epoch < m.epoch {
-            return Err(ResponseError::StaleMemberEpoch);
+            return Err(GroupError::StaleMemberEpoch);
         }
         if epoch > m.epoch {
-            return Err(ResponseError::FencedMemberEpoch);
+            return Err(GroupError::FencedMemberEpoch);
         }
         Ok(())
     }
@@ -326,14 +326,14 @@ mod tests {
         assert_eq!(all.len(), 6, "no overlap, nothing missing");
         assert_eq!(g.state_name(), "Stable");
         // wrong epoch: fenced; unknown: unknown
-        assert_eq!(g.heartbeat(hb("a", 99, None), &six, 5), Err(ResponseError::FencedMemberEpoch));
-        assert_eq!(g.heartbeat(hb("z", 3, None), &six, 5), Err(ResponseError::UnknownMemberId));
+        assert_eq!(g.heartbeat(hb("a", 99, None), &six, 5), Err(GroupError::FencedMemberEpoch));
+        assert_eq!(g.heartbeat(hb("z", 3, None), &six, 5), Err(GroupError::UnknownMemberId));
         // b leaves: a gets everything back
         g.heartbeat(hb("b", -1, None), &six, 6).unwrap();
         let a4 = g.heartbeat(hb("a", a3.member_epoch, Some(&set(&a3))), &six, 7).unwrap();
         assert_eq!(set(&a4).len(), 6);
         assert_eq!(g.validate_commit("a", a4.member_epoch), Ok(()));
-        assert_eq!(g.validate_commit("a", a4.member_epoch - 1), Err(ResponseError::StaleMemberEpoch));
+        assert_eq!(g.validate_commit("a", a4.member_epoch - 1), Err(GroupError::StaleMemberEpoch));
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! - Dead ← Empty (DeleteGroups, offsets expired).
 
 use crate::config::coordinators::GroupSettings;
-use kafka_protocol::error::ResponseError;
+use crate::group::error::GroupError;
 use std::collections::{BTreeMap, HashMap};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -115,7 +115,7 @@ pub struct Group {
 /// What the leader (and everyone else) learns from a completed join phase.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JoinResult {
-    pub error: i16,
+    pub error: Option<GroupError>,
     pub generation: i32,
     pub protocol_type: Option<String>,
     pub protocol: Option<String>,
@@ -127,9 +127,9 @@ pub struct JoinResult {
 }
 
 impl JoinResult {
-    pub fn error(code: ResponseError, member_id: &str) -> JoinResult {
+    pub fn error(code: GroupError, member_id: &str) -> JoinResult {
         JoinResult {
-            error: code.code(),
+            error: Some(code),
             generation: -1,
             protocol_type: None,
             protocol: None,
@@ -143,15 +143,15 @@ impl JoinResult {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyncResult {
-    pub error: i16,
+    pub error: Option<GroupError>,
     pub protocol_type: Option<String>,
     pub protocol: Option<String>,
     pub assignment: Vec<u8>,
 }
 
 impl SyncResult {
-    pub fn error(code: ResponseError) -> SyncResult {
-        SyncResult { error: code.code(), protocol_type: None, protocol: None, assignment: Vec::new() }
+    pub fn error(code: GroupError) -> SyncResult {
+        SyncResult { error: Some(code), protocol_type: None, protocol: None, assignment: Vec::new() }
     }
 }
 
@@ -287,7 +287,7 @@ impl Group {
         let is_leader = leader == member_id;
         let protocol = self.protocol.clone().unwrap_or_default();
         JoinResult {
-            error: 0,
+            error: None,
             generation: self.generation,
             protocol_type: self.protocol_type.clone(),
             protocol: self.protocol.clone(),
@@ -307,22 +307,22 @@ impl Group {
 
     /// JoinGroup.
     pub fn join(&mut self, a: JoinArgs, now: i64, s: &GroupSettings) -> JoinOutcome {
-        let err = |code: ResponseError, id: &str| JoinOutcome {
+        let err = |code: GroupError, id: &str| JoinOutcome {
             member_id: id.to_string(),
             effects: vec![Effect::Join(id.to_string(), JoinResult::error(code, id))],
         };
         if self.state == GroupState::Dead {
-            return err(ResponseError::CoordinatorNotAvailable, &a.member_id);
+            return err(GroupError::CoordinatorNotAvailable, &a.member_id);
         }
         if self.has_consumer_members() {
             // the group is in use with the consumer protocol (KIP-848)
-            return err(ResponseError::InconsistentGroupProtocol, &a.member_id);
+            return err(GroupError::InconsistentGroupProtocol, &a.member_id);
         }
         if a.session_timeout_ms < s.min_session_timeout_ms || a.session_timeout_ms > s.max_session_timeout_ms {
-            return err(ResponseError::InvalidSessionTimeout, &a.member_id);
+            return err(GroupError::InvalidSessionTimeout, &a.member_id);
         }
         if !self.supports(&a.protocol_type, &a.protocols) {
-            return err(ResponseError::InconsistentGroupProtocol, &a.member_id);
+            return err(GroupError::InconsistentGroupProtocol, &a.member_id);
         }
         if a.member_id.is_empty() {
             self.join_unknown(a, now, s)
@@ -358,13 +358,13 @@ impl Group {
         if self.members.len() + self.pending_members.len() >= s.max_size {
             return JoinOutcome {
                 member_id: new_id.clone(),
-                effects: vec![Effect::Join(new_id.clone(), JoinResult::error(ResponseError::GroupMaxSizeReached, ""))],
+                effects: vec![Effect::Join(new_id.clone(), JoinResult::error(GroupError::GroupMaxSizeReached, ""))],
             };
         }
         if a.instance_id.is_none() && a.require_known_member_id {
             // KIP-394: hand out the id; the member joins for real with it.
             self.pending_members.insert(new_id.clone(), now + i64::from(a.session_timeout_ms));
-            let mut r = JoinResult::error(ResponseError::MemberIdRequired, &new_id);
+            let mut r = JoinResult::error(GroupError::MemberIdRequired, &new_id);
             r.member_id = new_id.clone();
             return JoinOutcome { member_id: new_id.clone(), effects: vec![Effect::Join(new_id, r)] };
         }
@@ -411,10 +411,10 @@ impl Group {
         };
         // The old instance is fenced: any request it has parked gets FENCED_INSTANCE_ID.
         if m.awaiting_join {
-            effects.push(Effect::Join(old_id.to_string(), JoinResult::error(ResponseError::FencedInstanceId, old_id)));
+            effects.push(Effect::Join(old_id.to_string(), JoinResult::error(GroupError::FencedInstanceId, old_id)));
         }
         if m.awaiting_sync {
-            effects.push(Effect::Sync(old_id.to_string(), SyncResult::error(ResponseError::FencedInstanceId)));
+            effects.push(Effect::Sync(old_id.to_string(), SyncResult::error(GroupError::FencedInstanceId)));
             m.awaiting_sync = false;
         }
         let protocols_changed = m.protocols != a.protocols;
@@ -459,7 +459,7 @@ impl Group {
 
     fn join_known(&mut self, a: JoinArgs, now: i64, s: &GroupSettings) -> JoinOutcome {
         let id = a.member_id.clone();
-        let err = |code: ResponseError| JoinOutcome {
+        let err = |code: GroupError| JoinOutcome {
             member_id: id.clone(),
             effects: vec![Effect::Join(id.clone(), JoinResult::error(code, &id))],
         };
@@ -468,10 +468,10 @@ impl Group {
             return JoinOutcome { member_id: id, effects };
         }
         if self.is_fenced(&id, a.instance_id.as_deref()) {
-            return err(ResponseError::FencedInstanceId);
+            return err(GroupError::FencedInstanceId);
         }
         let Some(m) = self.members.get(&id) else {
-            return err(ResponseError::UnknownMemberId);
+            return err(GroupError::UnknownMemberId);
         };
         let same = m.protocols == a.protocols;
         let is_leader = self.leader.as_deref() == Some(id.as_str());
@@ -504,7 +504,7 @@ impl Group {
                 effects.extend(self.prepare_rebalance(now, s));
                 effects.extend(self.try_complete_join(now));
             }
-            GroupState::Empty | GroupState::Dead => return err(ResponseError::UnknownMemberId),
+            GroupState::Empty | GroupState::Dead => return err(GroupError::UnknownMemberId),
         }
         JoinOutcome { member_id: id, effects }
     }
@@ -518,7 +518,7 @@ impl Group {
                 m.assignment.clear();
                 if m.awaiting_sync {
                     m.awaiting_sync = false;
-                    effects.push(Effect::Sync(m.id.clone(), SyncResult::error(ResponseError::RebalanceInProgress)));
+                    effects.push(Effect::Sync(m.id.clone(), SyncResult::error(GroupError::RebalanceInProgress)));
                 }
             }
         }
@@ -608,10 +608,10 @@ impl Group {
             return effects;
         };
         if m.awaiting_join {
-            effects.push(Effect::Join(id.to_string(), JoinResult::error(ResponseError::UnknownMemberId, id)));
+            effects.push(Effect::Join(id.to_string(), JoinResult::error(GroupError::UnknownMemberId, id)));
         }
         if m.awaiting_sync {
-            effects.push(Effect::Sync(id.to_string(), SyncResult::error(ResponseError::UnknownMemberId)));
+            effects.push(Effect::Sync(id.to_string(), SyncResult::error(GroupError::UnknownMemberId)));
         }
         match self.state {
             GroupState::Stable | GroupState::CompletingRebalance => {
@@ -627,27 +627,27 @@ impl Group {
     /// SyncGroup.
     pub fn sync(&mut self, a: SyncArgs<'_>, now: i64) -> Vec<Effect> {
         let SyncArgs { member_id, instance_id, generation, protocol_type, protocol, assignments } = a;
-        let err = |code: ResponseError| vec![Effect::Sync(member_id.to_string(), SyncResult::error(code))];
+        let err = |code: GroupError| vec![Effect::Sync(member_id.to_string(), SyncResult::error(code))];
         if self.state == GroupState::Dead {
-            return err(ResponseError::CoordinatorNotAvailable);
+            return err(GroupError::CoordinatorNotAvailable);
         }
         if self.is_fenced(member_id, instance_id) {
-            return err(ResponseError::FencedInstanceId);
+            return err(GroupError::FencedInstanceId);
         }
         if !self.members.contains_key(member_id) {
-            return err(ResponseError::UnknownMemberId);
+            return err(GroupError::UnknownMemberId);
         }
         if generation != self.generation {
-            return err(ResponseError::IllegalGeneration);
+            return err(GroupError::IllegalGeneration);
         }
         if protocol_type.is_some_and(|t| Some(t) != self.protocol_type.as_deref())
             || protocol.is_some_and(|p| Some(p) != self.protocol.as_deref())
         {
-            return err(ResponseError::InconsistentGroupProtocol);
+            return err(GroupError::InconsistentGroupProtocol);
         }
         match self.state {
-            GroupState::Empty | GroupState::Dead => err(ResponseError::UnknownMemberId),
-            GroupState::PreparingRebalance => err(ResponseError::RebalanceInProgress),
+            GroupState::Empty | GroupState::Dead => err(GroupError::UnknownMemberId),
+            GroupState::PreparingRebalance => err(GroupError::RebalanceInProgress),
             GroupState::Stable => {
                 if let Some(m) = self.members.get_mut(member_id) {
                     m.last_heartbeat_ms = now;
@@ -685,38 +685,44 @@ impl Group {
 
     fn sync_result(&self, member_id: &str) -> SyncResult {
         SyncResult {
-            error: 0,
+            error: None,
             protocol_type: self.protocol_type.clone(),
             protocol: self.protocol.clone(),
             assignment: self.members.get(member_id).map(|m| m.assignment.clone()).unwrap_or_default(),
         }
     }
 
-    /// Heartbeat: an error code.
-    pub fn heartbeat(&mut self, member_id: &str, instance_id: Option<&str>, generation: i32, now: i64) -> i16 {
+    /// Heartbeat.
+    pub fn heartbeat(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        now: i64,
+    ) -> Result<(), GroupError> {
         if self.state == GroupState::Dead {
-            return ResponseError::CoordinatorNotAvailable.code();
+            return Err(GroupError::CoordinatorNotAvailable);
         }
         if self.is_fenced(member_id, instance_id) {
-            return ResponseError::FencedInstanceId.code();
+            return Err(GroupError::FencedInstanceId);
         }
         let state = self.state;
         let current = self.generation;
         let Some(m) = self.members.get_mut(member_id) else {
-            return ResponseError::UnknownMemberId.code();
+            return Err(GroupError::UnknownMemberId);
         };
         if generation != current {
-            return ResponseError::IllegalGeneration.code();
+            return Err(GroupError::IllegalGeneration);
         }
         match state {
-            GroupState::Empty | GroupState::Dead => ResponseError::UnknownMemberId.code(),
+            GroupState::Empty | GroupState::Dead => Err(GroupError::UnknownMemberId),
             GroupState::PreparingRebalance => {
                 m.last_heartbeat_ms = now;
-                ResponseError::RebalanceInProgress.code()
+                Err(GroupError::RebalanceInProgress)
             }
             GroupState::CompletingRebalance | GroupState::Stable => {
                 m.last_heartbeat_ms = now;
-                0
+                Ok(())
             }
         }
     }
@@ -728,25 +734,25 @@ impl Group {
         instance_id: Option<&str>,
         now: i64,
         s: &GroupSettings,
-    ) -> (i16, Vec<Effect>) {
+    ) -> (Result<(), GroupError>, Vec<Effect>) {
         if self.state == GroupState::Dead {
-            return (ResponseError::CoordinatorNotAvailable.code(), Vec::new());
+            return (Err(GroupError::CoordinatorNotAvailable), Vec::new());
         }
         let id = match instance_id {
             Some(i) => match self.static_members.get(i) {
                 Some(m) if member_id.is_empty() || m == member_id => m.clone(),
-                Some(_) => return (ResponseError::FencedInstanceId.code(), Vec::new()),
-                None => return (ResponseError::UnknownMemberId.code(), Vec::new()),
+                Some(_) => return (Err(GroupError::FencedInstanceId), Vec::new()),
+                None => return (Err(GroupError::UnknownMemberId), Vec::new()),
             },
             None => member_id.to_string(),
         };
         if self.pending_members.remove(&id).is_some() {
-            return (0, Vec::new());
+            return (Ok(()), Vec::new());
         }
         if !self.members.contains_key(&id) {
-            return (ResponseError::UnknownMemberId.code(), Vec::new());
+            return (Err(GroupError::UnknownMemberId), Vec::new());
         }
-        (0, self.remove_member(&id, now, s))
+        (Ok(()), self.remove_member(&id, now, s))
     }
 
     /// Timers: join and sync deadlines, session expiry, lapsed pending member ids.
@@ -818,9 +824,9 @@ impl Group {
         instance_id: Option<&str>,
         generation: i32,
         now: i64,
-    ) -> Result<(), ResponseError> {
+    ) -> Result<(), GroupError> {
         if self.state == GroupState::Dead {
-            return Err(ResponseError::CoordinatorNotAvailable);
+            return Err(GroupError::CoordinatorNotAvailable);
         }
         if let Some(c) = &self.consumer {
             if self.members.is_empty() {
@@ -828,20 +834,20 @@ impl Group {
             }
         }
         if self.is_fenced(member_id, instance_id) {
-            return Err(ResponseError::FencedInstanceId);
+            return Err(GroupError::FencedInstanceId);
         }
         if generation < 0 && self.state == GroupState::Empty {
             return Ok(()); // a group that uses the broker only to store offsets, or an admin
         }
         if self.state == GroupState::CompletingRebalance {
-            return Err(ResponseError::RebalanceInProgress);
+            return Err(GroupError::RebalanceInProgress);
         }
         let current = self.generation;
         let Some(m) = self.members.get_mut(member_id) else {
-            return Err(ResponseError::UnknownMemberId);
+            return Err(GroupError::UnknownMemberId);
         };
         if generation != current {
-            return Err(ResponseError::IllegalGeneration);
+            return Err(GroupError::IllegalGeneration);
         }
         m.last_heartbeat_ms = now;
         Ok(())
@@ -854,9 +860,9 @@ impl Group {
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
-    ) -> Result<(), ResponseError> {
+    ) -> Result<(), GroupError> {
         if self.state == GroupState::Dead {
-            return Err(ResponseError::CoordinatorNotAvailable);
+            return Err(GroupError::CoordinatorNotAvailable);
         }
         if let Some(c) = &self.consumer {
             if self.members.is_empty() && !(member_id.is_empty() && generation < 0) {
@@ -865,13 +871,13 @@ impl Group {
             }
         }
         if self.is_fenced(member_id, instance_id) {
-            return Err(ResponseError::FencedInstanceId);
+            return Err(GroupError::FencedInstanceId);
         }
         if !member_id.is_empty() && !self.members.contains_key(member_id) {
-            return Err(ResponseError::UnknownMemberId);
+            return Err(GroupError::UnknownMemberId);
         }
         if generation >= 0 && generation != self.generation {
-            return Err(ResponseError::IllegalGeneration);
+            return Err(GroupError::IllegalGeneration);
         }
         Ok(())
     }
@@ -897,9 +903,9 @@ impl Group {
     }
 
     /// DeleteGroups / expiry: only an empty group can die.
-    pub fn mark_dead(&mut self, now: i64) -> Result<(), ResponseError> {
+    pub fn mark_dead(&mut self, now: i64) -> Result<(), GroupError> {
         if self.state != GroupState::Empty || self.has_consumer_members() {
-            return Err(ResponseError::NonEmptyGroup);
+            return Err(GroupError::NonEmptyGroup);
         }
         self.transition(GroupState::Dead, now);
         Ok(())
@@ -1009,7 +1015,7 @@ mod tests {
         let s = settings();
         let out = g.join(args("", fresh), now, &s);
         let r = join_results(&out.effects);
-        assert_eq!(r[0].1.error, ResponseError::MemberIdRequired.code());
+        assert_eq!(r[0].1.error, Some(GroupError::MemberIdRequired));
         let out = g.join(args(&out.member_id, "unused"), now, &s);
         (out.member_id, out.effects)
     }
@@ -1020,7 +1026,7 @@ mod tests {
         let (id, effects) = join_new(&mut g, "m1", 0);
         let r = join_results(&effects);
         assert_eq!(r.len(), 1);
-        assert_eq!(r[0].1.error, 0);
+        assert_eq!(r[0].1.error, None);
         assert_eq!(r[0].1.generation, 1);
         assert_eq!(r[0].1.leader, id);
         assert_eq!(r[0].1.members.len(), 1);
@@ -1030,9 +1036,9 @@ mod tests {
         assert_eq!(effects[0], Effect::Store);
         assert!(matches!(&effects[1], Effect::Sync(m, r) if m == &id && r.assignment == vec![9]));
         assert_eq!(g.state, GroupState::Stable);
-        assert_eq!(g.heartbeat(&id, None, 1, 2), 0);
-        assert_eq!(g.heartbeat(&id, None, 0, 2), ResponseError::IllegalGeneration.code());
-        assert_eq!(g.heartbeat("nobody", None, 1, 2), ResponseError::UnknownMemberId.code());
+        assert_eq!(g.heartbeat(&id, None, 1, 2), Ok(()));
+        assert_eq!(g.heartbeat(&id, None, 0, 2), Err(GroupError::IllegalGeneration));
+        assert_eq!(g.heartbeat("nobody", None, 1, 2), Err(GroupError::UnknownMemberId));
     }
 
     #[test]
@@ -1044,11 +1050,11 @@ mod tests {
         let (b, effects) = join_new(&mut g, "b", 10);
         assert!(join_results(&effects).is_empty(), "b waits for a to rejoin");
         assert_eq!(g.state, GroupState::PreparingRebalance);
-        assert_eq!(g.heartbeat(&a, None, 1, 11), ResponseError::RebalanceInProgress.code());
+        assert_eq!(g.heartbeat(&a, None, 1, 11), Err(GroupError::RebalanceInProgress));
         let out = g.join(args(&a, "x"), 12, &s);
         let r = join_results(&out.effects);
         assert_eq!(r.len(), 2);
-        assert!(r.iter().all(|(_, r)| r.generation == 2 && r.error == 0));
+        assert!(r.iter().all(|(_, r)| r.generation == 2 && r.error.is_none()));
         let leader = r.iter().find(|(m, _)| m == &a).unwrap();
         assert_eq!(leader.1.members.len(), 2, "the leader sees every member");
         let follower = r.iter().find(|(m, _)| m == &b).unwrap();
@@ -1074,7 +1080,7 @@ mod tests {
         assert_eq!(g.state, GroupState::Stable);
         // a keeps heartbeating, b goes silent
         for t in (1000..=9_000).step_by(1000) {
-            assert_eq!(g.heartbeat(&a, None, 2, t), 0);
+            assert_eq!(g.heartbeat(&a, None, 2, t), Ok(()));
             g.tick(t, &s);
         }
         assert!(g.tick(9_999, &s).is_empty() && g.members.contains_key(&b), "alive until its session ends");
@@ -1098,7 +1104,7 @@ mod tests {
         let (b, _) = join_new(&mut g, "b", 100);
         // a keeps heartbeating but never rejoins; its rebalance timeout (30 s) ends the phase
         for t in (5000..=30_000).step_by(5000) {
-            assert_eq!(g.heartbeat(&a, None, 1, t), ResponseError::RebalanceInProgress.code());
+            assert_eq!(g.heartbeat(&a, None, 1, t), Err(GroupError::RebalanceInProgress));
             assert!(g.tick(t, &s).iter().all(|e| !matches!(e, Effect::Join(..))));
         }
         let effects = g.tick(30_100, &s);
@@ -1125,7 +1131,7 @@ mod tests {
         sync(&mut g, &a, None, 1, None, None, vec![], 0);
         assert_eq!(g.state, GroupState::Stable);
         // stable: the member's session, from its last heartbeat
-        assert_eq!(g.heartbeat(&a, None, 1, 4_000), 0);
+        assert_eq!(g.heartbeat(&a, None, 1, 4_000), Ok(()));
         let due = g.next_deadline().unwrap();
         assert_eq!(due, 4_000 + 10_000);
         assert!(g.tick(due - 1, &s).is_empty() && g.members.contains_key(&a), "not a millisecond early");
@@ -1142,18 +1148,18 @@ mod tests {
         let (a, _) = join_new(&mut g, "a", 0);
         sync(&mut g, &a, None, 1, None, None, vec![], 0);
         let (code, effects) = g.leave(&a, None, 1, &s);
-        assert_eq!(code, 0);
+        assert_eq!(code, Ok(()));
         assert_eq!(g.state, GroupState::Empty);
         assert_eq!(g.generation, 2);
         assert!(effects.contains(&Effect::Store));
-        assert_eq!(g.leave(&a, None, 2, &s).0, ResponseError::UnknownMemberId.code());
+        assert_eq!(g.leave(&a, None, 2, &s).0, Err(GroupError::UnknownMemberId));
         // still a consumer group (librdkafka 0081: Kafka keeps the type), whose next member
         // may bring any type, as into a new group
         assert_eq!(g.protocol_type.as_deref(), Some("consumer"));
         let mut connect = args("", "c");
         connect.protocol_type = "connect".into();
         let out = g.join(connect, 1, &s);
-        assert_eq!(join_results(&out.effects)[0].1.error, ResponseError::MemberIdRequired.code());
+        assert_eq!(join_results(&out.effects)[0].1.error, Some(GroupError::MemberIdRequired));
     }
 
     #[test]
@@ -1164,11 +1170,11 @@ mod tests {
         let mut other = args("", "b");
         other.protocols = vec![("sticky".into(), vec![])];
         let out = g.join(other, 1, &s);
-        assert_eq!(join_results(&out.effects)[0].1.error, ResponseError::InconsistentGroupProtocol.code());
+        assert_eq!(join_results(&out.effects)[0].1.error, Some(GroupError::InconsistentGroupProtocol));
         let mut wrong_type = args("", "c");
         wrong_type.protocol_type = "connect".into();
         let out = g.join(wrong_type, 1, &s);
-        assert_eq!(join_results(&out.effects)[0].1.error, ResponseError::InconsistentGroupProtocol.code());
+        assert_eq!(join_results(&out.effects)[0].1.error, Some(GroupError::InconsistentGroupProtocol));
     }
 
     #[test]
@@ -1199,7 +1205,7 @@ mod tests {
         a.instance_id = Some("inst-a".into());
         let out = g.join(a, 0, &s);
         let a1 = out.member_id;
-        assert_eq!(join_results(&out.effects)[0].1.error, 0, "static members skip MEMBER_ID_REQUIRED");
+        assert_eq!(join_results(&out.effects)[0].1.error, None, "static members skip MEMBER_ID_REQUIRED");
         sync(&mut g, &a1, Some("inst-a"), 1, None, None, vec![(a1.clone(), vec![7])], 0);
         // the process restarts: same instance id, no member id
         let mut again = args("", "a2");
@@ -1215,8 +1221,8 @@ mod tests {
         );
         assert_eq!(g.sync_result("a2").assignment, vec![7]);
         // the old instance is fenced
-        assert_eq!(g.heartbeat(&a1, Some("inst-a"), 1, 7), ResponseError::FencedInstanceId.code());
-        assert_eq!(g.validate_offset_commit(&a1, Some("inst-a"), 1, 7), Err(ResponseError::FencedInstanceId));
+        assert_eq!(g.heartbeat(&a1, Some("inst-a"), 1, 7), Err(GroupError::FencedInstanceId));
+        assert_eq!(g.validate_offset_commit(&a1, Some("inst-a"), 1, 7), Err(GroupError::FencedInstanceId));
     }
 
     #[test]
@@ -1224,11 +1230,11 @@ mod tests {
         let mut g = Group::new("g", 0);
         assert_eq!(g.validate_offset_commit("", None, -1, 0), Ok(()), "simple commit to an empty group");
         let (a, _) = join_new(&mut g, "a", 0);
-        assert_eq!(g.validate_offset_commit("", None, -1, 0), Err(ResponseError::RebalanceInProgress));
+        assert_eq!(g.validate_offset_commit("", None, -1, 0), Err(GroupError::RebalanceInProgress));
         sync(&mut g, &a, None, 1, None, None, vec![], 0);
         assert_eq!(g.validate_offset_commit(&a, None, 1, 0), Ok(()));
-        assert_eq!(g.validate_offset_commit(&a, None, 0, 0), Err(ResponseError::IllegalGeneration));
-        assert_eq!(g.validate_offset_commit("x", None, 1, 0), Err(ResponseError::UnknownMemberId));
+        assert_eq!(g.validate_offset_commit(&a, None, 0, 0), Err(GroupError::IllegalGeneration));
+        assert_eq!(g.validate_offset_commit("x", None, 1, 0), Err(GroupError::UnknownMemberId));
     }
 
     /// KIP-848 groups: TxnOffsetCommit (sendOffsetsToTransaction of a `group.protocol=consumer`
@@ -1253,8 +1259,8 @@ mod tests {
         let epoch = c.heartbeat(hb, &|t: &str| (t == "t").then_some(2), 0).unwrap().member_epoch;
         g.consumer = Some(c);
         assert_eq!(g.validate_txn_offset_commit("m", None, epoch), Ok(()));
-        assert_eq!(g.validate_txn_offset_commit("m", None, epoch + 1), Err(ResponseError::FencedMemberEpoch));
-        assert_eq!(g.validate_txn_offset_commit("gone", None, epoch), Err(ResponseError::UnknownMemberId));
+        assert_eq!(g.validate_txn_offset_commit("m", None, epoch + 1), Err(GroupError::FencedMemberEpoch));
+        assert_eq!(g.validate_txn_offset_commit("gone", None, epoch), Err(GroupError::UnknownMemberId));
         assert_eq!(g.validate_txn_offset_commit("", None, -1), Ok(()), "v0-2: no member to check");
     }
 
@@ -1265,8 +1271,8 @@ mod tests {
         sync(&mut g, &a, None, 1, None, None, vec![], 0);
         assert_eq!(g.validate_txn_offset_commit(&a, None, 1), Ok(()));
         assert_eq!(g.validate_txn_offset_commit("", None, -1), Ok(()), "v0-2: no member to check");
-        assert_eq!(g.validate_txn_offset_commit(&a, None, 0), Err(ResponseError::IllegalGeneration));
-        assert_eq!(g.validate_txn_offset_commit("gone", None, 1), Err(ResponseError::UnknownMemberId));
+        assert_eq!(g.validate_txn_offset_commit(&a, None, 0), Err(GroupError::IllegalGeneration));
+        assert_eq!(g.validate_txn_offset_commit("gone", None, 1), Err(GroupError::UnknownMemberId));
         // pending offsets become visible only with a commit marker
         g.pending_txn.entry(9).or_default().insert(
             ("t".into(), 0),
@@ -1310,7 +1316,7 @@ mod tests {
         assert_eq!(g.state, GroupState::CompletingRebalance);
         assert!(sync(&mut g, &b, None, 2, None, None, vec![], 1).is_empty());
         let (_c, effects) = join_new(&mut g, "c", 2);
-        assert!(effects.contains(&Effect::Sync(b.clone(), SyncResult::error(ResponseError::RebalanceInProgress))));
+        assert!(effects.contains(&Effect::Sync(b.clone(), SyncResult::error(GroupError::RebalanceInProgress))));
         assert_eq!(g.state, GroupState::PreparingRebalance);
     }
 }

@@ -18,15 +18,16 @@
 
 pub mod codec;
 pub mod consumer;
+pub mod error;
 pub mod machine;
 
 use crate::config::coordinators::CoordinatorSettings;
 use crate::coordinator::{ShardOwner, ShardState, ShardWrite};
+use crate::group::error::GroupError;
 use crate::kvlog::{KvLog, KvRecord, LogWait};
 use crate::sync::OrDie as _;
 use bytes::Bytes;
 use codec::{Entry, StoredGroup, StoredMember, StoredOffset};
-use kafka_protocol::error::ResponseError;
 use machine::{CommittedOffset, Effect, Group, GroupState, JoinArgs, JoinResult, SyncArgs, SyncResult};
 use sluice_storage::{LogConfig, StorageError};
 use std::collections::HashMap;
@@ -94,13 +95,13 @@ impl Deliveries {
         };
         for (tx, mut r) in self.joins {
             if !ok {
-                r = JoinResult::error(ResponseError::CoordinatorNotAvailable, &r.member_id);
+                r = JoinResult::error(GroupError::WriteFailed, &r.member_id);
             }
             let _ = tx.send(r);
         }
         for (tx, mut r) in self.syncs {
             if !ok {
-                r = SyncResult::error(ResponseError::CoordinatorNotAvailable);
+                r = SyncResult::error(GroupError::WriteFailed);
             }
             let _ = tx.send(r);
         }
@@ -115,8 +116,8 @@ impl Shard {
         &mut self,
         id: &str,
         now: i64,
-        check: impl FnOnce(&mut Group) -> Result<(), ResponseError>,
-    ) -> Result<bool, ResponseError> {
+        check: impl FnOnce(&mut Group) -> Result<(), GroupError>,
+    ) -> Result<bool, GroupError> {
         let existed = self.groups.contains_key(id);
         let g = self.groups.entry(id.to_string()).or_insert_with(|| Group::new(id, now));
         if let Err(e) = check(g) {
@@ -202,7 +203,7 @@ impl Shard {
                 }
                 Effect::Join(member, mut r) => {
                     if store_failed {
-                        r = JoinResult::error(ResponseError::CoordinatorNotAvailable, &member);
+                        r = JoinResult::error(GroupError::WriteFailed, &member);
                     }
                     if let Some(tx) = self.join_waiters.remove(&(group_id.to_string(), member)) {
                         d.joins.push((tx, r));
@@ -210,7 +211,7 @@ impl Shard {
                 }
                 Effect::Sync(member, mut r) => {
                     if store_failed {
-                        r = SyncResult::error(ResponseError::CoordinatorNotAvailable);
+                        r = SyncResult::error(GroupError::WriteFailed);
                     }
                     if let Some(tx) = self.sync_waiters.remove(&(group_id.to_string(), member)) {
                         d.syncs.push((tx, r));
@@ -229,10 +230,10 @@ impl Shard {
     /// NOT_COORDINATOR).
     fn drop_state(&mut self, to: ShardState) {
         for (_, tx) in self.join_waiters.drain() {
-            let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, ""));
+            let _ = tx.send(JoinResult::error(GroupError::NotCoordinator, ""));
         }
         for (_, tx) in self.sync_waiters.drain() {
-            let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
+            let _ = tx.send(SyncResult::error(GroupError::NotCoordinator));
         }
         self.groups.clear();
         self.state = to;
@@ -553,7 +554,7 @@ impl GroupCoordinator {
         let mut shard = self.group_shard(group_id, now);
         let known = !args.member_id.is_empty();
         if known && !shard.groups.contains_key(group_id) {
-            let _ = tx.send(JoinResult::error(ResponseError::UnknownMemberId, &args.member_id));
+            let _ = tx.send(JoinResult::error(GroupError::UnknownMemberId, &args.member_id));
             return (rx, Deliveries::none());
         }
         let g = shard.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
@@ -570,7 +571,7 @@ impl GroupCoordinator {
         let (tx, rx) = oneshot::channel();
         let mut shard = self.group_shard(group_id, now);
         let Some(g) = shard.groups.get_mut(group_id) else {
-            let _ = tx.send(SyncResult::error(ResponseError::UnknownMemberId));
+            let _ = tx.send(SyncResult::error(GroupError::UnknownMemberId));
             return (rx, Deliveries::none());
         };
         let member_id = a.member_id.to_string();
@@ -587,11 +588,11 @@ impl GroupCoordinator {
         h: consumer::Heartbeat,
         partitions: &dyn Fn(&str) -> Option<i32>,
         now: i64,
-    ) -> Result<consumer::HeartbeatAnswer, ResponseError> {
+    ) -> Result<consumer::HeartbeatAnswer, GroupError> {
         let mut shard = self.shard(group_id);
         let g = shard.groups.entry(group_id.to_string()).or_insert_with(|| Group::new(group_id, now));
         if !g.members.is_empty() || !g.pending_members.is_empty() {
-            return Err(ResponseError::GroupIdNotFound); // a classic group is using this id
+            return Err(GroupError::GroupIdNotFound); // a classic group is using this id
         }
         if g.protocol_type.is_none() {
             g.protocol_type = Some("consumer".into());
@@ -606,19 +607,25 @@ impl GroupCoordinator {
         instance_id: Option<&str>,
         generation: i32,
         now: i64,
-    ) -> i16 {
+    ) -> Result<(), GroupError> {
         let mut shard = self.group_shard(group_id, now);
         match shard.groups.get_mut(group_id) {
             Some(g) => g.heartbeat(member_id, instance_id, generation, now),
-            None => ResponseError::UnknownMemberId.code(),
+            None => Err(GroupError::UnknownMemberId),
         }
     }
 
-    /// LeaveGroup for each (member id, instance id): error codes in order.
-    pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)], now: i64) -> (Vec<i16>, Deliveries) {
+    /// LeaveGroup for each (member id, instance id): its answer, in order.
+    #[allow(clippy::type_complexity)]
+    pub fn leave(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+        now: i64,
+    ) -> (Vec<Result<(), GroupError>>, Deliveries) {
         let mut shard = self.group_shard(group_id, now);
         let Some(g) = shard.groups.get_mut(group_id) else {
-            return (vec![ResponseError::UnknownMemberId.code(); members.len()], Deliveries::none());
+            return (vec![Err(GroupError::UnknownMemberId); members.len()], Deliveries::none());
         };
         let mut codes = Vec::new();
         let mut effects = Vec::new();
@@ -643,10 +650,10 @@ impl GroupCoordinator {
         generation: i32,
         offsets: Vec<OffsetToCommit>,
         now: i64,
-    ) -> Result<ShardWrite, ResponseError> {
+    ) -> Result<ShardWrite, GroupError> {
         let mut shard = self.group_shard(group_id, now);
         if !shard.groups.contains_key(group_id) && generation >= 0 {
-            return Err(ResponseError::IllegalGeneration);
+            return Err(GroupError::IllegalGeneration);
         }
         let existed =
             shard.check_group(group_id, now, |g| g.validate_offset_commit(member_id, instance_id, generation, now))?;
@@ -666,7 +673,7 @@ impl GroupCoordinator {
                 if !existed {
                     shard.groups.remove(group_id);
                 }
-                return Err(ResponseError::CoordinatorNotAvailable);
+                return Err(GroupError::WriteFailed);
             }
         };
         if let Some(g) = shard.groups.get_mut(group_id) {
@@ -687,7 +694,7 @@ impl GroupCoordinator {
         generation: i32,
         offsets: Vec<OffsetToCommit>,
         now: i64,
-    ) -> Result<ShardWrite, ResponseError> {
+    ) -> Result<ShardWrite, GroupError> {
         let mut shard = self.group_shard(group_id, now);
         shard.check_group(group_id, now, |g| g.validate_txn_offset_commit(member_id, instance_id, generation))?;
         let entries: Vec<Entry> = offsets
@@ -702,7 +709,7 @@ impl GroupCoordinator {
             .collect();
         let wait = shard.append(&entries, now).map_err(|e| {
             tracing::error!(group = group_id, "txn offset commit failed: {e}");
-            ResponseError::CoordinatorNotAvailable
+            GroupError::WriteFailed
         })?;
         if let Some(g) = shard.groups.get_mut(group_id) {
             g.pending_txn.entry(pid).or_default().extend(offsets.into_iter().map(|o| o.into_committed(now)));
@@ -711,15 +718,15 @@ impl GroupCoordinator {
     }
 
     /// The marker for `pid`'s transaction reached this group: commit or drop its offsets.
-    pub fn complete_txn(&self, group_id: &str, pid: i64, commit: bool, now: i64) -> Result<ShardWrite, ResponseError> {
+    pub fn complete_txn(&self, group_id: &str, pid: i64, commit: bool, now: i64) -> Result<ShardWrite, GroupError> {
         let mut shard = self.shard(group_id);
         if !shard.state.is_active() {
-            return Err(ResponseError::NotCoordinator);
+            return Err(GroupError::NotCoordinator);
         }
         let entry = Entry::TxnEnd { group: group_id.to_string(), producer_id: pid, commit };
         let wait = shard.append(&[entry], now).map_err(|e| {
             tracing::error!(group = group_id, "txn offset completion failed: {e}");
-            ResponseError::CoordinatorNotAvailable
+            GroupError::WriteFailed
         })?;
         if let Some(g) = shard.groups.get_mut(group_id) {
             g.complete_txn(pid, commit);
@@ -736,14 +743,14 @@ impl GroupCoordinator {
         pid: i64,
         commit: bool,
         now: i64,
-    ) -> Result<Option<ShardWrite>, ResponseError> {
+    ) -> Result<Option<ShardWrite>, GroupError> {
         let Some(lock) = usize::try_from(partition).ok().and_then(|i| self.shards.get(i)) else {
-            return Err(ResponseError::UnknownTopicOrPartition);
+            return Err(GroupError::UnknownTopicOrPartition);
         };
         let mut shard = lock.lock().or_die();
         if !shard.state.is_active() {
             // replicated: another broker leads this offsets-log partition (or is taking over)
-            return Err(ResponseError::NotCoordinator);
+            return Err(GroupError::NotCoordinator);
         }
         let groups: Vec<String> =
             shard.groups.values().filter(|g| g.pending_txn.contains_key(&pid)).map(|g| g.id.clone()).collect();
@@ -754,7 +761,7 @@ impl GroupCoordinator {
             groups.iter().map(|g| Entry::TxnEnd { group: g.clone(), producer_id: pid, commit }).collect();
         let wait = shard.append(&entries, now).map_err(|e| {
             tracing::error!(partition, "txn offset completion failed: {e}");
-            ResponseError::CoordinatorNotAvailable
+            GroupError::WriteFailed
         })?;
         for g in &groups {
             if let Some(g) = shard.groups.get_mut(g) {
@@ -810,17 +817,17 @@ impl GroupCoordinator {
         group_id: &str,
         topics: Vec<(String, Vec<i32>)>,
         now: i64,
-    ) -> Result<(Vec<(String, Vec<(i32, i16)>)>, ShardWrite), ResponseError> {
+    ) -> Result<(Vec<(String, Vec<(i32, Option<GroupError>)>)>, ShardWrite), GroupError> {
         let mut shard = self.group_shard(group_id, now);
         let Some(g) = shard.groups.get(group_id) else {
-            return Err(ResponseError::GroupIdNotFound);
+            return Err(GroupError::GroupIdNotFound);
         };
         let subscribed = if g.state == GroupState::Empty && !g.has_consumer_members() {
             Default::default()
         } else {
             match g.subscribed_topics() {
                 Some(s) => s,
-                None => return Err(ResponseError::NonEmptyGroup),
+                None => return Err(GroupError::NonEmptyGroup),
             }
         };
         let mut entries = Vec::new();
@@ -829,7 +836,7 @@ impl GroupCoordinator {
             let mut rows = Vec::new();
             for p in parts {
                 if subscribed.contains(&t) {
-                    rows.push((p, ResponseError::GroupSubscribedToTopic.code()));
+                    rows.push((p, Some(GroupError::GroupSubscribedToTopic)));
                 } else {
                     if g.offsets.contains_key(&(t.clone(), p)) {
                         entries.push(Entry::Offset {
@@ -839,14 +846,14 @@ impl GroupCoordinator {
                             value: None,
                         });
                     }
-                    rows.push((p, 0));
+                    rows.push((p, None));
                 }
             }
             result.push((t, rows));
         }
         let wait = shard.append(&entries, now).map_err(|e| {
             tracing::error!(group = group_id, "offset delete failed: {e}");
-            ResponseError::CoordinatorNotAvailable
+            GroupError::WriteFailed
         })?;
         if let Some(g) = shard.groups.get_mut(group_id) {
             for e in entries {
@@ -859,13 +866,13 @@ impl GroupCoordinator {
     }
 
     /// DeleteGroups for one group.
-    pub fn delete_group(&self, group_id: &str, now: i64) -> Result<ShardWrite, ResponseError> {
+    pub fn delete_group(&self, group_id: &str, now: i64) -> Result<ShardWrite, GroupError> {
         let mut shard = self.group_shard(group_id, now);
         let Some(g) = shard.groups.get_mut(group_id) else {
-            return Err(ResponseError::GroupIdNotFound);
+            return Err(GroupError::GroupIdNotFound);
         };
         if !g.pending_members.is_empty() {
-            return Err(ResponseError::NonEmptyGroup);
+            return Err(GroupError::NonEmptyGroup);
         }
         g.mark_dead(now)?;
         let mut entries: Vec<Entry> = g
@@ -877,7 +884,7 @@ impl GroupCoordinator {
         shard.groups.remove(group_id);
         shard.append(&entries, now).map_err(|e| {
             tracing::error!(group = group_id, "group delete failed: {e}");
-            ResponseError::CoordinatorNotAvailable
+            GroupError::WriteFailed
         })
     }
 
@@ -1214,11 +1221,11 @@ mod tests {
         };
         let (mut rx, d) = c.sync("g", sync, 10);
         assert!(d.finish().await);
-        assert_eq!(rx.try_recv().unwrap().error, 0);
+        assert_eq!(rx.try_recv().unwrap().error, None);
         // the consumer's last act: a commit on close (it refreshes the session), then no leave
         let o = OffsetToCommit { topic: "t".into(), partition: 0, offset: 3, leader_epoch: 0, metadata: String::new() };
         c.commit_offsets("g", "m-1", Some("static-1"), 1, vec![o], 1_000).unwrap().wait().await.unwrap();
-        assert!(matches!(c.delete_group("g", 6_999), Err(ResponseError::NonEmptyGroup)), "still in its session");
+        assert!(matches!(c.delete_group("g", 6_999), Err(GroupError::NonEmptyGroup)), "still in its session");
         let deleted = c.delete_group("g", 7_000).expect("the session ended at 7000");
         deleted.wait().await.unwrap();
         assert!(c.describe("g").is_none());
@@ -1291,9 +1298,9 @@ mod tests {
         assert_eq!(g.generation, 1);
         assert_eq!(g.members["m-1"].assignment, vec![5, 5]);
         // the reloaded member keeps heartbeating with its generation
-        assert_eq!(c.heartbeat("members", "m-1", None, 1, 100), 0);
+        assert_eq!(c.heartbeat("members", "m-1", None, 1, 100), Ok(()));
         // and a zombie with an older generation is refused
-        assert_eq!(c.heartbeat("members", "m-1", None, 0, 100), ResponseError::IllegalGeneration.code());
+        assert_eq!(c.heartbeat("members", "m-1", None, 0, 100), Err(GroupError::IllegalGeneration));
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! Translation only: the rules live in `group/`.
 
 use super::{now_ms, sb, topic_name, LaterReply, Reply};
+use crate::error_map;
+use crate::group::error::GroupError;
 use crate::group::machine::{GroupState, JoinArgs, SyncArgs};
 use crate::group::{self, OffsetToCommit};
 use crate::routing::{CoordinatorKey, Route, Router as _};
@@ -100,7 +102,7 @@ pub fn join(state: &Services, version: i16, client_id: &str, peer: Option<Socket
         let resp = match rx.await {
             Ok(r) => {
                 let mut resp = JoinGroupResponse::default();
-                resp.error_code = r.error;
+                resp.error_code = error_map::group_error(r.error);
                 resp.generation_id = r.generation;
                 resp.protocol_type = r.protocol_type.map(|s| sb(&s));
                 resp.protocol_name = r.protocol.map(|s| sb(&s));
@@ -147,7 +149,7 @@ pub fn sync(state: &Services, req: SyncGroupRequest) -> Reply {
         let mut resp = SyncGroupResponse::default();
         match rx.await {
             Ok(r) => {
-                resp.error_code = r.error;
+                resp.error_code = error_map::group_error(r.error);
                 resp.protocol_type = r.protocol_type.map(|s| sb(&s));
                 resp.protocol_name = r.protocol.map(|s| sb(&s));
                 resp.assignment = group::bytes(&r.assignment);
@@ -200,7 +202,7 @@ pub fn consumer_heartbeat(
     };
     let partitions = |t: &str| state.topics.topic(t).map(|t| t.partitions.len() as i32);
     match state.groups.consumer_heartbeat(&req.group_id, h, &partitions, now_ms()) {
-        Err(e) => resp.error_code = e.code(),
+        Err(e) => resp.error_code = error_map::group_code(e),
         Ok(a) => {
             resp.member_id = Some(sb(&a.member_id));
             resp.member_epoch = a.member_epoch;
@@ -229,8 +231,9 @@ pub fn consumer_heartbeat(
 
 pub fn heartbeat(state: &Services, req: HeartbeatRequest) -> HeartbeatResponse {
     let mut resp = HeartbeatResponse::default();
-    resp.error_code =
+    let answer =
         state.groups.heartbeat(&req.group_id, &req.member_id, opt(&req.group_instance_id), req.generation_id, now_ms());
+    resp.error_code = error_map::group_answer(answer);
     resp
 }
 
@@ -254,12 +257,12 @@ pub fn leave(state: &Services, version: i16, req: LeaveGroupRequest) -> Reply {
                     let mut r = leave_group_response::MemberResponse::default();
                     r.member_id = sb(m);
                     r.group_instance_id = i.as_deref().map(sb);
-                    r.error_code = *code;
+                    r.error_code = error_map::group_answer(*code);
                     r
                 })
                 .collect();
         } else {
-            resp.error_code = codes.first().copied().unwrap_or(0);
+            resp.error_code = codes.first().map_or(0, |c| error_map::group_answer(*c));
         }
         ResponseKind::LeaveGroup(resp)
     });
@@ -277,22 +280,25 @@ pub fn offset_commit(state: &Services, req: OffsetCommitRequest) -> Reply {
     });
     let (to_commit, layout) = plan_offsets(state, rows.collect());
     let outcome = if group_id.is_empty() {
-        Err(ResponseError::InvalidGroupId)
+        Err(ResponseError::InvalidGroupId.code())
     } else if to_commit.is_empty() {
         Ok(crate::coordinator::ShardWrite::none())
     } else {
-        state.groups.commit_offsets(
-            &group_id,
-            &req.member_id,
-            opt(&req.group_instance_id),
-            req.generation_id_or_member_epoch,
-            to_commit,
-            now_ms(),
-        )
+        state
+            .groups
+            .commit_offsets(
+                &group_id,
+                &req.member_id,
+                opt(&req.group_instance_id),
+                req.generation_id_or_member_epoch,
+                to_commit,
+                now_ms(),
+            )
+            .map_err(error_map::group_code)
     };
     let fut: LaterReply = Box::pin(async move {
         let group_code = match outcome {
-            Err(e) => e.code(),
+            Err(code) => code,
             Ok(wait) => match group::wait_durable(wait).await {
                 Ok(()) => 0,
                 Err(e) => {
@@ -446,7 +452,7 @@ pub fn offset_delete(state: &Services, req: OffsetDeleteRequest) -> Reply {
     let fut: LaterReply = Box::pin(async move {
         let mut resp = OffsetDeleteResponse::default();
         match outcome {
-            Err(e) => resp.error_code = e.code(),
+            Err(e) => resp.error_code = error_map::group_code(e),
             Ok((rows, wait)) => {
                 if let Err(e) = group::wait_durable(wait).await {
                     tracing::error!("offset delete fsync failed: {e}");
@@ -458,7 +464,7 @@ pub fn offset_delete(state: &Services, req: OffsetDeleteRequest) -> Reply {
                     for (p, code) in parts {
                         let mut pr = offset_delete_response::OffsetDeleteResponsePartition::default();
                         pr.partition_index = p;
-                        pr.error_code = code;
+                        pr.error_code = error_map::group_error(code);
                         tr.partitions.push(pr);
                     }
                     resp.topics.push(tr);
@@ -627,7 +633,7 @@ pub fn list(state: &Services, req: ListGroupsRequest) -> ListGroupsResponse {
 
 pub fn delete(state: &Services, req: DeleteGroupsRequest) -> Reply {
     let now = now_ms();
-    let outcomes: Vec<(GroupId, Result<_, ResponseError>)> =
+    let outcomes: Vec<(GroupId, Result<_, GroupError>)> =
         req.groups_names.into_iter().map(|g| (g.clone(), state.groups.delete_group(&g, now))).collect();
     let fut: LaterReply = Box::pin(async move {
         let mut resp = DeleteGroupsResponse::default();
@@ -635,7 +641,7 @@ pub fn delete(state: &Services, req: DeleteGroupsRequest) -> Reply {
             let mut r = delete_groups_response::DeletableGroupResult::default();
             r.group_id = g;
             r.error_code = match outcome {
-                Err(e) => e.code(),
+                Err(e) => error_map::group_code(e),
                 Ok(wait) => match group::wait_durable(wait).await {
                     Ok(()) => 0,
                     Err(_) => ResponseError::CoordinatorNotAvailable.code(),

@@ -2,8 +2,8 @@
 //! epoch 0, from the durable allocator. KIP-360: a v3+ request carrying the producer's current
 //! id and epoch gets the same id with the epoch bumped (a fresh id if the epoch would overflow),
 //! so partitions fence batches of the old epoch; an id this broker never allocated is refused
-//! with INVALID_PRODUCER_ID_MAPPING. Transactional ids need the transaction coordinator
-//! (issue 5) and are refused for now.
+//! with INVALID_PRODUCER_ID_MAPPING. A request with a transactional id is the transaction
+//! coordinator's (`handlers/txn.rs`); one that reaches here anyway is refused.
 
 use crate::services::Services;
 use kafka_protocol::error::ResponseError;
@@ -14,8 +14,7 @@ pub fn handle(state: &Services, version: i16, req: InitProducerIdRequest) -> Ini
     r.producer_id = ProducerId(-1);
     r.producer_epoch = -1;
     if req.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) {
-        // No transaction coordinator yet (FindCoordinator for transactions is not advertised,
-        // so clients stop before this); refuse rather than pretend.
+        // dispatch sends these to the transaction coordinator (`handlers/txn.rs`)
         r.error_code = ResponseError::InvalidRequest.code();
         return r;
     }
@@ -35,7 +34,7 @@ pub fn handle(state: &Services, version: i16, req: InitProducerIdRequest) -> Ini
             r.producer_id = ProducerId(id);
             r.producer_epoch = 0;
         }
-        Err(e) => r.error_code = e.code().code(),
+        Err(e) => r.error_code = crate::error_map::id_error_code(e),
     }
     r
 }

@@ -336,7 +336,7 @@ pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) ->
                                 }
                             }
                             let verify = |pid: i64, epoch: i16| match (&txn_id, implicit) {
-                                (_, Err(e)) => Err(coordinator_refusal(e.code())),
+                                (_, Err(e)) => Err(coordinator_refusal(crate::error_map::txn_code(e))),
                                 // cluster mode with the coordinator on another broker: it
                                 // confirmed the partition before the append (below), and no
                                 // marker has been written here since
@@ -351,7 +351,7 @@ pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) ->
                                 (Some(id), Ok(())) => state
                                     .txns
                                     .verify_partition(id, pid, epoch, &name, p.index)
-                                    .map_err(|e| coordinator_refusal(e.code())),
+                                    .map_err(|e| coordinator_refusal(crate::error_map::txn_code(e))),
                                 (None, Ok(())) => Err(Refusal::NotInTransaction),
                             };
                             let append_time = if log_append_time { now } else { -1 };

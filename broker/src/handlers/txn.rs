@@ -6,6 +6,7 @@ use super::{now_ms, sb, LaterReply, Reply};
 use crate::group;
 use crate::routing::{CoordinatorKey, Route, Router as _};
 use crate::services::Services;
+use crate::txn::error::TxnError;
 use crate::txn::machine;
 use crate::txn::Outcome;
 use kafka_protocol::error::ResponseError;
@@ -13,7 +14,14 @@ use kafka_protocol::messages::*;
 use std::sync::Arc;
 
 /// PRODUCER_FENCED is newer than some clients: older request versions get INVALID_PRODUCER_EPOCH.
-fn code(e: ResponseError, version: i16, fenced_since: i16) -> i16 {
+/// The code of a coordinator's refusal `e` for a request of `version`.
+fn code(e: TxnError, version: i16, fenced_since: i16) -> i16 {
+    kafka_code(crate::error_map::txn_response(e), version, fenced_since)
+}
+
+/// `e` for a request of `version`: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before
+/// `fenced_since` (KIP-588).
+fn kafka_code(e: ResponseError, version: i16, fenced_since: i16) -> i16 {
     if e == ResponseError::ProducerFenced {
         ::metrics::counter!(crate::metrics::PRODUCERS_FENCED_TOTAL, "api" => "coordinator").increment(1);
     }
@@ -30,8 +38,8 @@ fn valid_id(id: &str) -> bool {
 
 /// Allocates a producer id only when the coordinator's decision needs one (a new id, or a
 /// rotation at epoch exhaustion), as Kafka's `producerIdManager.generateProducerId` calls.
-fn fresh_pid(ids: &crate::producer_ids::ProducerIds) -> impl FnMut() -> Result<i64, ResponseError> + '_ {
-    move || ids.next().map_err(crate::producer_ids::IdError::code)
+fn fresh_pid(ids: &crate::producer_ids::ProducerIds) -> impl FnMut() -> Result<i64, TxnError> + '_ {
+    move || ids.next().map_err(TxnError::from)
 }
 
 pub fn init_producer_id(state: &Arc<Services>, version: i16, req: InitProducerIdRequest) -> Reply {
@@ -123,8 +131,11 @@ fn add_partitions_batched(state: &Arc<Services>, req: AddPartitionsToTxnRequest)
                 parts
                     .iter()
                     .map(|(topic, p)| {
-                        let c =
-                            st.txns.verify_partition(&id, pid, epoch, topic, *p).err().map(|e| e.code()).unwrap_or(0);
+                        let c = st
+                            .txns
+                            .verify_partition(&id, pid, epoch, topic, *p)
+                            .err()
+                            .map_or(0, crate::error_map::txn_code);
                         ((topic.clone(), *p), c)
                     })
                     .collect()
@@ -132,7 +143,7 @@ fn add_partitions_batched(state: &Arc<Services>, req: AddPartitionsToTxnRequest)
                 let now = now_ms();
                 let c = match st.txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now)).await {
                     Outcome::Done(_) => 0,
-                    Outcome::Refused(e) => e.code(),
+                    Outcome::Refused(e) => crate::error_map::txn_code(e),
                 };
                 parts.iter().map(|tp| (tp.clone(), c)).collect()
             };
@@ -260,19 +271,21 @@ pub fn txn_offset_commit(state: &Arc<Services>, version: i16, req: TxnOffsetComm
             if to_commit.is_empty() {
                 Ok(crate::coordinator::ShardWrite::none())
             } else {
-                st.groups.commit_txn_offsets(
-                    &group_id,
-                    pid,
-                    &member_id,
-                    instance_id.as_deref(),
-                    generation,
-                    to_commit,
-                    now_ms(),
-                )
+                st.groups
+                    .commit_txn_offsets(
+                        &group_id,
+                        pid,
+                        &member_id,
+                        instance_id.as_deref(),
+                        generation,
+                        to_commit,
+                        now_ms(),
+                    )
+                    .map_err(crate::error_map::group_response)
             }
         });
         let group_code = match outcome {
-            Err(e) => code(e, version, 2),
+            Err(e) => kafka_code(e, version, 2),
             Ok(wait) => match group::wait_durable(wait).await {
                 Ok(()) => 0,
                 Err(_) => ResponseError::CoordinatorNotAvailable.code(),

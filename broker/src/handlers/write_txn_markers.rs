@@ -47,7 +47,7 @@ pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {
                             now,
                         ) {
                             Ok(w) => Staged::Offsets(w),
-                            Err(e) => Staged::Error(e.code()),
+                            Err(e) => Staged::Error(error_map::group_code(e)),
                         };
                         (index, s)
                     })

@@ -13,7 +13,7 @@
 //! - CompleteCommit ← PrepareCommit; CompleteAbort ← PrepareAbort (all markers durable);
 //! - Dead ← Empty, CompleteCommit, CompleteAbort (`transactional.id.expiration.ms`).
 
-use kafka_protocol::error::ResponseError;
+use crate::txn::error::TxnError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -97,14 +97,14 @@ pub struct Transition {
     pub markers: Option<Markers>,
     /// The answer once done: `None` = success, else this error (e.g. CONCURRENT_TRANSACTIONS
     /// for an InitProducerId that first had to abort the old instance's transaction).
-    pub reply_error: Option<ResponseError>,
+    pub reply_error: Option<TxnError>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Nothing to change; answer success (a retry of something already done).
     Unchanged,
-    Refuse(ResponseError),
+    Refuse(TxnError),
     Apply(Box<Transition>),
 }
 
@@ -127,7 +127,7 @@ pub fn epoch_exhausted(epoch: i16) -> bool {
 
 /// A never-used producer id, allocated only when one is needed (a new transactional id, or a
 /// rotation at epoch exhaustion).
-pub type FreshPid<'a> = &'a mut dyn FnMut() -> Result<i64, ResponseError>;
+pub type FreshPid<'a> = &'a mut dyn FnMut() -> Result<i64, TxnError>;
 
 fn apply(prev: Option<&TxnMetadata>, mut next: TxnMetadata, markers: Option<Markers>) -> Decision {
     // Kafka's `prevProducerId`: the id before this transition
@@ -175,7 +175,7 @@ pub fn init_producer_id(
     now: i64,
 ) -> Decision {
     if timeout_ms <= 0 || timeout_ms > limits.max_timeout_ms {
-        return Decision::Refuse(ResponseError::InvalidTransactionTimeout);
+        return Decision::Refuse(TxnError::InvalidTransactionTimeout);
     }
     let Some(m) = cur else {
         let producer_id = match fresh_pid() {
@@ -202,17 +202,17 @@ pub fn init_producer_id(
         let valid =
             m.producer_epoch < 0 || pid == m.producer_id || (pid == m.prev_producer_id && epoch_exhausted(epoch));
         if !valid {
-            return Decision::Refuse(ResponseError::ProducerFenced);
+            return Decision::Refuse(TxnError::ProducerFenced);
         }
     }
     match m.state {
-        TxnState::PrepareCommit | TxnState::PrepareAbort => Decision::Refuse(ResponseError::ConcurrentTransactions),
+        TxnState::PrepareCommit | TxnState::PrepareAbort => Decision::Refuse(TxnError::ConcurrentTransactions),
         TxnState::Ongoing => {
             // A new instance: fence the old one and abort its transaction; the client retries.
             let (next, markers) = fence_and_abort(m, now);
             match apply(Some(m), next, Some(markers)) {
                 Decision::Apply(mut t) => {
-                    t.reply_error = Some(ResponseError::ConcurrentTransactions);
+                    t.reply_error = Some(TxnError::ConcurrentTransactions);
                     Decision::Apply(t)
                 }
                 other => other,
@@ -244,7 +244,7 @@ pub fn init_producer_id(
                         return Decision::Unchanged
                     }
                     Some((_, e)) if e == m.last_producer_epoch => {}
-                    Some(_) => return Decision::Refuse(ResponseError::ProducerFenced),
+                    Some(_) => return Decision::Refuse(TxnError::ProducerFenced),
                 }
             }
             next.timeout_ms = timeout_ms;
@@ -259,13 +259,13 @@ pub fn init_producer_id(
     }
 }
 
-fn check_producer(cur: Option<&TxnMetadata>, pid: i64, epoch: i16) -> Result<&TxnMetadata, ResponseError> {
-    let m = cur.ok_or(ResponseError::InvalidProducerIdMapping)?;
+fn check_producer(cur: Option<&TxnMetadata>, pid: i64, epoch: i16) -> Result<&TxnMetadata, TxnError> {
+    let m = cur.ok_or(TxnError::InvalidProducerIdMapping)?;
     if m.producer_id != pid {
-        return Err(ResponseError::InvalidProducerIdMapping);
+        return Err(TxnError::InvalidProducerIdMapping);
     }
     if epoch != m.producer_epoch {
-        return Err(ResponseError::ProducerFenced);
+        return Err(TxnError::ProducerFenced);
     }
     Ok(m)
 }
@@ -284,10 +284,8 @@ pub fn add_to_txn(
         Err(e) => return Decision::Refuse(e),
     };
     match m.state {
-        TxnState::PrepareCommit | TxnState::PrepareAbort => {
-            return Decision::Refuse(ResponseError::ConcurrentTransactions)
-        }
-        TxnState::Dead => return Decision::Refuse(ResponseError::InvalidProducerIdMapping),
+        TxnState::PrepareCommit | TxnState::PrepareAbort => return Decision::Refuse(TxnError::ConcurrentTransactions),
+        TxnState::Dead => return Decision::Refuse(TxnError::InvalidProducerIdMapping),
         _ => {}
     }
     let has_all = partitions.iter().all(|p| m.partitions.contains(p)) && group.is_none_or(|g| m.groups.contains(g));
@@ -351,9 +349,9 @@ pub fn end_txn(
         }
         (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Decision::Unchanged,
         (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
-            Decision::Refuse(ResponseError::ConcurrentTransactions)
+            Decision::Refuse(TxnError::ConcurrentTransactions)
         }
-        _ => Decision::Refuse(ResponseError::InvalidTxnState),
+        _ => Decision::Refuse(TxnError::InvalidTxnState),
     }
 }
 
@@ -374,11 +372,11 @@ fn end_txn_v2(
     now: i64,
 ) -> Decision {
     use TxnState::*;
-    let Some(m) = cur else { return Decision::Refuse(ResponseError::InvalidProducerIdMapping) };
+    let Some(m) = cur else { return Decision::Refuse(TxnError::InvalidProducerIdMapping) };
     let retry_on_overflow = m.prev_producer_id == pid && epoch == i16::MAX - 1 && m.producer_epoch == 0;
     let retry_on_bump = i32::from(m.producer_epoch) == i32::from(epoch) + 1;
     if m.producer_id != pid && !retry_on_overflow {
-        return Decision::Refuse(ResponseError::InvalidProducerIdMapping);
+        return Decision::Refuse(TxnError::InvalidProducerIdMapping);
     }
     let valid_epoch = match m.state {
         Ongoing | Empty | Dead => epoch == m.producer_epoch,
@@ -386,7 +384,7 @@ fn end_txn_v2(
         CompleteCommit | CompleteAbort => retry_on_bump || retry_on_overflow || epoch == m.producer_epoch,
     };
     if !valid_epoch {
-        return Decision::Refuse(ResponseError::ProducerFenced);
+        return Decision::Refuse(TxnError::ProducerFenced);
     }
     let retry = retry_on_bump || retry_on_overflow;
     let mut prepare = |state: TxnState, no_partition_added: bool| -> Decision {
@@ -433,11 +431,11 @@ fn end_txn_v2(
         (Ongoing, true) => prepare(PrepareCommit, false),
         (Ongoing, false) => prepare(PrepareAbort, false),
         (CompleteCommit, true) | (CompleteAbort, false) if retry => Decision::Unchanged,
-        (CompleteCommit, true) => Decision::Refuse(ResponseError::InvalidTxnState),
-        (CompleteCommit, false) if retry => Decision::Refuse(ResponseError::InvalidTxnState),
+        (CompleteCommit, true) => Decision::Refuse(TxnError::InvalidTxnState),
+        (CompleteCommit, false) if retry => Decision::Refuse(TxnError::InvalidTxnState),
         (CompleteCommit | CompleteAbort | Empty, false) => prepare(PrepareAbort, true),
-        (PrepareCommit, true) | (PrepareAbort, false) => Decision::Refuse(ResponseError::ConcurrentTransactions),
-        _ => Decision::Refuse(ResponseError::InvalidTxnState),
+        (PrepareCommit, true) | (PrepareAbort, false) => Decision::Refuse(TxnError::ConcurrentTransactions),
+        _ => Decision::Refuse(TxnError::InvalidTxnState),
     }
 }
 
@@ -463,7 +461,7 @@ mod tests {
     const LIMITS: TxnLimits = TxnLimits { max_timeout_ms: 900_000 };
 
     /// A producer id source handing out `p` (any number of times).
-    fn pid(p: i64) -> impl FnMut() -> Result<i64, ResponseError> {
+    fn pid(p: i64) -> impl FnMut() -> Result<i64, TxnError> {
         move || Ok(p)
     }
 
@@ -499,15 +497,15 @@ mod tests {
         let prepared = t.next;
         assert_eq!(
             end_txn(Some(&prepared), 77, 0, true, false, &mut pid(0), 21),
-            Decision::Refuse(ResponseError::ConcurrentTransactions)
+            Decision::Refuse(TxnError::ConcurrentTransactions)
         );
         assert_eq!(
             end_txn(Some(&prepared), 77, 0, false, false, &mut pid(0), 21),
-            Decision::Refuse(ResponseError::InvalidTxnState)
+            Decision::Refuse(TxnError::InvalidTxnState)
         );
         assert_eq!(
             add_to_txn(Some(&prepared), 77, 0, &[("t".into(), 0)], None, 21),
-            Decision::Refuse(ResponseError::ConcurrentTransactions)
+            Decision::Refuse(TxnError::ConcurrentTransactions)
         );
         let done = mk.complete;
         assert_eq!(
@@ -517,7 +515,7 @@ mod tests {
         );
         assert_eq!(
             end_txn(Some(&done), 77, 0, false, false, &mut pid(0), 22),
-            Decision::Refuse(ResponseError::InvalidTxnState)
+            Decision::Refuse(TxnError::InvalidTxnState)
         );
         // the next transaction starts fresh
         let t = applied(add_to_txn(Some(&done), 77, 0, &[("u".into(), 0)], None, 30));
@@ -530,7 +528,7 @@ mod tests {
         let m = new_txn();
         let m = applied(add_to_txn(Some(&m), 77, 0, &[("t".into(), 0)], None, 10)).next;
         let t = applied(init_producer_id(Some(&m), 60_000, None, &mut pid(99), LIMITS, 20));
-        assert_eq!(t.reply_error, Some(ResponseError::ConcurrentTransactions));
+        assert_eq!(t.reply_error, Some(TxnError::ConcurrentTransactions));
         assert_eq!(t.next.state, TxnState::PrepareAbort);
         assert_eq!(t.next.producer_epoch, 1, "bumped before the abort markers: the old instance is fenced");
         let mk = t.markers.unwrap();
@@ -538,14 +536,14 @@ mod tests {
         // the old instance's requests are fenced from now on
         assert_eq!(
             end_txn(Some(&t.next), 77, 0, true, false, &mut pid(0), 21),
-            Decision::Refuse(ResponseError::ProducerFenced)
+            Decision::Refuse(TxnError::ProducerFenced)
         );
         // once aborted, the new instance's retry gets the next epoch
         let t = applied(init_producer_id(Some(&mk.complete), 60_000, None, &mut pid(99), LIMITS, 30));
         assert_eq!((t.next.producer_id, t.next.producer_epoch, t.next.state), (77, 2, TxnState::Empty));
         assert_eq!(
             add_to_txn(Some(&t.next), 77, 1, &[("t".into(), 0)], None, 31),
-            Decision::Refuse(ResponseError::ProducerFenced)
+            Decision::Refuse(TxnError::ProducerFenced)
         );
     }
 
@@ -558,17 +556,17 @@ mod tests {
         assert_eq!((t.next.state, t.next.producer_epoch), (TxnState::PrepareAbort, 1));
         assert_eq!(
             init_producer_id(None, 900_001, None, &mut pid(5), LIMITS, 0),
-            Decision::Refuse(ResponseError::InvalidTransactionTimeout)
+            Decision::Refuse(TxnError::InvalidTransactionTimeout)
         );
-        assert_eq!(add_to_txn(None, 1, 0, &[], None, 0), Decision::Refuse(ResponseError::InvalidProducerIdMapping));
+        assert_eq!(add_to_txn(None, 1, 0, &[], None, 0), Decision::Refuse(TxnError::InvalidProducerIdMapping));
         assert_eq!(
             end_txn(Some(&m), 78, 0, true, false, &mut pid(0), 0),
-            Decision::Refuse(ResponseError::InvalidProducerIdMapping)
+            Decision::Refuse(TxnError::InvalidProducerIdMapping)
         );
         let empty = new_txn();
         assert_eq!(
             end_txn(Some(&empty), 77, 0, true, false, &mut pid(0), 0),
-            Decision::Refuse(ResponseError::InvalidTxnState)
+            Decision::Refuse(TxnError::InvalidTxnState)
         );
     }
 
@@ -587,22 +585,22 @@ mod tests {
         assert_eq!(end_txn(Some(&done), 77, 0, true, true, &mut pid(99), 3), Decision::Unchanged);
         assert_eq!(
             end_txn(Some(&done), 77, 0, false, true, &mut pid(99), 3),
-            Decision::Refuse(ResponseError::InvalidTxnState)
+            Decision::Refuse(TxnError::InvalidTxnState)
         );
         // the next transaction runs on epoch 1; a delayed EndTxn of the previous one cannot end it
         let next = applied(add_to_txn(Some(&done), 77, 1, &[("t".into(), 0)], None, 4)).next;
         assert_eq!(
             end_txn(Some(&next), 77, 0, true, true, &mut pid(99), 5),
-            Decision::Refuse(ResponseError::ProducerFenced)
+            Decision::Refuse(TxnError::ProducerFenced)
         );
         assert_eq!(
             add_to_txn(Some(&next), 77, 0, &[("t".into(), 1)], None, 5),
-            Decision::Refuse(ResponseError::ProducerFenced)
+            Decision::Refuse(TxnError::ProducerFenced)
         );
     }
 
     /// A producer id source that fails the test if it is asked.
-    fn no_pid() -> impl FnMut() -> Result<i64, ResponseError> {
+    fn no_pid() -> impl FnMut() -> Result<i64, TxnError> {
         || panic!("no producer id may be allocated here")
     }
 
@@ -620,7 +618,7 @@ mod tests {
         assert_eq!(end_txn(Some(&aborted), 77, 0, false, true, &mut no_pid(), 11), Decision::Unchanged);
         assert_eq!(
             end_txn(Some(&m), 77, 0, true, true, &mut no_pid(), 11),
-            Decision::Refuse(ResponseError::InvalidTxnState)
+            Decision::Refuse(TxnError::InvalidTxnState)
         );
         // CompleteAbort and CompleteCommit with the current epoch: a new empty abort
         let t = applied(end_txn(Some(&aborted), 77, 1, false, true, &mut no_pid(), 12));
@@ -633,7 +631,7 @@ mod tests {
         // transaction version 1 keeps Kafka's old answer
         assert_eq!(
             end_txn(Some(&m), 77, 0, false, false, &mut no_pid(), 16),
-            Decision::Refuse(ResponseError::InvalidTxnState)
+            Decision::Refuse(TxnError::InvalidTxnState)
         );
     }
 
@@ -656,11 +654,11 @@ mod tests {
         assert_eq!(end_txn(Some(&rotated), 77, i16::MAX - 1, true, true, &mut no_pid(), 5), Decision::Unchanged);
         assert_eq!(
             end_txn(Some(&rotated), 77, i16::MAX - 1, false, true, &mut no_pid(), 5),
-            Decision::Refuse(ResponseError::InvalidTxnState)
+            Decision::Refuse(TxnError::InvalidTxnState)
         );
         assert_eq!(
             end_txn(Some(&rotated), 78, i16::MAX - 1, true, true, &mut no_pid(), 5),
-            Decision::Refuse(ResponseError::InvalidProducerIdMapping)
+            Decision::Refuse(TxnError::InvalidProducerIdMapping)
         );
     }
 
@@ -681,7 +679,7 @@ mod tests {
         // an old id with an epoch that is not exhausted is a zombie
         assert_eq!(
             init_producer_id(Some(&rotated), 60_000, Some((77, 5)), &mut no_pid(), LIMITS, 3),
-            Decision::Refuse(ResponseError::ProducerFenced)
+            Decision::Refuse(TxnError::ProducerFenced)
         );
         // 32765 bumps to 32766 without rotating
         m.producer_epoch = i16::MAX - 2;
@@ -709,7 +707,7 @@ mod tests {
         );
         assert_eq!(
             init_producer_id(Some(&bumped), 60_000, Some((77, 7)), &mut pid(99), LIMITS, 6),
-            Decision::Refuse(ResponseError::ProducerFenced)
+            Decision::Refuse(TxnError::ProducerFenced)
         );
         let mut old = bumped.clone();
         old.producer_epoch = i16::MAX - 1;

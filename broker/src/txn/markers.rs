@@ -6,12 +6,12 @@
 //! partition, its replica's Raft group, or another broker (WriteTxnMarkers v1).
 
 use crate::group::GroupCoordinator;
+use crate::interbroker::MarkerAnswer;
 use crate::partition::producer_state::{MarkerHeader, Refusal};
 use crate::partition::Partition;
 use crate::partition_handle::WriteRefused;
 use crate::routing::{shard_for, Route};
 use crate::topics::TopicRegistry;
-use kafka_protocol::error::ResponseError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -149,7 +149,7 @@ fn refused_epoch(partition: Option<&Partition>, id: &str, topic: &str, index: i3
 /// Send the marker to the partition's leader (WriteTxnMarkers v1).
 async fn write_remote(addr: &str, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
     let ttl = Duration::from_secs(10);
-    let code = match crate::interbroker::write_marker(
+    let answer = match crate::interbroker::write_marker(
         addr,
         topic,
         index,
@@ -161,25 +161,25 @@ async fn write_remote(addr: &str, id: &str, topic: &str, index: i32, m: Marker) 
     )
     .await
     {
-        Ok(code) => code,
+        Ok(answer) => answer,
         Err(e) => {
             tracing::warn!(txn = id, topic, partition = index, "marker to {addr}: {e}");
             return MarkerDone::Retry;
         }
     };
-    match ResponseError::try_from_code(code) {
-        None if code == 0 => MarkerDone::Written,
-        Some(ResponseError::UnknownTopicOrPartition) => {
+    match answer {
+        MarkerAnswer::Written => MarkerDone::Written,
+        MarkerAnswer::NoSuchPartition => {
             tracing::warn!(txn = id, topic, partition = index, "marker skipped: {addr} has no such partition");
             MarkerDone::Written
         }
-        Some(ResponseError::TransactionCoordinatorFenced) => {
+        MarkerAnswer::CoordinatorFenced => {
             tracing::warn!(txn = id, topic, partition = index, "marker refused by {addr}: a newer coordinator");
             MarkerDone::Fenced
         }
         // INVALID_PRODUCER_EPOCH included: whether the transaction is open there is not known
         // here, and completing it while it is would leave its data open for ever
-        _ => {
+        MarkerAnswer::Failed(code) => {
             tracing::warn!(txn = id, topic, partition = index, code, "marker to {addr} failed; retrying");
             MarkerDone::Retry
         }

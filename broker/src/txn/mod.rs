@@ -10,6 +10,7 @@
 //! until durable — and only then by the logged completion. After a restart, transactions found
 //! in PrepareCommit/PrepareAbort are completed the same way (`recover`).
 
+pub mod error;
 pub mod machine;
 pub mod markers;
 
@@ -17,8 +18,8 @@ use crate::config::coordinators::TxnSettings;
 use crate::kvlog::KvLog;
 use crate::routing::shard_for;
 use crate::sync::OrDie as _;
+use crate::txn::error::TxnError;
 use bytes::Bytes;
-use kafka_protocol::error::ResponseError;
 use machine::{Decision, Markers, TxnLimits, TxnMetadata, TxnState};
 use markers::{Marker, MarkerDone, MarkerWriter};
 use sluice_storage::{LogConfig, StorageError};
@@ -87,7 +88,7 @@ pub struct TxnCoordinator {
 pub enum Outcome {
     /// Success with this (current) metadata.
     Done(TxnMetadata),
-    Refused(ResponseError),
+    Refused(TxnError),
 }
 
 impl TxnCoordinator {
@@ -183,18 +184,18 @@ impl TxnCoordinator {
         shard: &mut Shard,
         records: &[crate::kvlog::KvRecord],
         now: i64,
-    ) -> Result<TxnWait, ResponseError> {
+    ) -> Result<TxnWait, TxnError> {
         let owner: Weak<dyn ShardOwner> = self.me.get().cloned().unwrap_or_default();
         let Some(r) = self.replication.get() else {
             return shard.log.append(records, now).map(|d| TxnWait::new(LogWait::Local(d), owner, i)).map_err(|e| {
                 tracing::error!(shard = i, "transaction log append failed: {e}");
-                ResponseError::CoordinatorNotAvailable
+                TxnError::WriteFailed
             });
         };
         if !shard.state.is_active() {
-            return Err(ResponseError::NotCoordinator);
+            return Err(TxnError::NotCoordinator);
         }
-        let group = r.replica(i).ok_or(ResponseError::NotCoordinator)?;
+        let group = r.replica(i).ok_or(TxnError::NotCoordinator)?;
         let records = records
             .iter()
             .map(|(k, v)| crate::replication::types::KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) })
@@ -202,7 +203,7 @@ impl TxnCoordinator {
         group
             .propose(crate::replication::types::PartCommand::Kv { records, now_ms: now })
             .map(|w| TxnWait::new(LogWait::Raft(w), owner, i))
-            .map_err(|_| ResponseError::NotCoordinator)
+            .map_err(|_| TxnError::NotCoordinator)
     }
 
     /// Applied on every replica of shard `i` (the Raft state machine): append durably. The
@@ -307,25 +308,25 @@ impl TxnCoordinator {
         epoch: i16,
         topic: &str,
         partition: i32,
-    ) -> Result<(), ResponseError> {
+    ) -> Result<(), TxnError> {
         let shard = self.shard(id);
         if !shard.state.is_active() {
-            return Err(ResponseError::NotCoordinator);
+            return Err(TxnError::NotCoordinator);
         }
-        let Some(m) = shard.txns.get(id) else { return Err(ResponseError::InvalidProducerIdMapping) };
+        let Some(m) = shard.txns.get(id) else { return Err(TxnError::InvalidProducerIdMapping) };
         if m.producer_id != pid {
-            return Err(ResponseError::InvalidProducerIdMapping);
+            return Err(TxnError::InvalidProducerIdMapping);
         }
         // equal, as Kafka's `handleVerifyPartitionsInTransaction`: a batch with a *higher* epoch
         // than the coordinator's would make the partition refuse this transaction's marker
         if epoch != m.producer_epoch {
-            return Err(ResponseError::ProducerFenced);
+            return Err(TxnError::ProducerFenced);
         }
         if matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
-            return Err(ResponseError::ConcurrentTransactions);
+            return Err(TxnError::ConcurrentTransactions);
         }
         if m.state != TxnState::Ongoing || !m.partitions.contains(&(topic.to_string(), partition)) {
-            return Err(ResponseError::InvalidTxnState);
+            return Err(TxnError::InvalidTxnState);
         }
         Ok(())
     }
@@ -339,10 +340,10 @@ impl TxnCoordinator {
         epoch: i16,
         parts: &[(String, i32)],
         group: Option<&str>,
-    ) -> Result<(), ResponseError> {
+    ) -> Result<(), TxnError> {
         let now = crate::clock::now_ms();
         let (d, durable) = self.decide(id, |m| machine::add_to_txn(m, pid, epoch, parts, group, now), now)?;
-        wait_logged(durable).await.map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+        wait_logged(durable).await.map_err(|_| TxnError::WriteFailed)?;
         match d {
             Decision::Refuse(e) => Err(e),
             Decision::Unchanged | Decision::Apply(_) => Ok(()),
@@ -355,11 +356,11 @@ impl TxnCoordinator {
         id: &str,
         f: impl FnOnce(Option<&TxnMetadata>) -> Decision,
         now: i64,
-    ) -> Result<(Decision, TxnWait), ResponseError> {
+    ) -> Result<(Decision, TxnWait), TxnError> {
         let i = self.shard_index(id);
         let mut shard = self.shard_at(i);
         if !shard.state.is_active() {
-            return Err(ResponseError::NotCoordinator);
+            return Err(TxnError::NotCoordinator);
         }
         let d = f(shard.txns.get(id));
         let durable = match &d {
@@ -395,13 +396,13 @@ impl TxnCoordinator {
             // in-memory state no longer follows the log, so the shard was rolled back: reloaded
             // from the log (replicated: once it is applied), which finishes whatever it finds
             // decided
-            return Outcome::Refused(ResponseError::CoordinatorNotAvailable);
+            return Outcome::Refused(TxnError::WriteFailed);
         }
         match d {
             Decision::Refuse(e) => Outcome::Refused(e),
             Decision::Unchanged => match self.get(id) {
                 Some(m) => Outcome::Done(m),
-                None => Outcome::Refused(ResponseError::InvalidProducerIdMapping),
+                None => Outcome::Refused(TxnError::InvalidProducerIdMapping),
             },
             Decision::Apply(t) => {
                 let mut last = t.next.clone();
@@ -412,7 +413,7 @@ impl TxnCoordinator {
                     let owned = id.to_string();
                     match tokio::spawn(async move { me.complete(&owned, markers).await }).await {
                         Ok(Ok(m)) => last = m,
-                        _ => return Outcome::Refused(ResponseError::CoordinatorNotAvailable),
+                        _ => return Outcome::Refused(TxnError::WriteFailed),
                     }
                 }
                 match t.reply_error {
