@@ -22,7 +22,7 @@
 //! coordinator replays groups and offsets; the transaction coordinator also finishes the
 //! transactions it finds awaiting their markers).
 
-use crate::cluster::replica::{start_kv, KvApply, Replica, ReplicaSpec};
+use crate::cluster::replica::{start_kv, KvApply, ReplicaSpec, ShardReplica};
 use crate::cluster::ClusterNode;
 use crate::kvlog::{KvRecord, LogWait};
 use crate::sync::OrDie as _;
@@ -154,7 +154,7 @@ pub struct ShardReplicas {
     /// The brokers replicating each shard (from the voters, fixed).
     pub assignment: Vec<Vec<i32>>,
     /// This broker's replica of each shard, if it is one.
-    pub groups: Vec<Option<Arc<Replica>>>,
+    pub groups: Vec<Option<Arc<ShardReplica>>>,
 }
 
 impl ShardReplicas {
@@ -169,7 +169,7 @@ impl ShardReplicas {
     }
 
     /// This broker's replica of shard `shard`, if it is one.
-    pub fn replica(&self, shard: usize) -> Option<Arc<Replica>> {
+    pub fn replica(&self, shard: usize) -> Option<Arc<ShardReplica>> {
         self.groups.get(shard).and_then(|g| g.clone())
     }
 }
@@ -213,9 +213,9 @@ pub async fn replicate<O: ShardOwner>(
             replicas: r.clone(),
             initialize: true,
         };
-        let network = crate::cluster::network::PartNetwork::new(&spec.key, &node.voters);
+        let network = crate::cluster::network::ShardNetwork::new(&spec.key, &node.voters);
         let g = start_kv(node.node_id, spec, &node.voters, network, apply, dir.join(format!("{topic}-{i}"))).await?;
-        node.replicas.write().or_die().insert(g.key.clone(), g.clone());
+        node.shards.write().or_die().insert(g.key.clone(), g.clone());
         groups.push(Some(g));
     }
     Ok(Some(ShardReplicas { assignment, groups }))

@@ -56,8 +56,6 @@ pub fn write_error_code(e: &WriteError) -> i16 {
 pub fn apply_failure_code(f: &ApplyFailure) -> i16 {
     match f {
         ApplyFailure::Storage(e) => storage_produce_code(e),
-        ApplyFailure::Shard(_) => ResponseError::CoordinatorNotAvailable.code(),
-        ApplyFailure::WrongGroup(_) => ResponseError::InvalidRequest.code(),
     }
 }
 
@@ -77,7 +75,6 @@ pub fn write_refused_code(e: &WriteRefused) -> i16 {
         WriteRefused::Refused(r) => refusal_code(r),
         WriteRefused::Storage(e) => storage_produce_code(e),
         WriteRefused::Write(e) => write_error_code(e),
-        WriteRefused::NotApplied(f) => apply_failure_code(f),
     }
 }
 

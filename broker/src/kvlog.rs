@@ -30,7 +30,7 @@ pub type Durable = Option<(Arc<Flusher>, i64)>;
 /// replicated coordinator log) the Raft commit of the proposed records.
 pub enum LogWait {
     Local(Durable),
-    Raft(crate::cluster::replica::PendingWrite),
+    Raft(crate::cluster::replica::PendingWrite<crate::replication::types::ShardConfig>),
 }
 
 impl LogWait {
@@ -49,8 +49,10 @@ impl LogWait {
                 .await
                 .unwrap_or_else(|_| Err(StorageError::InvalidConfig("fsync task failed".into()))),
             LogWait::Raft(p) => match p.wait(std::time::Duration::from_secs(10)).await {
-                Ok(crate::replication::types::PartResult::Done) => Ok(()),
-                Ok(other) => Err(StorageError::InvalidConfig(format!("coordinator log write not applied: {other:?}"))),
+                Ok(crate::replication::types::ShardResult::Done) => Ok(()),
+                Ok(crate::replication::types::ShardResult::Failed(e)) => {
+                    Err(StorageError::InvalidConfig(format!("coordinator log write not applied: {e}")))
+                }
                 Err(e) => Err(StorageError::InvalidConfig(format!("coordinator log write not committed: {e}"))),
             },
         }

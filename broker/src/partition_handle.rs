@@ -38,9 +38,6 @@ pub enum WriteRefused {
     /// applying its predecessor's entries refuses transactional batches as not the leader).
     #[error("{0}")]
     Write(WriteError),
-    /// Committed but not applied (replicated; a command of the wrong kind).
-    #[error("{0}")]
-    NotApplied(ApplyFailure),
 }
 
 /// Where KIP-890's verification of a transactional batch began (see
@@ -194,9 +191,6 @@ impl MarkerWrite {
                 Ok(PartResult::Done | PartResult::Appended { .. }) => Ok(()),
                 Ok(PartResult::Refused(r)) => Err(WriteRefused::Refused(r)),
                 Ok(PartResult::Failed(ApplyFailure::Storage(e))) => Err(WriteRefused::Storage(e)),
-                Ok(PartResult::Failed(f @ (ApplyFailure::Shard(_) | ApplyFailure::WrongGroup(_)))) => {
-                    Err(WriteRefused::NotApplied(f))
-                }
                 Err(e) => Err(WriteRefused::Write(e)),
             },
         }

@@ -446,6 +446,8 @@ pub struct ClusterNode {
     pub own_addr: String,
     /// This broker's replicas of replicated partitions (replication factor > 1).
     pub replicas: RwLock<std::collections::HashMap<crate::replication::types::GroupKey, Arc<replica::Replica>>>,
+    /// This broker's replicas of coordinator shards (their Raft groups carry `ShardCommand`s).
+    pub shards: RwLock<std::collections::HashMap<crate::replication::types::GroupKey, Arc<replica::ShardReplica>>>,
 }
 
 impl ClusterNode {
@@ -493,6 +495,7 @@ impl ClusterNode {
             voters,
             changed,
             replicas: Default::default(),
+            shards: Default::default(),
             own_addr: addr.clone(),
         });
         tokio::spawn(network::serve(listener, node.clone()));
@@ -583,12 +586,12 @@ impl ClusterNode {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(50);
         let member = i32::try_from(id)?;
         loop {
-            let groups: Vec<Arc<replica::Replica>> = self
-                .replicas
+            let groups: Vec<Arc<replica::ShardReplica>> = self
+                .shards
                 .read()
                 .or_die()
                 .values()
-                .filter(|r| r.topic_id.is_nil() && r.voters().contains(&member))
+                .filter(|r| r.voters().contains(&member))
                 // the broker leaving waits only for the groups it leads: it is not told of the
                 // final membership of the others (it is no longer in it)
                 .filter(|r| id != self.node_id || r.leader() == Some(member))
@@ -688,6 +691,11 @@ impl ClusterNode {
     /// This broker's replica of a partition, if the partition is replicated and has one here.
     pub fn replica(&self, key: &crate::replication::types::GroupKey) -> Option<Arc<replica::Replica>> {
         self.replicas.read().or_die().get(key).cloned()
+    }
+
+    /// This broker's replica of a coordinator shard, if it has one.
+    pub fn shard_replica(&self, key: &crate::replication::types::GroupKey) -> Option<Arc<replica::ShardReplica>> {
+        self.shards.read().or_die().get(key).cloned()
     }
 
     /// The current metadata image (shared, not copied).

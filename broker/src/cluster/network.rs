@@ -3,7 +3,8 @@
 //! InstallSnapshot, a follower forwards metadata writes to the leader (`Forward`).
 
 use super::{ClusterNode, Command, CommandResult, NodeId, TypeConfig};
-use crate::replication::types::{GroupKey, PartConfig};
+use crate::replication::log_store::Logged;
+use crate::replication::types::{GroupKey, PartConfig, ShardConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -21,8 +22,9 @@ use tokio::net::TcpStream;
 /// Largest RPC frame accepted (snapshots of the metadata image are small).
 const FRAME_MAX: usize = 64 * 1024 * 1024;
 
+/// One RPC between brokers (its wire form: bincode; new variants go at the end).
 #[derive(Debug, Serialize, Deserialize)]
-enum Rpc {
+pub enum Rpc {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
@@ -40,6 +42,41 @@ enum Rpc {
     /// Drop a broker from every coordinator shard group this broker is a member of (the groups
     /// it leads change their membership; it waits for the others).
     DropFromCoordinators(NodeId),
+    /// AppendEntries, Vote and InstallSnapshot for a coordinator shard's Raft group.
+    ShardAppend(GroupKey, AppendEntriesRequest<ShardConfig>),
+    ShardVote(GroupKey, VoteRequest<NodeId>),
+    ShardSnapshot(GroupKey, InstallSnapshotRequest<ShardConfig>),
+}
+
+/// A kind of Raft group carried by [`GroupNetwork`]: how its three RPCs are framed.
+pub trait GroupRpc: Logged {
+    fn append(group: GroupKey, rpc: AppendEntriesRequest<Self>) -> Rpc;
+    fn vote(group: GroupKey, rpc: VoteRequest<NodeId>) -> Rpc;
+    fn snapshot(group: GroupKey, rpc: InstallSnapshotRequest<Self>) -> Rpc;
+}
+
+impl GroupRpc for PartConfig {
+    fn append(group: GroupKey, rpc: AppendEntriesRequest<Self>) -> Rpc {
+        Rpc::PartAppend(group, rpc)
+    }
+    fn vote(group: GroupKey, rpc: VoteRequest<NodeId>) -> Rpc {
+        Rpc::PartVote(group, rpc)
+    }
+    fn snapshot(group: GroupKey, rpc: InstallSnapshotRequest<Self>) -> Rpc {
+        Rpc::PartSnapshot(group, rpc)
+    }
+}
+
+impl GroupRpc for ShardConfig {
+    fn append(group: GroupKey, rpc: AppendEntriesRequest<Self>) -> Rpc {
+        Rpc::ShardAppend(group, rpc)
+    }
+    fn vote(group: GroupKey, rpc: VoteRequest<NodeId>) -> Rpc {
+        Rpc::ShardVote(group, rpc)
+    }
+    fn snapshot(group: GroupKey, rpc: InstallSnapshotRequest<Self>) -> Rpc {
+        Rpc::ShardSnapshot(group, rpc)
+    }
 }
 
 async fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
@@ -166,52 +203,61 @@ impl RaftNetwork<TypeConfig> for Peer {
     }
 }
 
-/// Connections for one partition's Raft group (same port, the group named in each RPC).
-/// Like [`Network`], for one partition's (or coordinator shard's) Raft group.
-pub struct PartNetwork {
+/// Connections for one partition's or coordinator shard's Raft group (same port, the group
+/// named in each RPC). Like [`Network`], each peer is reached at the address this broker has
+/// for it.
+pub struct GroupNetwork<C> {
     pub group: GroupKey,
     pub book: Arc<std::collections::BTreeMap<NodeId, String>>,
+    kind: std::marker::PhantomData<fn() -> C>,
 }
 
-impl PartNetwork {
+/// A partition's Raft group transport.
+pub type PartNetwork = GroupNetwork<PartConfig>;
+/// A coordinator shard's Raft group transport.
+pub type ShardNetwork = GroupNetwork<ShardConfig>;
+
+impl<C> GroupNetwork<C> {
     /// The transport of group `group`, reaching each peer at the address `addresses` gives.
-    pub fn new(group: &GroupKey, addresses: &std::collections::BTreeMap<NodeId, String>) -> PartNetwork {
-        PartNetwork { group: group.clone(), book: Arc::new(addresses.clone()) }
+    pub fn new(group: &GroupKey, addresses: &std::collections::BTreeMap<NodeId, String>) -> GroupNetwork<C> {
+        GroupNetwork { group: group.clone(), book: Arc::new(addresses.clone()), kind: std::marker::PhantomData }
     }
 }
 
-impl RaftNetworkFactory<PartConfig> for PartNetwork {
-    type Network = PartPeer;
+impl<C: GroupRpc> RaftNetworkFactory<C> for GroupNetwork<C> {
+    type Network = GroupPeer<C>;
 
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PartPeer {
-        PartPeer {
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> GroupPeer<C> {
+        GroupPeer {
             group: self.group.clone(),
             peer: Peer { target, addr: resolve(&self.book, target, node), conn: None },
+            kind: std::marker::PhantomData,
         }
     }
 }
 
-pub struct PartPeer {
+pub struct GroupPeer<C> {
     group: GroupKey,
     peer: Peer,
+    kind: std::marker::PhantomData<fn() -> C>,
 }
 
-impl RaftNetwork<PartConfig> for PartPeer {
+impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<PartConfig>,
+        rpc: AppendEntriesRequest<C>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.peer.call(Rpc::PartAppend(self.group.clone(), rpc), option.hard_ttl()).await
+        self.peer.call(C::append(self.group.clone(), rpc), option.hard_ttl()).await
     }
 
     async fn install_snapshot(
         &mut self,
-        rpc: InstallSnapshotRequest<PartConfig>,
+        rpc: InstallSnapshotRequest<C>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
     {
-        self.peer.call(Rpc::PartSnapshot(self.group.clone(), rpc), option.hard_ttl()).await
+        self.peer.call(C::snapshot(self.group.clone(), rpc), option.hard_ttl()).await
     }
 
     async fn vote(
@@ -219,7 +265,7 @@ impl RaftNetwork<PartConfig> for PartPeer {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.peer.call(Rpc::PartVote(self.group.clone(), rpc), option.hard_ttl()).await
+        self.peer.call(C::vote(self.group.clone(), rpc), option.hard_ttl()).await
     }
 }
 
@@ -299,6 +345,18 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                         None => return,
                     },
                     Rpc::PartSnapshot(g, r) => match node.replica(&g) {
+                        Some(rep) => bincode::serialize(&rep.raft.install_snapshot(r).await),
+                        None => return,
+                    },
+                    Rpc::ShardAppend(g, r) => match node.shard_replica(&g) {
+                        Some(rep) => bincode::serialize(&rep.raft.append_entries(r).await),
+                        None => return,
+                    },
+                    Rpc::ShardVote(g, r) => match node.shard_replica(&g) {
+                        Some(rep) => bincode::serialize(&rep.raft.vote(r).await),
+                        None => return,
+                    },
+                    Rpc::ShardSnapshot(g, r) => match node.shard_replica(&g) {
                         Some(rep) => bincode::serialize(&rep.raft.install_snapshot(r).await),
                         None => return,
                     },

@@ -162,9 +162,6 @@ impl Reconciler {
         }
         let current: Vec<_> = node.replicas.read().or_die().values().cloned().collect();
         for r in current {
-            if r.topic_id.is_nil() {
-                continue; // a coordinator shard's group (txn::enable_replication), not a topic's
-            }
             let topic_alive = image.topics.get(&r.key.0).is_some_and(|t| t.id == r.topic_id);
             if wanted.get(&r.key).is_some_and(|(id, _, _)| *id == r.topic_id) {
                 continue;

@@ -22,9 +22,10 @@
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
 
-use crate::replication::log_store::{io_err, LogStore};
+use crate::replication::log_store::{io_err, LogStore, Logged};
 use crate::replication::types::{
-    ApplyFailure, GroupKey, KvEntry, NodeId, PartCommand, PartConfig, PartRaft, PartResult, PartitionLog, WriteError,
+    GroupKey, KvEntry, NodeId, PartCommand, PartConfig, PartResult, PartitionLog, ShardCommand, ShardConfig,
+    ShardResult, WriteError,
 };
 use crate::sync::OrDie as _;
 use openraft::network::RaftNetworkFactory;
@@ -40,11 +41,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// This broker's replica of one partition.
-pub struct Replica {
+/// This broker's replica of one partition's Raft group (`C` = `PartConfig`), or of a
+/// coordinator shard's ([`ShardReplica`]).
+pub struct Replica<C: Logged = PartConfig> {
     pub key: GroupKey,
     pub topic_id: uuid::Uuid,
-    pub raft: PartRaft,
+    pub raft: openraft::Raft<C>,
     pub dir: PathBuf,
     /// On the leader: when each follower last caught up (for `in_sync`).
     sync: std::sync::Mutex<SyncTrack>,
@@ -68,7 +70,10 @@ impl Default for SyncTrack {
     }
 }
 
-impl Replica {
+/// A coordinator shard's replica.
+pub type ShardReplica = Replica<ShardConfig>;
+
+impl<C: Logged> Replica<C> {
     /// The group's leader as this replica knows it.
     pub fn leader(&self) -> Option<i32> {
         self.raft.metrics().borrow().current_leader.and_then(|l| i32::try_from(l).ok())
@@ -168,7 +173,7 @@ impl Replica {
     /// callers' order). Never waits: openraft's `client_write_ff` only puts the command on the
     /// Raft core's unbounded queue, so its future is ready at its first poll; one that is not
     /// (the core stopped, and openraft waits to say why) is refused as [`WriteError::Stopped`].
-    pub fn propose(&self, cmd: PartCommand) -> Result<PendingWrite, WriteError> {
+    pub fn propose(&self, cmd: C::D) -> Result<PendingWrite<C>, WriteError> {
         if self.leader() != i32::try_from(self.raft_id()).ok() {
             return Err(WriteError::NotLeader);
         }
@@ -186,12 +191,12 @@ impl Replica {
 }
 
 /// A proposed write: await it for the applied result.
-pub struct PendingWrite(tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<PartConfig>>);
+pub struct PendingWrite<C: Logged = PartConfig>(tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<C>>);
 
-impl PendingWrite {
+impl<C: Logged> PendingWrite<C> {
     /// Test code: a write whose replica stopped before answering (its outcome never known).
     #[cfg(test)]
-    pub fn lost() -> PendingWrite {
+    pub fn lost() -> PendingWrite<C> {
         let (_, rx) = tokio::sync::oneshot::channel();
         PendingWrite(rx)
     }
@@ -199,12 +204,12 @@ impl PendingWrite {
     /// The result once committed and applied; an error if leadership was lost first or the
     /// replica stopped (the write may or may not commit later: the client retries, and
     /// idempotence makes the retry safe), or after `timeout`.
-    pub async fn wait(self, timeout: Duration) -> Result<PartResult, WriteError> {
+    pub async fn wait(self, timeout: Duration) -> Result<C::R, WriteError> {
         self.wait_indexed(timeout).await.map(|(r, _)| r)
     }
 
     /// [`PendingWrite::wait`], with the write's index in the group's Raft log.
-    pub async fn wait_indexed(self, timeout: Duration) -> Result<(PartResult, u64), WriteError> {
+    pub async fn wait_indexed(self, timeout: Duration) -> Result<(C::R, u64), WriteError> {
         match tokio::time::timeout(timeout, self.0).await {
             Ok(Ok(Ok(r))) => Ok((r.data, r.log_id.index)),
             Ok(Ok(Err(e))) => Err(WriteError::LeadershipLost(e.to_string())),
@@ -241,14 +246,14 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
 
 /// A coordinator shard's replica: its state machine appends to the shard's key/value log
 /// through `apply` (which makes the records durable before returning).
-pub async fn start_kv<N: RaftNetworkFactory<PartConfig>>(
+pub async fn start_kv<N: RaftNetworkFactory<ShardConfig>>(
     me: NodeId,
     spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
     network: N,
     apply: KvApply,
     dir: PathBuf,
-) -> anyhow::Result<Arc<Replica>> {
+) -> anyhow::Result<Arc<ShardReplica>> {
     std::fs::create_dir_all(&dir)?;
     let sm = KvSm::open(&dir, apply)?;
     start_group(me, spec, addresses, network, sm, dir).await
@@ -256,14 +261,17 @@ pub async fn start_kv<N: RaftNetworkFactory<PartConfig>>(
 
 /// Start a group over `network`, the transport the caller gives it (the cluster's RPC port,
 /// `cluster/network.rs`: this layer knows no transport of its own).
-async fn start_group<N: RaftNetworkFactory<PartConfig>, SM: RaftStateMachine<PartConfig>>(
+async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C>>(
     me: NodeId,
     spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
     network: N,
     sm: SM,
     dir: PathBuf,
-) -> anyhow::Result<Arc<Replica>> {
+) -> anyhow::Result<Arc<Replica<C>>>
+where
+    C::D: Clone,
+{
     let ReplicaSpec { key, topic_id, replicas, initialize } = spec;
     // coordinator shards (many, mostly idle) heartbeat half as often as partitions
     let (heartbeat, election) = if topic_id.is_nil() { (500, 1500) } else { (250, 1000) };
@@ -278,9 +286,10 @@ async fn start_group<N: RaftNetworkFactory<PartConfig>, SM: RaftStateMachine<Par
         ..Default::default()
     };
     let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
-    let log = LogStore::<PartConfig>::open(&dir)?;
+    let log = LogStore::<C>::open(&dir)?;
     let initialized = log.has_vote_or_entries();
-    let raft = PartRaft::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
+    let raft =
+        openraft::Raft::<C>::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
     if initialize && !initialized && replicas.first().and_then(|r| NodeId::try_from(*r).ok()) == Some(me) {
         let mut members = BTreeMap::new();
         for r in &replicas {
@@ -328,7 +337,7 @@ impl KvSm {
     }
 }
 
-impl RaftStateMachine<PartConfig> for KvSm {
+impl RaftStateMachine<ShardConfig> for KvSm {
     type SnapshotBuilder = NoSnapshots;
 
     async fn applied_state(
@@ -337,9 +346,9 @@ impl RaftStateMachine<PartConfig> for KvSm {
         Ok((self.applied.last_applied, self.applied.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<PartResult>, StorageError<NodeId>>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<ShardResult>, StorageError<NodeId>>
     where
-        I: IntoIterator<Item = Entry<PartConfig>> + OptionalSend,
+        I: IntoIterator<Item = Entry<ShardConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<_> = entries.into_iter().collect();
@@ -348,17 +357,14 @@ impl RaftStateMachine<PartConfig> for KvSm {
             for e in entries {
                 self.applied.last_applied = Some(e.log_id);
                 out.push(match e.payload {
-                    EntryPayload::Normal(PartCommand::Kv { records, now_ms }) => match (self.apply)(records, now_ms) {
-                        Ok(()) => PartResult::Done,
-                        Err(message) => PartResult::Failed(ApplyFailure::Shard(message)),
+                    EntryPayload::Normal(ShardCommand::Kv { records, now_ms }) => match (self.apply)(records, now_ms) {
+                        Ok(()) => ShardResult::Done,
+                        Err(message) => ShardResult::Failed(message),
                     },
-                    EntryPayload::Normal(_) => {
-                        PartResult::Failed(ApplyFailure::WrongGroup("not a coordinator command".into()))
-                    }
-                    EntryPayload::Blank => PartResult::Done,
+                    EntryPayload::Blank => ShardResult::Done,
                     EntryPayload::Membership(m) => {
                         self.applied.membership = StoredMembership::new(Some(e.log_id), m);
-                        PartResult::Done
+                        ShardResult::Done
                     }
                 });
             }
@@ -386,7 +392,7 @@ impl RaftStateMachine<PartConfig> for KvSm {
         Err(io_err(std::io::Error::other("coordinator replicas do not install snapshots (the Raft log is kept)")))
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<PartConfig>>, StorageError<NodeId>> {
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<ShardConfig>>, StorageError<NodeId>> {
         Ok(None)
     }
 }
@@ -448,7 +454,7 @@ impl ReplicaSm {
     /// is matched and passed, and a command not found there was refused (or a duplicate) the
     /// first time.
     fn apply_one(&mut self, cmd: PartCommand) -> (PartResult, i64) {
-        if self.cursor >= self.replay_end || matches!(cmd, PartCommand::Kv { .. }) {
+        if self.cursor >= self.replay_end {
             return self.partition.apply(cmd);
         }
         match self.partition.stored(self.cursor, &cmd) {
@@ -464,8 +470,8 @@ impl ReplicaSm {
 /// No snapshots are built (the policy is `Never`); this one only satisfies openraft's API.
 pub struct NoSnapshots(Applied);
 
-impl RaftSnapshotBuilder<PartConfig> for NoSnapshots {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<PartConfig>, StorageError<NodeId>> {
+impl<C: Logged> RaftSnapshotBuilder<C> for NoSnapshots {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<C>, StorageError<NodeId>> {
         let meta = SnapshotMeta {
             last_log_id: self.0.last_applied,
             last_membership: self.0.membership.clone(),
@@ -574,19 +580,28 @@ mod tests {
     fn commands_round_trip_as_json_and_as_bincode() {
         let cmds = vec![
             PartCommand::Produce { batch: vec![0, 1, 2, 255], now_ms: 7, verified: true, verified_from: Some(3) },
-            PartCommand::Kv {
-                records: vec![
-                    KvEntry { key: b"k".to_vec(), value: Some(vec![9; 3]) },
-                    KvEntry { key: vec![], value: None },
-                ],
-                now_ms: 8,
-            },
             PartCommand::Marker { producer_id: 4, epoch: 2, coordinator_epoch: 1, commit: false, now_ms: 9 },
         ];
         let json = serde_json::to_string(&cmds).unwrap();
-        assert!(json.contains(r#""batch":"AAEC/w==""#) && json.contains(r#""value":"CQkJ""#), "{json}");
-        assert!(json.contains(r#""value":null"#), "{json}");
+        assert!(json.contains(r#""batch":"AAEC/w==""#), "{json}");
         assert_eq!(serde_json::from_str::<Vec<PartCommand>>(&json).unwrap(), cmds);
+        let kv = ShardCommand::Kv {
+            records: vec![
+                KvEntry { key: b"k".to_vec(), value: Some(vec![9; 3]) },
+                KvEntry { key: vec![], value: None },
+            ],
+            now_ms: 8,
+        };
+        let kv_json = serde_json::to_string(&kv).unwrap();
+        // the form shard logs were written in while partitions and shards shared one command type
+        assert_eq!(kv_json, r#"{"Kv":{"records":[{"key":"aw==","value":"CQkJ"},{"key":"","value":null}],"now_ms":8}}"#);
+        assert_eq!(serde_json::from_str::<ShardCommand>(&kv_json).unwrap(), kv);
+        assert_eq!(bincode::deserialize::<ShardCommand>(&bincode::serialize(&kv).unwrap()).unwrap(), kv);
+        // and neither kind decodes as the other
+        assert!(serde_json::from_str::<PartCommand>(&kv_json).is_err());
+        for c in &cmds {
+            assert!(serde_json::from_str::<ShardCommand>(&serde_json::to_string(c).unwrap()).is_err(), "{c:?}");
+        }
         let bin = bincode::serialize(&cmds).unwrap();
         assert!(bin.windows(4).any(|w| w == [0, 1, 2, 255]), "bytes travel raw");
         assert_eq!(bincode::deserialize::<Vec<PartCommand>>(&bin).unwrap(), cmds);

@@ -47,7 +47,7 @@ pub struct Shard {
     index: i32,
     log: KvLog,
     /// Cluster mode, replicated offsets log: this broker's replica of the shard's Raft group.
-    replica: Option<Arc<crate::cluster::replica::Replica>>,
+    replica: Option<Arc<crate::cluster::replica::ShardReplica>>,
     /// Where the shard is: `Active` once loaded (on one node from the start; replicated, while
     /// this broker leads it), `Failed` after a write it cannot vouch for (reloaded).
     state: ShardState,
@@ -148,7 +148,7 @@ impl Shard {
             .map(|(k, v)| crate::replication::types::KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) })
             .collect();
         replica
-            .propose(crate::replication::types::PartCommand::Kv { records, now_ms: now })
+            .propose(crate::replication::types::ShardCommand::Kv { records, now_ms: now })
             .map(LogWait::Raft)
             .map_err(|code| StorageError::InvalidConfig(format!("not the shard's leader ({code})")))
     }

@@ -376,9 +376,6 @@ pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) ->
                                     Staged::Error(error_map::storage_produce_code(&e), Some(e.to_string()))
                                 }
                                 Err(WriteRefused::Write(e)) => Staged::Error(error_map::write_error_code(&e), None),
-                                Err(e @ WriteRefused::NotApplied(_)) => {
-                                    Staged::Error(error_map::write_refused_code(&e), Some(e.to_string()))
-                                }
                             }
                         }
                     },

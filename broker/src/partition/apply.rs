@@ -87,9 +87,6 @@ impl PartitionLog for Partition {
                     Err(AppendError::Storage(e)) => failed(e),
                 }
             }
-            PartCommand::Kv { .. } => {
-                (PartResult::Failed(ApplyFailure::WrongGroup("not a partition command".into())), 0)
-            }
         }
     }
 
@@ -106,7 +103,6 @@ impl PartitionLog for Partition {
                     && view.last_offset_delta() == ours.last_offset_delta()
                     && view.records_bytes() == ours.records_bytes()
             }
-            PartCommand::Kv { .. } => false,
         };
         if !same || view.base_offset() != offset {
             return None;

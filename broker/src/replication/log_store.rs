@@ -24,11 +24,25 @@ const META_FILE: &str = "raft-meta.json";
 /// A Raft type config whose log this store can hold: the metadata quorum's and each
 /// partition's or coordinator shard's (`cluster/replica.rs`).
 pub trait Logged:
-    RaftTypeConfig<NodeId = NodeId, Node = openraft::BasicNode, Entry = Entry<Self>, SnapshotData = Cursor<Vec<u8>>>
+    RaftTypeConfig<
+    NodeId = NodeId,
+    Node = openraft::BasicNode,
+    Entry = Entry<Self>,
+    SnapshotData = Cursor<Vec<u8>>,
+    Responder = openraft::impls::OneshotResponder<Self>,
+    AsyncRuntime = openraft::TokioRuntime,
+>
 {
 }
 impl<C> Logged for C where
-    C: RaftTypeConfig<NodeId = NodeId, Node = openraft::BasicNode, Entry = Entry<C>, SnapshotData = Cursor<Vec<u8>>>
+    C: RaftTypeConfig<
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        Entry = Entry<C>,
+        SnapshotData = Cursor<Vec<u8>>,
+        Responder = openraft::impls::OneshotResponder<C>,
+        AsyncRuntime = openraft::TokioRuntime,
+    >
 {
 }
 

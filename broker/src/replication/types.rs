@@ -1,5 +1,6 @@
-//! The replication layer's types: node ids, a partition's Raft group key, and what a
-//! partition's (or a coordinator shard's) Raft log holds and returns.
+//! The replication layer's types: node ids, a Raft group's key, and what a partition's Raft log
+//! holds and returns (`PartConfig`), and a coordinator shard's (`ShardConfig`): two type
+//! configurations, so neither kind of command can reach the other kind's state machine.
 
 use crate::partition::producer_state::Refusal;
 use openraft::BasicNode;
@@ -34,8 +35,24 @@ pub enum PartCommand {
     },
     /// A COMMIT or ABORT marker for `producer_id`.
     Marker { producer_id: i64, epoch: i16, coordinator_epoch: i32, commit: bool, now_ms: i64 },
-    /// Records for a coordinator shard's key/value log (transaction coordinator).
+}
+
+/// What a coordinator shard's Raft log holds (a group of its own type: a partition's command
+/// cannot reach a shard's state machine, nor the reverse). The one variant keeps the JSON form
+/// (`{"Kv":{...}}`) the shard logs were written in when both kinds shared one command type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShardCommand {
+    /// Records for the shard's key/value log (group or transaction coordinator).
     Kv { records: Vec<KvEntry>, now_ms: i64 },
+}
+
+/// What applying a shard's command did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShardResult {
+    #[default]
+    Done,
+    /// The records could not be stored (the applier's message): the write failed.
+    Failed(String),
 }
 
 /// One key/value record (no value: the key is deleted).
@@ -106,7 +123,7 @@ pub trait PartitionLog: Send + Sync + 'static {
     fn flush(&self) -> Result<(), StorageError>;
 }
 
-/// Why a committed command could not be applied.
+/// Why a committed command could not be applied to a partition.
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
 pub enum ApplyFailure {
     /// Storage refused the batch or failed to write it (an I/O failure: effect unknown). A
@@ -114,13 +131,6 @@ pub enum ApplyFailure {
     #[serde(skip)]
     #[error("{0}")]
     Storage(Arc<StorageError>),
-    /// A coordinator shard's records could not be stored (its applier's message).
-    #[error("{0}")]
-    Shard(String),
-    /// A command of the other kind reached this group: a shard's records in a partition's
-    /// group, or a batch or marker in a shard's.
-    #[error("{0}")]
-    WrongGroup(String),
 }
 
 /// A proposed write that was not proposed, or whose outcome is not known.
@@ -192,3 +202,11 @@ openraft::declare_raft_types!(
 );
 
 pub type PartRaft = openraft::Raft<PartConfig>;
+
+openraft::declare_raft_types!(
+    pub ShardConfig:
+        D = ShardCommand,
+        R = ShardResult,
+        NodeId = NodeId,
+        Node = BasicNode,
+);

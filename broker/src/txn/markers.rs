@@ -247,9 +247,5 @@ async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m:
             tracing::warn!(txn = id, topic, partition = index, "replicated marker: {e}; retrying");
             MarkerDone::Retry
         }
-        WriteRefused::NotApplied(f) => {
-            tracing::error!(txn = id, topic, partition = index, "replicated marker not applied: {f}");
-            MarkerDone::Written
-        }
     }
 }

@@ -201,7 +201,7 @@ impl TxnCoordinator {
             .map(|(k, v)| crate::replication::types::KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) })
             .collect();
         group
-            .propose(crate::replication::types::PartCommand::Kv { records, now_ms: now })
+            .propose(crate::replication::types::ShardCommand::Kv { records, now_ms: now })
             .map(|w| TxnWait::new(LogWait::Raft(w), owner, i))
             .map_err(|_| TxnError::NotCoordinator)
     }
