@@ -1,12 +1,10 @@
-//! DescribeCluster and DescribeLogDirs.
+//! DescribeCluster: the cluster id, the controller and the brokers, as the listener the request
+//! came in on advertises them.
 
-use super::{sb, topic_name};
+use super::sb;
 use crate::services::Services;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::describe_log_dirs_response::{
-    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
-};
-use kafka_protocol::messages::{BrokerId, DescribeClusterResponse, DescribeLogDirsRequest, DescribeLogDirsResponse};
+use kafka_protocol::messages::{BrokerId, DescribeClusterResponse};
 
 pub fn describe_cluster(
     state: &Services,
@@ -30,47 +28,7 @@ pub fn describe_cluster(
     r
 }
 
-fn disk_bytes(path: &std::path::Path) -> (i64, i64) {
-    let total = fs4::total_space(path).map(|b| b as i64).unwrap_or(-1);
-    let usable = fs4::available_space(path).map(|b| b as i64).unwrap_or(-1);
-    (total, usable)
-}
-
-pub fn describe_log_dirs(state: &Services, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
-    let mut resp = DescribeLogDirsResponse::default();
-    let mut dir = DescribeLogDirsResult::default();
-    let abs = std::fs::canonicalize(state.topics.data_dir()).unwrap_or_else(|_| state.topics.data_dir().to_path_buf());
-    dir.log_dir = sb(&abs.to_string_lossy());
-    let (total, usable) = disk_bytes(&abs);
-    dir.total_bytes = total;
-    dir.usable_bytes = usable;
-    let wanted: Option<Vec<(String, Vec<i32>)>> =
-        req.topics.map(|ts| ts.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect());
-    for topic in state.topics.topics() {
-        let parts: Vec<i32> = match &wanted {
-            None => topic.partitions.iter().map(|p| p.index).collect(),
-            Some(w) => match w.iter().find(|(n, _)| *n == topic.name) {
-                Some((_, ps)) => ps.clone(),
-                None => continue,
-            },
-        };
-        let mut t = DescribeLogDirsTopic::default();
-        t.name = topic_name(&topic.name);
-        for idx in parts {
-            let Some(p) = topic.partition(idx) else { continue };
-            let mut dp = DescribeLogDirsPartition::default();
-            dp.partition_index = idx;
-            dp.partition_size = p.log().size_bytes() as i64;
-            dp.offset_lag = 0;
-            t.partitions.push(dp);
-        }
-        dir.topics.push(t);
-    }
-    resp.results = vec![dir];
-    resp
-}
-
-/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// Its authorization rule (Kafka's ACLs, as `KafkaApis` checks them), applied
 /// before the handler by `pipeline/authz.rs`.
 pub mod acl {
     use crate::handlers::gate::prelude::*;
@@ -78,14 +36,5 @@ pub mod acl {
     // Kafka answers DescribeCluster to any authenticated principal (as Metadata's broker list)
     pub fn describe_cluster(_c: &Authz<'_>, _r: &mut DescribeClusterRequest, _version: i16) -> Gate {
         Gate::Pass
-    }
-
-    pub fn describe_log_dirs(c: &Authz<'_>, _r: &mut DescribeLogDirsRequest, _version: i16) -> Gate {
-        if c.cluster(Op::Describe) {
-            return Gate::Pass;
-        }
-        let mut x = DescribeLogDirsResponse::default();
-        x.error_code = E::ClusterAuthorizationFailed.code();
-        Gate::Deny(Box::new(ResponseKind::DescribeLogDirs(x)))
     }
 }

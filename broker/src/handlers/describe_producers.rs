@@ -42,7 +42,7 @@ pub fn handle(state: &Services, req: DescribeProducersRequest) -> DescribeProduc
     resp
 }
 
-/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// Its authorization rule (Kafka's ACLs, as `KafkaApis` checks them), applied
 /// before the handler by `pipeline/authz.rs`.
 pub mod acl {
     use crate::handlers::gate::prelude::*;

@@ -102,7 +102,7 @@ pub async fn handle(state: &Services, req: ElectLeadersRequest) -> ElectLeadersR
     resp
 }
 
-/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// Its authorization rule (Kafka's ACLs, as `KafkaApis` checks them), applied
 /// before the handler by `pipeline/authz.rs`.
 pub mod acl {
     use crate::handlers::gate::prelude::*;

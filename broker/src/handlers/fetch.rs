@@ -145,7 +145,7 @@ pub fn handle(state: &Arc<Services>, version: i16, req: FetchRequest) -> Reply {
     Reply::Later(fut)
 }
 
-/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// Its authorization rule (Kafka's ACLs, as `KafkaApis` checks them), applied
 /// before the handler by `pipeline/authz.rs`.
 pub mod acl {
     use crate::handlers::gate::prelude::*;
@@ -192,7 +192,7 @@ pub mod acl {
     }
 }
 
-/// This file's APIs' routing rules in a cluster (a partition's requests reach only its leader, a
+/// Its routing rule in a cluster (a partition's requests reach only its leader, a
 /// key's only its coordinator), applied before the handler by `pipeline/route.rs`.
 pub mod route {
     use crate::handlers::gate::prelude::*;

@@ -1,20 +1,24 @@
-//! InitProducerId for idempotent producers (no transactional id): a fresh producer id with
-//! epoch 0, from the durable allocator. KIP-360: a v3+ request carrying the producer's current
-//! id and epoch gets the same id with the epoch bumped (a fresh id if the epoch would overflow),
-//! so partitions fence batches of the old epoch; an id this broker never allocated is refused
-//! with INVALID_PRODUCER_ID_MAPPING. A request with a transactional id is the transaction
-//! coordinator's (`handlers/txn.rs`); one that reaches here anyway is refused.
+//! InitProducerId. For idempotent producers (no transactional id, [`handle`]): a fresh producer
+//! id with epoch 0, from the durable allocator. KIP-360: a v3+ request carrying the producer's
+//! current id and epoch gets the same id with the epoch bumped (a fresh id if the epoch would
+//! overflow), so partitions fence batches of the old epoch; an id this broker never allocated is
+//! refused with INVALID_PRODUCER_ID_MAPPING. With a transactional id ([`transactional`]): the
+//! transaction coordinator decides (`txn/machine.rs::init_producer_id`).
 
+use super::{now_ms, LaterReply, Reply};
+use crate::handlers::txn;
 use crate::services::Services;
+use crate::txn::{machine, Outcome};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId, ResponseKind};
+use std::sync::Arc;
 
 pub fn handle(state: &Services, version: i16, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let mut r = InitProducerIdResponse::default();
     r.producer_id = ProducerId(-1);
     r.producer_epoch = -1;
     if req.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) {
-        // dispatch sends these to the transaction coordinator (`handlers/txn.rs`)
+        // dispatch sends these to `transactional`
         r.error_code = ResponseError::InvalidRequest.code();
         return r;
     }
@@ -39,7 +43,37 @@ pub fn handle(state: &Services, version: i16, req: InitProducerIdRequest) -> Ini
     r
 }
 
-/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// InitProducerId with a transactional id: the transaction coordinator's answer (a new id, or
+/// the same one with its epoch bumped once any open transaction of the old instance is aborted).
+pub fn transactional(state: &Arc<Services>, version: i16, req: InitProducerIdRequest) -> Reply {
+    let id = req.transactional_id.as_ref().map(|t| t.to_string()).unwrap_or_default();
+    let expected = (version >= 3 && req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
+    let timeout = req.transaction_timeout_ms;
+    let st = state.clone();
+    let fut: LaterReply = Box::pin(async move {
+        let mut r = InitProducerIdResponse::default();
+        r.producer_id = ProducerId(-1);
+        r.producer_epoch = -1;
+        if !txn::valid_id(&id) {
+            r.error_code = ResponseError::InvalidRequest.code();
+            return ResponseKind::InitProducerId(r);
+        }
+        let limits = st.txns.limits();
+        let now = now_ms();
+        let mut fresh = txn::fresh_pid(&st.producer_ids);
+        match st.txns.run(&id, |m| machine::init_producer_id(m, timeout, expected, &mut fresh, limits, now)).await {
+            Outcome::Done(m) => {
+                r.producer_id = ProducerId(m.producer_id);
+                r.producer_epoch = m.producer_epoch;
+            }
+            Outcome::Refused(e) => r.error_code = txn::code(e, version, 4),
+        }
+        ResponseKind::InitProducerId(r)
+    });
+    Reply::Later(fut)
+}
+
+/// Its authorization rule (Kafka's ACLs, as `KafkaApis` checks them), applied
 /// before the handler by `pipeline/authz.rs`.
 pub mod acl {
     use crate::handlers::gate::prelude::*;
@@ -65,7 +99,7 @@ pub mod acl {
     }
 }
 
-/// This file's APIs' routing rules in a cluster (a partition's requests reach only its leader, a
+/// Its routing rule in a cluster (a partition's requests reach only its leader, a
 /// key's only its coordinator), applied before the handler by `pipeline/route.rs`.
 pub mod route {
     use crate::handlers::gate::prelude::*;

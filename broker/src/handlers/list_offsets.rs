@@ -75,7 +75,7 @@ pub fn handle(state: &Services, version: i16, req: ListOffsetsRequest) -> ListOf
     resp
 }
 
-/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// Its authorization rule (Kafka's ACLs, as `KafkaApis` checks them), applied
 /// before the handler by `pipeline/authz.rs`.
 pub mod acl {
     use crate::handlers::gate::prelude::*;
@@ -101,7 +101,7 @@ pub mod acl {
     }
 }
 
-/// This file's APIs' routing rules in a cluster (a partition's requests reach only its leader, a
+/// Its routing rule in a cluster (a partition's requests reach only its leader, a
 /// key's only its coordinator), applied before the handler by `pipeline/route.rs`.
 pub mod route {
     use crate::handlers::gate::prelude::*;

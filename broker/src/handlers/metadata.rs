@@ -137,7 +137,7 @@ pub async fn handle(
     resp
 }
 
-/// This file's APIs' authorization rules (Kafka's ACLs, as `KafkaApis` checks them), applied
+/// Its authorization rule (Kafka's ACLs, as `KafkaApis` checks them), applied
 /// before the handler by `pipeline/authz.rs`.
 pub mod acl {
     use crate::handlers::gate::prelude::*;

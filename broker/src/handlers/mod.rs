@@ -1,11 +1,17 @@
-//! One file per Kafka API. Each handler takes the broker's `Services` and its request struct and
-//! returns a [`Reply`]: answered now, answered later (after durability or a long poll; the
-//! connection still writes responses in request order), or not at all (produce with acks=0).
+//! One file per Kafka API: its answer, its authorization rule (module `acl`, applied by
+//! `pipeline/authz.rs`) and, where it has one, its cluster routing rule (module `route`, applied
+//! by `pipeline/route.rs`). APIs of one family share a directory whose `mod.rs` holds what they
+//! share (`groups/`, `txn/`, `configs/`, `topics/`, `security/`, `reassign/`); `gate.rs` is the
+//! toolkit the rules are written with, `refuse.rs` the refusal shapes they build. Each handler
+//! takes the broker's `Services` and its request struct and returns a [`Reply`]: answered now,
+//! answered later (after durability or a long poll; the connection still writes responses in
+//! request order), or not at all (produce with acks=0).
 
 pub mod api_versions;
 pub mod configs;
 pub mod delete_records;
 pub mod describe_cluster;
+pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod elect_leaders;
 pub mod fetch;

@@ -18,27 +18,37 @@ pub fn gate(state: &Services, body: &mut SupportedRequest, version: i16) -> Gate
     }
     debug_assert_eq!(NOT_LEADER, ResponseError::NotLeaderOrFollower.code());
     match body {
-        SupportedRequest::JoinGroup(r) => handlers::groups::route::join_group(state, r, version),
-        SupportedRequest::SyncGroup(r) => handlers::groups::route::sync_group(state, r, version),
-        SupportedRequest::Heartbeat(r) => handlers::groups::route::heartbeat(state, r, version),
-        SupportedRequest::LeaveGroup(r) => handlers::groups::route::leave_group(state, r, version),
+        SupportedRequest::JoinGroup(r) => handlers::groups::join_group::route::join_group(state, r, version),
+        SupportedRequest::SyncGroup(r) => handlers::groups::sync_group::route::sync_group(state, r, version),
+        SupportedRequest::Heartbeat(r) => handlers::groups::heartbeat::route::heartbeat(state, r, version),
+        SupportedRequest::LeaveGroup(r) => handlers::groups::leave_group::route::leave_group(state, r, version),
         SupportedRequest::ConsumerGroupHeartbeat(r) => {
-            handlers::groups::route::consumer_group_heartbeat(state, r, version)
+            handlers::groups::consumer_group_heartbeat::route::consumer_group_heartbeat(state, r, version)
         }
-        SupportedRequest::OffsetDelete(r) => handlers::groups::route::offset_delete(state, r, version),
-        SupportedRequest::AddOffsetsToTxn(r) => handlers::txn::route::add_offsets_to_txn(state, r, version),
-        SupportedRequest::EndTxn(r) => handlers::txn::route::end_txn(state, r, version),
+        SupportedRequest::OffsetDelete(r) => handlers::groups::offset_delete::route::offset_delete(state, r, version),
+        SupportedRequest::AddOffsetsToTxn(r) => {
+            handlers::txn::add_offsets_to_txn::route::add_offsets_to_txn(state, r, version)
+        }
+        SupportedRequest::EndTxn(r) => handlers::txn::end_txn::route::end_txn(state, r, version),
         SupportedRequest::InitProducerId(r) => handlers::init_producer_id::route::init_producer_id(state, r, version),
-        SupportedRequest::OffsetCommit(r) => handlers::groups::route::offset_commit(state, r, version),
-        SupportedRequest::TxnOffsetCommit(r) => handlers::txn::route::txn_offset_commit(state, r, version),
-        SupportedRequest::AddPartitionsToTxn(r) => handlers::txn::route::add_partitions_to_txn(state, r, version),
-        SupportedRequest::OffsetFetch(r) => handlers::groups::route::offset_fetch(state, r, version),
-        SupportedRequest::DescribeGroups(r) => handlers::groups::route::describe_groups(state, r, version),
-        SupportedRequest::ConsumerGroupDescribe(r) => {
-            handlers::groups::route::consumer_group_describe(state, r, version)
+        SupportedRequest::OffsetCommit(r) => handlers::groups::offset_commit::route::offset_commit(state, r, version),
+        SupportedRequest::TxnOffsetCommit(r) => {
+            handlers::txn::txn_offset_commit::route::txn_offset_commit(state, r, version)
         }
-        SupportedRequest::DeleteGroups(r) => handlers::groups::route::delete_groups(state, r, version),
-        SupportedRequest::DescribeTransactions(r) => handlers::txn::route::describe_transactions(state, r, version),
+        SupportedRequest::AddPartitionsToTxn(r) => {
+            handlers::txn::add_partitions_to_txn::route::add_partitions_to_txn(state, r, version)
+        }
+        SupportedRequest::OffsetFetch(r) => handlers::groups::offset_fetch::route::offset_fetch(state, r, version),
+        SupportedRequest::DescribeGroups(r) => {
+            handlers::groups::describe_groups::route::describe_groups(state, r, version)
+        }
+        SupportedRequest::ConsumerGroupDescribe(r) => {
+            handlers::groups::consumer_group_describe::route::consumer_group_describe(state, r, version)
+        }
+        SupportedRequest::DeleteGroups(r) => handlers::groups::delete_groups::route::delete_groups(state, r, version),
+        SupportedRequest::DescribeTransactions(r) => {
+            handlers::txn::describe_transactions::route::describe_transactions(state, r, version)
+        }
         SupportedRequest::Produce(r) => handlers::produce::route::produce(state, r, version),
         SupportedRequest::Fetch(r) => handlers::fetch::route::fetch(state, r, version),
         SupportedRequest::ListOffsets(r) => handlers::list_offsets::route::list_offsets(state, r, version),
