@@ -5,6 +5,7 @@
 
 use crate::connection::Connection;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync::Locked as _;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -210,7 +211,7 @@ impl Cluster {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     async fn open(&self, addr: &str, node_id: i32, lane: Lane) -> Result<Arc<Broker>> {

@@ -2,6 +2,7 @@
 //! (which Kafka returns in request order on a connection) are matched to them first-in
 //! first-out. Up to `inflight_max` requests may be outstanding.
 
+use crate::sync::Locked as _;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
@@ -81,7 +82,7 @@ impl Connection {
             let mut buf = BytesMut::with_capacity(1 << 20);
             let fail = |p: &Arc<Mutex<VecDeque<Pending>>>| {
                 closed2.store(true, Ordering::Release);
-                let mut q = p.lock().unwrap_or_else(|e| e.into_inner());
+                let mut q = p.locked();
                 for (_, _, _, tx) in q.drain(..) {
                     let _ = tx.send(Err(ConnError::Closed));
                 }
@@ -90,7 +91,7 @@ impl Connection {
                 loop {
                     match sluice_protocol::frame::take_frame(&mut buf, RESPONSE_BYTES_MAX) {
                         Ok(Some(frame)) => {
-                            let next = p.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                            let next = p.locked().pop_front();
                             let Some((key, version, cid, tx)) = next else {
                                 fail(&p);
                                 return;
@@ -187,10 +188,10 @@ impl Connection {
             if self.is_closed() {
                 return Err(ConnError::Closed);
             }
-            self.pending.lock().unwrap_or_else(|e| e.into_inner()).push_back((key, version, cid, tx));
+            self.pending.locked().push_back((key, version, cid, tx));
             if self.is_closed() {
                 // The reader may have drained the queue before our push: answer it ourselves.
-                for (_, _, _, tx) in self.pending.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                for (_, _, _, tx) in self.pending.locked().drain(..) {
                     let _ = tx.send(Err(ConnError::Closed));
                 }
             }

@@ -30,6 +30,7 @@ pub mod error;
 pub mod partitioner;
 pub mod producer;
 pub mod security;
+mod sync;
 
 pub use admin::Admin;
 pub use config::ClientConfig;

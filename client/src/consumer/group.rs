@@ -8,6 +8,7 @@ use super::{Consumer, Settings, TopicPartition};
 use crate::cluster::{by_topic, sb, Cluster};
 use crate::error::{Error, ErrorKind, Result};
 use crate::producer::ConsumerGroupMetadata;
+use crate::sync::Locked as _;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
@@ -52,7 +53,7 @@ impl GroupState {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.locked()
     }
 
     /// Stop the heartbeat for good (the consumer is gone).

@@ -21,6 +21,7 @@ use crate::cluster::Cluster;
 use crate::config::{ClientConfig, COMMON};
 use crate::error::{Error, ErrorKind, Result};
 use crate::partitioner::Sticky;
+use crate::sync::Locked as _;
 use bytes::Bytes;
 use sluice_protocol::batch::{Compression, Header, NewRecord};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -301,7 +302,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        self.st.locked()
     }
 
     /// Give back buffer memory and count a batch as finished.
