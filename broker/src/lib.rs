@@ -6,7 +6,7 @@
 //! - `server`: the accept loop, connection limit, graceful shutdown;
 //! - `connection`: the only code touching a socket: frames in, responses out, in order;
 //! - `pipeline`: the authorization and routing gates, then `dispatch` — one arm per API,
-//!   calling `handlers/` (one file per API);
+//!   calling `handlers/` (one file per API: its answer, its `acl` rule, its `route` rule);
 //! - `services`: the handles the pipeline and handlers receive (config, topic registry,
 //!   coordinators, security, producer ids) and the `Router` over them;
 //! - `topics`: the topic registry — topics, partitions, their persisted metadata, this
@@ -14,7 +14,8 @@
 //! - `partition`: one partition's log, high watermark and append path (`producer_state`: the
 //!   pure idempotence and transaction checks);
 //! - `partition_handle`: a partition as this broker writes it, local or through its Raft group;
-//! - `group`: the group coordinator (consumer groups, committed offsets, the offsets log);
+//! - `group`: the group coordinator (consumer groups, committed offsets, the offsets log;
+//!   `GroupError`, what it refuses with);
 //! - `background`: interval flush, checkpoints, retention, group timers;
 //! - `error_map`: the ONE place internal errors become Kafka error codes;
 //! - `metrics`: every metric name, and the Prometheus endpoint (`metrics.listener`);
@@ -23,7 +24,7 @@
 //! - `sync`: `OrDie` — a poisoned lock stops the broker (a restart recovers from the logs).
 //!
 //! - `txn`: the transaction coordinator (transaction-state log, markers through its
-//!   `MarkerWriter` port, timeouts);
+//!   `MarkerWriter` port, timeouts; `TxnError`, what it refuses with);
 //! - `coordinator`: the shard runtime both coordinators share (replicated log partitions,
 //!   loading a shard when this broker leads it);
 //! - `kvlog`: the internal key/value log under both coordinators;
@@ -33,8 +34,9 @@
 //!   replication (one Raft group each), the reconciler, reassignment;
 //! - `routing`: where a partition's leader or a key's coordinator is (`Router`);
 //! - `config::{security, coordinators, cluster}`: the settings each service receives;
-//! - `replication`: the openraft layer's own types (node ids, group keys, partition commands,
-//!   what applying one came to — no Kafka codes).
+//! - `replication`: the openraft layer's own types (node ids, group keys; a partition's and a
+//!   coordinator shard's commands and results, two Raft type configurations; the Raft log store
+//!   — no Kafka codes).
 
 pub mod background;
 pub mod broker;
