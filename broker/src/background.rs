@@ -4,30 +4,81 @@
 //! (`offsets.retention.check.interval.ms`), and transaction timeouts with transaction-log
 //! compaction (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
 
+use crate::config::Config;
+use crate::group::GroupCoordinator;
 use crate::services::Services;
+use crate::topics::TopicRegistry;
+use crate::txn::TxnCoordinator;
 use sluice_storage::FlushPolicy;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-pub async fn run(state: Arc<Services>, mut stop: watch::Receiver<bool>) {
-    let flush_every = match state.config.log.flush {
+/// What the periodic work is given: the partitions and the two coordinators, and its settings.
+#[derive(Clone)]
+pub struct Background {
+    pub topics: Arc<TopicRegistry>,
+    pub groups: Arc<GroupCoordinator>,
+    pub txns: Arc<TxnCoordinator>,
+    pub settings: Settings,
+}
+
+/// The settings of the periodic work (from the broker's `Config`).
+#[derive(Clone, Copy)]
+pub struct Settings {
+    /// `log.flush.policy`: with `interval`, how often every partition is flushed.
+    pub flush: FlushPolicy,
+    /// `log.retention.check.interval.ms`
+    pub retention_check_interval_ms: u64,
+    /// `producer.id.expiration.ms`
+    pub producer_id_expiration_ms: i64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
+    pub txn_check_interval_ms: u64,
+    /// `offsets.retention.check.interval.ms`
+    pub offsets_check_interval_ms: u64,
+}
+
+impl Settings {
+    pub fn of(config: &Config) -> Settings {
+        Settings {
+            flush: config.log.flush,
+            retention_check_interval_ms: config.retention_check_interval_ms,
+            producer_id_expiration_ms: config.producer_id_expiration_ms,
+            txn_check_interval_ms: config.txns.abort_check_interval_ms,
+            offsets_check_interval_ms: config.offsets_retention_check_interval_ms,
+        }
+    }
+}
+
+impl Background {
+    /// The handles `services` holds.
+    pub fn of(services: &Services) -> Background {
+        Background {
+            topics: services.topics.clone(),
+            groups: services.groups.clone(),
+            txns: services.txns.clone(),
+            settings: Settings::of(&services.config),
+        }
+    }
+}
+
+pub async fn run(state: Background, mut stop: watch::Receiver<bool>) {
+    let flush_every = match state.settings.flush {
         FlushPolicy::Interval { interval_ms } => Duration::from_millis(interval_ms),
         FlushPolicy::Sync => Duration::from_secs(60),
     };
     let mut flush_tick = tokio::time::interval(flush_every);
-    let mut retention_tick = tokio::time::interval(Duration::from_millis(state.config.retention_check_interval_ms));
+    let mut retention_tick = tokio::time::interval(Duration::from_millis(state.settings.retention_check_interval_ms));
     let mut gauges_tick = tokio::time::interval(Duration::from_secs(1));
     // group timers run in their own task, so the disk work below (flushes, retention,
     // compaction) never makes one late
-    tokio::spawn(group_timers(state.clone(), stop.clone()));
+    tokio::spawn(group_timers(state.groups.clone(), stop.clone()));
     tokio::spawn({
-        let st = state.clone();
-        async move { st.txns.recover().await }
+        let txns = state.txns.clone();
+        async move { txns.recover().await }
     });
-    let mut txn_tick = tokio::time::interval(Duration::from_millis(state.config.txns.abort_check_interval_ms));
-    let mut offsets_tick =
-        tokio::time::interval(Duration::from_millis(state.config.offsets_retention_check_interval_ms));
+    let mut txn_tick = tokio::time::interval(Duration::from_millis(state.settings.txn_check_interval_ms));
+    let mut offsets_tick = tokio::time::interval(Duration::from_millis(state.settings.offsets_check_interval_ms));
     loop {
         tokio::select! {
             _ = flush_tick.tick() => {
@@ -48,7 +99,7 @@ pub async fn run(state: Arc<Services>, mut stop: watch::Receiver<bool>) {
                 let _ = tokio::task::spawn_blocking(move || {
                     for t in st.topics.topics() {
                         for p in &t.partitions {
-                            let expired = p.expire_producers(now, st.config.producer_id_expiration_ms);
+                            let expired = p.expire_producers(now, st.settings.producer_id_expiration_ms);
                             if expired > 0 {
                                 tracing::info!(topic = %t.name, partition = p.index, "expired {expired} idle producers");
                             }
@@ -88,12 +139,12 @@ pub async fn run(state: Arc<Services>, mut stop: watch::Receiver<bool>) {
 /// Group timers fire at their deadline: the task sleeps until the earliest one, waking at least
 /// every 100 ms to pick up deadlines set by requests since (each is a session or rebalance
 /// timeout away, so it is seen well before it is due).
-async fn group_timers(state: Arc<Services>, mut stop: watch::Receiver<bool>) {
+async fn group_timers(groups: Arc<GroupCoordinator>, mut stop: watch::Receiver<bool>) {
     loop {
-        for d in state.groups.tick(crate::clock::now_ms()) {
+        for d in groups.tick(crate::clock::now_ms()) {
             tokio::spawn(d.finish());
         }
-        let wait = state.groups.next_deadline().map_or(100, |due| (due - crate::clock::now_ms()).clamp(1, 100));
+        let wait = groups.next_deadline().map_or(100, |due| (due - crate::clock::now_ms()).clamp(1, 100));
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())) => {}
             _ = stop.changed() => break,

@@ -99,7 +99,7 @@ pub(crate) fn open_services(config: Config) -> anyhow::Result<Arc<Services>> {
     let config = Arc::new(config);
     let topics = Arc::new(TopicRegistry::open(config.clone())?);
     let data_dir = topics.data_dir().to_path_buf();
-    let producer_ids = ProducerIds::open(&data_dir)?;
+    let producer_ids = Arc::new(ProducerIds::open(&data_dir)?);
     let groups = GroupCoordinator::open(&data_dir, &config.log, config.groups.clone())?;
     let will_replicate = TxnCoordinator::will_replicate(&config);
     let txns = TxnCoordinator::open(&data_dir, &config.log, config.txns.clone(), will_replicate)?;

@@ -7,8 +7,9 @@
 //! - `connection`: the only code touching a socket: frames in, responses out, in order;
 //! - `pipeline`: the authorization and routing gates, then `dispatch` — one arm per API,
 //!   calling `handlers/` (one file per API: its answer, its `acl` rule, its `route` rule);
-//! - `services`: the handles the pipeline and handlers receive (config, topic registry,
-//!   coordinators, security, producer ids) and the `Router` over them;
+//! - `services`: the handles the pipeline holds (config, topic registry, coordinators,
+//!   security, producer ids) and the `Router` over them; each handler is given only those it
+//!   uses;
 //! - `topics`: the topic registry — topics, partitions, their persisted metadata, this
 //!   broker's view of the cluster (knows no coordinator);
 //! - `partition`: one partition's log, high watermark and append path (`producer_state`: the

@@ -71,12 +71,14 @@ pub enum Route {
 }
 
 /// Where partitions are led and keys coordinated.
-pub trait Router {
+pub trait Router: Send + Sync {
     /// The leader of `topic`/`partition` and its leader epoch (-1 while one is elected); None
     /// when this broker does not know the partition or is a single node.
     fn leader_of(&self, topic: &str, partition: i32) -> Option<(i32, i32)>;
     /// The coordinator of `key`.
     fn coordinator_of(&self, key: CoordinatorKey<'_>) -> Route;
+    /// This broker's id (`node.id`), to compare with the leaders and coordinators above.
+    fn this_broker(&self) -> i32;
 }
 
 /// A coordinator's shards as its replication places them: implemented by the group and the

@@ -19,7 +19,7 @@ pub async fn run(
     let limit = Arc::new(Semaphore::new(state.config.max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
-    let background = tokio::spawn(crate::background::run(state.clone(), stop_rx.clone()));
+    let background = tokio::spawn(crate::background::run(crate::background::Background::of(&state), stop_rx.clone()));
     let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, std::net::SocketAddr, Arc<ListenerRuntime>)>(64);
     let mut acceptors = tokio::task::JoinSet::new();
     for (listener, runtime) in listeners {

@@ -1,8 +1,9 @@
 //! The handles a request's handler may use — the config, the topic registry, the group and
 //! transaction coordinators, security, producer ids — and the [`Router`] over them. Built and
-//! wired once by the composition root (`broker.rs`, `open_services`) and shared by the request pipeline, the handlers and
-//! the background tasks. Nothing below the handlers sees it: the coordinators get their own
-//! ports, the topic registry knows no coordinator.
+//! wired once by the composition root (`broker.rs`, `open_services`) and held by the request
+//! pipeline, which gives each handler only the handles it uses (and the background tasks
+//! theirs, `background::Background`). Nothing below the pipeline sees it: the coordinators get
+//! their own ports, the topic registry knows no coordinator.
 
 use crate::config::Config;
 use crate::group::GroupCoordinator;
@@ -19,7 +20,7 @@ pub struct Services {
     pub groups: Arc<GroupCoordinator>,
     pub txns: Arc<TxnCoordinator>,
     pub security: Arc<Security>,
-    pub producer_ids: ProducerIds,
+    pub producer_ids: Arc<ProducerIds>,
 }
 
 impl Services {
@@ -44,6 +45,10 @@ impl Services {
 impl Router for Services {
     fn leader_of(&self, topic: &str, index: i32) -> Option<(i32, i32)> {
         self.topics.leader_of(topic, index)
+    }
+
+    fn this_broker(&self) -> i32 {
+        self.config.node_id
     }
 
     fn coordinator_of(&self, key: CoordinatorKey<'_>) -> Route {

@@ -422,3 +422,13 @@ fn kafka_error_codes_are_made_at_the_edge() {
          and map it in error_map.rs"
     );
 }
+
+/// Handlers, their authorization rules and their routing rules receive the handles they use (the
+/// topic registry, a coordinator, security, the config, the `Router`), never the whole
+/// `Services` (issue 18 item 1): what a handler can reach is in its signature.
+#[test]
+fn handlers_receive_narrow_handles() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found: Vec<String> = sites(&src, &["Services"]).into_keys().filter(|f| f.starts_with("handlers/")).collect();
+    assert!(found.is_empty(), "handler files naming Services (give them the handles they use instead): {found:?}");
+}

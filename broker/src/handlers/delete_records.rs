@@ -1,15 +1,16 @@
 //! DeleteRecords: advance a partition's log start offset (offset -1 means the high watermark).
 
 use crate::error_map;
-use crate::services::Services;
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+use std::sync::Arc;
 
-pub fn handle(state: &Services, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub fn handle(topics: &Arc<TopicRegistry>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let mut resp = DeleteRecordsResponse::default();
     for t in req.topics {
-        let topic = state.topics.topic(&t.name.0);
+        let topic = topics.topic(&t.name.0);
         let mut tr = DeleteRecordsTopicResult::default();
         tr.name = t.name.clone();
         for p in t.partitions {

@@ -2,17 +2,18 @@
 //! came in on advertises them.
 
 use super::sb;
-use crate::services::Services;
+use crate::topics::TopicRegistry;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterResponse};
+use std::sync::Arc;
 
 pub fn describe_cluster(
-    state: &Services,
+    topics: &Arc<TopicRegistry>,
     listener: &crate::config::security::ListenerConfig,
 ) -> DescribeClusterResponse {
     let mut r = DescribeClusterResponse::default();
-    r.cluster_id = sb(&state.topics.effective_cluster_id());
-    let (brokers, controller) = state.topics.cluster_view(listener);
+    r.cluster_id = sb(&topics.effective_cluster_id());
+    let (brokers, controller) = topics.cluster_view(listener);
     r.controller_id = BrokerId(controller);
     r.endpoint_type = 1;
     r.brokers = brokers

@@ -1,11 +1,12 @@
 //! DescribeLogDirs: this broker's log directory, the partitions in it and their sizes.
 
 use super::{sb, topic_name};
-use crate::services::Services;
+use crate::topics::TopicRegistry;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
+use std::sync::Arc;
 
 fn disk_bytes(path: &std::path::Path) -> (i64, i64) {
     let total = fs4::total_space(path).map(|b| b as i64).unwrap_or(-1);
@@ -13,17 +14,17 @@ fn disk_bytes(path: &std::path::Path) -> (i64, i64) {
     (total, usable)
 }
 
-pub fn describe_log_dirs(state: &Services, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+pub fn describe_log_dirs(topics: &Arc<TopicRegistry>, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
     let mut resp = DescribeLogDirsResponse::default();
     let mut dir = DescribeLogDirsResult::default();
-    let abs = std::fs::canonicalize(state.topics.data_dir()).unwrap_or_else(|_| state.topics.data_dir().to_path_buf());
+    let abs = std::fs::canonicalize(topics.data_dir()).unwrap_or_else(|_| topics.data_dir().to_path_buf());
     dir.log_dir = sb(&abs.to_string_lossy());
     let (total, usable) = disk_bytes(&abs);
     dir.total_bytes = total;
     dir.usable_bytes = usable;
     let wanted: Option<Vec<(String, Vec<i32>)>> =
         req.topics.map(|ts| ts.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect());
-    for topic in state.topics.topics() {
+    for topic in topics.topics() {
         let parts: Vec<i32> = match &wanted {
             None => topic.partitions.iter().map(|p| p.index).collect(),
             Some(w) => match w.iter().find(|(n, _)| *n == topic.name) {

@@ -1,15 +1,16 @@
 //! DescribeProducers (v0): the producer state each partition holds — id, epoch, last sequence,
 //! last timestamp, coordinator epoch and the start of an open transaction (KIP-664 tooling).
 
-use crate::services::Services;
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
+use std::sync::Arc;
 
-pub fn handle(state: &Services, req: DescribeProducersRequest) -> DescribeProducersResponse {
+pub fn handle(topics: &Arc<TopicRegistry>, req: DescribeProducersRequest) -> DescribeProducersResponse {
     let mut resp = DescribeProducersResponse::default();
     for t in req.topics {
-        let topic = state.topics.topic(&t.name.0);
+        let topic = topics.topic(&t.name.0);
         let mut tr = TopicResponse::default();
         tr.name = t.name.clone();
         for idx in t.partition_indexes {

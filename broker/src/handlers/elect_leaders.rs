@@ -6,20 +6,27 @@
 //! UNCLEAN elections do not exist with Raft: refused with INVALID_REQUEST.
 
 use super::{sb, topic_name};
-use crate::routing::Router as _;
-use crate::services::Services;
+use crate::routing::Router;
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const ELECTION_NOT_NEEDED: i16 = 84;
 const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
 
 /// One partition: elect its preferred replica.
-async fn elect(state: &Services, topic: &str, p: i32, deadline: Instant) -> (i16, Option<String>) {
-    let Some(node) = state.topics.cluster.get() else {
+async fn elect(
+    topics: &Arc<TopicRegistry>,
+    router: &dyn Router,
+    topic: &str,
+    p: i32,
+    deadline: Instant,
+) -> (i16, Option<String>) {
+    let Some(node) = topics.cluster.get() else {
         return (ELECTION_NOT_NEEDED, Some("a single broker leads every partition".into()));
     };
     let image = node.image();
@@ -30,7 +37,7 @@ async fn elect(state: &Services, topic: &str, p: i32, deadline: Instant) -> (i16
     if replicas.len() < 2 {
         return (ELECTION_NOT_NEEDED, Some("the partition has a single replica".into()));
     }
-    if state.leader_of(topic, p).map(|(l, _)| l) == Some(preferred) {
+    if router.leader_of(topic, p).map(|(l, _)| l) == Some(preferred) {
         return (ELECTION_NOT_NEEDED, Some(format!("broker {preferred} already leads it")));
     }
     let asked = crate::cluster::network::elect(node, u64::try_from(preferred).unwrap_or(0), topic, p).await;
@@ -39,9 +46,9 @@ async fn elect(state: &Services, topic: &str, p: i32, deadline: Instant) -> (i16
     }
     // answered once the preferred replica leads (as this broker's replica, if any, sees it)
     loop {
-        match state.leader_of(topic, p) {
+        match router.leader_of(topic, p) {
             Some((l, _)) if l == preferred => return (0, None),
-            _ if state.topics.replica(topic, p).is_none() => return (0, None), // not a replica here: cannot watch
+            _ if topics.replica(topic, p).is_none() => return (0, None), // not a replica here: cannot watch
             _ => {}
         }
         if Instant::now() >= deadline {
@@ -54,14 +61,17 @@ async fn elect(state: &Services, topic: &str, p: i32, deadline: Instant) -> (i16
     }
 }
 
-pub async fn handle(state: &Services, req: ElectLeadersRequest) -> ElectLeadersResponse {
+pub async fn handle(
+    topics: &Arc<TopicRegistry>,
+    router: &dyn Router,
+    req: ElectLeadersRequest,
+) -> ElectLeadersResponse {
     let deadline = Instant::now() + Duration::from_millis(req.timeout_ms.clamp(1000, 60_000) as u64);
     let mut resp = ElectLeadersResponse::default();
     let wanted: BTreeMap<String, Vec<i32>> = match req.topic_partitions {
         Some(tps) => tps.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect(),
         // null: every partition with more than one replica
-        None => state
-            .topics
+        None => topics
             .cluster
             .get()
             .map(|c| {
@@ -91,7 +101,7 @@ pub async fn handle(state: &Services, req: ElectLeadersRequest) -> ElectLeadersR
                     ),
                 )
             } else {
-                elect(state, &topic, p, deadline).await
+                elect(topics, router, &topic, p, deadline).await
             };
             pr.error_code = code;
             pr.error_message = message.map(|m| sb(&m));

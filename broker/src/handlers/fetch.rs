@@ -8,7 +8,7 @@
 
 use super::{LaterReply, Reply};
 use crate::error_map;
-use crate::services::Services;
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, ResponseKind};
@@ -25,7 +25,12 @@ struct Wanted {
     max_bytes: usize,
 }
 
-fn read_all(state: &Services, req: &FetchRequest, version: i16, wanted: &[Wanted]) -> (FetchResponse, usize, bool) {
+fn read_all(
+    topics: &Arc<TopicRegistry>,
+    req: &FetchRequest,
+    version: i16,
+    wanted: &[Wanted],
+) -> (FetchResponse, usize, bool) {
     let read_committed = req.isolation_level == 1;
     let mut resp = FetchResponse::default();
     resp.session_id = 0;
@@ -44,7 +49,7 @@ fn read_all(state: &Services, req: &FetchRequest, version: i16, wanted: &[Wanted
     let mut any_error = false;
     for w in wanted {
         let t = &req.topics[w.topic_index];
-        let topic = if version >= 13 { state.topics.topic_by_id(t.topic_id) } else { state.topics.topic(&t.topic.0) };
+        let topic = if version >= 13 { topics.topic_by_id(t.topic_id) } else { topics.topic(&t.topic.0) };
         let mut pd = PartitionData::default();
         pd.partition_index = w.partition;
         pd.high_watermark = -1;
@@ -102,7 +107,7 @@ fn read_all(state: &Services, req: &FetchRequest, version: i16, wanted: &[Wanted
     (resp, total, any_error)
 }
 
-pub fn handle(state: &Arc<Services>, version: i16, req: FetchRequest) -> Reply {
+pub fn handle(topics: &Arc<TopicRegistry>, version: i16, req: FetchRequest) -> Reply {
     if version >= 7 && (req.session_id != 0 || req.session_epoch > 0) {
         let mut resp = FetchResponse::default();
         resp.error_code = ResponseError::FetchSessionIdNotFound.code();
@@ -121,7 +126,7 @@ pub fn handle(state: &Arc<Services>, version: i16, req: FetchRequest) -> Reply {
             })
         })
         .collect();
-    let state = state.clone();
+    let topics = topics.clone();
     let fut: LaterReply = Box::pin(async move {
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis((req.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MS_MAX));
@@ -129,15 +134,15 @@ pub fn handle(state: &Arc<Services>, version: i16, req: FetchRequest) -> Reply {
         loop {
             // Register for wake-ups before reading, so an append between the read and the
             // wait is not missed.
-            let notified = state.topics.hw_changed.notified();
+            let notified = topics.hw_changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (resp, total, any_error) = read_all(&state, &req, version, &wanted);
+            let (resp, total, any_error) = read_all(&topics, &req, version, &wanted);
             if total >= min_bytes || any_error || wanted.is_empty() || tokio::time::Instant::now() >= deadline {
                 return ResponseKind::Fetch(resp);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                let (resp, _, _) = read_all(&state, &req, version, &wanted);
+                let (resp, _, _) = read_all(&topics, &req, version, &wanted);
                 return ResponseKind::Fetch(resp);
             }
         }
@@ -163,7 +168,7 @@ pub mod acl {
         }
         let denied = split_off(&mut r.topics, |t| {
             let name = if version >= 13 {
-                match c.state.topics.topic_by_id(t.topic_id) {
+                match c.topics.topic_by_id(t.topic_id) {
                     Some(t) => t.name.clone(),
                     None => return true, // the handler answers UNKNOWN_TOPIC_ID
                 }
@@ -197,13 +202,15 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
+    use crate::topics::TopicRegistry;
 
-    pub fn fetch(state: &Services, r: &mut FetchRequest, version: i16) -> Gate {
+    /// `topics` names the topic ids of Fetch v13+.
+    pub fn fetch(router: &dyn Router, topics: &TopicRegistry, r: &mut FetchRequest, version: i16) -> Gate {
         let mut moved: Vec<(TopicName, uuid::Uuid, Vec<i32>)> = Vec::new();
         for t in r.topics.iter_mut() {
             let name = if version >= 13 {
-                match state.topics.topic_by_id(t.topic_id) {
+                match topics.topic_by_id(t.topic_id) {
                     Some(x) => x.name.clone(),
                     None => continue,
                 }
@@ -211,7 +218,7 @@ pub mod route {
                 t.topic.to_string()
             };
             let (keep, away): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut t.partitions).into_iter().partition(|p| !not_mine(state, &name, p.partition));
+                std::mem::take(&mut t.partitions).into_iter().partition(|p| !not_mine(router, &name, p.partition));
             t.partitions = keep;
             if !away.is_empty() {
                 moved.push((t.topic.clone(), t.topic_id, away.iter().map(|p| p.partition).collect()));

@@ -4,11 +4,13 @@
 //! (Kafka's ACL rules, as `KafkaApis` checks them).
 
 use crate::security::acl::{Operation as Op, ResourceType as Rt, CLUSTER};
+use crate::security::Security;
 use crate::security::Session;
-use crate::services::Services;
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError as E;
 use kafka_protocol::messages::ResponseKind;
 use kafka_protocol::protocol::StrBytes;
+use std::sync::Arc;
 
 /// A fix-up applied to the handler's answer.
 pub type Patch = Box<dyn FnOnce(&mut ResponseKind) + Send>;
@@ -21,15 +23,17 @@ pub enum Gate {
     Patch(Patch),
 }
 
-/// What an authorization rule asks: may this session's principal do this?
+/// What an authorization rule asks: may this session's principal do this? (With the topics, for
+/// the rules that list them or check whether one exists.)
 pub struct Authz<'a> {
-    pub state: &'a Services,
+    pub security: &'a Arc<Security>,
+    pub topics: &'a TopicRegistry,
     pub session: &'a Session,
 }
 
 impl Authz<'_> {
     pub fn ok(&self, op: Op, rt: Rt, name: &str) -> bool {
-        self.state.security.allowed(self.session, op, rt, name)
+        self.security.allowed(self.session, op, rt, name)
     }
     pub fn cluster(&self, op: Op) -> bool {
         self.ok(op, Rt::Cluster, CLUSTER)
@@ -95,7 +99,7 @@ pub fn config_error(resource_type: i8) -> i16 {
 
 /// Does the principal hold Write on some topic (Kafka's `authorizeByResourceType`)?
 pub fn any_topic_write(c: &Authz<'_>) -> bool {
-    c.state.security.acls.any_allow(&c.session.principal, &c.session.host(), Op::Write, Rt::Topic)
+    c.security.acls.any_allow(&c.session.principal, &c.session.host(), Op::Write, Rt::Topic)
 }
 
 /// The group APIs' rule: Read on the group, or the API's answer `deny` builds for the code.
@@ -111,8 +115,7 @@ pub fn group_gate(c: &Authz<'_>, group: &str, deny: impl FnOnce(i16) -> Response
 /// requests reach only its leader, a group's or transaction's only its coordinator.
 pub mod routing {
     pub use super::Gate;
-    use crate::routing::{CoordinatorKey, Route, Router as _};
-    use crate::services::Services;
+    use crate::routing::{CoordinatorKey, Route, Router};
     use kafka_protocol::messages::ResponseKind;
 
     /// NOT_LEADER_OR_FOLLOWER: the client refreshes its metadata and goes to the leader.
@@ -123,16 +126,16 @@ pub mod routing {
     /// Does this broker lead none of partition `p` of `topic`? (A replicated partition: its Raft
     /// group's leader; otherwise the image's assignment. Unknown here: the handler answers
     /// UNKNOWN_TOPIC_OR_PARTITION.)
-    pub fn not_mine(state: &Services, topic: &str, p: i32) -> bool {
-        match state.leader_of(topic, p) {
-            Some((l, _)) => l != state.config.node_id,
+    pub fn not_mine(router: &dyn Router, topic: &str, p: i32) -> bool {
+        match router.leader_of(topic, p) {
+            Some((l, _)) => l != router.this_broker(),
             None => false,
         }
     }
 
     /// Does this broker coordinate `key` (0: group, 1: transactional id)?
-    pub fn mine(state: &Services, key_type: i8, key: &str) -> bool {
-        CoordinatorKey::from_wire(key_type, key).is_some_and(|k| state.coordinator_of(k) == Route::Here)
+    pub fn mine(router: &dyn Router, key_type: i8, key: &str) -> bool {
+        CoordinatorKey::from_wire(key_type, key).is_some_and(|k| router.coordinator_of(k) == Route::Here)
     }
 
     /// Answer `r` instead of running the handler.
@@ -148,8 +151,8 @@ pub mod routing {
     /// A key's API answered NOT_COORDINATOR (with no other field set) unless this broker
     /// coordinates the key.
     macro_rules! top {
-        ($state:expr, $key_type:expr, $key:expr, $Resp:ident, $variant:ident) => {{
-            if mine($state, $key_type, $key) {
+        ($router:expr, $key_type:expr, $key:expr, $Resp:ident, $variant:ident) => {{
+            if mine($router, $key_type, $key) {
                 Gate::Pass
             } else {
                 let mut x = $Resp::default();

@@ -7,13 +7,14 @@
 
 use super::{now_ms, LaterReply, Reply};
 use crate::handlers::txn;
-use crate::services::Services;
+use crate::producer_ids::ProducerIds;
+use crate::txn::TxnCoordinator;
 use crate::txn::{machine, Outcome};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId, ResponseKind};
 use std::sync::Arc;
 
-pub fn handle(state: &Services, version: i16, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub fn handle(producer_ids: &ProducerIds, version: i16, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let mut r = InitProducerIdResponse::default();
     r.producer_id = ProducerId(-1);
     r.producer_epoch = -1;
@@ -23,7 +24,7 @@ pub fn handle(state: &Services, version: i16, req: InitProducerIdRequest) -> Ini
         return r;
     }
     if version >= 3 && req.producer_id.0 >= 0 && req.producer_epoch >= 0 {
-        if !state.producer_ids.was_allocated(req.producer_id.0) {
+        if !producer_ids.was_allocated(req.producer_id.0) {
             r.error_code = ResponseError::InvalidProducerIdMapping.code();
             return r;
         }
@@ -33,7 +34,7 @@ pub fn handle(state: &Services, version: i16, req: InitProducerIdRequest) -> Ini
             return r;
         }
     }
-    match state.producer_ids.next() {
+    match producer_ids.next() {
         Ok(id) => {
             r.producer_id = ProducerId(id);
             r.producer_epoch = 0;
@@ -45,11 +46,16 @@ pub fn handle(state: &Services, version: i16, req: InitProducerIdRequest) -> Ini
 
 /// InitProducerId with a transactional id: the transaction coordinator's answer (a new id, or
 /// the same one with its epoch bumped once any open transaction of the old instance is aborted).
-pub fn transactional(state: &Arc<Services>, version: i16, req: InitProducerIdRequest) -> Reply {
+pub fn transactional(
+    txns: &Arc<TxnCoordinator>,
+    producer_ids: &Arc<ProducerIds>,
+    version: i16,
+    req: InitProducerIdRequest,
+) -> Reply {
     let id = req.transactional_id.as_ref().map(|t| t.to_string()).unwrap_or_default();
     let expected = (version >= 3 && req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
     let timeout = req.transaction_timeout_ms;
-    let st = state.clone();
+    let (txns, producer_ids) = (txns.clone(), producer_ids.clone());
     let fut: LaterReply = Box::pin(async move {
         let mut r = InitProducerIdResponse::default();
         r.producer_id = ProducerId(-1);
@@ -58,10 +64,10 @@ pub fn transactional(state: &Arc<Services>, version: i16, req: InitProducerIdReq
             r.error_code = ResponseError::InvalidRequest.code();
             return ResponseKind::InitProducerId(r);
         }
-        let limits = st.txns.limits();
+        let limits = txns.limits();
         let now = now_ms();
-        let mut fresh = txn::fresh_pid(&st.producer_ids);
-        match st.txns.run(&id, |m| machine::init_producer_id(m, timeout, expected, &mut fresh, limits, now)).await {
+        let mut fresh = txn::fresh_pid(&producer_ids);
+        match txns.run(&id, |m| machine::init_producer_id(m, timeout, expected, &mut fresh, limits, now)).await {
             Outcome::Done(m) => {
                 r.producer_id = ProducerId(m.producer_id);
                 r.producer_epoch = m.producer_epoch;
@@ -104,11 +110,11 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn init_producer_id(state: &Services, r: &mut InitProducerIdRequest, _version: i16) -> Gate {
+    pub fn init_producer_id(router: &dyn Router, r: &mut InitProducerIdRequest, _version: i16) -> Gate {
         match r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
-            Some(t) if !mine(state, 1, t) => {
+            Some(t) if !mine(router, 1, t) => {
                 let mut x = InitProducerIdResponse::default();
                 x.error_code = NOT_COORDINATOR;
                 x.producer_id = ProducerId(-1);

@@ -2,22 +2,23 @@
 //! timestamp (-3), or the first offset whose timestamp is ≥ the given one.
 
 use crate::error_map;
-use crate::services::Services;
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use std::sync::Arc;
 
 pub const EARLIEST: i64 = -2;
 pub const LATEST: i64 = -1;
 pub const MAX_TIMESTAMP: i64 = -3;
 
-pub fn handle(state: &Services, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
+pub fn handle(topics: &Arc<TopicRegistry>, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let read_committed = req.isolation_level == 1;
     // replica id -2 (debugging): this replica's own log end, leader or not
     let debugging = req.replica_id.0 == -2;
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
-        let topic = state.topics.topic(&t.name.0);
+        let topic = topics.topic(&t.name.0);
         let mut tr = ListOffsetsTopicResponse::default();
         tr.name = t.name.clone();
         for p in t.partitions {
@@ -106,9 +107,9 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn list_offsets(state: &Services, r: &mut ListOffsetsRequest, _version: i16) -> Gate {
+    pub fn list_offsets(router: &dyn Router, r: &mut ListOffsetsRequest, _version: i16) -> Gate {
         // replica id -2 (Kafka's "debugging" replica): any replica answers with its own log,
         // e.g. `sluicectl cluster describe` measuring each follower's lag
         if r.replica_id.0 == -2 {
@@ -118,7 +119,7 @@ pub mod route {
         for t in r.topics.iter_mut() {
             let (keep, away): (Vec<_>, Vec<_>) = std::mem::take(&mut t.partitions)
                 .into_iter()
-                .partition(|p| !not_mine(state, &t.name, p.partition_index));
+                .partition(|p| !not_mine(router, &t.name, p.partition_index));
             t.partitions = keep;
             if !away.is_empty() {
                 moved.push((t.name.clone(), away.iter().map(|p| p.partition_index).collect()));

@@ -3,8 +3,9 @@
 //! auto-creating requested topics when `auto.create.topics.enable` and the client allow it.
 
 use super::{sb, topic_name};
-use crate::routing::Router as _;
-use crate::services::Services;
+use crate::config::Config;
+use crate::routing::Router;
+use crate::topics::TopicRegistry;
 use crate::topics::{Topic, TopicError};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
@@ -12,12 +13,18 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-fn topic_entry(state: &Services, t: &Topic) -> MetadataResponseTopic {
-    let node = BrokerId(state.config.node_id);
+fn topic_entry(
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
+    router: &dyn Router,
+    t: &Topic,
+) -> MetadataResponseTopic {
+    let node = BrokerId(config.node_id);
     // cluster mode: the quorum's assignment lists the replicas; the partition's Raft group
     // (replicated partitions) or the assignment says who leads
-    let image = state.topics.cluster.get().map(|c| c.image());
+    let image = topics.cluster.get().map(|c| c.image());
     let replicas_of = |p: i32| -> Vec<BrokerId> {
         image
             .as_ref()
@@ -36,7 +43,7 @@ fn topic_entry(state: &Services, t: &Topic) -> MetadataResponseTopic {
             let mut mp = MetadataResponsePartition::default();
             let replicas = replicas_of(p.index);
             mp.partition_index = p.index;
-            let (leader, epoch) = state.leader_of(&t.name, p.index).unwrap_or((node.0, 0));
+            let (leader, epoch) = router.leader_of(&t.name, p.index).unwrap_or((node.0, 0));
             mp.leader_id = BrokerId(leader);
             mp.leader_epoch = epoch;
             if leader < 0 {
@@ -60,13 +67,15 @@ fn error_entry(name: Option<&str>, id: uuid::Uuid, code: i16) -> MetadataRespons
 }
 
 pub async fn handle(
-    state: &Services,
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
+    router: &dyn Router,
     listener: &crate::config::security::ListenerConfig,
     version: i16,
     req: MetadataRequest,
 ) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
-    let (brokers, controller) = state.topics.cluster_view(listener);
+    let (brokers, controller) = topics.cluster_view(listener);
     resp.brokers = brokers
         .into_iter()
         .map(|(id, host, port)| {
@@ -77,17 +86,17 @@ pub async fn handle(
             b
         })
         .collect();
-    resp.cluster_id = Some(sb(&state.topics.effective_cluster_id()));
+    resp.cluster_id = Some(sb(&topics.effective_cluster_id()));
     resp.controller_id = BrokerId(controller);
     let all = match &req.topics {
         None => true,
         Some(t) => t.is_empty() && version == 0,
     };
     if all {
-        resp.topics = state.topics.topics().iter().map(|t| topic_entry(state, t)).collect();
+        resp.topics = topics.topics().iter().map(|t| topic_entry(topics, config, router, t)).collect();
         return resp;
     }
-    let allow_create = state.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    let allow_create = config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
     let mut seen = BTreeMap::new();
     for rt in req.topics.unwrap_or_default() {
         let entry = match rt.name.as_ref().map(|n| n.0.to_string()) {
@@ -95,28 +104,24 @@ pub async fn handle(
                 if seen.insert(name.clone(), ()).is_some() {
                     continue;
                 }
-                match state.topics.topic(&name) {
-                    Some(t) => topic_entry(state, &t),
-                    None if allow_create => {
-                        match state.topics.create_topic(&name, -1, -1, BTreeMap::new(), false).await {
-                            Ok(t) => topic_entry(state, &t),
-                            Err(TopicError::Exists(_)) => match state.topics.topic(&name) {
-                                Some(t) => topic_entry(state, &t),
-                                None => error_entry(
-                                    Some(&name),
-                                    uuid::Uuid::nil(),
-                                    ResponseError::LeaderNotAvailable.code(),
-                                ),
-                            },
-                            Err(TopicError::InvalidName(..)) => {
-                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::InvalidTopicException.code())
+                match topics.topic(&name) {
+                    Some(t) => topic_entry(topics, config, router, &t),
+                    None if allow_create => match topics.create_topic(&name, -1, -1, BTreeMap::new(), false).await {
+                        Ok(t) => topic_entry(topics, config, router, &t),
+                        Err(TopicError::Exists(_)) => match topics.topic(&name) {
+                            Some(t) => topic_entry(topics, config, router, &t),
+                            None => {
+                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::LeaderNotAvailable.code())
                             }
-                            Err(e) => {
-                                tracing::warn!("auto-create of {name} failed: {e}");
-                                error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::UnknownServerError.code())
-                            }
+                        },
+                        Err(TopicError::InvalidName(..)) => {
+                            error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::InvalidTopicException.code())
                         }
-                    }
+                        Err(e) => {
+                            tracing::warn!("auto-create of {name} failed: {e}");
+                            error_entry(Some(&name), uuid::Uuid::nil(), ResponseError::UnknownServerError.code())
+                        }
+                    },
                     None => {
                         let code = if crate::topics::validate_topic_name(&name).is_err() {
                             ResponseError::InvalidTopicException.code()
@@ -127,8 +132,8 @@ pub async fn handle(
                     }
                 }
             }
-            None => match state.topics.topic_by_id(rt.topic_id) {
-                Some(t) => topic_entry(state, &t),
+            None => match topics.topic_by_id(rt.topic_id) {
+                Some(t) => topic_entry(topics, config, router, &t),
                 None => error_entry(None, rt.topic_id, ResponseError::UnknownTopicId.code()),
             },
         };
@@ -149,14 +154,8 @@ pub mod acl {
     fn metadata(c: &Authz<'_>, r: &mut MetadataRequest) -> Gate {
         let Some(topics) = r.topics.as_mut() else {
             // all topics: list only those the principal may Describe
-            let allowed: HashSet<String> = c
-                .state
-                .topics
-                .topics()
-                .iter()
-                .filter(|t| c.topic(Op::Describe, &t.name))
-                .map(|t| t.name.clone())
-                .collect();
+            let allowed: HashSet<String> =
+                c.topics.topics().iter().filter(|t| c.topic(Op::Describe, &t.name)).map(|t| t.name.clone()).collect();
             return patch(
                 move |resp: &mut MetadataResponse| {
                     resp.topics.retain(|t| t.name.as_ref().is_some_and(|n| allowed.contains(n.as_str())))
@@ -167,13 +166,13 @@ pub mod acl {
         let name_of = |t: &metadata_request::MetadataRequestTopic| -> Option<String> {
             match &t.name {
                 Some(n) => Some(n.to_string()),
-                None => c.state.topics.topic_by_id(t.topic_id).map(|t| t.name.clone()),
+                None => c.topics.topic_by_id(t.topic_id).map(|t| t.name.clone()),
             }
         };
         let denied = split_off(topics, |t| name_of(t).is_none_or(|n| c.topic(Op::Describe, &n)));
         if r.allow_auto_topic_creation
             && !c.cluster(Op::Create)
-            && topics.iter().filter_map(name_of).any(|n| c.state.topics.topic(&n).is_none() && !c.topic(Op::Create, &n))
+            && topics.iter().filter_map(name_of).any(|n| c.topics.topic(&n).is_none() && !c.topic(Op::Create, &n))
         {
             r.allow_auto_topic_creation = false;
         }

@@ -3,7 +3,9 @@
 //! by `pipeline/route.rs`). APIs of one family share a directory whose `mod.rs` holds what they
 //! share (`groups/`, `txn/`, `configs/`, `topics/`, `security/`, `reassign/`); `gate.rs` is the
 //! toolkit the rules are written with, `refuse.rs` the refusal shapes they build. Each handler
-//! takes the broker's `Services` and its request struct and returns a [`Reply`]: answered now,
+//! takes the handles it uses — the topic registry, a coordinator, security, the config, the
+//! `Router`, producer ids; never the whole `Services` — and its request struct, and returns a
+//! [`Reply`]: answered now,
 //! answered later (after durability or a long poll; the connection still writes responses in
 //! request order), or not at all (produce with acks=0).
 

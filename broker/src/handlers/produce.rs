@@ -12,14 +12,16 @@
 
 use super::{now_ms, LaterReply, Reply};
 use crate::cluster::replica::PendingWrite;
+use crate::config::Config;
 use crate::error_map;
 use crate::partition::producer_state::Refusal;
 use crate::partition::Partition;
 use crate::partition_handle::{BatchWrite, PartitionHandle, WriteRefused};
 use crate::replication::types::PartResult;
-use crate::routing::{CoordinatorKey, Route, Router as _};
-use crate::services::Services;
+use crate::routing::{CoordinatorKey, Route, Router};
 use crate::topic_config::TopicSettings;
+use crate::topics::TopicRegistry;
+use crate::txn::TxnCoordinator;
 use bytes::BytesMut;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -163,13 +165,19 @@ fn beyond_majority(
 /// Kafka's check before an acks=all append: at least `min.insync.replicas` replicas in sync
 /// (NOT_ENOUGH_REPLICAS). A partition that is not replicated has one; a replicated one's
 /// leader counts itself and the followers that caught up within `replica.lag.time.max.ms`.
-fn enough_replicas(state: &Services, topic: &crate::topics::Topic, index: i32, acks: i16) -> Result<(), Refused> {
+fn enough_replicas(
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
+    topic: &crate::topics::Topic,
+    index: i32,
+    acks: i16,
+) -> Result<(), Refused> {
     let min = topic.settings.min_insync_replicas;
     if acks != -1 || min <= 1 {
         return Ok(());
     }
-    let lag = std::time::Duration::from_millis(state.config.replica_lag_time_max_ms);
-    let in_sync = match state.topics.replica(&topic.name, index) {
+    let lag = std::time::Duration::from_millis(config.replica_lag_time_max_ms);
+    let in_sync = match topics.replica(&topic.name, index) {
         Some(rep) => rep.in_sync(lag).len(),
         None => 1,
     };
@@ -197,8 +205,8 @@ fn implicit_add(version: i16, batch: &[u8]) -> Option<(i64, i16)> {
 }
 
 /// Cluster mode: the address of `id`'s transaction coordinator if it is another broker.
-fn remote_coordinator(state: &Services, id: &str) -> Option<String> {
-    match state.coordinator_of(CoordinatorKey::Transaction(id)) {
+fn remote_coordinator(router: &dyn Router, id: &str) -> Option<String> {
+    match router.coordinator_of(CoordinatorKey::Transaction(id)) {
         Route::Broker(b) => Some(b.addr()),
         Route::Here | Route::Electing => None,
     }
@@ -241,7 +249,14 @@ fn verification_code(code: i16) -> i16 {
     }
 }
 
-pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) -> Reply {
+pub async fn handle(
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
+    txns: &Arc<TxnCoordinator>,
+    router: &dyn Router,
+    version: i16,
+    req: ProduceRequest,
+) -> Reply {
     if ![-1i16, 0, 1].contains(&req.acks) {
         let mut resp = ProduceResponse::default();
         for t in &req.topic_data {
@@ -266,7 +281,7 @@ pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) ->
     let mut staged: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Staged)>)> = Vec::new();
     for t in req.topic_data {
         let name = t.name.0.to_string();
-        let topic = state.topics.topic(&name);
+        let topic = topics.topic(&name);
         let log_append_time = topic.as_ref().is_some_and(|t| t.settings.log_append_time);
         let mut parts = Vec::new();
         for p in t.partition_data {
@@ -283,7 +298,7 @@ pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) ->
                         )),
                     ),
                     Some(records) => match check_batches(records, &topic.settings, now)
-                        .and_then(|()| enough_replicas(state, topic, p.index, req.acks))
+                        .and_then(|()| enough_replicas(topics, config, topic, p.index, req.acks))
                         .and_then(|()| final_codec(records, &topic.settings))
                     {
                         Err((code, msg, records)) if !records.is_empty() => Staged::RecordErrors(code, msg, records),
@@ -307,15 +322,15 @@ pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) ->
                             // transaction verified, `PartCommand::Produce::verified_from`)
                             // (taken once the leader has applied what was committed before
                             // its term: a marker of an earlier transaction is below it)
-                            let handle = match state.topics.replica(&name, p.index) {
+                            let handle = match topics.replica(&name, p.index) {
                                 Some(replica) => PartitionHandle::Replicated { partition: partition.clone(), replica },
                                 None => PartitionHandle::Local(partition.clone()),
                             };
                             let start = handle.verification_start(txn_id.is_some());
-                            let remote = txn_id.as_deref().and_then(|id| remote_coordinator(state, id));
+                            let remote = txn_id.as_deref().and_then(|id| remote_coordinator(router, id));
                             let implicit = match (&txn_id, implicit_add(version, &buf)) {
                                 (Some(id), Some((pid, epoch))) if remote.is_none() => {
-                                    state.txns.add_durably(id, pid, epoch, &[(name.clone(), p.index)], None).await
+                                    txns.add_durably(id, pid, epoch, &[(name.clone(), p.index)], None).await
                                 }
                                 _ => Ok(()),
                             };
@@ -340,7 +355,7 @@ pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) ->
                                 // cluster mode with the coordinator on another broker: it
                                 // confirmed the partition before the append (below), and no
                                 // marker has been written here since
-                                (Some(id), Ok(())) if remote_coordinator(state, id).is_some() => {
+                                (Some(id), Ok(())) if remote_coordinator(router, id).is_some() => {
                                     if partition.is_verified(pid, epoch) {
                                         Ok(())
                                     } else {
@@ -348,8 +363,7 @@ pub async fn handle(state: &Arc<Services>, version: i16, req: ProduceRequest) ->
                                         Err(coordinator_refusal(code))
                                     }
                                 }
-                                (Some(id), Ok(())) => state
-                                    .txns
+                                (Some(id), Ok(())) => txns
                                     .verify_partition(id, pid, epoch, &name, p.index)
                                     .map_err(|e| coordinator_refusal(crate::error_map::txn_code(e))),
                                 (None, Ok(())) => Err(Refusal::NotInTransaction),
@@ -505,7 +519,7 @@ pub mod acl {
                 Some(E::TransactionalIdAuthorizationFailed)
             } else if !c.topic(Op::Write, &t.name) {
                 Some(E::TopicAuthorizationFailed)
-            } else if c.state.topics.topic(&t.name).is_none() && !may_create && !c.topic(Op::Create, &t.name) {
+            } else if c.topics.topic(&t.name).is_none() && !may_create && !c.topic(Op::Create, &t.name) {
                 Some(E::UnknownTopicOrPartition)
             } else {
                 None
@@ -535,13 +549,13 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn produce(state: &Services, r: &mut ProduceRequest, _version: i16) -> Gate {
+    pub fn produce(router: &dyn Router, r: &mut ProduceRequest, _version: i16) -> Gate {
         let mut moved: Vec<(TopicName, Vec<i32>)> = Vec::new();
         for t in r.topic_data.iter_mut() {
             let (keep, away): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut t.partition_data).into_iter().partition(|p| !not_mine(state, &t.name, p.index));
+                std::mem::take(&mut t.partition_data).into_iter().partition(|p| !not_mine(router, &t.name, p.index));
             t.partition_data = keep;
             if !away.is_empty() {
                 moved.push((t.name.clone(), away.iter().map(|p| p.index).collect()));

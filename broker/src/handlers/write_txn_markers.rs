@@ -6,9 +6,10 @@
 
 use super::{now_ms, LaterReply, Reply};
 use crate::error_map;
+use crate::group::GroupCoordinator;
 use crate::partition::producer_state::MarkerHeader;
 use crate::partition_handle::MarkerWrite;
-use crate::services::Services;
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
@@ -23,7 +24,7 @@ enum Staged {
     Offsets(Option<crate::coordinator::ShardWrite>),
 }
 
-pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {
+pub fn handle(groups: &GroupCoordinator, registry: &TopicRegistry, req: WriteTxnMarkersRequest) -> Reply {
     let now = now_ms();
     let mut staged = Vec::new();
     for m in req.markers {
@@ -40,15 +41,11 @@ pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {
                     .partition_indexes
                     .iter()
                     .map(|&index| {
-                        let s = match state.groups.complete_txn_in_partition(
-                            index,
-                            m.producer_id.0,
-                            m.transaction_result,
-                            now,
-                        ) {
-                            Ok(w) => Staged::Offsets(w),
-                            Err(e) => Staged::Error(error_map::group_code(e)),
-                        };
+                        let s =
+                            match groups.complete_txn_in_partition(index, m.producer_id.0, m.transaction_result, now) {
+                                Ok(w) => Staged::Offsets(w),
+                                Err(e) => Staged::Error(error_map::group_code(e)),
+                            };
                         (index, s)
                     })
                     .collect();
@@ -57,7 +54,7 @@ pub fn handle(state: &Services, req: WriteTxnMarkersRequest) -> Reply {
             }
             let mut parts = Vec::new();
             for index in t.partition_indexes {
-                let s = match state.topics.handle(&t.name, index) {
+                let s = match registry.handle(&t.name, index) {
                     None => Staged::Error(ResponseError::UnknownTopicOrPartition.code()),
                     Some(h) => match h.write_marker(m.producer_id.0, &header, now) {
                         Ok(w) => Staged::Marker(w),

@@ -19,7 +19,7 @@ pub fn gate(state: &Services, session: &Session, body: &mut SupportedRequest, ve
     if !state.security.settings.authorizer {
         return Gate::Pass;
     }
-    let c = Authz { state, session };
+    let c = Authz { security: &state.security, topics: &state.topics, session };
     if state.security.settings.super_users.contains(&session.principal) {
         return Gate::Pass;
     }

@@ -76,7 +76,9 @@ pub async fn dispatch_from(state: &Arc<Services>, req: Request, session: &Sessio
         SupportedRequest::Metadata(r) => {
             let (topic_ops, cluster_ops) =
                 (r.include_topic_authorized_operations, r.include_cluster_authorized_operations);
-            let mut resp = handlers::metadata::handle(state, &session.listener, version, r).await;
+            let mut resp =
+                handlers::metadata::handle(&state.topics, &state.config, state.as_ref(), &session.listener, version, r)
+                    .await;
             let sec = &state.security;
             if topic_ops {
                 for t in resp.topics.iter_mut().filter(|t| t.error_code == 0) {
@@ -89,35 +91,37 @@ pub async fn dispatch_from(state: &Arc<Services>, req: Request, session: &Sessio
             }
             Reply::now(ResponseKind::Metadata(resp))
         }
-        SupportedRequest::Produce(r) => handlers::produce::handle(state, version, r).await,
-        SupportedRequest::Fetch(r) => handlers::fetch::handle(state, version, r),
+        SupportedRequest::Produce(r) => {
+            handlers::produce::handle(&state.topics, &state.config, &state.txns, state.as_ref(), version, r).await
+        }
+        SupportedRequest::Fetch(r) => handlers::fetch::handle(&state.topics, version, r),
         SupportedRequest::ListOffsets(r) => {
-            Reply::now(ResponseKind::ListOffsets(handlers::list_offsets::handle(state, version, r)))
+            Reply::now(ResponseKind::ListOffsets(handlers::list_offsets::handle(&state.topics, version, r)))
         }
-        SupportedRequest::CreateTopics(r) => {
-            Reply::now(ResponseKind::CreateTopics(handlers::topics::create_topics::create(state, r).await))
-        }
+        SupportedRequest::CreateTopics(r) => Reply::now(ResponseKind::CreateTopics(
+            handlers::topics::create_topics::create(&state.topics, &state.config, r).await,
+        )),
         SupportedRequest::DeleteTopics(r) => {
-            Reply::now(ResponseKind::DeleteTopics(handlers::topics::delete_topics::delete(state, r).await))
+            Reply::now(ResponseKind::DeleteTopics(handlers::topics::delete_topics::delete(&state.topics, r).await))
         }
         SupportedRequest::CreatePartitions(r) => Reply::now(ResponseKind::CreatePartitions(
-            handlers::topics::create_partitions::create_partitions(state, r).await,
+            handlers::topics::create_partitions::create_partitions(&state.topics, r).await,
         )),
         SupportedRequest::DeleteRecords(r) => {
-            let resp = on_blocking_pool(state, move |s| handlers::delete_records::handle(s, r)).await?;
+            let resp = on_blocking_pool(state, move |s| handlers::delete_records::handle(&s.topics, r)).await?;
             Reply::now(ResponseKind::DeleteRecords(resp))
         }
-        SupportedRequest::DescribeConfigs(r) => {
-            Reply::now(ResponseKind::DescribeConfigs(handlers::configs::describe_configs::describe(state, r)))
-        }
-        SupportedRequest::AlterConfigs(r) => {
-            Reply::now(ResponseKind::AlterConfigs(handlers::configs::alter_configs::alter(state, r).await))
-        }
+        SupportedRequest::DescribeConfigs(r) => Reply::now(ResponseKind::DescribeConfigs(
+            handlers::configs::describe_configs::describe(&state.topics, &state.config, r),
+        )),
+        SupportedRequest::AlterConfigs(r) => Reply::now(ResponseKind::AlterConfigs(
+            handlers::configs::alter_configs::alter(&state.topics, &state.config, r).await,
+        )),
         SupportedRequest::IncrementalAlterConfigs(r) => Reply::now(ResponseKind::IncrementalAlterConfigs(
-            handlers::configs::incremental_alter_configs::incremental_alter(state, r).await,
+            handlers::configs::incremental_alter_configs::incremental_alter(&state.topics, &state.config, r).await,
         )),
         SupportedRequest::DescribeCluster(r) => {
-            let mut resp = handlers::describe_cluster::describe_cluster(state, &session.listener);
+            let mut resp = handlers::describe_cluster::describe_cluster(&state.topics, &session.listener);
             if r.include_cluster_authorized_operations {
                 resp.cluster_authorized_operations =
                     state.security.authorized_operations(session, Rt::Cluster, acl::CLUSTER);
@@ -125,50 +129,72 @@ pub async fn dispatch_from(state: &Arc<Services>, req: Request, session: &Sessio
             Reply::now(ResponseKind::DescribeCluster(resp))
         }
         SupportedRequest::DescribeLogDirs(r) => {
-            Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_log_dirs::describe_log_dirs(state, r)))
+            Reply::now(ResponseKind::DescribeLogDirs(handlers::describe_log_dirs::describe_log_dirs(&state.topics, r)))
         }
-        SupportedRequest::ElectLeaders(r) => {
-            Reply::now(ResponseKind::ElectLeaders(handlers::elect_leaders::handle(state, r).await))
-        }
+        SupportedRequest::ElectLeaders(r) => Reply::now(ResponseKind::ElectLeaders(
+            handlers::elect_leaders::handle(&state.topics, state.as_ref(), r).await,
+        )),
         SupportedRequest::AlterPartitionReassignments(r) => Reply::now(ResponseKind::AlterPartitionReassignments(
-            handlers::reassign::alter_partition_reassignments::alter(state, version, r).await,
+            handlers::reassign::alter_partition_reassignments::alter(&state.topics, version, r).await,
         )),
         SupportedRequest::ListPartitionReassignments(r) => Reply::now(ResponseKind::ListPartitionReassignments(
-            handlers::reassign::list_partition_reassignments::list(state, r),
+            handlers::reassign::list_partition_reassignments::list(&state.topics, r),
         )),
         SupportedRequest::UnregisterBroker(r) => Reply::now(ResponseKind::UnregisterBroker(
-            handlers::reassign::unregister_broker::unregister(state, r).await,
+            handlers::reassign::unregister_broker::unregister(&state.topics, r).await,
         )),
         SupportedRequest::InitProducerId(r) if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) => {
-            on_blocking_pool(state, move |s| handlers::init_producer_id::transactional(s, version, r)).await?
+            on_blocking_pool(state, move |s| {
+                handlers::init_producer_id::transactional(&s.txns, &s.producer_ids, version, r)
+            })
+            .await?
         }
         SupportedRequest::InitProducerId(r) => {
-            let resp = on_blocking_pool(state, move |s| handlers::init_producer_id::handle(s, version, r)).await?;
+            let resp =
+                on_blocking_pool(state, move |s| handlers::init_producer_id::handle(&s.producer_ids, version, r))
+                    .await?;
             Reply::now(ResponseKind::InitProducerId(resp))
         }
         SupportedRequest::DescribeProducers(r) => {
-            Reply::now(ResponseKind::DescribeProducers(handlers::describe_producers::handle(state, r)))
+            Reply::now(ResponseKind::DescribeProducers(handlers::describe_producers::handle(&state.topics, r)))
         }
-        SupportedRequest::FindCoordinator(r) => Reply::now(ResponseKind::FindCoordinator(
-            handlers::groups::find_coordinator::find_coordinator(state, &session.listener, version, r),
-        )),
-        SupportedRequest::JoinGroup(r) => handlers::groups::join_group::join(state, version, &client_id, peer, r),
-        SupportedRequest::SyncGroup(r) => handlers::groups::sync_group::sync(state, r),
+        SupportedRequest::FindCoordinator(r) => {
+            Reply::now(ResponseKind::FindCoordinator(handlers::groups::find_coordinator::find_coordinator(
+                state.as_ref(),
+                &state.config,
+                &session.listener,
+                version,
+                r,
+            )))
+        }
+        SupportedRequest::JoinGroup(r) => {
+            handlers::groups::join_group::join(&state.groups, version, &client_id, peer, r)
+        }
+        SupportedRequest::SyncGroup(r) => handlers::groups::sync_group::sync(&state.groups, r),
         SupportedRequest::Heartbeat(r) => {
-            Reply::now(ResponseKind::Heartbeat(handlers::groups::heartbeat::heartbeat(state, r)))
+            Reply::now(ResponseKind::Heartbeat(handlers::groups::heartbeat::heartbeat(&state.groups, r)))
         }
         SupportedRequest::ConsumerGroupHeartbeat(r) => Reply::now(ResponseKind::ConsumerGroupHeartbeat(
-            handlers::groups::consumer_group_heartbeat::consumer_heartbeat(state, version, &client_id, peer, r),
+            handlers::groups::consumer_group_heartbeat::consumer_heartbeat(
+                &state.groups,
+                &state.topics,
+                version,
+                &client_id,
+                peer,
+                r,
+            ),
         )),
-        SupportedRequest::LeaveGroup(r) => handlers::groups::leave_group::leave(state, version, r),
-        SupportedRequest::OffsetCommit(r) => handlers::groups::offset_commit::offset_commit(state, r),
-        SupportedRequest::OffsetFetch(r) => {
-            Reply::now(ResponseKind::OffsetFetch(handlers::groups::offset_fetch::offset_fetch(state, version, r)))
+        SupportedRequest::LeaveGroup(r) => handlers::groups::leave_group::leave(&state.groups, version, r),
+        SupportedRequest::OffsetCommit(r) => {
+            handlers::groups::offset_commit::offset_commit(&state.groups, &state.topics, r)
         }
-        SupportedRequest::OffsetDelete(r) => handlers::groups::offset_delete::offset_delete(state, r),
+        SupportedRequest::OffsetFetch(r) => Reply::now(ResponseKind::OffsetFetch(
+            handlers::groups::offset_fetch::offset_fetch(&state.groups, version, r),
+        )),
+        SupportedRequest::OffsetDelete(r) => handlers::groups::offset_delete::offset_delete(&state.groups, r),
         SupportedRequest::DescribeGroups(r) => {
             let ops = r.include_authorized_operations;
-            let mut resp = handlers::groups::describe_groups::describe(state, r);
+            let mut resp = handlers::groups::describe_groups::describe(&state.groups, r);
             for g in resp.groups.iter_mut().filter(|g| ops && g.error_code == 0) {
                 g.authorized_operations =
                     state.security.authorized_operations(session, Rt::Group, &g.group_id.to_string());
@@ -177,7 +203,8 @@ pub async fn dispatch_from(state: &Arc<Services>, req: Request, session: &Sessio
         }
         SupportedRequest::ConsumerGroupDescribe(r) => {
             let ops = r.include_authorized_operations;
-            let mut resp = handlers::groups::consumer_group_describe::consumer_describe(state, r);
+            let mut resp =
+                handlers::groups::consumer_group_describe::consumer_describe(&state.groups, &state.topics, r);
             for g in resp.groups.iter_mut().filter(|g| ops && g.error_code == 0) {
                 g.authorized_operations =
                     state.security.authorized_operations(session, Rt::Group, &g.group_id.to_string());
@@ -185,40 +212,47 @@ pub async fn dispatch_from(state: &Arc<Services>, req: Request, session: &Sessio
             Reply::now(ResponseKind::ConsumerGroupDescribe(resp))
         }
         SupportedRequest::ListGroups(r) => {
-            Reply::now(ResponseKind::ListGroups(handlers::groups::list_groups::list(state, r)))
+            Reply::now(ResponseKind::ListGroups(handlers::groups::list_groups::list(&state.groups, r)))
         }
-        SupportedRequest::DeleteGroups(r) => handlers::groups::delete_groups::delete(state, r),
-        SupportedRequest::WriteTxnMarkers(r) => handlers::write_txn_markers::handle(state, r),
+        SupportedRequest::DeleteGroups(r) => handlers::groups::delete_groups::delete(&state.groups, r),
+        SupportedRequest::WriteTxnMarkers(r) => handlers::write_txn_markers::handle(&state.groups, &state.topics, r),
         SupportedRequest::AddPartitionsToTxn(r) => {
-            handlers::txn::add_partitions_to_txn::add_partitions(state, version, r)
+            handlers::txn::add_partitions_to_txn::add_partitions(&state.txns, &state.topics, version, r)
         }
-        SupportedRequest::AddOffsetsToTxn(r) => handlers::txn::add_offsets_to_txn::add_offsets(state, version, r),
-        SupportedRequest::EndTxn(r) => handlers::txn::end_txn::end_txn(state, version, r),
-        SupportedRequest::TxnOffsetCommit(r) => handlers::txn::txn_offset_commit::txn_offset_commit(state, version, r),
+        SupportedRequest::AddOffsetsToTxn(r) => handlers::txn::add_offsets_to_txn::add_offsets(&state.txns, version, r),
+        SupportedRequest::EndTxn(r) => handlers::txn::end_txn::end_txn(&state.txns, &state.producer_ids, version, r),
+        SupportedRequest::TxnOffsetCommit(r) => handlers::txn::txn_offset_commit::txn_offset_commit(
+            &state.txns,
+            &state.groups,
+            &state.topics,
+            state.clone(),
+            version,
+            r,
+        ),
         SupportedRequest::ListTransactions(r) => {
-            Reply::now(ResponseKind::ListTransactions(handlers::txn::list_transactions::list(state, r)))
+            Reply::now(ResponseKind::ListTransactions(handlers::txn::list_transactions::list(&state.txns, r)))
         }
-        SupportedRequest::DescribeTransactions(r) => {
-            Reply::now(ResponseKind::DescribeTransactions(handlers::txn::describe_transactions::describe(state, r)))
-        }
+        SupportedRequest::DescribeTransactions(r) => Reply::now(ResponseKind::DescribeTransactions(
+            handlers::txn::describe_transactions::describe(&state.txns, r),
+        )),
         SupportedRequest::SaslHandshake(_) | SupportedRequest::SaslAuthenticate(_) => {
             // reached only outside a SASL listener's handshake (see `connection`)
             return Some(illegal_sasl_state(req.api_key));
         }
-        SupportedRequest::CreateAcls(r) => {
-            Reply::now(ResponseKind::CreateAcls(handlers::security::create_acls::create_acls(state, r).await))
-        }
+        SupportedRequest::CreateAcls(r) => Reply::now(ResponseKind::CreateAcls(
+            handlers::security::create_acls::create_acls(&state.security, &state.topics, r).await,
+        )),
         SupportedRequest::DescribeAcls(r) => {
-            Reply::now(ResponseKind::DescribeAcls(handlers::security::describe_acls::describe_acls(state, r)))
+            Reply::now(ResponseKind::DescribeAcls(handlers::security::describe_acls::describe_acls(&state.security, r)))
         }
-        SupportedRequest::DeleteAcls(r) => {
-            Reply::now(ResponseKind::DeleteAcls(handlers::security::delete_acls::delete_acls(state, r).await))
-        }
+        SupportedRequest::DeleteAcls(r) => Reply::now(ResponseKind::DeleteAcls(
+            handlers::security::delete_acls::delete_acls(&state.security, &state.topics, r).await,
+        )),
         SupportedRequest::DescribeUserScramCredentials(r) => Reply::now(ResponseKind::DescribeUserScramCredentials(
-            handlers::security::describe_user_scram_credentials::describe_scram(state, r),
+            handlers::security::describe_user_scram_credentials::describe_scram(&state.security, r),
         )),
         SupportedRequest::AlterUserScramCredentials(r) => Reply::now(ResponseKind::AlterUserScramCredentials(
-            handlers::security::alter_user_scram_credentials::alter_scram(state, r).await,
+            handlers::security::alter_user_scram_credentials::alter_scram(&state.security, &state.topics, r).await,
         )),
     };
     Some(match (reply, patch) {

@@ -50,7 +50,7 @@ pub fn gate(state: &Services, body: &mut SupportedRequest, version: i16) -> Gate
             handlers::txn::describe_transactions::route::describe_transactions(state, r, version)
         }
         SupportedRequest::Produce(r) => handlers::produce::route::produce(state, r, version),
-        SupportedRequest::Fetch(r) => handlers::fetch::route::fetch(state, r, version),
+        SupportedRequest::Fetch(r) => handlers::fetch::route::fetch(state, &state.topics, r, version),
         SupportedRequest::ListOffsets(r) => handlers::list_offsets::route::list_offsets(state, r, version),
         // any broker answers these (their handlers go to the metadata quorum, or answer for what
         // this broker holds)

@@ -2,7 +2,11 @@
 
 use super::*;
 
-pub async fn alter(state: &Services, req: AlterConfigsRequest) -> AlterConfigsResponse {
+pub async fn alter(
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
+    req: AlterConfigsRequest,
+) -> AlterConfigsResponse {
     let mut resp = AlterConfigsResponse::default();
     for res in req.resources {
         let mut r = kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default();
@@ -16,7 +20,7 @@ pub async fn alter(state: &Services, req: AlterConfigsRequest) -> AlterConfigsRe
             Ok(())
         });
         if let Err((code, msg)) =
-            alter_resource(state, res.resource_type, &res.resource_name, replace, req.validate_only).await
+            alter_resource(topics, config, res.resource_type, &res.resource_name, replace, req.validate_only).await
         {
             r.error_code = code;
             r.error_message = Some(sb(&msg));

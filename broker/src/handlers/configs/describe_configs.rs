@@ -14,19 +14,20 @@ fn synonym(name: &str, value: &str, source: i8) -> DescribeConfigsSynonym {
 /// 3.x ones only when set) with its effective value, source, type and (asked for) synonyms —
 /// the topic's override, the broker's setting, the default — and documentation.
 pub(crate) fn describe_topic(
-    state: &Services,
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
     overrides: &BTreeMap<String, String>,
     wanted: &dyn Fn(&str) -> bool,
     synonyms: bool,
     documentation: bool,
 ) -> Vec<DescribeConfigsResourceResult> {
-    let dynamic = state.topics.dynamic();
+    let dynamic = topics.dynamic();
     let mut out = Vec::new();
     for d in topic_config::TOPIC_CONFIGS {
         if !wanted(d.name) || (d.meaning == Meaning::Removed && !overrides.contains_key(d.name)) {
             continue;
         }
-        let (value, source) = topic_config::effective(&state.config, &dynamic, overrides, d.name);
+        let (value, source) = topic_config::effective(config, &dynamic, overrides, d.name);
         let mut e = DescribeConfigsResourceResult::default();
         e.name = sb(d.name);
         e.value = Some(sb(&value));
@@ -36,7 +37,7 @@ pub(crate) fn describe_topic(
             if let Some(v) = overrides.get(d.name) {
                 e.synonyms.push(synonym(d.name, v, SOURCE_TOPIC));
             }
-            let broker = d.synonym.and_then(|s| topic_config::broker_value(&state.config, s).map(|b| (s, b)));
+            let broker = d.synonym.and_then(|s| topic_config::broker_value(config, s).map(|b| (s, b)));
             match broker {
                 Some((s, (v, true))) => {
                     e.synonyms.push(synonym(s, &v, SOURCE_STATIC_BROKER));
@@ -59,7 +60,11 @@ pub(crate) fn describe_topic(
     out
 }
 
-pub fn describe(state: &Services, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+pub fn describe(
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
+    req: DescribeConfigsRequest,
+) -> DescribeConfigsResponse {
     let mut resp = DescribeConfigsResponse::default();
     for res in req.resources {
         let mut r = DescribeConfigsResult::default();
@@ -68,22 +73,28 @@ pub fn describe(state: &Services, req: DescribeConfigsRequest) -> DescribeConfig
         let keys: Option<Vec<String>> = res.configuration_keys.map(|ks| ks.iter().map(|k| k.to_string()).collect());
         let wanted = |k: &str| keys.as_ref().is_none_or(|ks| ks.iter().any(|x| x == k));
         match res.resource_type {
-            RESOURCE_TOPIC => match state.topics.topic(&res.resource_name) {
+            RESOURCE_TOPIC => match topics.topic(&res.resource_name) {
                 None => r.error_code = ResponseError::UnknownTopicOrPartition.code(),
                 Some(t) => {
-                    r.configs =
-                        describe_topic(state, &t.configs, &wanted, req.include_synonyms, req.include_documentation)
+                    r.configs = describe_topic(
+                        topics,
+                        config,
+                        &t.configs,
+                        &wanted,
+                        req.include_synonyms,
+                        req.include_documentation,
+                    )
                 }
             },
             RESOURCE_BROKER => {
-                if broker_resource_ok(state, &res.resource_name, false) {
-                    r.configs = describe_broker(state, &res.resource_name, &wanted, req.include_synonyms);
+                if broker_resource_ok(topics, config, &res.resource_name, false) {
+                    r.configs = describe_broker(topics, config, &res.resource_name, &wanted, req.include_synonyms);
                 } else {
                     r.error_code = ResponseError::InvalidRequest.code();
                     r.error_message = Some(sb("unknown broker id"));
                 }
             }
-            RESOURCE_GROUP => r.configs = describe_group(state, &res.resource_name, &wanted),
+            RESOURCE_GROUP => r.configs = describe_group(topics, config, &res.resource_name, &wanted),
             _ => {
                 r.error_code = ResponseError::InvalidRequest.code();
                 r.error_message = Some(sb("only topic, broker and group resources are supported"));
@@ -116,12 +127,13 @@ fn entry(
 /// unless Kafka makes it dynamic) and every dynamic config Kafka has, with the value in force
 /// and its source; for the cluster default (""), the dynamic configs set there.
 fn describe_broker(
-    state: &Services,
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
     resource: &str,
     wanted: &dyn Fn(&str) -> bool,
     synonyms: bool,
 ) -> Vec<DescribeConfigsResourceResult> {
-    let dynamic = state.topics.dynamic();
+    let dynamic = topics.dynamic();
     let own = dynamic.brokers.get(resource).cloned().unwrap_or_default();
     if resource.is_empty() {
         return own
@@ -151,8 +163,8 @@ fn describe_broker(
             None => (2, false),
         };
         let below = match &def {
-            Some(dynamic_config::BrokerConfig::Log(d)) => broker_log_value(&state.config, &dynamic, d, resource),
-            _ => match topic_config::broker_value(&state.config, name) {
+            Some(dynamic_config::BrokerConfig::Log(d)) => broker_log_value(config, &dynamic, d, resource),
+            _ => match topic_config::broker_value(config, name) {
                 Some((v, true)) => (v, SOURCE_STATIC_BROKER),
                 Some((v, false)) => (v, SOURCE_DEFAULT),
                 None => match &def {
@@ -190,17 +202,20 @@ fn describe_broker(
 
 /// A group's configs (KIP-848's and Kafka 4.x's others): set ones with source GROUP_CONFIG,
 /// the rest with the broker's default.
-fn describe_group(state: &Services, group: &str, wanted: &dyn Fn(&str) -> bool) -> Vec<DescribeConfigsResourceResult> {
-    let dynamic = state.topics.dynamic();
+fn describe_group(
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
+    group: &str,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    let dynamic = topics.dynamic();
     let set = dynamic.groups.get(group).cloned().unwrap_or_default();
     dynamic_config::GROUP_CONFIGS
         .iter()
         .filter(|d| wanted(d.name))
         .map(|d| match set.get(d.name) {
             Some(v) => entry(d.name, Some(v.clone()), dynamic_config::SOURCE_GROUP, false, false, 3),
-            None => {
-                entry(d.name, Some(dynamic_config::group_default(&state.config, d)), SOURCE_DEFAULT, false, false, 3)
-            }
+            None => entry(d.name, Some(dynamic_config::group_default(config, d)), SOURCE_DEFAULT, false, false, 3),
         })
         .collect()
 }

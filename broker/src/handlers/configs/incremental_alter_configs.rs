@@ -3,7 +3,8 @@
 use super::*;
 
 pub async fn incremental_alter(
-    state: &Services,
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     let mut resp = IncrementalAlterConfigsResponse::default();
@@ -13,7 +14,7 @@ pub async fn incremental_alter(
         r.resource_type = res.resource_type;
         r.resource_name = res.resource_name.clone();
         let kind = res.resource_type;
-        let dynamic = state.topics.dynamic();
+        let dynamic = topics.dynamic();
         let is_list = move |name: &str| match kind {
             RESOURCE_TOPIC => topic_config::is_list(name),
             RESOURCE_BROKER => match dynamic_config::broker_config(name) {
@@ -24,15 +25,15 @@ pub async fn incremental_alter(
             _ => false,
         };
         // the value in force, where APPEND and SUBTRACT start
-        let (config, resource) = (state.config.clone(), res.resource_name.to_string());
+        let (in_force, resource) = (config.clone(), res.resource_name.to_string());
         let current = move |m: &BTreeMap<String, String>, name: &str| -> String {
             if let Some(v) = m.get(name) {
                 return v.clone();
             }
             match kind {
-                RESOURCE_TOPIC => topic_config::effective(&config, &dynamic, m, name).0,
+                RESOURCE_TOPIC => topic_config::effective(&in_force, &dynamic, m, name).0,
                 _ => match dynamic_config::broker_config(name) {
-                    Some(dynamic_config::BrokerConfig::Log(d)) => broker_log_value(&config, &dynamic, d, &resource).0,
+                    Some(dynamic_config::BrokerConfig::Log(d)) => broker_log_value(&in_force, &dynamic, d, &resource).0,
                     Some(dynamic_config::BrokerConfig::Other(d)) => d.default.to_string(),
                     None => String::new(),
                 },
@@ -40,7 +41,7 @@ pub async fn incremental_alter(
         };
         let ops = res.configs.clone();
         let f: ConfigEdit = Arc::new(move |m: &mut BTreeMap<String, String>| apply_ops(m, &ops, &is_list, &current));
-        if let Err((code, msg)) = alter_resource(state, kind, &res.resource_name, f, req.validate_only).await {
+        if let Err((code, msg)) = alter_resource(topics, config, kind, &res.resource_name, f, req.validate_only).await {
             r.error_code = code;
             r.error_message = Some(sb(&msg));
         }

@@ -4,10 +4,11 @@
 //! holds its API's answer and its ACL rule (`acl`); this module, what they share.
 
 use super::sb;
+use crate::config::Config;
 use crate::dynamic_config::{self, DynamicConfigs};
 use crate::handlers::topics::topic_error_code;
-use crate::services::Services;
 use crate::topic_config::{self, Meaning, SOURCE_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_TOPIC};
+use crate::topics::TopicRegistry;
 use crate::topics::{ConfigEdit, TopicError};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
@@ -57,13 +58,12 @@ pub const RESOURCE_GROUP: i8 = 32;
 
 /// The broker resource names this broker answers for: "" (the cluster default), its own id,
 /// and (cluster mode, altering) any registered broker's.
-fn broker_resource_ok(state: &Services, name: &str, altering: bool) -> bool {
+fn broker_resource_ok(topics: &Arc<TopicRegistry>, config: &Arc<Config>, name: &str, altering: bool) -> bool {
     if name.is_empty() {
         return true;
     }
     let Ok(id) = name.parse::<i32>() else { return false };
-    id == state.config.node_id
-        || (altering && state.topics.cluster.get().is_some_and(|c| c.image().brokers.contains_key(&id)))
+    id == config.node_id || (altering && topics.cluster.get().is_some_and(|c| c.image().brokers.contains_key(&id)))
 }
 
 /// Apply IncrementalAlterConfigs operations to `m`: SET, DELETE, and APPEND/SUBTRACT on the
@@ -112,7 +112,8 @@ fn apply_ops(
 /// Change one resource's configs with `f` (validated as its type requires): a topic's
 /// overrides, a broker resource's or a group's dynamic configs.
 async fn alter_resource(
-    state: &Services,
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
     resource_type: i8,
     name: &str,
     f: ConfigEdit,
@@ -120,21 +121,21 @@ async fn alter_resource(
 ) -> Result<(), (i16, String)> {
     let err = |e: TopicError| (topic_error_code(&e), e.to_string());
     match resource_type {
-        RESOURCE_TOPIC => state.topics.alter_topic_configs(name, f, validate_only).await.map_err(err),
+        RESOURCE_TOPIC => topics.alter_topic_configs(name, f, validate_only).await.map_err(err),
         RESOURCE_BROKER | RESOURCE_GROUP => {
-            if resource_type == RESOURCE_BROKER && !broker_resource_ok(state, name, true) {
+            if resource_type == RESOURCE_BROKER && !broker_resource_ok(topics, config, name, true) {
                 return Err((ResponseError::InvalidRequest.code(), format!("unknown broker id '{name}'")));
             }
             if resource_type == RESOURCE_GROUP && name.is_empty() {
                 return Err((ResponseError::InvalidRequest.code(), "a group config needs a group id".into()));
             }
-            let dynamic = state.topics.dynamic();
+            let dynamic = topics.dynamic();
             let all = if resource_type == RESOURCE_GROUP { &dynamic.groups } else { &dynamic.brokers };
             let mut m = all.get(name).cloned().unwrap_or_default();
             f(&mut m).map_err(err)?;
             for (k, v) in &m {
                 let checked = if resource_type == RESOURCE_GROUP {
-                    dynamic_config::check_group_config(&state.config, k, v).map(|_| ())
+                    dynamic_config::check_group_config(config, k, v).map(|_| ())
                 } else {
                     dynamic_config::check_broker_config(name, k, v)
                 };
@@ -143,7 +144,7 @@ async fn alter_resource(
             if validate_only {
                 return Ok(());
             }
-            state.topics.set_resource_configs(resource_type, name, m).await.map_err(err)
+            topics.set_resource_configs(resource_type, name, m).await.map_err(err)
         }
         _ => {
             Err((ResponseError::InvalidRequest.code(), "only topic, broker and group resources can be altered".into()))

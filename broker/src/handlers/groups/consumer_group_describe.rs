@@ -5,7 +5,11 @@ use super::*;
 /// ConsumerGroupDescribe (KIP-848): a consumer-protocol group with its epochs and each member's
 /// assignment and target. A classic group, or none, is GROUP_ID_NOT_FOUND as in Kafka (the Java
 /// Admin client then falls back to DescribeGroups).
-pub fn consumer_describe(state: &Services, req: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse {
+pub fn consumer_describe(
+    groups: &GroupCoordinator,
+    topics: &Arc<TopicRegistry>,
+    req: ConsumerGroupDescribeRequest,
+) -> ConsumerGroupDescribeResponse {
     use consumer_group_describe_response as cgd;
     let assignment = |tps: &std::collections::BTreeSet<(String, i32)>| {
         let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
@@ -16,7 +20,7 @@ pub fn consumer_describe(state: &Services, req: ConsumerGroupDescribeRequest) ->
         a.topic_partitions = by_topic
             .into_iter()
             .filter_map(|(t, ps)| {
-                let topic = state.topics.topic(t)?;
+                let topic = topics.topic(t)?;
                 let mut x = cgd::TopicPartitions::default();
                 x.topic_id = topic.id;
                 x.topic_name = TopicName(sb(t));
@@ -31,7 +35,7 @@ pub fn consumer_describe(state: &Services, req: ConsumerGroupDescribeRequest) ->
         let mut d = cgd::DescribedGroup::default();
         d.group_id = id.clone();
         d.authorized_operations = i32::MIN;
-        match state.groups.describe(&id) {
+        match groups.describe(&id) {
             Some(g) if g.members.is_empty() && g.consumer.is_some() => {
                 let c = g.consumer.clone().unwrap_or_default();
                 d.group_state = sb(c.state_name());
@@ -102,10 +106,10 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn consumer_group_describe(state: &Services, r: &mut ConsumerGroupDescribeRequest, _version: i16) -> Gate {
-        let away: Vec<String> = r.group_ids.iter().filter(|g| !mine(state, 0, g)).map(|g| g.to_string()).collect();
+    pub fn consumer_group_describe(router: &dyn Router, r: &mut ConsumerGroupDescribeRequest, _version: i16) -> Gate {
+        let away: Vec<String> = r.group_ids.iter().filter(|g| !mine(router, 0, g)).map(|g| g.to_string()).collect();
         if away.is_empty() {
             return Gate::Pass;
         }

@@ -4,14 +4,15 @@ use super::*;
 
 /// ConsumerGroupHeartbeat (KIP-848): topics by name in, by id out.
 pub fn consumer_heartbeat(
-    state: &Services,
+    groups: &GroupCoordinator,
+    topics: &Arc<TopicRegistry>,
     version: i16,
     client_id: &str,
     peer: Option<SocketAddr>,
     req: ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {
     let mut resp = ConsumerGroupHeartbeatResponse::default();
-    resp.heartbeat_interval_ms = state.groups.consumer_heartbeat_interval_ms(&req.group_id);
+    resp.heartbeat_interval_ms = groups.consumer_heartbeat_interval_ms(&req.group_id);
     if req.group_id.is_empty() || (version >= 1 && req.member_id.is_empty()) {
         resp.error_code = ResponseError::InvalidRequest.code();
         resp.error_message = Some(sb("group id and (v1+) member id are required"));
@@ -24,9 +25,7 @@ pub fn consumer_heartbeat(
     }
     let owned = req.topic_partitions.as_ref().map(|tps| {
         tps.iter()
-            .filter_map(|t| {
-                state.topics.topic_by_id(t.topic_id).map(|topic| (topic.name.clone(), t.partitions.clone()))
-            })
+            .filter_map(|t| topics.topic_by_id(t.topic_id).map(|topic| (topic.name.clone(), t.partitions.clone())))
             .flat_map(|(name, ps)| ps.into_iter().map(move |p| (name.clone(), p)))
             .collect()
     });
@@ -41,8 +40,8 @@ pub fn consumer_heartbeat(
         client_host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
         new_member_id: uuid::Uuid::new_v4().to_string(),
     };
-    let partitions = |t: &str| state.topics.topic(t).map(|t| t.partitions.len() as i32);
-    match state.groups.consumer_heartbeat(&req.group_id, h, &partitions, now_ms()) {
+    let partitions = |t: &str| topics.topic(t).map(|t| t.partitions.len() as i32);
+    match groups.consumer_heartbeat(&req.group_id, h, &partitions, now_ms()) {
         Err(e) => resp.error_code = error_map::group_code(e),
         Ok(a) => {
             resp.member_id = Some(sb(&a.member_id));
@@ -56,7 +55,7 @@ pub fn consumer_heartbeat(
                 asg.topic_partitions = by_topic
                     .into_iter()
                     .filter_map(|(t, ps)| {
-                        let topic = state.topics.topic(&t)?;
+                        let topic = topics.topic(&t)?;
                         let mut tp = consumer_group_heartbeat_response::TopicPartitions::default();
                         tp.topic_id = topic.id;
                         tp.partitions = ps;
@@ -90,9 +89,9 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn consumer_group_heartbeat(state: &Services, r: &mut ConsumerGroupHeartbeatRequest, _version: i16) -> Gate {
-        top!(state, 0, &r.group_id, ConsumerGroupHeartbeatResponse, ConsumerGroupHeartbeat)
+    pub fn consumer_group_heartbeat(router: &dyn Router, r: &mut ConsumerGroupHeartbeatRequest, _version: i16) -> Gate {
+        top!(router, 0, &r.group_id, ConsumerGroupHeartbeatResponse, ConsumerGroupHeartbeat)
     }
 }

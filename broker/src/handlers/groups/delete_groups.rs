@@ -2,10 +2,10 @@
 
 use super::*;
 
-pub fn delete(state: &Services, req: DeleteGroupsRequest) -> Reply {
+pub fn delete(groups: &GroupCoordinator, req: DeleteGroupsRequest) -> Reply {
     let now = now_ms();
     let outcomes: Vec<(GroupId, Result<_, GroupError>)> =
-        req.groups_names.into_iter().map(|g| (g.clone(), state.groups.delete_group(&g, now))).collect();
+        req.groups_names.into_iter().map(|g| (g.clone(), groups.delete_group(&g, now))).collect();
     let fut: LaterReply = Box::pin(async move {
         let mut resp = DeleteGroupsResponse::default();
         for (g, outcome) in outcomes {
@@ -54,11 +54,11 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn delete_groups(state: &Services, r: &mut DeleteGroupsRequest, _version: i16) -> Gate {
+    pub fn delete_groups(router: &dyn Router, r: &mut DeleteGroupsRequest, _version: i16) -> Gate {
         let (keep, away): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut r.groups_names).into_iter().partition(|g| mine(state, 0, g));
+            std::mem::take(&mut r.groups_names).into_iter().partition(|g| mine(router, 0, g));
         r.groups_names = keep;
         if away.is_empty() {
             return Gate::Pass;

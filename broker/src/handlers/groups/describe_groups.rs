@@ -2,13 +2,13 @@
 
 use super::*;
 
-pub fn describe(state: &Services, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+pub fn describe(groups: &GroupCoordinator, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
     let mut resp = DescribeGroupsResponse::default();
     for id in req.groups {
         let mut d = describe_groups_response::DescribedGroup::default();
         d.group_id = id.clone();
         d.authorized_operations = i32::MIN;
-        match state.groups.describe(&id) {
+        match groups.describe(&id) {
             None => d.group_state = sb(GroupState::Dead.name()),
             Some(g) if g.members.is_empty() && g.consumer.is_some() => {
                 // a KIP-848 group, shown in the classic format (what admin tools decode)
@@ -84,10 +84,10 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn describe_groups(state: &Services, r: &mut DescribeGroupsRequest, _version: i16) -> Gate {
-        let away: Vec<String> = r.groups.iter().filter(|g| !mine(state, 0, g)).map(|g| g.to_string()).collect();
+    pub fn describe_groups(router: &dyn Router, r: &mut DescribeGroupsRequest, _version: i16) -> Gate {
+        let away: Vec<String> = r.groups.iter().filter(|g| !mine(router, 0, g)).map(|g| g.to_string()).collect();
         if away.is_empty() {
             return Gate::Pass;
         }

@@ -5,7 +5,8 @@ use super::*;
 /// FindCoordinator: this broker coordinates every group (key type 0) and every transactional
 /// id (key type 1).
 pub fn find_coordinator(
-    state: &Services,
+    router: &dyn Router,
+    config: &Config,
     listener: &crate::config::security::ListenerConfig,
     version: i16,
     req: FindCoordinatorRequest,
@@ -16,9 +17,9 @@ pub fn find_coordinator(
         let mut c = find_coordinator_response::Coordinator::default();
         c.key = key;
         match CoordinatorKey::from_wire(req.key_type, &c.key) {
-            Some(key) => match state.coordinator_of(key) {
+            Some(key) => match router.coordinator_of(key) {
                 Route::Here => {
-                    c.node_id = BrokerId(state.config.node_id);
+                    c.node_id = BrokerId(config.node_id);
                     c.host = sb(&listener.advertised_host);
                     c.port = listener.advertised_port;
                 }

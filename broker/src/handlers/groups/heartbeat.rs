@@ -2,10 +2,10 @@
 
 use super::*;
 
-pub fn heartbeat(state: &Services, req: HeartbeatRequest) -> HeartbeatResponse {
+pub fn heartbeat(groups: &GroupCoordinator, req: HeartbeatRequest) -> HeartbeatResponse {
     let mut resp = HeartbeatResponse::default();
     let answer =
-        state.groups.heartbeat(&req.group_id, &req.member_id, opt(&req.group_instance_id), req.generation_id, now_ms());
+        groups.heartbeat(&req.group_id, &req.member_id, opt(&req.group_instance_id), req.generation_id, now_ms());
     resp.error_code = error_map::group_answer(answer);
     resp
 }
@@ -29,9 +29,9 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn heartbeat(state: &Services, r: &mut HeartbeatRequest, _version: i16) -> Gate {
-        top!(state, 0, &r.group_id, HeartbeatResponse, Heartbeat)
+    pub fn heartbeat(router: &dyn Router, r: &mut HeartbeatRequest, _version: i16) -> Gate {
+        top!(router, 0, &r.group_id, HeartbeatResponse, Heartbeat)
     }
 }

@@ -10,7 +10,13 @@ fn join_error(code: ResponseError, member_id: StrBytes) -> JoinGroupResponse {
     r
 }
 
-pub fn join(state: &Services, version: i16, client_id: &str, peer: Option<SocketAddr>, req: JoinGroupRequest) -> Reply {
+pub fn join(
+    groups: &GroupCoordinator,
+    version: i16,
+    client_id: &str,
+    peer: Option<SocketAddr>,
+    req: JoinGroupRequest,
+) -> Reply {
     if req.group_id.is_empty() {
         return Reply::now(ResponseKind::JoinGroup(join_error(ResponseError::InvalidGroupId, req.member_id)));
     }
@@ -27,7 +33,7 @@ pub fn join(state: &Services, version: i16, client_id: &str, peer: Option<Socket
         require_known_member_id: version >= 4,
         new_member_id: format!("{client_id}-{}", uuid::Uuid::new_v4()),
     };
-    let (rx, deliveries) = state.groups.join(&req.group_id, args, now_ms());
+    let (rx, deliveries) = groups.join(&req.group_id, args, now_ms());
     let member_id = req.member_id.clone();
     let fut: LaterReply = Box::pin(async move {
         deliveries.finish().await;
@@ -85,10 +91,10 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn join_group(state: &Services, r: &mut JoinGroupRequest, _version: i16) -> Gate {
-        if mine(state, 0, &r.group_id) {
+    pub fn join_group(router: &dyn Router, r: &mut JoinGroupRequest, _version: i16) -> Gate {
+        if mine(router, 0, &r.group_id) {
             return Gate::Pass;
         }
         let mut x = JoinGroupResponse::default();

@@ -2,13 +2,13 @@
 
 use super::*;
 
-pub fn leave(state: &Services, version: i16, req: LeaveGroupRequest) -> Reply {
+pub fn leave(groups: &GroupCoordinator, version: i16, req: LeaveGroupRequest) -> Reply {
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         req.members.iter().map(|m| (m.member_id.to_string(), opt(&m.group_instance_id).map(str::to_string))).collect()
     } else {
         vec![(req.member_id.to_string(), None)]
     };
-    let (codes, deliveries) = state.groups.leave(&req.group_id, &members, now_ms());
+    let (codes, deliveries) = groups.leave(&req.group_id, &members, now_ms());
     let fut: LaterReply = Box::pin(async move {
         let ok = deliveries.finish().await;
         let mut resp = LeaveGroupResponse::default();
@@ -53,9 +53,9 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn leave_group(state: &Services, r: &mut LeaveGroupRequest, _version: i16) -> Gate {
-        top!(state, 0, &r.group_id, LeaveGroupResponse, LeaveGroup)
+    pub fn leave_group(router: &dyn Router, r: &mut LeaveGroupRequest, _version: i16) -> Gate {
+        top!(router, 0, &r.group_id, LeaveGroupResponse, LeaveGroup)
     }
 }

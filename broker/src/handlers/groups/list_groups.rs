@@ -2,11 +2,11 @@
 
 use super::*;
 
-pub fn list(state: &Services, req: ListGroupsRequest) -> ListGroupsResponse {
+pub fn list(groups: &GroupCoordinator, req: ListGroupsRequest) -> ListGroupsResponse {
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let types: Vec<String> = req.types_filter.iter().map(|s| s.to_lowercase()).collect();
     let mut resp = ListGroupsResponse::default();
-    for (id, protocol_type, st, kind) in state.groups.list() {
+    for (id, protocol_type, st, kind) in groups.list() {
         if !states.is_empty() && !states.contains(&st.to_lowercase()) {
             continue;
         }
@@ -32,7 +32,7 @@ pub mod acl {
         if c.cluster(Op::Describe) {
             return Gate::Pass;
         }
-        let (sec, who) = (c.state.security.clone(), c.session.clone());
+        let (sec, who) = (c.security.clone(), c.session.clone());
         patch(
             move |resp: &mut ListGroupsResponse| {
                 resp.groups.retain(|g| sec.allowed(&who, Op::Describe, Rt::Group, &g.group_id))

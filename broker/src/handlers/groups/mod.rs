@@ -5,16 +5,20 @@
 //! Translation only: the rules live in `group/`.
 
 use super::{now_ms, sb, topic_name, LaterReply, Reply};
+use crate::config::Config;
 use crate::error_map;
 use crate::group::error::GroupError;
 use crate::group::machine::{GroupState, JoinArgs, SyncArgs};
+use crate::group::GroupCoordinator;
 use crate::group::{self, OffsetToCommit};
-use crate::routing::{CoordinatorKey, Route, Router as _};
-use crate::services::Services;
+use crate::routing::Router;
+use crate::routing::{CoordinatorKey, Route};
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -42,12 +46,16 @@ pub type OffsetRow = (i32, i64, i32, Option<StrBytes>);
 
 /// Split a commit into the offsets to store and the per-partition refusals (unknown partition,
 /// metadata over `offset.metadata.max.bytes`).
-pub fn plan_offsets(state: &Services, topics: Vec<(TopicName, Vec<OffsetRow>)>) -> (Vec<OffsetToCommit>, TopicCodes) {
-    let max_meta = state.groups.settings.metadata_max_bytes;
+pub fn plan_offsets(
+    groups: &GroupCoordinator,
+    topics: &Arc<TopicRegistry>,
+    commit: Vec<(TopicName, Vec<OffsetRow>)>,
+) -> (Vec<OffsetToCommit>, TopicCodes) {
+    let max_meta = groups.settings.metadata_max_bytes;
     let mut to_commit = Vec::new();
     let mut layout: TopicCodes = Vec::new();
-    for (name, parts) in topics {
-        let topic = state.topics.topic(&name);
+    for (name, parts) in commit {
+        let topic = topics.topic(&name);
         let mut rows = Vec::new();
         for (partition, offset, leader_epoch, metadata) in parts {
             let meta = metadata.map(|m| m.to_string()).unwrap_or_default();

@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub fn offset_commit(state: &Services, req: OffsetCommitRequest) -> Reply {
+pub fn offset_commit(groups: &GroupCoordinator, topics: &Arc<TopicRegistry>, req: OffsetCommitRequest) -> Reply {
     let group_id = req.group_id.to_string();
     let rows = req.topics.iter().map(|t| {
         let ps = t
@@ -11,14 +11,13 @@ pub fn offset_commit(state: &Services, req: OffsetCommitRequest) -> Reply {
             .map(|p| (p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata.clone()));
         (t.name.clone(), ps.collect())
     });
-    let (to_commit, layout) = plan_offsets(state, rows.collect());
+    let (to_commit, layout) = plan_offsets(groups, topics, rows.collect());
     let outcome = if group_id.is_empty() {
         Err(ResponseError::InvalidGroupId.code())
     } else if to_commit.is_empty() {
         Ok(crate::coordinator::ShardWrite::none())
     } else {
-        state
-            .groups
+        groups
             .commit_offsets(
                 &group_id,
                 &req.member_id,
@@ -85,10 +84,10 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn offset_commit(state: &Services, r: &mut OffsetCommitRequest, _version: i16) -> Gate {
-        if mine(state, 0, &r.group_id) {
+    pub fn offset_commit(router: &dyn Router, r: &mut OffsetCommitRequest, _version: i16) -> Gate {
+        if mine(router, 0, &r.group_id) {
             return Gate::Pass;
         }
         let mut x = OffsetCommitResponse::default();

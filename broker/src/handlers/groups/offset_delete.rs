@@ -2,13 +2,13 @@
 
 use super::*;
 
-pub fn offset_delete(state: &Services, req: OffsetDeleteRequest) -> Reply {
+pub fn offset_delete(groups: &GroupCoordinator, req: OffsetDeleteRequest) -> Reply {
     let topics: Vec<(String, Vec<i32>)> = req
         .topics
         .iter()
         .map(|t| (t.name.to_string(), t.partitions.iter().map(|p| p.partition_index).collect()))
         .collect();
-    let outcome = state.groups.delete_offsets(&req.group_id, topics, now_ms());
+    let outcome = groups.delete_offsets(&req.group_id, topics, now_ms());
     let fut: LaterReply = Box::pin(async move {
         let mut resp = OffsetDeleteResponse::default();
         match outcome {
@@ -79,9 +79,9 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn offset_delete(state: &Services, r: &mut OffsetDeleteRequest, _version: i16) -> Gate {
-        top!(state, 0, &r.group_id, OffsetDeleteResponse, OffsetDelete)
+    pub fn offset_delete(router: &dyn Router, r: &mut OffsetDeleteRequest, _version: i16) -> Gate {
+        top!(router, 0, &r.group_id, OffsetDeleteResponse, OffsetDelete)
     }
 }

@@ -4,16 +4,12 @@ use super::*;
 
 type Wanted = Option<Vec<(String, Vec<i32>)>>;
 
-fn fetch_group(state: &Services, group_id: &str, wanted: Wanted) -> group::OffsetRows {
-    state.groups.fetch_offsets(group_id, wanted)
-}
-
 /// OffsetFetch. With require_stable (v7+), a partition whose offset is pending in an open
 /// transaction answers UNSTABLE_OFFSET_COMMIT (the client retries until the marker lands).
-pub fn offset_fetch(state: &Services, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
+pub fn offset_fetch(groups: &GroupCoordinator, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
     let require_stable = version >= 7 && req.require_stable;
     let unstable = |group: &str, topic: &str, p: i32| {
-        require_stable && state.groups.pending_partitions(group).contains(&(topic.to_string(), p))
+        require_stable && groups.pending_partitions(group).contains(&(topic.to_string(), p))
     };
     let mut resp = OffsetFetchResponse::default();
     if version >= 8 {
@@ -24,7 +20,7 @@ pub fn offset_fetch(state: &Services, version: i16, req: OffsetFetchRequest) -> 
                 .map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
             let mut gr = offset_fetch_response::OffsetFetchResponseGroup::default();
             gr.group_id = g.group_id.clone();
-            for (topic, rows) in fetch_group(state, &g.group_id, wanted) {
+            for (topic, rows) in groups.fetch_offsets(&g.group_id, wanted) {
                 let mut tr = offset_fetch_response::OffsetFetchResponseTopics::default();
                 tr.name = topic_name(&topic);
                 for (p, o) in rows {
@@ -47,7 +43,7 @@ pub fn offset_fetch(state: &Services, version: i16, req: OffsetFetchRequest) -> 
             .topics
             .as_ref()
             .map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
-        for (topic, rows) in fetch_group(state, &req.group_id, wanted) {
+        for (topic, rows) in groups.fetch_offsets(&req.group_id, wanted) {
             let mut tr = offset_fetch_response::OffsetFetchResponseTopic::default();
             tr.name = topic_name(&topic);
             for (p, o) in rows {
@@ -89,7 +85,7 @@ pub mod acl {
 
     pub fn offset_fetch(c: &Authz<'_>, r: &mut OffsetFetchRequest, version: i16) -> Gate {
         let allowed_topics: HashSet<String> =
-            c.state.topics.topics().iter().filter(|t| c.topic(Op::Describe, &t.name)).map(|t| t.name.clone()).collect();
+            c.topics.topics().iter().filter(|t| c.topic(Op::Describe, &t.name)).map(|t| t.name.clone()).collect();
         if version < 8 {
             if !c.ok(Op::Describe, Rt::Group, &r.group_id) {
                 let code = E::GroupAuthorizationFailed.code();
@@ -187,11 +183,11 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn offset_fetch(state: &Services, r: &mut OffsetFetchRequest, version: i16) -> Gate {
+    pub fn offset_fetch(router: &dyn Router, r: &mut OffsetFetchRequest, version: i16) -> Gate {
         if version < 8 {
-            if mine(state, 0, &r.group_id) {
+            if mine(router, 0, &r.group_id) {
                 return Gate::Pass;
             }
             let mut x = OffsetFetchResponse::default();
@@ -199,7 +195,7 @@ pub mod route {
             return deny(ResponseKind::OffsetFetch(x));
         }
         let (keep, away): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut r.groups).into_iter().partition(|g| mine(state, 0, &g.group_id));
+            std::mem::take(&mut r.groups).into_iter().partition(|g| mine(router, 0, &g.group_id));
         r.groups = keep;
         if away.is_empty() {
             return Gate::Pass;

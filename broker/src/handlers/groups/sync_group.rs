@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub fn sync(state: &Services, req: SyncGroupRequest) -> Reply {
+pub fn sync(groups: &GroupCoordinator, req: SyncGroupRequest) -> Reply {
     let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.to_vec())).collect();
     let args = SyncArgs {
         member_id: &req.member_id,
@@ -12,7 +12,7 @@ pub fn sync(state: &Services, req: SyncGroupRequest) -> Reply {
         protocol: opt(&req.protocol_name),
         assignments,
     };
-    let (rx, deliveries) = state.groups.sync(&req.group_id, args, now_ms());
+    let (rx, deliveries) = groups.sync(&req.group_id, args, now_ms());
     let fut: LaterReply = Box::pin(async move {
         deliveries.finish().await;
         let mut resp = SyncGroupResponse::default();
@@ -49,9 +49,9 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn sync_group(state: &Services, r: &mut SyncGroupRequest, _version: i16) -> Gate {
-        top!(state, 0, &r.group_id, SyncGroupResponse, SyncGroup)
+    pub fn sync_group(router: &dyn Router, r: &mut SyncGroupRequest, _version: i16) -> Gate {
+        top!(router, 0, &r.group_id, SyncGroupResponse, SyncGroup)
     }
 }

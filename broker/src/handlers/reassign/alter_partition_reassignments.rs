@@ -10,7 +10,7 @@ use super::*;
 const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 
 pub async fn alter(
-    state: &Services,
+    topics: &Arc<TopicRegistry>,
     version: i16,
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
@@ -18,7 +18,7 @@ pub async fn alter(
     if version >= 1 {
         resp.allow_replication_factor_change = req.allow_replication_factor_change;
     }
-    let image = state.topics.cluster.get().map(|c| c.image());
+    let image = topics.cluster.get().map(|c| c.image());
     for t in req.topics {
         let mut tr = ReassignableTopicResponse::default();
         tr.name = t.name.clone();
@@ -52,7 +52,7 @@ pub async fn alter(
                             partition: p.partition_index,
                             replicas: new,
                         };
-                        match state.topics.cluster_write(cmd).await {
+                        match topics.cluster_write(cmd).await {
                             Ok(crate::cluster::CommandResult::Refused(
                                 crate::cluster::Refusal::InvalidReplicaAssignment(m),
                             )) => (ResponseError::InvalidReplicaAssignment.code(), Some(m)),

@@ -2,9 +2,9 @@
 
 use super::*;
 
-pub fn list(state: &Services, req: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse {
+pub fn list(topics: &Arc<TopicRegistry>, req: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse {
     let mut resp = ListPartitionReassignmentsResponse::default();
-    let Some(image) = state.topics.cluster.get().map(|c| c.image()) else { return resp };
+    let Some(image) = topics.cluster.get().map(|c| c.image()) else { return resp };
     let wanted: Option<std::collections::BTreeMap<String, Vec<i32>>> =
         req.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect());
     for (name, info) in &image.topics {

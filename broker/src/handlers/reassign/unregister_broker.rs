@@ -8,7 +8,7 @@ const BROKER_ID_NOT_REGISTERED: i16 = 102;
 /// running cluster (with `controller.listener`) from the metadata quorum and the broker list.
 /// Refused for the configured voters (they hold the coordinators' replicas) and for a broker
 /// that still holds partition replicas (move them first: `sluicectl cluster reassign`).
-pub async fn unregister(state: &Services, req: UnregisterBrokerRequest) -> UnregisterBrokerResponse {
+pub async fn unregister(topics: &Arc<TopicRegistry>, req: UnregisterBrokerRequest) -> UnregisterBrokerResponse {
     let mut resp = UnregisterBrokerResponse::default();
     let id = req.broker_id.0;
     let refuse = |mut r: UnregisterBrokerResponse, code: i16, m: String| {
@@ -16,7 +16,7 @@ pub async fn unregister(state: &Services, req: UnregisterBrokerRequest) -> Unreg
         r.error_message = Some(sb(&m));
         r
     };
-    let Some(node) = state.topics.cluster.get() else {
+    let Some(node) = topics.cluster.get() else {
         return refuse(resp, ResponseError::InvalidRequest.code(), "a single broker is not a cluster".into());
     };
     let image = node.image();

@@ -2,7 +2,11 @@
 
 use super::*;
 
-pub async fn alter_scram(state: &Services, req: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
+pub async fn alter_scram(
+    security: &Security,
+    topics: &Arc<TopicRegistry>,
+    req: AlterUserScramCredentialsRequest,
+) -> AlterUserScramCredentialsResponse {
     let mut resp = AlterUserScramCredentialsResponse::default();
     // Kafka: a user named twice (any mechanism, deletion or upsertion) is refused whole
     let mut count: BTreeMap<(String, i8), usize> = BTreeMap::new();
@@ -41,7 +45,7 @@ pub async fn alter_scram(state: &Services, req: AlterUserScramCredentialsRequest
             );
             continue;
         };
-        if state.security.credentials.get(&user, m).is_none() {
+        if security.credentials.get(&user, m).is_none() {
             fail(
                 &user,
                 E::ResourceNotFound.code(),
@@ -105,10 +109,10 @@ pub async fn alter_scram(state: &Services, req: AlterUserScramCredentialsRequest
     let keep: Vec<bool> = change_users.iter().map(|u| !errors.contains_key(u)).collect();
     let changes: Vec<Change> = changes.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c).collect();
     if !changes.is_empty() {
-        let stored = if state.topics.cluster.get().is_some() {
-            alter_in_cluster(state, changes).await
+        let stored = if topics.cluster.get().is_some() {
+            alter_in_cluster(security, topics, changes).await
         } else {
-            state.security.credentials.apply(changes).map(|_| ())
+            security.credentials.apply(changes).map(|_| ())
         };
         if let Err(e) = stored {
             tracing::error!("cannot persist SCRAM credentials: {e}");
@@ -138,7 +142,11 @@ pub async fn alter_scram(state: &Services, req: AlterUserScramCredentialsRequest
 }
 
 /// Cluster mode: credential changes through the quorum, then wait for this broker's copy.
-async fn alter_in_cluster(state: &Services, changes: Vec<Change>) -> anyhow::Result<()> {
+async fn alter_in_cluster(
+    security: &Security,
+    topics: &Arc<TopicRegistry>,
+    changes: Vec<Change>,
+) -> anyhow::Result<()> {
     let mut upserts = Vec::new();
     let mut deletes = Vec::new();
     for c in &changes {
@@ -155,21 +163,19 @@ async fn alter_in_cluster(state: &Services, changes: Vec<Change>) -> anyhow::Res
             Change::Delete { user, mechanism } => deletes.push((user.clone(), mechanism.name().to_string())),
         }
     }
-    state
-        .topics
+    topics
         .cluster_write(Command::AlterCredentials { upserts, deletes, only_if_absent: false })
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
-    state
-        .topics
+    topics
         .await_cluster(|_| {
             changes
                 .iter()
                 .all(|c| match c {
                     Change::Upsert { user, credential } => {
-                        state.security.credentials.get(user, credential.mechanism).as_ref() == Some(credential)
+                        security.credentials.get(user, credential.mechanism).as_ref() == Some(credential)
                     }
-                    Change::Delete { user, mechanism } => state.security.credentials.get(user, *mechanism).is_none(),
+                    Change::Delete { user, mechanism } => security.credentials.get(user, *mechanism).is_none(),
                 })
                 .then_some(())
         })

@@ -2,7 +2,11 @@
 
 use super::*;
 
-pub async fn create_acls(state: &Services, req: CreateAclsRequest) -> CreateAclsResponse {
+pub async fn create_acls(
+    security: &Security,
+    topics: &Arc<TopicRegistry>,
+    req: CreateAclsRequest,
+) -> CreateAclsResponse {
     let mut resp = CreateAclsResponse::default();
     let mut valid = Vec::new();
     let mut slots = Vec::new();
@@ -38,13 +42,12 @@ pub async fn create_acls(state: &Services, req: CreateAclsRequest) -> CreateAcls
         resp.results.push(r);
     }
     if !valid.is_empty() {
-        let stored = if state.topics.cluster.get().is_some() {
+        let stored = if topics.cluster.get().is_some() {
             // cluster mode: through the quorum, then this broker's copy
-            match state.topics.cluster_write(Command::CreateAcls { acls: valid.clone() }).await {
-                Ok(_) => state
-                    .topics
+            match topics.cluster_write(Command::CreateAcls { acls: valid.clone() }).await {
+                Ok(_) => topics
                     .await_cluster(|_| {
-                        let all = state.security.acls.all();
+                        let all = security.acls.all();
                         valid.iter().all(|b| all.contains(b)).then_some(())
                     })
                     .await
@@ -52,7 +55,7 @@ pub async fn create_acls(state: &Services, req: CreateAclsRequest) -> CreateAcls
                 Err(e) => Err(anyhow::anyhow!(e)),
             }
         } else {
-            state.security.acls.create(&valid)
+            security.acls.create(&valid)
         };
         if let Err(e) = stored {
             tracing::error!("cannot persist ACLs: {e}");

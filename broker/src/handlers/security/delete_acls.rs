@@ -2,7 +2,11 @@
 
 use super::*;
 
-pub async fn delete_acls(state: &Services, req: DeleteAclsRequest) -> DeleteAclsResponse {
+pub async fn delete_acls(
+    security: &Security,
+    topics: &Arc<TopicRegistry>,
+    req: DeleteAclsRequest,
+) -> DeleteAclsResponse {
     let mut resp = DeleteAclsResponse::default();
     let parsed: Vec<Result<AclFilter, String>> = req
         .filters
@@ -20,14 +24,13 @@ pub async fn delete_acls(state: &Services, req: DeleteAclsRequest) -> DeleteAcls
         })
         .collect();
     let good: Vec<AclFilter> = parsed.iter().filter_map(|f| f.as_ref().ok().cloned()).collect();
-    let deleted = if state.topics.cluster.get().is_some() {
-        match state.topics.cluster_write(Command::DeleteAcls { filters: good.clone() }).await {
+    let deleted = if topics.cluster.get().is_some() {
+        match topics.cluster_write(Command::DeleteAcls { filters: good.clone() }).await {
             Ok(CommandResult::DeletedAcls(d)) => {
                 let gone: Vec<AclBinding> = d.iter().flatten().cloned().collect();
-                state
-                    .topics
+                topics
                     .await_cluster(|_| {
-                        let all = state.security.acls.all();
+                        let all = security.acls.all();
                         gone.iter().all(|b| !all.contains(b)).then_some(())
                     })
                     .await
@@ -38,7 +41,7 @@ pub async fn delete_acls(state: &Services, req: DeleteAclsRequest) -> DeleteAcls
             Err(e) => Err(anyhow::anyhow!(e)),
         }
     } else {
-        state.security.acls.delete(&good)
+        security.acls.delete(&good)
     };
     let deleted = match deleted {
         Ok(d) => d,

@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub fn describe_acls(state: &Services, req: DescribeAclsRequest) -> DescribeAclsResponse {
+pub fn describe_acls(security: &Security, req: DescribeAclsRequest) -> DescribeAclsResponse {
     let mut resp = DescribeAclsResponse::default();
     let f = match filter(
         req.resource_type_filter,
@@ -21,7 +21,7 @@ pub fn describe_acls(state: &Services, req: DescribeAclsRequest) -> DescribeAcls
         }
     };
     let mut by_resource: BTreeMap<(i8, String, i8), Vec<AclBinding>> = BTreeMap::new();
-    for b in state.security.acls.describe(&f) {
+    for b in security.acls.describe(&f) {
         by_resource
             .entry((b.resource_type.code(), b.resource_name.clone(), b.pattern_type.code()))
             .or_default()

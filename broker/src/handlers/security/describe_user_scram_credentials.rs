@@ -3,11 +3,11 @@
 use super::*;
 
 pub fn describe_scram(
-    state: &Services,
+    security: &Security,
     req: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
     let mut resp = DescribeUserScramCredentialsResponse::default();
-    let all = state.security.credentials.describe();
+    let all = security.credentials.describe();
     let info = |user: &str, creds: &[(Mechanism, i32)]| {
         let mut r = describe_user_scram_credentials_response::DescribeUserScramCredentialsResult::default();
         r.user = sb(user);

@@ -6,12 +6,14 @@ use super::sb;
 use crate::cluster::{Command, CommandResult};
 use crate::security::acl::{AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType};
 use crate::security::credentials::{Change, CredentialRecord};
-use crate::services::Services;
+use crate::security::Security;
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError as E;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use sluice_protocol::scram::{Mechanism, MAX_ITERATIONS, MIN_ITERATIONS};
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 pub mod alter_user_scram_credentials;
 pub mod create_acls;

@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub async fn create_partitions(state: &Services, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+pub async fn create_partitions(topics: &Arc<TopicRegistry>, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
     let mut resp = CreatePartitionsResponse::default();
     for t in req.topics {
         let mut r = CreatePartitionsTopicResult::default();
@@ -10,9 +10,9 @@ pub async fn create_partitions(state: &Services, req: CreatePartitionsRequest) -
         let result = match t.assignments.as_ref().filter(|a| !a.is_empty()) {
             Some(a) => {
                 let lists = a.iter().map(|x| x.broker_ids.iter().map(|b| b.0).collect()).collect();
-                state.topics.create_partitions_assigned(&t.name.0, t.count, lists, req.validate_only).await
+                topics.create_partitions_assigned(&t.name.0, t.count, lists, req.validate_only).await
             }
-            None => state.topics.create_partitions(&t.name.0, t.count, req.validate_only).await,
+            None => topics.create_partitions(&t.name.0, t.count, req.validate_only).await,
         };
         if let Err(e) = result {
             r.error_code = topic_error_code(&e);

@@ -2,7 +2,11 @@
 
 use super::*;
 
-pub async fn create(state: &Services, req: CreateTopicsRequest) -> CreateTopicsResponse {
+pub async fn create(
+    topics: &Arc<TopicRegistry>,
+    config: &Arc<Config>,
+    req: CreateTopicsRequest,
+) -> CreateTopicsResponse {
     let mut resp = CreateTopicsResponse::default();
     let mut names_seen = BTreeMap::new();
     // every topic is proposed first, then all are waited for: in cluster mode their replica
@@ -34,31 +38,29 @@ pub async fn create(state: &Services, req: CreateTopicsRequest) -> CreateTopicsR
         let result = match bad {
             Some(m) => Err(TopicError::InvalidConfig("request".into(), m)),
             None if !t.assignments.is_empty() => match assignment(&t) {
-                Ok(a) => state.topics.propose_topic_assigned(&name, a, configs, req.validate_only).await,
+                Ok(a) => topics.propose_topic_assigned(&name, a, configs, req.validate_only).await,
                 Err(e) => Err(e),
             },
             None => {
-                state
-                    .topics
-                    .propose_topic(&name, t.num_partitions, t.replication_factor, configs, req.validate_only)
-                    .await
+                topics.propose_topic(&name, t.num_partitions, t.replication_factor, configs, req.validate_only).await
             }
         };
         proposed.push((t, r, result));
     }
     for (t, mut r, result) in proposed {
         let created = match result {
-            Ok(p) => state.topics.await_created(p).await,
+            Ok(p) => topics.await_created(p).await,
             Err(e) => Err(e),
         };
         match created {
             Ok(topic) => {
                 r.topic_id = topic.id;
-                r.num_partitions = if t.num_partitions == -1 { state.config.num_partitions } else { t.num_partitions };
-                r.replication_factor = replication_factor(state, &topic);
+                r.num_partitions = if t.num_partitions == -1 { config.num_partitions } else { t.num_partitions };
+                r.replication_factor = replication_factor(topics, &topic);
                 // Kafka (v5+): every config of the new topic, as DescribeConfigs gives it
                 let all = crate::handlers::configs::describe_configs::describe_topic(
-                    state,
+                    topics,
+                    config,
                     &topic.configs,
                     &|_| true,
                     false,

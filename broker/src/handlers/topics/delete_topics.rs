@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub async fn delete(state: &Services, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+pub async fn delete(topics: &Arc<TopicRegistry>, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
     let mut resp = DeleteTopicsResponse::default();
     let mut targets: Vec<(Option<String>, uuid::Uuid)> =
         req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
@@ -12,16 +12,16 @@ pub async fn delete(state: &Services, req: DeleteTopicsRequest) -> DeleteTopicsR
         r.topic_id = id;
         let resolved = match &name {
             Some(n) => Some(n.clone()),
-            None => state.topics.topic_by_id(id).map(|t| t.name.clone()),
+            None => topics.topic_by_id(id).map(|t| t.name.clone()),
         };
         r.name = resolved.as_deref().map(topic_name);
         match resolved {
             None => r.error_code = ResponseError::UnknownTopicId.code(),
             Some(n) => {
-                if let Some(t) = state.topics.topic(&n) {
+                if let Some(t) = topics.topic(&n) {
                     r.topic_id = t.id;
                 }
-                if let Err(e) = state.topics.delete_topic(&n).await {
+                if let Err(e) = topics.delete_topic(&n).await {
                     r.error_code = topic_error_code(&e);
                     r.error_message = Some(sb(&e.to_string()));
                 }
@@ -41,7 +41,7 @@ pub mod acl {
         let name_of = |t: &delete_topics_request::DeleteTopicState| -> Option<String> {
             match &t.name {
                 Some(n) => Some(n.to_string()),
-                None => c.state.topics.topic_by_id(t.topic_id).map(|t| t.name.clone()),
+                None => c.topics.topic_by_id(t.topic_id).map(|t| t.name.clone()),
             }
         };
         let denied_names = split_off(&mut r.topic_names, |n| c.topic(Op::Delete, n));

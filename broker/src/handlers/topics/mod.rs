@@ -2,8 +2,9 @@
 //! API's answer and its ACL rule (`acl`); this module, what they share.
 
 use super::{sb, topic_name};
-use crate::services::Services;
+use crate::config::Config;
 use crate::topics::TopicError;
+use crate::topics::TopicRegistry;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
@@ -13,6 +14,7 @@ use kafka_protocol::messages::{
     DeleteTopicsResponse,
 };
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub mod create_partitions;
 pub mod create_topics;
@@ -37,9 +39,8 @@ pub fn topic_error_code(e: &TopicError) -> i16 {
 }
 
 /// A topic's replication factor: its first partition's replica count (one on a single broker).
-fn replication_factor(state: &Services, topic: &crate::topics::Topic) -> i16 {
-    let n = state
-        .topics
+fn replication_factor(topics: &TopicRegistry, topic: &crate::topics::Topic) -> i16 {
+    let n = topics
         .cluster
         .get()
         .and_then(|c| c.image().topics.get(&topic.name).and_then(|i| i.replicas.first().map(Vec::len)));

@@ -2,11 +2,11 @@
 
 use super::*;
 
-pub fn add_offsets(state: &Arc<Services>, version: i16, req: AddOffsetsToTxnRequest) -> Reply {
+pub fn add_offsets(txns: &Arc<TxnCoordinator>, version: i16, req: AddOffsetsToTxnRequest) -> Reply {
     let id = req.transactional_id.to_string();
     let group = req.group_id.to_string();
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
-    let st = state.clone();
+    let txns = txns.clone();
     let fut: LaterReply = Box::pin(async move {
         let mut resp = AddOffsetsToTxnResponse::default();
         if group.is_empty() {
@@ -14,8 +14,7 @@ pub fn add_offsets(state: &Arc<Services>, version: i16, req: AddOffsetsToTxnRequ
             return ResponseKind::AddOffsetsToTxn(resp);
         }
         let now = now_ms();
-        if let Outcome::Refused(e) =
-            st.txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group), now)).await
+        if let Outcome::Refused(e) = txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group), now)).await
         {
             resp.error_code = code(e, version, 2);
         }
@@ -48,9 +47,9 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn add_offsets_to_txn(state: &Services, r: &mut AddOffsetsToTxnRequest, _version: i16) -> Gate {
-        top!(state, 1, &r.transactional_id, AddOffsetsToTxnResponse, AddOffsetsToTxn)
+    pub fn add_offsets_to_txn(router: &dyn Router, r: &mut AddOffsetsToTxnRequest, _version: i16) -> Gate {
+        top!(router, 1, &r.transactional_id, AddOffsetsToTxnResponse, AddOffsetsToTxn)
     }
 }

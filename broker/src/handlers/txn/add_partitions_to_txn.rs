@@ -2,9 +2,14 @@
 
 use super::*;
 
-pub fn add_partitions(state: &Arc<Services>, version: i16, req: AddPartitionsToTxnRequest) -> Reply {
+pub fn add_partitions(
+    txns: &Arc<TxnCoordinator>,
+    registry: &TopicRegistry,
+    version: i16,
+    req: AddPartitionsToTxnRequest,
+) -> Reply {
     if version >= 4 {
-        return add_partitions_batched(state, req);
+        return add_partitions_batched(txns, req);
     }
     let id = req.v3_and_below_transactional_id.to_string();
     let (pid, epoch) = (req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch);
@@ -14,9 +19,9 @@ pub fn add_partitions(state: &Arc<Services>, version: i16, req: AddPartitionsToT
     let unknown: Vec<(String, i32)> = topics
         .iter()
         .flat_map(|(t, ps)| ps.iter().map(move |p| (t.to_string(), *p)))
-        .filter(|(t, p)| state.topics.partition(t, *p).is_none())
+        .filter(|(t, p)| registry.partition(t, *p).is_none())
         .collect();
-    let st = state.clone();
+    let txns = txns.clone();
     let fut: LaterReply = Box::pin(async move {
         let outcome = if !unknown.is_empty() {
             None
@@ -24,7 +29,7 @@ pub fn add_partitions(state: &Arc<Services>, version: i16, req: AddPartitionsToT
             let parts: Vec<(String, i32)> =
                 topics.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.to_string(), *p))).collect();
             let now = now_ms();
-            Some(st.txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now)).await)
+            Some(txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now)).await)
         };
         let mut resp = AddPartitionsToTxnResponse::default();
         for (name, ps) in topics {
@@ -50,8 +55,8 @@ pub fn add_partitions(state: &Arc<Services>, version: i16, req: AddPartitionsToT
 
 /// AddPartitionsToTxn v4+ (the broker-to-coordinator form, KIP-890): several transactions per
 /// request; `verify_only` checks that the partitions are already in the ongoing transaction.
-fn add_partitions_batched(state: &Arc<Services>, req: AddPartitionsToTxnRequest) -> Reply {
-    let st = state.clone();
+fn add_partitions_batched(txns: &Arc<TxnCoordinator>, req: AddPartitionsToTxnRequest) -> Reply {
+    let txns = txns.clone();
     let fut: LaterReply = Box::pin(async move {
         let mut resp = AddPartitionsToTxnResponse::default();
         for t in req.transactions {
@@ -63,8 +68,7 @@ fn add_partitions_batched(state: &Arc<Services>, req: AddPartitionsToTxnRequest)
                 parts
                     .iter()
                     .map(|(topic, p)| {
-                        let c = st
-                            .txns
+                        let c = txns
                             .verify_partition(&id, pid, epoch, topic, *p)
                             .err()
                             .map_or(0, crate::error_map::txn_code);
@@ -73,7 +77,7 @@ fn add_partitions_batched(state: &Arc<Services>, req: AddPartitionsToTxnRequest)
                     .collect()
             } else {
                 let now = now_ms();
-                let c = match st.txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now)).await {
+                let c = match txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &parts, None, now)).await {
                     Outcome::Done(_) => 0,
                     Outcome::Refused(e) => crate::error_map::txn_code(e),
                 };
@@ -149,11 +153,11 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn add_partitions_to_txn(state: &Services, r: &mut AddPartitionsToTxnRequest, version: i16) -> Gate {
+    pub fn add_partitions_to_txn(router: &dyn Router, r: &mut AddPartitionsToTxnRequest, version: i16) -> Gate {
         if version < 4 {
-            if mine(state, 1, &r.v3_and_below_transactional_id) {
+            if mine(router, 1, &r.v3_and_below_transactional_id) {
                 return Gate::Pass;
             }
             let x = refuse::add_partitions_v3(r, |_| NOT_COORDINATOR);

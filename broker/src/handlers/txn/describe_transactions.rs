@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub fn describe(state: &Services, req: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
+pub fn describe(txns: &TxnCoordinator, req: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
     let mut resp = DescribeTransactionsResponse::default();
     for id in req.transactional_ids {
         let mut t = describe_transactions_response::TransactionState::default();
@@ -10,7 +10,7 @@ pub fn describe(state: &Services, req: DescribeTransactionsRequest) -> DescribeT
         t.producer_id = ProducerId(-1);
         t.producer_epoch = -1;
         t.transaction_start_time_ms = -1;
-        match state.txns.get(&id) {
+        match txns.get(&id) {
             None => t.error_code = ResponseError::TransactionalIdNotFound.code(),
             Some(m) => {
                 t.transaction_state = sb(m.state.name());
@@ -72,11 +72,11 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn describe_transactions(state: &Services, r: &mut DescribeTransactionsRequest, _version: i16) -> Gate {
+    pub fn describe_transactions(router: &dyn Router, r: &mut DescribeTransactionsRequest, _version: i16) -> Gate {
         let away: Vec<String> =
-            r.transactional_ids.iter().filter(|t| !mine(state, 1, t)).map(|t| t.to_string()).collect();
+            r.transactional_ids.iter().filter(|t| !mine(router, 1, t)).map(|t| t.to_string()).collect();
         if away.is_empty() {
             return Gate::Pass;
         }

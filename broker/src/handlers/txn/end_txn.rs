@@ -2,18 +2,18 @@
 
 use super::*;
 
-pub fn end_txn(state: &Arc<Services>, version: i16, req: EndTxnRequest) -> Reply {
+pub fn end_txn(txns: &Arc<TxnCoordinator>, producer_ids: &Arc<ProducerIds>, version: i16, req: EndTxnRequest) -> Reply {
     let id = req.transactional_id.to_string();
     let (pid, epoch, commit) = (req.producer_id.0, req.producer_epoch, req.committed);
     let tv2 = version >= 5;
-    let st = state.clone();
+    let (txns, producer_ids) = (txns.clone(), producer_ids.clone());
     let fut: LaterReply = Box::pin(async move {
         let mut resp = EndTxnResponse::default();
         resp.producer_id = ProducerId(-1);
         resp.producer_epoch = -1;
         let now = now_ms();
-        let mut fresh = fresh_pid(&st.producer_ids);
-        match st.txns.run(&id, |m| machine::end_txn(m, pid, epoch, commit, tv2, &mut fresh, now)).await {
+        let mut fresh = fresh_pid(&producer_ids);
+        match txns.run(&id, |m| machine::end_txn(m, pid, epoch, commit, tv2, &mut fresh, now)).await {
             Outcome::Refused(e) => resp.error_code = code(e, version, 2),
             Outcome::Done(m) if tv2 => {
                 // the producer's id and epoch for its next transaction
@@ -49,10 +49,10 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn end_txn(state: &Services, r: &mut EndTxnRequest, _version: i16) -> Gate {
-        if mine(state, 1, &r.transactional_id) {
+    pub fn end_txn(router: &dyn Router, r: &mut EndTxnRequest, _version: i16) -> Gate {
+        if mine(router, 1, &r.transactional_id) {
             return Gate::Pass;
         }
         let mut x = EndTxnResponse::default();

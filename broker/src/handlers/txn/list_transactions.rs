@@ -2,14 +2,14 @@
 
 use super::*;
 
-pub fn list(state: &Services, req: ListTransactionsRequest) -> ListTransactionsResponse {
+pub fn list(txns: &TxnCoordinator, req: ListTransactionsRequest) -> ListTransactionsResponse {
     let states: Vec<String> = req.state_filters.iter().map(|s| s.to_string()).collect();
     let pids: Vec<i64> = req.producer_id_filters.iter().map(|p| p.0).collect();
     let now = now_ms();
     let mut resp = ListTransactionsResponse::default();
     let known = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead"];
     resp.unknown_state_filters = states.iter().filter(|s| !known.contains(&s.as_str())).map(|s| sb(s)).collect();
-    for (id, m) in state.txns.all() {
+    for (id, m) in txns.all() {
         if !states.is_empty() && !states.iter().any(|s| s == m.state.name()) {
             continue;
         }
@@ -34,7 +34,7 @@ pub mod acl {
     use crate::handlers::gate::prelude::*;
 
     pub fn list_transactions(c: &Authz<'_>, _r: &mut ListTransactionsRequest, _version: i16) -> Gate {
-        let (sec, who) = (c.state.security.clone(), c.session.clone());
+        let (sec, who) = (c.security.clone(), c.session.clone());
         patch(
             move |resp: &mut ListTransactionsResponse| {
                 resp.transaction_states

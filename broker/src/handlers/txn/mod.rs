@@ -7,11 +7,15 @@
 
 use super::{now_ms, sb, LaterReply, Reply};
 use crate::group;
-use crate::routing::{CoordinatorKey, Route, Router as _};
-use crate::services::Services;
+use crate::group::GroupCoordinator;
+use crate::producer_ids::ProducerIds;
+use crate::routing::Router;
+use crate::routing::{CoordinatorKey, Route};
+use crate::topics::TopicRegistry;
 use crate::txn::error::TxnError;
 use crate::txn::machine;
 use crate::txn::Outcome;
+use crate::txn::TxnCoordinator;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use std::sync::Arc;

@@ -2,7 +2,14 @@
 
 use super::*;
 
-pub fn txn_offset_commit(state: &Arc<Services>, version: i16, req: TxnOffsetCommitRequest) -> Reply {
+pub fn txn_offset_commit(
+    txns: &Arc<TxnCoordinator>,
+    groups: &Arc<GroupCoordinator>,
+    topics: &Arc<TopicRegistry>,
+    router: Arc<dyn Router>,
+    version: i16,
+    req: TxnOffsetCommitRequest,
+) -> Reply {
     let id = req.transactional_id.to_string();
     let group_id = req.group_id.to_string();
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
@@ -13,16 +20,16 @@ pub fn txn_offset_commit(state: &Arc<Services>, version: i16, req: TxnOffsetComm
             .map(|p| (p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata.clone()));
         (t.name.clone(), ps.collect())
     });
-    let (to_commit, layout) = crate::handlers::groups::plan_offsets(state, rows.collect());
+    let (to_commit, layout) = crate::handlers::groups::plan_offsets(groups, topics, rows.collect());
     let member_id = req.member_id.to_string();
     let instance_id = req.group_instance_id.as_ref().map(|s| s.to_string()).filter(|s| !s.is_empty());
     let generation = req.generation_id;
-    let st = state.clone();
+    let (txns, groups) = (txns.clone(), groups.clone());
     let fut: LaterReply = Box::pin(async move {
         // The producer must own the transactional id and have added this group (checked here
         // when this broker is also the transaction's coordinator; in cluster mode with the
         // coordinator elsewhere, by it: its markers decide the pending offsets' fate).
-        let remote = match st.coordinator_of(CoordinatorKey::Transaction(&id)) {
+        let remote = match router.coordinator_of(CoordinatorKey::Transaction(&id)) {
             Route::Broker(b) => Some(b.addr()),
             Route::Here | Route::Electing => None,
         };
@@ -36,11 +43,11 @@ pub fn txn_offset_commit(state: &Arc<Services>, version: i16, req: TxnOffsetComm
                 }
                 None => {
                     let now = now_ms();
-                    st.txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group_id), now)).await;
+                    txns.run(&id, |m| machine::add_to_txn(m, pid, epoch, &[], Some(&group_id), now)).await;
                 }
             }
         }
-        let check = match st.txns.get(&id) {
+        let check = match txns.get(&id) {
             _ if remote_refusal.is_some() => Err(remote_refusal.unwrap_or(ResponseError::InvalidTxnState)),
             _ if remote.is_some() => Ok(()),
             None => Err(ResponseError::InvalidProducerIdMapping),
@@ -55,7 +62,7 @@ pub fn txn_offset_commit(state: &Arc<Services>, version: i16, req: TxnOffsetComm
             if to_commit.is_empty() {
                 Ok(crate::coordinator::ShardWrite::none())
             } else {
-                st.groups
+                groups
                     .commit_txn_offsets(
                         &group_id,
                         pid,
@@ -126,10 +133,10 @@ pub mod acl {
 pub mod route {
     use crate::handlers::gate::prelude::*;
     use crate::handlers::gate::routing::*;
-    use crate::services::Services;
+    use crate::routing::Router;
 
-    pub fn txn_offset_commit(state: &Services, r: &mut TxnOffsetCommitRequest, _version: i16) -> Gate {
-        if mine(state, 0, &r.group_id) {
+    pub fn txn_offset_commit(router: &dyn Router, r: &mut TxnOffsetCommitRequest, _version: i16) -> Gate {
+        if mine(router, 0, &r.group_id) {
             return Gate::Pass;
         }
         let mut x = TxnOffsetCommitResponse::default();
