@@ -1280,10 +1280,12 @@ async fn a_broker_joins_a_running_cluster_and_leaves_it() {
     }
 }
 
-/// The voters of the last membership in a coordinator shard group's Raft log on broker `b`.
+/// The voters of the last membership in a coordinator shard group's Raft log on broker `b` (read
+/// with `sluice raft-log-dump`: the log is binary).
 fn shard_voters(b: &Broker, group: &str) -> BTreeSet<u64> {
-    let path = b.data_dir.join("__cluster").join("replicas").join(group).join("raft-log.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let dir = b.data_dir.join("__cluster").join("replicas").join(group);
+    let out = std::process::Command::new(sluice_tests::sluice_bin()).arg("raft-log-dump").arg(&dir).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
     let last = text.lines().rev().find(|l| l.contains("\"Membership\"")).unwrap_or("{}");
     let v: serde_json::Value = serde_json::from_str(last).unwrap();
     v["payload"]["Membership"]["configs"]

@@ -3,7 +3,7 @@
 //! topics and their replica assignments, configs, producer-id blocks, ACLs and SCRAM users —
 //! and its leader is the cluster's controller (docs/decisions/0010).
 //!
-//! - `store`: the metadata quorum's durable Raft log (JSON lines, fsynced) and its state
+//! - `store`: the metadata quorum's durable Raft log (binary records, fsynced) and its state
 //!   machine (the image);
 //! - `network`: every Raft group's RPCs, forwarded writes and admin calls between brokers,
 //!   length-prefixed bincode frames over TCP;

@@ -1,7 +1,7 @@
 //! Partition replication: one Raft group (openraft) per partition whose topic has a
 //! replication factor above one, its voters the partition's replicas.
 //!
-//! Two logs (decision record 0010): each group's Raft log (`replication::log_store::LogStore`, JSON lines,
+//! Two logs (decision record 0010): each group's Raft log (`replication::log_store::LogStore`, binary records,
 //! fsynced) holds the produce batches and transaction markers in the order the leader proposed
 //! them; the partition log is the state machine. A batch is applied — the idempotence and
 //! transaction checks, the offsets, the write — on every replica only once a majority has it,
@@ -574,8 +574,9 @@ mod tests {
     use sluice_protocol::batch::{BatchBuilder, NewRecord};
     use sluice_storage::{Log, LogConfig};
 
-    /// Commands keep their JSON form in the Raft log files (base64 bytes, a bare string or null
-    /// for an optional value) and travel as raw bytes in bincode RPC frames; both round-trip.
+    /// Commands keep the JSON form of the Raft log files of earlier versions (base64 bytes, a
+    /// bare string or null for an optional value: converted on open, decision 0023) and travel
+    /// as raw bytes in bincode (RPC frames, log records); both round-trip.
     #[test]
     fn commands_round_trip_as_json_and_as_bincode() {
         let cmds = vec![

@@ -21,6 +21,43 @@ const SNAPSHOT_FILE: &str = "raft-snapshot.json";
 
 pub use crate::replication::log_store::{io_err, write_atomic, LogStore};
 
+/// Which Raft group a log directory belongs to, for [`dump`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupKind {
+    /// The metadata quorum's (`<log.dirs>/__cluster`).
+    Metadata,
+    /// A replicated partition's (`__cluster/replicas/<topic id>-<partition>`).
+    Partition,
+    /// A coordinator shard's (`__cluster/replicas/__consumer_offsets-<n>`, `__transaction_state-<n>`).
+    Shard,
+}
+
+impl GroupKind {
+    /// The kind a directory's name tells: a shard by its internal topic's name, a partition by
+    /// being under `replicas/`, else the metadata quorum.
+    pub fn of(dir: &Path) -> GroupKind {
+        let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        if name.starts_with("__consumer_offsets-") || name.starts_with("__transaction_state-") {
+            GroupKind::Shard
+        } else if dir.parent().and_then(|p| p.file_name()).is_some_and(|p| p == "replicas") {
+            GroupKind::Partition
+        } else {
+            GroupKind::Metadata
+        }
+    }
+}
+
+/// Write every entry of the Raft log in `dir` to `out` as JSON lines, read-only
+/// (`sluice raft-log-dump DIR`): the number of entries.
+pub fn dump(dir: &Path, kind: GroupKind, out: &mut dyn std::io::Write) -> anyhow::Result<usize> {
+    use crate::replication::log_store::dump_as;
+    match kind {
+        GroupKind::Metadata => dump_as::<TypeConfig>(dir, out),
+        GroupKind::Partition => dump_as::<crate::replication::types::PartConfig>(dir, out),
+        GroupKind::Shard => dump_as::<crate::replication::types::ShardConfig>(dir, out),
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct SmState {
     last_applied: Option<LogId<NodeId>>,

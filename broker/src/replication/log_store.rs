@@ -1,7 +1,10 @@
 //! A Raft log on disk, for every Raft group of a broker (the metadata quorum's, each partition's
-//! and each coordinator shard's): JSON lines in `raft-log.jsonl` (appended and fsynced before
-//! openraft is told the entries are durable; a torn last line from a crash is dropped on open),
-//! and the vote, committed and purged ids in `raft-meta.json` (written atomically).
+//! and each coordinator shard's): binary records in `raft-log.bin` — a 4-byte big-endian length,
+//! the CRC32C of the payload, the payload (the entry in bincode, bytes raw) — appended and
+//! fsynced before openraft is told the entries are durable; a torn or corrupt last record from a
+//! crash is dropped on open. The vote, committed and purged ids are in `raft-meta.json`
+//! (written atomically). A log written as JSON lines by earlier versions (`raft-log.jsonl`, the
+//! bytes in base64) is converted once, on open (decision 0023).
 
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
@@ -18,8 +21,63 @@ use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-const LOG_FILE: &str = "raft-log.jsonl";
+const LOG_FILE: &str = "raft-log.bin";
+/// The JSON-lines log of earlier versions, converted to [`LOG_FILE`] on open.
+const JSON_LOG_FILE: &str = "raft-log.jsonl";
 const META_FILE: &str = "raft-meta.json";
+/// A record's header: the payload's length and its CRC32C, both big-endian `u32`.
+const HEADER: usize = 8;
+/// A length above this is not a record (a torn or corrupt header): no entry comes near it (a
+/// produce batch is bounded by `message.max.bytes`, a Raft RPC frame by 64 MiB).
+const RECORD_MAX: usize = 256 * 1024 * 1024;
+
+/// Append `e` to `out` as one record.
+fn encode_record<T: Serialize>(out: &mut Vec<u8>, e: &T) -> std::io::Result<()> {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER]);
+    bincode::serialize_into(&mut *out, e).map_err(std::io::Error::other)?;
+    let len = u32::try_from(out.len() - start - HEADER).map_err(|_| std::io::Error::other("entry too large"))?;
+    let crc = crc32c::crc32c(&out[start + HEADER..]);
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+    out[start + 4..start + HEADER].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
+}
+
+/// The payload of one whole record, if its CRC matches.
+fn record_payload(record: &[u8]) -> Option<&[u8]> {
+    let header = record.get(..HEADER)?;
+    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let crc = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+    let payload = record.get(HEADER..HEADER + len)?;
+    (crc32c::crc32c(payload) == crc).then_some(payload)
+}
+
+/// Read the next record from `r`: its bytes (header included), `None` at a clean end, `Err`
+/// with the reason for a torn or corrupt one.
+fn next_record(r: &mut impl std::io::Read, buf: &mut Vec<u8>) -> Result<Option<()>, String> {
+    buf.clear();
+    buf.resize(HEADER, 0);
+    let mut got = 0;
+    while got < HEADER {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err("a torn record header".into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len > RECORD_MAX {
+        return Err(format!("a record length of {len} bytes"));
+    }
+    buf.resize(HEADER + len, 0);
+    r.read_exact(&mut buf[HEADER..]).map_err(|_| "a torn record".to_string())?;
+    if record_payload(buf).is_none() {
+        return Err("a record whose CRC does not match".into());
+    }
+    Ok(Some(()))
+}
 
 /// A Raft type config whose log this store can hold: the metadata quorum's and each
 /// partition's or coordinator shard's (`cluster/replica.rs`).
@@ -57,7 +115,7 @@ struct Meta {
     last_purged: Option<LogId<NodeId>>,
 }
 
-/// Where one entry's line is in the log file (entries are read back on demand, not kept in
+/// Where one entry's record is in the log file (entries are read back on demand, not kept in
 /// memory: a partition's Raft log holds every batch).
 #[derive(Clone, Copy)]
 struct Slot {
@@ -66,7 +124,7 @@ struct Slot {
     len: usize,
 }
 
-/// Bytes (of encoded lines) of the newest entries kept decoded in memory: replication to the
+/// Bytes (of encoded records) of the newest entries kept decoded in memory: replication to the
 /// followers and the state machine read entries right after they were appended, and decoding
 /// them back from the file cost as much CPU as writing them (profiled on a three-broker run).
 const RECENT_BYTES: usize = 1 << 20;
@@ -74,7 +132,7 @@ const RECENT_BYTES: usize = 1 << 20;
 struct LogInner<C: Logged> {
     dir: PathBuf,
     entries: BTreeMap<u64, Slot>,
-    /// The newest entries, decoded (at most [`RECENT_BYTES`] of their lines).
+    /// The newest entries, decoded (at most [`RECENT_BYTES`] of their records).
     recent: BTreeMap<u64, (Entry<C>, usize)>,
     recent_bytes: usize,
     meta: Meta,
@@ -111,7 +169,7 @@ where
         write_atomic(&self.dir.join(META_FILE), &serde_json::to_vec(&self.meta).map_err(io_err)?)
     }
 
-    fn line(&self, slot: &Slot) -> Result<Vec<u8>, StorageError<NodeId>> {
+    fn record(&self, slot: &Slot) -> Result<Vec<u8>, StorageError<NodeId>> {
         use std::os::unix::fs::FileExt;
         let mut buf = vec![0u8; slot.len];
         self.file.read_exact_at(&mut buf, slot.pos).map_err(io_err)?;
@@ -125,7 +183,10 @@ where
         if let Some((e, _)) = self.recent.get(&index) {
             return Ok(e.clone());
         }
-        serde_json::from_slice(&self.line(slot)?).map_err(io_err)
+        let record = self.record(slot)?;
+        let payload = record_payload(&record)
+            .ok_or_else(|| io_err(std::io::Error::other(format!("Raft log entry {index}: its CRC does not match"))))?;
+        bincode::deserialize(payload).map_err(io_err)
     }
 
     fn remember(&mut self, e: Entry<C>, len: usize) {
@@ -150,9 +211,9 @@ where
         let mut text = Vec::new();
         let mut slots = BTreeMap::new();
         for (i, slot) in &self.entries {
-            let line = self.line(slot)?;
-            slots.insert(*i, Slot { log_id: slot.log_id, pos: text.len() as u64, len: line.len() });
-            text.extend_from_slice(&line);
+            let record = self.record(slot)?;
+            slots.insert(*i, Slot { log_id: slot.log_id, pos: text.len() as u64, len: record.len() });
+            text.extend_from_slice(&record);
         }
         let path = self.dir.join(LOG_FILE);
         write_atomic(&path, &text)?;
@@ -174,28 +235,40 @@ where
             Err(e) => return Err(e.into()),
         };
         let path = dir.join(LOG_FILE);
+        let json = dir.join(JSON_LOG_FILE);
+        if json.exists() {
+            if path.exists() {
+                // converted before a crash kept the old file: the new one is complete
+                // (written atomically), so the old one goes
+                std::fs::remove_file(&json)?;
+            } else {
+                Self::convert_json_log(dir)?;
+            }
+        }
         let file = open_log_file(&path)?;
         let total = file.metadata()?.len();
         let mut entries = BTreeMap::new();
         let mut good = 0u64;
         {
-            use std::io::BufRead;
             let mut reader = std::io::BufReader::with_capacity(1 << 20, &file);
-            let mut line = Vec::new();
+            let mut record = Vec::new();
             loop {
-                line.clear();
-                let n = reader.read_until(b'\n', &mut line)?;
-                // a line without its newline, or one that does not parse, is a torn write: stop
-                if n == 0 || !line.ends_with(b"\n") {
-                    break;
-                }
-                match serde_json::from_slice::<Entry<C>>(&line) {
-                    Ok(e) => {
-                        entries.insert(e.log_id.index, Slot { log_id: e.log_id, pos: good, len: n });
-                        good += n as u64;
+                match next_record(&mut reader, &mut record) {
+                    Ok(None) => break,
+                    // a torn or corrupt record is the end of what was durably written: stop
+                    Err(why) => {
+                        tracing::warn!("{}: {why} at byte {good}", path.display());
+                        break;
                     }
-                    Err(_) => break,
+                    Ok(Some(())) => {}
                 }
+                // the entry's log id leads its encoding (bincode ignores what follows)
+                let Some(log_id) = record_payload(&record).and_then(|p| bincode::deserialize::<LogId<NodeId>>(p).ok())
+                else {
+                    break;
+                };
+                entries.insert(log_id.index, Slot { log_id, pos: good, len: record.len() });
+                good += record.len() as u64;
             }
         }
         if good < total {
@@ -217,6 +290,35 @@ where
         })
     }
 
+    /// Convert the JSON-lines log of earlier versions in `dir` to binary records: every whole
+    /// line (a torn last one is dropped, as opening it would have), written atomically, then the
+    /// old file removed.
+    fn convert_json_log(dir: &Path) -> anyhow::Result<()> {
+        use std::io::BufRead;
+        let json = dir.join(JSON_LOG_FILE);
+        let mut reader = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(&json)?);
+        let mut line = Vec::new();
+        let (mut out, mut count) = (Vec::new(), 0usize);
+        loop {
+            line.clear();
+            let n = reader.read_until(b'\n', &mut line)?;
+            if n == 0 || !line.ends_with(b"\n") {
+                break;
+            }
+            match serde_json::from_slice::<Entry<C>>(&line) {
+                Ok(e) => {
+                    encode_record(&mut out, &e)?;
+                    count += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        write_atomic(&dir.join(LOG_FILE), &out).map_err(|e| anyhow::anyhow!("{e}"))?;
+        std::fs::remove_file(&json)?;
+        tracing::info!("{}: converted {count} Raft log entries to binary records", dir.display());
+        Ok(())
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, LogInner<C>> {
         self.inner.lock().or_die()
     }
@@ -231,8 +333,7 @@ where
         let mut new = Vec::new();
         for e in entries {
             let pos = bytes.len();
-            serde_json::to_writer(&mut bytes, &e).map_err(std::io::Error::other)?;
-            bytes.push(b'\n');
+            encode_record(&mut bytes, &e)?;
             new.push((e, pos, bytes.len() - pos));
         }
         if let Err(e) = (&*g.file).write_all(&bytes) {
@@ -351,6 +452,33 @@ where
     }
 }
 
+/// Write every entry of the Raft log in `dir` (a group of type `C`) to `out` as one JSON line
+/// each (the form the log had before decision 0023), without changing anything on disk; stops
+/// at a torn or corrupt record. The number of entries written (`cluster::store::dump` picks
+/// `C` for a directory).
+pub fn dump_as<C: Logged>(dir: &Path, out: &mut dyn Write) -> anyhow::Result<usize>
+where
+    Entry<C>: Serialize + serde::de::DeserializeOwned,
+{
+    let path = dir.join(LOG_FILE);
+    if !path.exists() {
+        // not converted yet: the file is already JSON lines
+        let text = std::fs::read(dir.join(JSON_LOG_FILE))?;
+        out.write_all(&text)?;
+        return Ok(text.iter().filter(|b| **b == b'\n').count());
+    }
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(&path)?);
+    let (mut record, mut count) = (Vec::new(), 0);
+    while let Ok(Some(())) = next_record(&mut reader, &mut record) {
+        let Some(payload) = record_payload(&record) else { break };
+        let e: Entry<C> = bincode::deserialize(payload)?;
+        serde_json::to_writer(&mut *out, &e)?;
+        out.write_all(b"\n")?;
+        count += 1;
+    }
+    Ok(count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,19 +530,26 @@ mod tests {
         assert_eq!(counts(again.try_get_log_entries(1..).await.unwrap()), want);
     }
 
+    fn records(entries: &[Entry<TypeConfig>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for e in entries {
+            encode_record(&mut out, e).unwrap();
+        }
+        out
+    }
+
+    fn allocations(n: u64) -> Vec<Entry<TypeConfig>> {
+        (1..=n).map(|i| entry(i, Some(Command::AllocateProducerIds { node_id: 1, count: i as i64 }))).collect()
+    }
+
     #[tokio::test]
     async fn a_torn_last_entry_is_dropped_and_the_rest_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let mut text = Vec::new();
-        for i in 1..=3 {
-            let c = Command::AllocateProducerIds { node_id: 1, count: i as i64 };
-            serde_json::to_writer(&mut text, &entry(i, Some(c))).unwrap();
-            text.push(b'\n');
-        }
-        let whole = text.len();
-        serde_json::to_writer(&mut text, &entry(4, None)).unwrap();
-        text.truncate(text.len() - 3); // a crash in the middle of the fourth line
-        std::fs::write(dir.path().join(LOG_FILE), &text).unwrap();
+        let mut bytes = records(&allocations(3));
+        let whole = bytes.len();
+        bytes.extend_from_slice(&records(&[entry(4, None)]));
+        bytes.truncate(bytes.len() - 3); // a crash in the middle of the fourth record
+        std::fs::write(dir.path().join(LOG_FILE), &bytes).unwrap();
         let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
         let state = log.get_log_state().await.unwrap();
         assert_eq!(state.last_log_id.map(|l| l.index), Some(3));
@@ -429,5 +564,137 @@ mod tests {
         let mut third = LogStore::<TypeConfig>::open(dir.path()).unwrap();
         assert_eq!(third.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(1));
         assert!(third.has_vote_or_entries());
+    }
+
+    /// A crash may cut the log file at any byte: opening it keeps exactly the whole records
+    /// before the cut and drops the rest, and the log takes appends again after it.
+    #[tokio::test]
+    async fn a_log_cut_at_every_byte_keeps_the_whole_records_before_the_cut() {
+        let entries = allocations(4);
+        let bytes = records(&entries);
+        let mut ends = vec![0usize];
+        for e in &entries {
+            ends.push(ends.last().unwrap() + records(std::slice::from_ref(e)).len());
+        }
+        for cut in 0..=bytes.len() {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(LOG_FILE), &bytes[..cut]).unwrap();
+            let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+            let whole = ends.iter().filter(|e| **e <= cut).count() - 1;
+            let got = log.try_get_log_entries(1..).await.unwrap();
+            assert_eq!(got.len(), whole, "cut at byte {cut}");
+            assert_eq!(std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len() as usize, ends[whole]);
+            log.write_entries([entry(whole as u64 + 1, None)]).unwrap();
+            let mut again = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+            assert_eq!(again.try_get_log_entries(1..).await.unwrap().len(), whole + 1, "cut at byte {cut}");
+        }
+    }
+
+    /// A flipped bit in the last record is a corrupt write: dropped like a torn one.
+    #[tokio::test]
+    async fn a_corrupt_last_record_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = records(&allocations(3));
+        let last = bytes.len() - 2;
+        bytes[last] ^= 0x40;
+        std::fs::write(dir.path().join(LOG_FILE), &bytes).unwrap();
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(log.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(2));
+    }
+
+    /// A log written as JSON lines by an earlier version (bytes in base64) is converted on
+    /// open: every whole entry kept (a torn last line dropped), the old file gone, and the
+    /// converted log reopens the same.
+    #[tokio::test]
+    async fn a_json_log_of_an_earlier_version_is_converted() {
+        use crate::replication::types::{PartCommand, PartConfig};
+        let dir = tempfile::tempdir().unwrap();
+        let produce = |i: u64| Entry::<PartConfig> {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), i),
+            payload: EntryPayload::Normal(PartCommand::Produce {
+                batch: vec![i as u8; 300],
+                now_ms: 7,
+                verified: false,
+                verified_from: None,
+            }),
+        };
+        let mut text = Vec::new();
+        for i in 1..=3 {
+            serde_json::to_writer(&mut text, &produce(i)).unwrap();
+            text.push(b'\n');
+        }
+        let json_len = text.len();
+        serde_json::to_writer(&mut text, &produce(4)).unwrap();
+        text.truncate(text.len() - 5); // torn
+        std::fs::write(dir.path().join(JSON_LOG_FILE), &text).unwrap();
+        let mut log = LogStore::<PartConfig>::open(dir.path()).unwrap();
+        assert!(!dir.path().join(JSON_LOG_FILE).exists(), "the JSON log is gone");
+        let got = log.try_get_log_entries(1..).await.unwrap();
+        assert_eq!(got, (1..=3).map(produce).collect::<Vec<_>>());
+        let bin_len = std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len() as usize;
+        assert!(bin_len * 10 < json_len * 8, "binary {bin_len} bytes against JSON {json_len}");
+        drop(log);
+        // a JSON file left beside a complete binary one (a crash after the conversion) goes
+        std::fs::write(dir.path().join(JSON_LOG_FILE), b"{}\n").unwrap();
+        let mut again = LogStore::<PartConfig>::open(dir.path()).unwrap();
+        assert!(!dir.path().join(JSON_LOG_FILE).exists());
+        assert_eq!(again.try_get_log_entries(1..).await.unwrap().len(), 3);
+    }
+
+    /// The dump prints every whole entry as JSON and changes nothing on disk (a torn tail stays).
+    #[test]
+    fn a_dump_prints_the_entries_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = records(&allocations(2));
+        bytes.extend_from_slice(&[0, 0, 0]);
+        std::fs::write(dir.path().join(LOG_FILE), &bytes).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(dump_as::<TypeConfig>(dir.path(), &mut out).unwrap(), 2);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 2);
+        assert!(text.contains(r#""AllocateProducerIds""#), "{text}");
+        assert_eq!(std::fs::read(dir.path().join(LOG_FILE)).unwrap(), bytes);
+    }
+
+    /// A measurement, not a check (decision 0023): bytes per entry and encode/decode time, JSON
+    /// lines against binary records, for produce batches of 100 B to 1 MiB. Run:
+    /// `cargo test --release -p sluice-broker --lib raft_entry_sizes -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn raft_entry_sizes_and_codec_cost() {
+        use crate::replication::types::{PartCommand, PartConfig};
+        const N: u32 = 200;
+        for size in [100usize, 1024, 16 * 1024, 1 << 20] {
+            let e = Entry::<PartConfig> {
+                log_id: LogId::new(CommittedLeaderId::new(12, 3), 123_456),
+                payload: EntryPayload::Normal(PartCommand::Produce {
+                    batch: (0..size).map(|i| (i * 7 % 251) as u8).collect(),
+                    now_ms: 1_796_000_000_000,
+                    verified: true,
+                    verified_from: Some(99_999),
+                }),
+            };
+            let json = serde_json::to_vec(&e).unwrap();
+            let mut bin = Vec::new();
+            encode_record(&mut bin, &e).unwrap();
+            let time = |f: &dyn Fn()| {
+                let t = std::time::Instant::now();
+                for _ in 0..N {
+                    f();
+                }
+                t.elapsed() / N
+            };
+            let enc_json = time(&|| drop(serde_json::to_vec(&e).unwrap()));
+            let enc_bin = time(&|| drop(encode_record(&mut Vec::new(), &e)));
+            let dec_json = time(&|| drop(serde_json::from_slice::<Entry<PartConfig>>(&json).unwrap()));
+            let dec_bin = time(&|| drop(bincode::deserialize::<Entry<PartConfig>>(record_payload(&bin).unwrap())));
+            println!(
+                "batch {size} B: JSON line {} B, binary record {} B ({:.3}x); encode {enc_json:?} vs {enc_bin:?}, \
+                 decode {dec_json:?} vs {dec_bin:?}",
+                json.len() + 1,
+                bin.len(),
+                bin.len() as f64 / (json.len() + 1) as f64
+            );
+        }
     }
 }
