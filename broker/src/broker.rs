@@ -135,6 +135,7 @@ async fn join_cluster(state: &Arc<Services>) -> Result<(), StartError> {
     let own = state.config.controller_listener.clone();
     let node =
         ClusterNode::start(id, state.config.voters.clone(), own, &dir).await.map_err(failed("metadata quorum"))?;
+    node.append_bytes_max.store(state.config.replica_fetch_max_bytes, std::sync::atomic::Ordering::Relaxed);
     let _ = state.topics.cluster.set(node.clone());
     let security = state.security.clone();
     let sync_security: SecuritySync = Box::new(move |image| {

@@ -45,6 +45,14 @@ pub const GROUPS: &str = "sluice_groups";
 /// Completed rebalances (join phases that started a new generation with members).
 pub const GROUP_REBALANCES_TOTAL: &str = "sluice_group_rebalances_total";
 
+/// Per Raft group (labels `group`: the topic, or the coordinator's internal topic, and
+/// `partition`): its current term; leader changes this broker saw (counter); entries in its Raft
+/// log not yet applied here; on its leader, how many entries the furthest follower trails.
+pub const RAFT_TERM: &str = "sluice_raft_term";
+pub const RAFT_LEADER_CHANGES_TOTAL: &str = "sluice_raft_leader_changes_total";
+pub const RAFT_APPLY_LAG: &str = "sluice_raft_apply_lag";
+pub const RAFT_REPLICATION_LAG: &str = "sluice_raft_replication_lag";
+
 /// Install the recorder (once per process) and return the handle that renders it.
 pub fn install() -> Option<PrometheusHandle> {
     let buckets = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];

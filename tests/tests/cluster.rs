@@ -37,6 +37,29 @@ impl Cluster {
         Cluster { brokers, voters }
     }
 
+    /// Three brokers, each with a Prometheus endpoint: the cluster and the endpoints' ports.
+    fn start_with_metrics() -> (Cluster, Vec<u16>) {
+        Self::start_with_metrics_and(&[])
+    }
+
+    /// [`Cluster::start_with_metrics`], each broker also given `extra` flags.
+    fn start_with_metrics_and(extra: &[&str]) -> (Cluster, Vec<u16>) {
+        let raft: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let voters =
+            raft.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let brokers = (0..3)
+            .map(|i| {
+                let (id, metrics) = ((i + 1).to_string(), format!("127.0.0.1:{}", ports[i]));
+                let mut args =
+                    vec!["--node-id", &id, "--controller-quorum-voters", &voters, "--metrics-listener", &metrics];
+                args.extend_from_slice(extra);
+                Broker::start_on(free_port(), &args)
+            })
+            .collect();
+        (Cluster { brokers, voters }, ports)
+    }
+
     /// Three brokers whose Raft traffic runs through a proxy per link, so a test can cut the
     /// network between brokers (see [`Links`]).
     fn start_linked(seed: u64) -> (Cluster, Links) {
@@ -1494,4 +1517,114 @@ async fn a_batch_verified_before_its_transactions_marker_does_not_reopen_it() {
     };
     assert_eq!(lso, hw, "a transaction reopened after its marker pins the LSO (the batch was answered {produced})");
     assert_ne!(produced, 0, "the batch verified before the marker was appended after it");
+}
+
+/// One series' value on the Prometheus endpoint at `port` (None when absent).
+fn scrape_value(port: u16, series: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.lines().find(|l| l.starts_with(series)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
+}
+
+/// Each broker reports its replica's Raft group (issue 19 item 6): the term, the leaders it saw
+/// take over, apply and replication lag. After the leader's kill -9 the survivors report a higher
+/// term and one more leader change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_groups_report_term_leader_changes_and_lag() {
+    let (mut c, ports) = Cluster::start_with_metrics();
+    let leader = replicated_topic(&c, "observed").await;
+    for _ in 0..20 {
+        assert_eq!(produce_code(&c.brokers[leader], "observed", 5000).await, 0);
+    }
+    let series = |name: &str| format!("{name}{{group=\"observed\",partition=\"0\"}}");
+    let settled = |want_term: f64| {
+        let ports = ports.clone();
+        async move {
+            let t0 = Instant::now();
+            loop {
+                let terms: Vec<Option<f64>> =
+                    ports.iter().map(|p| scrape_value(*p, &series("sluice_raft_term"))).collect();
+                if terms.iter().flatten().count() >= 2 && terms.iter().flatten().all(|t| *t >= want_term) {
+                    return terms;
+                }
+                assert!(t0.elapsed() < Duration::from_secs(30), "terms not reported: {terms:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let before = settled(1.0).await;
+    let old_term = before.iter().flatten().cloned().fold(0.0, f64::max);
+    let survivor = (0..3).find(|i| *i != leader).unwrap();
+    let changes_before = scrape_value(ports[survivor], &series("sluice_raft_leader_changes_total")).unwrap_or(0.0);
+    assert!(changes_before >= 1.0, "the first leader counts as a change");
+    assert_eq!(scrape_value(ports[survivor], &series("sluice_raft_apply_lag")), Some(0.0));
+    let on_leader = scrape_value(ports[leader], &series("sluice_raft_replication_lag"));
+    assert!(on_leader.is_some(), "the leader reports its followers' lag");
+    c.brokers[leader].kill9();
+    let t0 = Instant::now();
+    loop {
+        let term = scrape_value(ports[survivor], &series("sluice_raft_term")).unwrap_or(0.0);
+        let changes = scrape_value(ports[survivor], &series("sluice_raft_leader_changes_total")).unwrap_or(0.0);
+        if term > old_term && changes > changes_before {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no new term or leader reported: term {term}, changes {changes}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Produce one batch holding a single record of `bytes` bytes to `topic`/0 at `b` (acks=all);
+/// the error code.
+async fn produce_big(b: &Broker, topic: &'static str, bytes: usize) -> i16 {
+    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
+    let value = bytes::Bytes::from(vec![b'x'; bytes]);
+    let record = sluice_protocol::batch::NewRecord { timestamp: 1, value: Some(value), ..Default::default() };
+    let batch = sluice_protocol::batch::BatchBuilder::default().build(&[record]).unwrap();
+    let mut pd = kafka_protocol::messages::produce_request::PartitionProduceData::default();
+    pd.index = 0;
+    pd.records = Some(batch);
+    let mut td = kafka_protocol::messages::produce_request::TopicProduceData::default();
+    td.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str(topic));
+    td.partition_data = vec![pd];
+    let mut req = kafka_protocol::messages::ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 30_000;
+    req.topic_data = vec![td];
+    match conn.call(ApiKey::Produce, 9, RequestKind::Produce(req)).await {
+        Ok(ResponseKind::Produce(r)) => r.responses[0].partition_responses[0].error_code,
+        _ => -1,
+    }
+}
+
+/// A follower paused while a megabyte-batch backlog builds up catches up once it runs again
+/// (issue 19): the leader sends it `replica.fetch.max.bytes` per append, each answered within
+/// the heartbeat interval openraft allows an append. Sent whole (openraft's 300 entries, here
+/// 80 MB), every append timed out and was sent again for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_fell_far_behind_catches_up() {
+    let (c, ports) = Cluster::start_with_metrics();
+    let leader = replicated_topic(&c, "backlog").await;
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    c.brokers[follower].pause();
+    for i in 0..80 {
+        assert_eq!(produce_big(&c.brokers[leader], "backlog", 1_000_000).await, 0, "batch {i}");
+    }
+    c.brokers[follower].resume();
+    let series = "sluice_raft_replication_lag{group=\"backlog\",partition=\"0\"}";
+    let t0 = Instant::now();
+    loop {
+        let lag = scrape_value(ports[leader], series);
+        if lag == Some(0.0) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the follower did not catch up: {lag:?} entries behind");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("caught up {:?} after it resumed", t0.elapsed());
 }

@@ -448,6 +448,9 @@ pub struct ClusterNode {
     pub replicas: RwLock<std::collections::HashMap<crate::replication::types::GroupKey, Arc<replica::Replica>>>,
     /// This broker's replicas of coordinator shards (their Raft groups carry `ShardCommand`s).
     pub shards: RwLock<std::collections::HashMap<crate::replication::types::GroupKey, Arc<replica::ShardReplica>>>,
+    /// `replica.fetch.max.bytes`: bytes of entries per append to a follower of a partition's or
+    /// shard's group (`network::GroupNetwork`).
+    pub append_bytes_max: std::sync::atomic::AtomicUsize,
 }
 
 impl ClusterNode {
@@ -497,6 +500,7 @@ impl ClusterNode {
             replicas: Default::default(),
             shards: Default::default(),
             own_addr: addr.clone(),
+            append_bytes_max: std::sync::atomic::AtomicUsize::new(1024 * 1024),
         });
         tokio::spawn(network::serve(listener, node.clone()));
         if !initialized && joining {
@@ -691,6 +695,11 @@ impl ClusterNode {
     /// This broker's replica of a partition, if the partition is replicated and has one here.
     pub fn replica(&self, key: &crate::replication::types::GroupKey) -> Option<Arc<replica::Replica>> {
         self.replicas.read().or_die().get(key).cloned()
+    }
+
+    /// `replica.fetch.max.bytes`, for a group's transport.
+    pub fn append_bytes(&self) -> usize {
+        self.append_bytes_max.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// This broker's replica of a coordinator shard, if it has one.

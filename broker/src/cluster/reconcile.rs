@@ -190,7 +190,7 @@ impl Reconciler {
             let dir = self.replicas_dir.join(format!("{id}-{}", key.1));
             let spec = super::replica::ReplicaSpec { key: key.clone(), topic_id: id, replicas, initialize };
             let addresses = node.addresses();
-            let network = super::network::PartNetwork::new(&spec.key, &addresses);
+            let network = super::network::PartNetwork::new(&spec.key, &addresses, node.append_bytes());
             let started =
                 handle.block_on(super::replica::start(node.node_id, spec, &addresses, network, partition, dir));
             match started {

@@ -301,7 +301,70 @@ where
             tracing::info!(topic = key.0.as_str(), partition = key.1, "replica group already initialized: {e}");
         }
     }
+    observe(key.clone(), raft.metrics());
     Ok(Arc::new(Replica { key, topic_id, raft, dir, sync: Default::default() }))
+}
+
+/// Follow a group's Raft metrics while it runs: one INFO line when its leader changes and when
+/// this replica stands for election, and the group's gauges (refreshed at most once a second:
+/// the metrics change with every applied entry).
+fn observe(key: GroupKey, mut rx: tokio::sync::watch::Receiver<openraft::RaftMetrics<NodeId, BasicNode>>) {
+    use crate::metrics::{RAFT_APPLY_LAG, RAFT_LEADER_CHANGES_TOTAL, RAFT_REPLICATION_LAG, RAFT_TERM};
+    tokio::spawn(async move {
+        let labels = [("group", key.0.clone()), ("partition", key.1.to_string())];
+        let (mut leader, mut candidate_term) = (None, 0u64);
+        let mut gauges_at: Option<Instant> = None;
+        loop {
+            let (id, term, now_leader, state, last_log, applied, followers) = {
+                let m = rx.borrow_and_update();
+                let applied = m.last_applied.map_or(0, |l| l.index);
+                let last_log = m.last_log_index.unwrap_or(0);
+                let followers = m.replication.as_ref().map(|r| {
+                    r.iter()
+                        .filter(|(n, _)| **n != m.id)
+                        .map(|(_, matched)| last_log.saturating_sub(matched.map_or(0, |l| l.index)))
+                        .max()
+                        .unwrap_or(0)
+                });
+                (m.id, m.current_term, m.current_leader, m.state, last_log, applied, followers)
+            };
+            if now_leader != leader {
+                let show = |l: Option<NodeId>| l.map_or_else(|| "none".to_string(), |l| l.to_string());
+                tracing::info!(
+                    group = key.0.as_str(),
+                    partition = key.1,
+                    term,
+                    "raft leader {} -> {}{}",
+                    show(leader),
+                    show(now_leader),
+                    if now_leader == Some(id) { " (this broker)" } else { "" }
+                );
+                if now_leader.is_some() {
+                    ::metrics::counter!(RAFT_LEADER_CHANGES_TOTAL, &labels).increment(1);
+                }
+                leader = now_leader;
+            }
+            if state == openraft::ServerState::Candidate && candidate_term != term {
+                tracing::info!(
+                    group = key.0.as_str(),
+                    partition = key.1,
+                    term,
+                    "raft election: standing in term {term}"
+                );
+                candidate_term = term;
+            }
+            if gauges_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                ::metrics::gauge!(RAFT_TERM, &labels).set(term as f64);
+                ::metrics::gauge!(RAFT_APPLY_LAG, &labels).set(last_log.saturating_sub(applied) as f64);
+                ::metrics::gauge!(RAFT_REPLICATION_LAG, &labels).set(followers.unwrap_or(0) as f64);
+                gauges_at = Some(Instant::now());
+            }
+            // woken by a change, or after a second to refresh the gauges of an idle group
+            if let Ok(Err(_)) = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await {
+                return; // the group shut down
+            }
+        }
+    });
 }
 
 /// Appends records to a coordinator shard's key/value log, durably.

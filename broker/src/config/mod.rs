@@ -169,6 +169,11 @@ pub const SETTINGS: &[Setting] = &[
         default: "30000",
         help: "a follower that has not caught up for this long is out of sync (for min.insync.replicas)",
     },
+    Setting {
+        name: "replica.fetch.max.bytes",
+        default: "1048576",
+        help: "cluster mode: bytes of entries a partition's leader sends a follower per Raft append (at least one entry, however large), so each append finishes within the heartbeat interval",
+    },
     Setting { name: "max.connections", default: "10000", help: "open connections allowed" },
     Setting { name: "log.format", default: "text", help: "broker log lines as text or json (filter with SLUICE_LOG)" },
     Setting {
@@ -305,6 +310,8 @@ pub struct Config {
     pub failpoints: Vec<crate::failpoints::Failpoint>,
     /// `replica.lag.time.max.ms`: a follower behind the leader for longer is out of sync.
     pub replica_lag_time_max_ms: u64,
+    /// `replica.fetch.max.bytes`: bytes of entries per Raft append to a follower (at least one).
+    pub replica_fetch_max_bytes: usize,
     /// Every setting's resolved value as text (for DescribeConfigs).
     pub values: BTreeMap<String, String>,
 }
@@ -782,6 +789,8 @@ pub fn resolve(
         },
         replica_lag_time_max_ms: parse::<i64>("replica.lag.time.max.ms", get("replica.lag.time.max.ms"), positive)?
             as u64,
+        replica_fetch_max_bytes: parse::<i64>("replica.fetch.max.bytes", get("replica.fetch.max.bytes"), positive)?
+            as usize,
         values,
     })
 }
