@@ -643,10 +643,19 @@ async fn replicated_topic(c: &Cluster, topic: &str) -> usize {
 
 /// Produce one record to `topic`/0 at `b` with acks=all and the given timeout; the error code.
 async fn produce_code(b: &Broker, topic: &'static str, timeout_ms: i32) -> i16 {
+    let record = sluice_protocol::batch::NewRecord { timestamp: 1, ..Default::default() };
+    produce_batch(b, topic, record, timeout_ms).await
+}
+
+/// Produce a batch of the one `record` to `topic`/0 at `b` with acks=all; the error code.
+async fn produce_batch(
+    b: &Broker,
+    topic: &'static str,
+    record: sluice_protocol::batch::NewRecord,
+    timeout_ms: i32,
+) -> i16 {
     let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
-    let batch = sluice_protocol::batch::BatchBuilder::default()
-        .build(&[sluice_protocol::batch::NewRecord { timestamp: 1, ..Default::default() }])
-        .unwrap();
+    let batch = sluice_protocol::batch::BatchBuilder::default().build(&[record]).unwrap();
     let mut pd = kafka_protocol::messages::produce_request::PartitionProduceData::default();
     pd.index = 0;
     pd.records = Some(batch);
@@ -1582,24 +1591,9 @@ async fn raft_groups_report_term_leader_changes_and_lag() {
 /// Produce one batch holding a single record of `bytes` bytes to `topic`/0 at `b` (acks=all);
 /// the error code.
 async fn produce_big(b: &Broker, topic: &'static str, bytes: usize) -> i16 {
-    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
     let value = bytes::Bytes::from(vec![b'x'; bytes]);
     let record = sluice_protocol::batch::NewRecord { timestamp: 1, value: Some(value), ..Default::default() };
-    let batch = sluice_protocol::batch::BatchBuilder::default().build(&[record]).unwrap();
-    let mut pd = kafka_protocol::messages::produce_request::PartitionProduceData::default();
-    pd.index = 0;
-    pd.records = Some(batch);
-    let mut td = kafka_protocol::messages::produce_request::TopicProduceData::default();
-    td.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str(topic));
-    td.partition_data = vec![pd];
-    let mut req = kafka_protocol::messages::ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = 30_000;
-    req.topic_data = vec![td];
-    match conn.call(ApiKey::Produce, 9, RequestKind::Produce(req)).await {
-        Ok(ResponseKind::Produce(r)) => r.responses[0].partition_responses[0].error_code,
-        _ => -1,
-    }
+    produce_batch(b, topic, record, 30_000).await
 }
 
 /// A follower paused while a megabyte-batch backlog builds up catches up once it runs again
