@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Replication under load (issue 19), measured, not asserted (not part of CI): three release
+# brokers on this machine, one topic with replication factor 3, librdkafka's rdkafka_performance
+# (1 KiB records, acks=all, linger.ms=5) as fast as it can for SECONDS; then per broker the
+# highest RSS seen (sampled every 2 s), the leader changes and term of the topic's Raft group
+# (its metrics endpoint), the data on disk and how much of it is Raft log, and the Raft RPC
+# timeouts in its log.
+# Usage: tests/bench/soak.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DUR=${1:-60}
+cargo build --release -q -p sluice-broker -p sluice-tools
+cargo build -q -p sluice-tests >/dev/null 2>&1 || true # puts rdkafka-sys's source in the registry
+RDK=$(tests/librdkafka/build.sh | tail -n 1)
+PERF="$RDK/examples/rdkafka_performance"
+BIN=target/release/sluice
+CTL=target/release/sluicectl
+W=$(mktemp -d)
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$W"' EXIT
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+V="1@127.0.0.1:$(port),2@127.0.0.1:$(port),3@127.0.0.1:$(port)"
+K=()
+M=()
+for i in 1 2 3; do
+  K+=("$(port)")
+  M+=("$(port)")
+  env -u SLUICE_LOG "$BIN" --node-id "$i" --controller-quorum-voters "$V" --listeners "PLAINTEXT://127.0.0.1:${K[$((i - 1))]}" \
+    --log-dirs "$W/d$i" --metrics-listener "127.0.0.1:${M[$((i - 1))]}" >"$W/b$i.log" 2>&1 &
+  PIDS+=($!)
+done
+sleep 8
+BS="127.0.0.1:${K[0]},127.0.0.1:${K[1]},127.0.0.1:${K[2]}"
+"$CTL" --bootstrap-server "127.0.0.1:${K[0]}" topics create soak --partitions 1 --replication-factor 3 >/dev/null
+sleep 4
+maxrss=(0 0 0)
+(timeout "$DUR" "$PERF" -P -t soak -b "$BS" -s 1024 -a -1 -c 100000000 -X linger.ms=5 >"$W/perf.log" 2>&1 || true) &
+LOAD=$!
+while kill -0 "$LOAD" 2>/dev/null; do
+  for j in 0 1 2; do
+    r=$(ps -o rss= -p "${PIDS[$j]}" 2>/dev/null | tr -d ' ')
+    r=${r:-0}
+    if [ "$r" -gt "${maxrss[$j]}" ]; then maxrss[$j]=$r; fi
+  done
+  sleep 2
+done
+sleep 3
+echo "rdkafka_performance, ${DUR} s: $(grep -E 'delivered' "$W/perf.log" | tail -n 1)"
+for j in 0 1 2; do
+  i=$((j + 1))
+  metrics=$(curl -s "127.0.0.1:${M[$j]}/metrics")
+  lc=$(echo "$metrics" | grep '^sluice_raft_leader_changes_total{group="soak"' | awk '{print $2}')
+  term=$(echo "$metrics" | grep '^sluice_raft_term{group="soak"' | awk '{print $2}')
+  raft=$(du -smc "$W/d$i"/__cluster/replicas/*-0 2>/dev/null | tail -n 1 | cut -f1)
+  echo "broker $i: max RSS $((maxrss[j] / 1024)) MiB, leader changes ${lc:-?}, term ${term:-?}," \
+    "data $(du -sm "$W/d$i" | cut -f1) MiB (Raft log $raft MiB), RPC timeouts logged $(grep -c 'timed out' "$W/b$i.log" || true)"
+done
