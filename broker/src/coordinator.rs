@@ -212,6 +212,7 @@ pub async fn replicate<O: ShardOwner>(
             topic_id: uuid::Uuid::nil(),
             replicas: r.clone(),
             initialize: true,
+            append_bytes_max: node.append_bytes(),
         };
         let network = crate::cluster::network::ShardNetwork::new(&spec.key, &node.voters, node.append_bytes());
         let g = start_kv(node.node_id, spec, &node.voters, network, apply, dir.join(format!("{topic}-{i}"))).await?;

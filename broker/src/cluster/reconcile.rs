@@ -188,7 +188,13 @@ impl Reconciler {
                 continue;
             };
             let dir = self.replicas_dir.join(format!("{id}-{}", key.1));
-            let spec = super::replica::ReplicaSpec { key: key.clone(), topic_id: id, replicas, initialize };
+            let spec = super::replica::ReplicaSpec {
+                key: key.clone(),
+                topic_id: id,
+                replicas,
+                initialize,
+                append_bytes_max: node.append_bytes(),
+            };
             let addresses = node.addresses();
             let network = super::network::PartNetwork::new(&spec.key, &addresses, node.append_bytes());
             let started =

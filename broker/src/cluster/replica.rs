@@ -226,6 +226,9 @@ pub struct ReplicaSpec {
     pub replicas: Vec<i32>,
     /// The first replica of a partition never reassigned may form the group.
     pub initialize: bool,
+    /// `replica.fetch.max.bytes`: bytes of entries the leader reads for one append to a
+    /// follower (at least one entry; `LogStore::limit_reads`).
+    pub append_bytes_max: usize,
 }
 
 /// Start (or reopen) this broker's replica of a partition. With `initialize` (the first replica
@@ -272,7 +275,7 @@ async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C
 where
     C::D: Clone,
 {
-    let ReplicaSpec { key, topic_id, replicas, initialize } = spec;
+    let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max } = spec;
     // coordinator shards (many, mostly idle) heartbeat half as often as partitions
     let (heartbeat, election) = if topic_id.is_nil() { (500, 1500) } else { (250, 1000) };
     let config = openraft::Config {
@@ -287,6 +290,7 @@ where
     };
     let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
     let log = LogStore::<C>::open(&dir)?;
+    log.limit_reads(append_bytes_max);
     let initialized = log.has_vote_or_entries();
     let raft =
         openraft::Raft::<C>::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;

@@ -139,6 +139,9 @@ struct LogInner<C: Logged> {
     /// Appends (O_APPEND) and reads (pread) on the log file; shared with the fsync tasks.
     file: Arc<std::fs::File>,
     end: u64,
+    /// The bytes of records one bounded read returns at most (at least one entry): see
+    /// [`LogStore::limit_reads`].
+    read_bytes_max: usize,
     _entries: std::marker::PhantomData<C>,
 }
 
@@ -285,6 +288,7 @@ where
                 meta,
                 file: Arc::new(file),
                 end: good,
+                read_bytes_max: usize::MAX,
                 _entries: std::marker::PhantomData,
             })),
         })
@@ -352,6 +356,14 @@ where
         Ok(g.file.clone())
     }
 
+    /// Bound what openraft reads for one append to a follower to `bytes` of records (at least
+    /// one entry): it asks for up to `max_payload_entries` (300) entries at a time, which for a
+    /// partition's megabyte batches meant reading and holding hundreds of megabytes per
+    /// follower (decision 0024).
+    pub fn limit_reads(&self, bytes: usize) {
+        self.lock().read_bytes_max = bytes;
+    }
+
     /// Has this node ever voted or held an entry (i.e. been part of an initialized group)?
     pub fn has_vote_or_entries(&self) -> bool {
         let g = self.lock();
@@ -369,6 +381,22 @@ where
     ) -> Result<Vec<Entry<C>>, StorageError<NodeId>> {
         let g = self.lock();
         g.entries.range(range).map(|(i, slot)| g.read_entry(*i, slot)).collect()
+    }
+
+    /// The first entries of `[start, end)` whose records add up to the read limit (at least
+    /// one): what openraft sends a follower in one append.
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry<C>>, StorageError<NodeId>> {
+        let g = self.lock();
+        let mut total = 0usize;
+        let mut out = Vec::new();
+        for (i, slot) in g.entries.range(start..end) {
+            total = total.saturating_add(slot.len);
+            if total > g.read_bytes_max && !out.is_empty() {
+                break;
+            }
+            out.push(g.read_entry(*i, slot)?);
+        }
+        Ok(out)
     }
 }
 
@@ -639,6 +667,23 @@ mod tests {
         let mut again = LogStore::<PartConfig>::open(dir.path()).unwrap();
         assert!(!dir.path().join(JSON_LOG_FILE).exists());
         assert_eq!(again.try_get_log_entries(1..).await.unwrap().len(), 3);
+    }
+
+    /// A bounded read (what openraft sends a follower in one append) stops at the read limit,
+    /// but returns at least one entry; unbounded, the whole range.
+    #[tokio::test]
+    async fn a_bounded_read_returns_entries_up_to_the_limit_and_at_least_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        log.write_entries(allocations(10)).unwrap();
+        let one = records(&allocations(1)).len();
+        assert_eq!(log.limited_get_log_entries(1, 11).await.unwrap().len(), 10, "no limit set");
+        log.limit_reads(3 * one);
+        assert_eq!(log.limited_get_log_entries(1, 11).await.unwrap().len(), 3);
+        assert_eq!(log.limited_get_log_entries(9, 11).await.unwrap().len(), 2);
+        log.limit_reads(1);
+        let first = log.limited_get_log_entries(4, 11).await.unwrap();
+        assert_eq!(first.iter().map(|e| e.log_id.index).collect::<Vec<_>>(), vec![4], "at least one");
     }
 
     /// The dump prints every whole entry as JSON and changes nothing on disk (a torn tail stays).
