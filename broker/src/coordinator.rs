@@ -214,7 +214,7 @@ pub async fn replicate<O: ShardOwner>(
             initialize: true,
             append_bytes_max: node.append_bytes(),
         };
-        let network = crate::cluster::network::ShardNetwork::new(&spec.key, &node.voters, node.append_bytes());
+        let network = crate::cluster::network::ShardNetwork::new(&spec.key, &node.voters);
         let g = start_kv(node.node_id, spec, &node.voters, network, apply, dir.join(format!("{topic}-{i}"))).await?;
         node.shards.write().or_die().insert(g.key.clone(), g.clone());
         groups.push(Some(g));

@@ -449,7 +449,7 @@ pub struct ClusterNode {
     /// This broker's replicas of coordinator shards (their Raft groups carry `ShardCommand`s).
     pub shards: RwLock<std::collections::HashMap<crate::replication::types::GroupKey, Arc<replica::ShardReplica>>>,
     /// `replica.fetch.max.bytes`: bytes of entries per append to a follower of a partition's or
-    /// shard's group (`network::GroupNetwork`).
+    /// shard's group (`LogStore::limit_reads`).
     pub append_bytes_max: std::sync::atomic::AtomicUsize,
 }
 
@@ -697,7 +697,7 @@ impl ClusterNode {
         self.replicas.read().or_die().get(key).cloned()
     }
 
-    /// `replica.fetch.max.bytes`, for a group's transport.
+    /// `replica.fetch.max.bytes`, for each group's Raft log (its bounded reads).
     pub fn append_bytes(&self) -> usize {
         self.append_bytes_max.load(std::sync::atomic::Ordering::Relaxed)
     }

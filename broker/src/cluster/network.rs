@@ -50,17 +50,12 @@ pub enum Rpc {
 
 /// A kind of Raft group carried by [`GroupNetwork`]: how its three RPCs are framed.
 pub trait GroupRpc: Logged {
-    /// An entry's size on the wire.
-    fn entry_bytes(e: &openraft::Entry<Self>) -> u64;
     fn append(group: GroupKey, rpc: AppendEntriesRequest<Self>) -> Rpc;
     fn vote(group: GroupKey, rpc: VoteRequest<NodeId>) -> Rpc;
     fn snapshot(group: GroupKey, rpc: InstallSnapshotRequest<Self>) -> Rpc;
 }
 
 impl GroupRpc for PartConfig {
-    fn entry_bytes(e: &openraft::Entry<Self>) -> u64 {
-        bincode::serialized_size(e).unwrap_or(u64::MAX)
-    }
     fn append(group: GroupKey, rpc: AppendEntriesRequest<Self>) -> Rpc {
         Rpc::PartAppend(group, rpc)
     }
@@ -73,9 +68,6 @@ impl GroupRpc for PartConfig {
 }
 
 impl GroupRpc for ShardConfig {
-    fn entry_bytes(e: &openraft::Entry<Self>) -> u64 {
-        bincode::serialized_size(e).unwrap_or(u64::MAX)
-    }
     fn append(group: GroupKey, rpc: AppendEntriesRequest<Self>) -> Rpc {
         Rpc::ShardAppend(group, rpc)
     }
@@ -217,8 +209,6 @@ impl RaftNetwork<TypeConfig> for Peer {
 pub struct GroupNetwork<C> {
     pub group: GroupKey,
     pub book: Arc<std::collections::BTreeMap<NodeId, String>>,
-    /// `replica.fetch.max.bytes`: see [`keep_within`].
-    bytes_max: usize,
     kind: std::marker::PhantomData<fn() -> C>,
 }
 
@@ -229,19 +219,9 @@ pub type ShardNetwork = GroupNetwork<ShardConfig>;
 
 impl<C> GroupNetwork<C> {
     /// The transport of group `group`, reaching each peer at the address `addresses` gives.
-    /// The transport of group `group`, reaching each peer at the address `addresses` gives, an
-    /// append carrying at most `bytes_max` bytes of entries (at least one).
-    pub fn new(
-        group: &GroupKey,
-        addresses: &std::collections::BTreeMap<NodeId, String>,
-        bytes_max: usize,
-    ) -> GroupNetwork<C> {
-        GroupNetwork {
-            group: group.clone(),
-            book: Arc::new(addresses.clone()),
-            bytes_max,
-            kind: std::marker::PhantomData,
-        }
+    /// (What one append carries is bounded where its entries are read: `LogStore::limit_reads`.)
+    pub fn new(group: &GroupKey, addresses: &std::collections::BTreeMap<NodeId, String>) -> GroupNetwork<C> {
+        GroupNetwork { group: group.clone(), book: Arc::new(addresses.clone()), kind: std::marker::PhantomData }
     }
 }
 
@@ -252,7 +232,6 @@ impl<C: GroupRpc> RaftNetworkFactory<C> for GroupNetwork<C> {
         GroupPeer {
             group: self.group.clone(),
             peer: Peer { target, addr: resolve(&self.book, target, node), conn: None },
-            bytes_max: self.bytes_max,
             kind: std::marker::PhantomData,
         }
     }
@@ -261,43 +240,16 @@ impl<C: GroupRpc> RaftNetworkFactory<C> for GroupNetwork<C> {
 pub struct GroupPeer<C> {
     group: GroupKey,
     peer: Peer,
-    bytes_max: usize,
     kind: std::marker::PhantomData<fn() -> C>,
-}
-
-/// Keep the first entries of `entries` whose sizes (`size`) add up to at most `bytes_max`, and
-/// at least one; the log id of the last kept when some were cut. openraft sends up to
-/// `max_payload_entries` (300) entries per append and gives the RPC one heartbeat interval
-/// (250 ms for a partition): 300 batches of a megabyte cannot make it, the append times out
-/// and is sent again, whole, for ever — a follower that fell behind never catches up (issue
-/// 19). Cut to `replica.fetch.max.bytes`, an append is answered in time and the leader sends
-/// the rest next (`AppendEntriesResponse::PartialSuccess`).
-fn keep_within<E>(entries: &mut Vec<E>, bytes_max: usize, size: impl Fn(&E) -> u64) -> bool {
-    let mut total = 0u64;
-    let keep = entries
-        .iter()
-        .position(|e| {
-            total = total.saturating_add(size(e));
-            total > bytes_max as u64
-        })
-        .map_or(entries.len(), |i| i.max(1));
-    let cut = keep < entries.len();
-    entries.truncate(keep);
-    cut
 }
 
 impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
     async fn append_entries(
         &mut self,
-        mut rpc: AppendEntriesRequest<C>,
+        rpc: AppendEntriesRequest<C>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let cut = keep_within(&mut rpc.entries, self.bytes_max, C::entry_bytes);
-        let last = rpc.entries.last().map(|e| e.log_id);
-        match self.peer.call(C::append(self.group.clone(), rpc), option.hard_ttl()).await? {
-            AppendEntriesResponse::Success if cut => Ok(AppendEntriesResponse::PartialSuccess(last)),
-            answer => Ok(answer),
-        }
+        self.peer.call(C::append(self.group.clone(), rpc), option.hard_ttl()).await
     }
 
     async fn install_snapshot(
@@ -443,24 +395,5 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                 }
             }
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::keep_within;
-
-    #[test]
-    fn an_append_keeps_entries_within_the_byte_budget_and_at_least_one() {
-        let sizes = |v: &[u64], max: usize| {
-            let mut v = v.to_vec();
-            let cut = keep_within(&mut v, max, |e| *e);
-            (v, cut)
-        };
-        assert_eq!(sizes(&[400, 400, 400], 1000), (vec![400, 400], true));
-        assert_eq!(sizes(&[400, 600, 1], 1000), (vec![400, 600], true), "exactly the budget fits");
-        assert_eq!(sizes(&[5000, 1], 1000), (vec![5000], true), "a first entry over the budget still goes");
-        assert_eq!(sizes(&[1, 2, 3], 1000), (vec![1, 2, 3], false));
-        assert_eq!(sizes(&[], 1000), (vec![], false));
     }
 }

@@ -196,7 +196,7 @@ impl Reconciler {
                 append_bytes_max: node.append_bytes(),
             };
             let addresses = node.addresses();
-            let network = super::network::PartNetwork::new(&spec.key, &addresses, node.append_bytes());
+            let network = super::network::PartNetwork::new(&spec.key, &addresses);
             let started =
                 handle.block_on(super::replica::start(node.node_id, spec, &addresses, network, partition, dir));
             match started {
