@@ -63,7 +63,7 @@ pub fn apply_failure_code(f: &ApplyFailure) -> i16 {
 /// a write).
 pub fn part_result_error(r: &PartResult) -> Option<(i16, String)> {
     match r {
-        PartResult::Done | PartResult::Appended { .. } => None,
+        PartResult::Done | PartResult::Appended { .. } | PartResult::LogStart(_) => None,
         PartResult::Refused(x) => Some((refusal_code(x), format!("{x:?}"))),
         PartResult::Failed(f) => Some((apply_failure_code(f), f.to_string())),
     }

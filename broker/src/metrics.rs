@@ -52,6 +52,10 @@ pub const RAFT_TERM: &str = "sluice_raft_term";
 pub const RAFT_LEADER_CHANGES_TOTAL: &str = "sluice_raft_leader_changes_total";
 pub const RAFT_APPLY_LAG: &str = "sluice_raft_apply_lag";
 pub const RAFT_REPLICATION_LAG: &str = "sluice_raft_replication_lag";
+/// Per partition group: snapshots of segments this replica took, and installed from a leader
+/// (a replica too far behind, or wiped, catches up this way instead of replaying the log).
+pub const RAFT_SNAPSHOTS_TOTAL: &str = "sluice_raft_snapshots_total";
+pub const RAFT_SNAPSHOTS_INSTALLED_TOTAL: &str = "sluice_raft_snapshots_installed_total";
 
 /// Install the recorder (once per process) and return the handle that renders it.
 pub fn install() -> Option<PrometheusHandle> {

@@ -188,7 +188,7 @@ impl MarkerWrite {
                 partition.wait_durable_async(end, sync).await.map_err(|e| WriteRefused::Storage(Arc::new(e)))
             }
             MarkerWrite::Replicated(w) => match w.wait(timeout).await {
-                Ok(PartResult::Done | PartResult::Appended { .. }) => Ok(()),
+                Ok(PartResult::Done | PartResult::Appended { .. } | PartResult::LogStart(_)) => Ok(()),
                 Ok(PartResult::Refused(r)) => Err(WriteRefused::Refused(r)),
                 Ok(PartResult::Failed(ApplyFailure::Storage(e))) => Err(WriteRefused::Storage(e)),
                 Err(e) => Err(WriteRefused::Write(e)),

@@ -22,6 +22,7 @@ pub mod log;
 mod mmap;
 pub mod segment;
 pub mod sidefile;
+pub mod snapshot;
 pub mod sync;
 pub mod txnindex;
 
@@ -29,4 +30,5 @@ pub use config::{FlushPolicy, LogConfig};
 pub use dir::DirLock;
 pub use error::{Result, StorageError};
 pub use log::{AppendInfo, Flusher, Log, RecoveryReport};
+pub use snapshot::LinkedSnapshot;
 pub use txnindex::AbortedTxn;

@@ -214,7 +214,7 @@ pub fn write_producer_snapshot(dir: &Path, offset: i64, payload: &[u8]) -> Resul
     sidefile::write_atomic(&path, &sidefile::encode(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, payload))
 }
 
-fn checkpoint_encode(recovery_point: i64, log_start: i64) -> Vec<u8> {
+pub(crate) fn checkpoint_encode(recovery_point: i64, log_start: i64) -> Vec<u8> {
     let mut p = Vec::with_capacity(16);
     p.extend_from_slice(&recovery_point.to_be_bytes());
     p.extend_from_slice(&log_start.to_be_bytes());
@@ -225,6 +225,7 @@ impl Log {
     /// Open (creating if needed) the log in `dir`, recovering from an unclean shutdown.
     pub fn open(dir: &Path, config: LogConfig) -> Result<Log> {
         config.validate()?;
+        crate::snapshot::recover_swap(dir)?;
         std::fs::create_dir_all(dir).at(dir)?;
         let mut bases = Vec::new();
         let mut snapshots_and_orphans = Vec::new();
@@ -397,6 +398,10 @@ impl Log {
     }
     pub fn size_bytes(&self) -> u64 {
         self.segments.values().map(|s| s.size()).sum()
+    }
+    /// Each segment's base offset and size in bytes, oldest first.
+    pub fn segment_sizes(&self) -> Vec<(i64, u64)> {
+        self.segments.iter().map(|(b, s)| (*b, s.size())).collect()
     }
     pub fn segment_bases(&self) -> Vec<i64> {
         self.segments.keys().copied().collect()

@@ -4,7 +4,8 @@
 # (1 KiB records, acks=all, linger.ms=5) as fast as it can for SECONDS; then per broker the
 # highest RSS seen (sampled every 2 s), the leader changes and term of the topic's Raft group
 # (its metrics endpoint), the data on disk and how much of it is Raft log, and the Raft RPC
-# timeouts in its log.
+# timeouts in its log; then the data on disk: the partition log, the Raft log (purged up to each
+# snapshot, decision 0025) and the whole data directory.
 # Usage: tests/bench/soak.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +18,8 @@ BIN=target/release/sluice
 CTL=target/release/sluicectl
 W=$(mktemp -d)
 PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$W"' EXIT
+# SOAK_KEEP=1 keeps the brokers' directories and logs (printed) for a look afterwards
+trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; if [ -n "${SOAK_KEEP:-}" ]; then echo "kept $W"; else rm -rf "$W"; fi' EXIT
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 V="1@127.0.0.1:$(port),2@127.0.0.1:$(port),3@127.0.0.1:$(port)"
 K=()
@@ -51,7 +53,11 @@ for j in 0 1 2; do
   metrics=$(curl -s "127.0.0.1:${M[$j]}/metrics")
   lc=$(echo "$metrics" | grep '^sluice_raft_leader_changes_total{group="soak"' | awk '{print $2}')
   term=$(echo "$metrics" | grep '^sluice_raft_term{group="soak"' | awk '{print $2}')
-  raft=$(du -smc "$W/d$i"/__cluster/replicas/*-0 2>/dev/null | tail -n 1 | cut -f1)
+  raft=$(du -smc "$W/d$i"/__cluster/replicas/*-0/raft-log.bin 2>/dev/null | tail -n 1 | cut -f1)
+  part=$(du -sm "$W/d$i/soak-0" | cut -f1)
+  all=$(du -sm "$W/d$i" | cut -f1)
   echo "broker $i: max RSS $((maxrss[j] / 1024)) MiB, leader changes ${lc:-?}, term ${term:-?}," \
-    "data $(du -sm "$W/d$i" | cut -f1) MiB (Raft log $raft MiB), RPC timeouts logged $(grep -c 'timed out' "$W/b$i.log" || true)"
+    "partition log $part MiB, Raft log $raft MiB, data dir $all MiB ($(python3 -c "print(round($all / max($part, 1), 2))")x the partition)," \
+    "snapshots taken $(echo "$metrics" | grep '^sluice_raft_snapshots_total{partition="soak-0"' | awk '{print $2}')," \
+    "RPC timeouts logged $(grep -c 'timed out' "$W/b$i.log" || true)"
 done

@@ -8,7 +8,7 @@ use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, RequestKind, Respo
 use sluice_client::{Admin, ClientConfig, Connection};
 use sluice_tests::proxy::Links;
 use sluice_tests::{free_port, Broker};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 struct Cluster {
@@ -712,10 +712,16 @@ async fn a_leader_without_a_majority_of_replicas_cannot_acknowledge() {
 /// The log end of partition 0 of `topic` in broker `b`'s own replica (ListOffsets as replica
 /// -2, which any replica answers); -1 if it cannot tell.
 async fn replica_end(b: &Broker, topic: &str) -> i64 {
+    replica_offset(b, topic, -1).await
+}
+
+/// ListOffsets for `timestamp` (-1 latest, -2 earliest) of partition 0 of `topic` in broker
+/// `b`'s own replica; -1 if it cannot tell.
+async fn replica_offset(b: &Broker, topic: &str, timestamp: i64) -> i64 {
     let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
     let mut p = kafka_protocol::messages::list_offsets_request::ListOffsetsPartition::default();
     p.partition_index = 0;
-    p.timestamp = -1;
+    p.timestamp = timestamp;
     let mut t = kafka_protocol::messages::list_offsets_request::ListOffsetsTopic::default();
     t.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.into()));
     t.partitions = vec![p];
@@ -1621,4 +1627,163 @@ async fn a_follower_that_fell_far_behind_catches_up() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     eprintln!("caught up {:?} after it resumed", t0.elapsed());
+}
+
+/// The `.log` files of partition directory `dir`, by base offset.
+fn segments(dir: &std::path::Path) -> BTreeMap<i64, std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|list| {
+            list.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_suffix(".log").and_then(|b| b.parse().ok()).map(|b| (b, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The bytes of every batch from segment base `from` on (segments concatenated: the same
+/// whatever offsets the segments rolled at).
+fn batches_from(dir: &std::path::Path, from: i64) -> Vec<u8> {
+    segments(dir).range(from..).flat_map(|(_, p)| std::fs::read(p).unwrap()).collect()
+}
+
+/// A partition replica's Raft group directory on broker `b` (the one replicated topic's).
+fn replica_dir(b: &Broker) -> std::path::PathBuf {
+    let replicas = b.data_dir.join("__cluster").join("replicas");
+    std::fs::read_dir(&replicas)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            // `<topic id>-<partition>`: a UUID's 36 characters first (a shard's is its name)
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            name.len() > 37 && name[..36].bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+        })
+        .expect("a partition replica directory")
+}
+
+/// Issue 19, bounded disk: every replica snapshots its partition's segments after
+/// `raft.log.max.bytes.between.snapshots` and purges its Raft log up to the snapshot, so the Raft
+/// log stays a small fraction of the data; and a replica wiped while the others carried on
+/// (retention deleting their oldest segments meanwhile) catches up from a snapshot of the
+/// leader's segments — its log starts where the leader's did, not at 0, and its Raft log never
+/// held the first entries — holding the same batches as the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_replica_catches_up_from_a_snapshot_of_segments() {
+    let snapshot_every = std::env::var("TEST_SNAPSHOT_BYTES").unwrap_or_else(|_| "2000000".into());
+    let (mut c, ports) = Cluster::start_with_metrics_and(&[
+        "--raft-log-max-bytes-between-snapshots",
+        &snapshot_every,
+        "--log-retention-check-interval-ms",
+        "500",
+    ]);
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("wiped", 1, 3, &[("segment.bytes", "1048576"), ("retention.bytes", "4000000")]).await.unwrap();
+    let leader = leader_of(&c, "wiped").await;
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    for i in 0..60 {
+        assert_eq!(produce_big(&c.brokers[leader], "wiped", 200_000).await, 0, "batch {i}");
+    }
+    // the Raft log was purged up to a snapshot on every replica: far below the 12 MB produced
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for b in &c.brokers {
+        let raft_log = std::fs::metadata(replica_dir(b).join("raft-log.bin")).map(|m| m.len()).unwrap_or(0);
+        assert!(raft_log < 6_000_000, "broker {}: the Raft log holds {raft_log} bytes", b.addr());
+    }
+
+    c.brokers[follower].stop();
+    let wiped_replica = replica_dir(&c.brokers[follower]);
+    std::fs::remove_dir_all(&wiped_replica).unwrap();
+    std::fs::remove_dir_all(c.brokers[follower].data_dir.join("wiped-0")).unwrap();
+    for i in 0..20 {
+        assert_eq!(produce_big(&c.brokers[leader], "wiped", 200_000).await, 0, "batch {i} with a replica wiped");
+    }
+    let leader_dir = c.brokers[leader].data_dir.join("wiped-0");
+    let t0 = Instant::now();
+    while segments(&leader_dir).keys().next().copied().unwrap_or(0) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "retention did not trim the leader's log");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    c.brokers[follower].spawn();
+
+    let installed = "sluice_raft_snapshots_installed_total{partition=\"wiped-0\"}";
+    let lag = "sluice_raft_replication_lag{group=\"wiped\",partition=\"0\"}";
+    let t0 = Instant::now();
+    loop {
+        let done = scrape_value(ports[follower], installed).unwrap_or(0.0) >= 1.0
+            && scrape_value(ports[leader], lag) == Some(0.0);
+        if done {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the wiped replica did not catch up from a snapshot: installed {:?}, lag {:?}\nleader:\n{}\nwiped:\n{}",
+            scrape_value(ports[follower], installed),
+            scrape_value(ports[leader], lag),
+            c.brokers[leader].log_tail(),
+            c.brokers[follower].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let follower_dir = c.brokers[follower].data_dir.join("wiped-0");
+    let start = *segments(&follower_dir).keys().next().unwrap();
+    eprintln!("the wiped replica caught up in {:?}; its log starts at offset {start}", t0.elapsed());
+    assert!(start > 0, "the wiped replica's log starts at 0: it replayed the Raft log");
+    // the Raft log it was sent starts after the snapshot, not at entry 1
+    let dump = std::process::Command::new(sluice_tests::sluice_bin())
+        .arg("raft-log-dump")
+        .arg(replica_dir(&c.brokers[follower]))
+        .output()
+        .unwrap();
+    let first: Option<u64> = String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .and_then(|v| v["log_id"]["index"].as_u64());
+    assert!(first.is_none_or(|i| i > 1), "the wiped replica's Raft log starts at entry {first:?}");
+    // the same batches as the leader, from the later of the two logs' starts
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let common = start.max(*segments(&leader_dir).keys().next().unwrap());
+    let (ours, theirs) = (batches_from(&follower_dir, common), batches_from(&leader_dir, common));
+    assert!(!ours.is_empty() && ours == theirs, "the replicas differ: {} vs {} bytes", ours.len(), theirs.len());
+}
+
+/// Issue 19: DeleteRecords on a replicated partition goes through its Raft group, so every
+/// replica — not only the leader that answered — moves its log start (and deletes the segments
+/// below it); a later leader keeps the records deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_records_moves_the_log_start_on_every_replica() {
+    let c = Cluster::start();
+    let leader = replicated_topic(&c, "trimmed").await;
+    for i in 0..10 {
+        assert_eq!(produce_code(&c.brokers[leader], "trimmed", 5000).await, 0, "record {i}");
+    }
+    let conn = Connection::connect(&c.brokers[leader].bootstrap(), "cluster-test", 1).await.unwrap();
+    let mut p = kafka_protocol::messages::delete_records_request::DeleteRecordsPartition::default();
+    p.partition_index = 0;
+    p.offset = 6;
+    let mut t = kafka_protocol::messages::delete_records_request::DeleteRecordsTopic::default();
+    t.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str("trimmed"));
+    t.partitions = vec![p];
+    let mut req = kafka_protocol::messages::DeleteRecordsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 10_000;
+    let resp = conn.call(ApiKey::DeleteRecords, 2, RequestKind::DeleteRecords(req)).await.unwrap();
+    let ResponseKind::DeleteRecords(r) = resp else { panic!("{resp:?}") };
+    let answer = &r.topics[0].partitions[0];
+    assert_eq!((answer.error_code, answer.low_watermark), (0, 6));
+    for b in &c.brokers {
+        let t0 = Instant::now();
+        loop {
+            let start = replica_offset(b, "trimmed", -2).await;
+            if start == 6 {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "broker {}: its replica starts at {start}", b.addr());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }

@@ -451,6 +451,8 @@ pub struct ClusterNode {
     /// `replica.fetch.max.bytes`: bytes of entries per append to a follower of a partition's or
     /// shard's group (`LogStore::limit_reads`).
     pub append_bytes_max: std::sync::atomic::AtomicUsize,
+    /// `raft.log.max.bytes.between.snapshots`, for each partition's group.
+    pub snapshot_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl ClusterNode {
@@ -501,6 +503,7 @@ impl ClusterNode {
             shards: Default::default(),
             own_addr: addr.clone(),
             append_bytes_max: std::sync::atomic::AtomicUsize::new(1024 * 1024),
+            snapshot_bytes: std::sync::atomic::AtomicU64::new(64 << 20),
         });
         tokio::spawn(network::serve(listener, node.clone()));
         if !initialized && joining {
@@ -700,6 +703,11 @@ impl ClusterNode {
     /// `replica.fetch.max.bytes`, for each group's Raft log (its bounded reads).
     pub fn append_bytes(&self) -> usize {
         self.append_bytes_max.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `raft.log.max.bytes.between.snapshots`, for each partition's group.
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// This broker's replica of a coordinator shard, if it has one.

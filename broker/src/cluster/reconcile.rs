@@ -194,6 +194,7 @@ impl Reconciler {
                 replicas,
                 initialize,
                 append_bytes_max: node.append_bytes(),
+                snapshot_bytes: node.snapshot_bytes(),
             };
             let addresses = node.addresses();
             let network = super::network::PartNetwork::new(&spec.key, &addresses);

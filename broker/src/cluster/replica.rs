@@ -18,11 +18,17 @@
 //! are applied again; while the partition log already holds their batches (written before the
 //! crash, after the last `applied.json`), each is matched against the stored batch at the replay
 //! cursor instead of written twice.
+//!
+//! Snapshots (decision record 0025): every `raft.log.max.bytes.between.snapshots` applied, a
+//! replica links its partition's files into `snapshots/<id>/` and purges its Raft log up to the
+//! snapshot ([`maintain`]); a follower the kept log no longer reaches is sent the snapshot's
+//! files and swaps them in for its partition (`ReplicaSm::install_snapshot`).
 
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
 
 use crate::replication::log_store::{io_err, LogStore, Logged};
+use crate::replication::snapshot::{unpack, FilesStream, SnapshotData, SnapshotHeader};
 use crate::replication::types::{
     GroupKey, KvEntry, NodeId, PartCommand, PartConfig, PartResult, PartitionLog, ShardCommand, ShardConfig,
     ShardResult, WriteError,
@@ -229,6 +235,9 @@ pub struct ReplicaSpec {
     /// `replica.fetch.max.bytes`: bytes of entries the leader reads for one append to a
     /// follower (at least one entry; `LogStore::limit_reads`).
     pub append_bytes_max: usize,
+    /// `raft.log.max.bytes.between.snapshots`: a partition's replica snapshots its segments
+    /// (and purges its Raft log) after applying this many bytes of batches.
+    pub snapshot_bytes: u64,
 }
 
 /// Start (or reopen) this broker's replica of a partition. With `initialize` (the first replica
@@ -244,8 +253,67 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
 ) -> anyhow::Result<Arc<Replica>> {
     std::fs::create_dir_all(&dir)?;
     let sm = ReplicaSm::open(&dir, partition)?;
-    start_group(me, spec, addresses, network, sm, dir).await
+    let progress = sm.progress.clone();
+    let every = spec.snapshot_bytes.max(1);
+    let replica = start_group(me, spec, addresses, network, sm, dir).await?;
+    maintain(replica.raft.clone(), progress, every);
+    Ok(replica)
 }
+
+/// While a partition's group runs: take a snapshot once `every` bytes of batches were applied
+/// since the last, and purge the Raft log up to the newest snapshot — except, on the leader,
+/// the entries a follower still needs unless it is more than [`KEPT_SNAPSHOTS`] snapshot
+/// intervals behind (then it is sent the snapshot: a copy of the whole partition, which a
+/// follower merely slower than the producers must never need). Each replica does this for its
+/// own log.
+fn maintain(raft: openraft::Raft<PartConfig>, progress: Arc<SmProgress>, every: u64) {
+    use std::sync::atomic::Ordering;
+    tokio::spawn(async move {
+        let mut rx = raft.metrics();
+        // the indexes of the newest snapshots, oldest first
+        let mut recent: std::collections::VecDeque<u64> = Default::default();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if rx.has_changed().is_err() {
+                return; // the group shut down
+            }
+            if progress.bytes_since_snapshot.load(Ordering::Relaxed) >= every
+                && !progress.replaying.load(Ordering::Acquire)
+            {
+                progress.bytes_since_snapshot.store(0, Ordering::Relaxed);
+                if raft.trigger().snapshot().await.is_err() {
+                    return;
+                }
+            }
+            let m = rx.borrow_and_update().clone();
+            let Some(snap) = m.snapshot else { continue };
+            if recent.back() != Some(&snap.index) {
+                recent.push_back(snap.index);
+                if recent.len() > KEPT_SNAPSHOTS {
+                    recent.pop_front();
+                }
+            }
+            let oldest = recent.front().copied().unwrap_or(0);
+            let mut upto = snap.index;
+            for (id, matched) in m.replication.iter().flatten() {
+                let at = matched.map_or(0, |l| l.index);
+                if *id != m.id && at < upto && (at >= oldest || recent.len() < KEPT_SNAPSHOTS) {
+                    upto = at;
+                }
+            }
+            if m.purged.is_some_and(|p| p.index >= upto) || upto == 0 {
+                continue;
+            }
+            if raft.trigger().purge_log(upto).await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// A leader keeps the Raft log a follower needs while it is at most this many snapshot
+/// intervals behind (at the default interval, 512 MiB of entries).
+const KEPT_SNAPSHOTS: usize = 8;
 
 /// A coordinator shard's replica: its state machine appends to the shard's key/value log
 /// through `apply` (which makes the records durable before returning).
@@ -275,7 +343,7 @@ async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C
 where
     C::D: Clone,
 {
-    let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max } = spec;
+    let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max, snapshot_bytes: _ } = spec;
     // coordinator shards (many, mostly idle) heartbeat half as often as partitions
     let (heartbeat, election) = if topic_id.is_nil() { (500, 1500) } else { (250, 1000) };
     let config = openraft::Config {
@@ -283,9 +351,13 @@ where
         heartbeat_interval: heartbeat,
         election_timeout_min: election,
         election_timeout_max: election * 2,
-        // the partition log is the state machine: no snapshots, the Raft log is kept
+        // snapshots are taken and the log purged by `maintain` (partitions; decision 0025) —
+        // by bytes, which openraft's policies do not count; a coordinator shard keeps its log
         snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: u64::MAX,
+        // a snapshot's last chunk is answered once it is installed (the segments scanned)
+        install_snapshot_timeout: 60_000,
+        snapshot_max_chunk_size: 1 << 20,
         ..Default::default()
     };
     let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
@@ -486,7 +558,33 @@ pub struct ReplicaSm {
     cursor: i64,
     replay_end: i64,
     saved_at: Instant,
+    /// The newest snapshot taken or installed (`snapshots/<id>/`).
+    snapshot: Option<StoredSnapshot>,
+    /// Shared with the group's maintenance task ([`maintain`]).
+    progress: Arc<SmProgress>,
 }
+
+/// What the state machine tells the task that decides when to snapshot and purge.
+#[derive(Default)]
+pub struct SmProgress {
+    /// Bytes of batches applied since the last snapshot.
+    bytes_since_snapshot: std::sync::atomic::AtomicU64,
+    /// Still matching batches written before a crash: no snapshot may be taken (the partition
+    /// log holds batches past the last applied entry).
+    replaying: std::sync::atomic::AtomicBool,
+}
+
+/// A snapshot on disk: `snapshots/<id>/` holds the linked files and `snapshot.json` this.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    header: SnapshotHeader,
+}
+
+const SNAPSHOTS_DIR: &str = "snapshots";
+const SNAPSHOT_FILE: &str = "snapshot.json";
+const INCOMING_FILE: &str = "incoming.snapshot";
+const INCOMING_DIR: &str = "incoming.d";
 
 impl ReplicaSm {
     fn open(dir: &Path, partition: Arc<dyn PartitionLog>) -> anyhow::Result<ReplicaSm> {
@@ -503,7 +601,46 @@ impl ReplicaSm {
                 "the partition log ends at {end}, before the last applied offset {cursor}"
             );
         }
-        Ok(ReplicaSm { dir: dir.to_path_buf(), partition, applied, cursor, replay_end: end, saved_at: Instant::now() })
+        let snapshot = Self::load_snapshot(dir)?;
+        let progress = Arc::new(SmProgress::default());
+        progress.replaying.store(cursor < end, std::sync::atomic::Ordering::Release);
+        let _ = std::fs::remove_file(dir.join(INCOMING_FILE));
+        let _ = std::fs::remove_dir_all(dir.join(INCOMING_DIR));
+        Ok(ReplicaSm {
+            dir: dir.to_path_buf(),
+            partition,
+            applied,
+            cursor,
+            replay_end: end,
+            saved_at: Instant::now(),
+            snapshot,
+            progress,
+        })
+    }
+
+    /// The newest complete snapshot under `dir` (others, and any left half made, are removed).
+    fn load_snapshot(dir: &Path) -> anyhow::Result<Option<StoredSnapshot>> {
+        let snaps = dir.join(SNAPSHOTS_DIR);
+        let Ok(list) = std::fs::read_dir(&snaps) else { return Ok(None) };
+        let mut found: Vec<(StoredSnapshot, PathBuf)> = Vec::new();
+        let mut junk = Vec::new();
+        for e in list {
+            let path = e?.path();
+            match std::fs::read(path.join(SNAPSHOT_FILE)).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+                Some(s) => found.push((s, path)),
+                None => junk.push(path),
+            }
+        }
+        found.sort_by_key(|(s, _)| s.meta.last_log_id);
+        let newest = found.pop();
+        for p in junk.into_iter().chain(found.into_iter().map(|(_, p)| p)) {
+            let _ = std::fs::remove_dir_all(p);
+        }
+        Ok(newest.map(|(s, _)| s))
+    }
+
+    fn snapshot_dir(&self, id: &str) -> PathBuf {
+        self.dir.join(SNAPSHOTS_DIR).join(id)
     }
 
     /// Record the last applied entry — after fsyncing the partition log, so `applied.json`
@@ -516,29 +653,74 @@ impl ReplicaSm {
         Ok(())
     }
 
+    /// Take a snapshot of everything applied: fsync the partition and record it as applied,
+    /// hard-link its files into `snapshots/<id>/`, then drop the older snapshot. The partition
+    /// log holds exactly the applied entries' batches here (no apply runs meanwhile: this runs
+    /// on the state machine's task), so the snapshot is the state at its last log id.
+    fn take_snapshot(&mut self) -> Result<StoredSnapshot, String> {
+        if self.cursor < self.replay_end {
+            return Err("still replaying entries written before a restart".into());
+        }
+        self.save().map_err(|e| e.to_string())?;
+        let last = self.applied.last_applied;
+        let id = match last {
+            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, crate::clock::now_ms()),
+            None => format!("0-0-{}", crate::clock::now_ms()),
+        };
+        let tmp = self.dir.join(SNAPSHOTS_DIR).join(format!("{id}.tmp"));
+        let linked = self.partition.link_snapshot(&tmp).map_err(|e| e.to_string())?;
+        let stored = StoredSnapshot {
+            meta: SnapshotMeta { last_log_id: last, last_membership: self.applied.membership.clone(), snapshot_id: id },
+            header: SnapshotHeader { log_start: linked.log_start, log_end: linked.log_end, files: linked.files },
+        };
+        let json = serde_json::to_vec(&stored).map_err(|e| e.to_string())?;
+        sluice_storage::sidefile::write_atomic(&tmp.join(SNAPSHOT_FILE), &json).map_err(|e| e.to_string())?;
+        let done = self.snapshot_dir(&stored.meta.snapshot_id);
+        std::fs::rename(&tmp, &done).map_err(|e| e.to_string())?;
+        if let Some(old) = self.snapshot.replace(stored.clone()) {
+            let _ = std::fs::remove_dir_all(self.snapshot_dir(&old.meta.snapshot_id));
+        }
+        self.progress.bytes_since_snapshot.store(0, std::sync::atomic::Ordering::Relaxed);
+        Ok(stored)
+    }
+
+    fn snapshot_data(&self, s: &StoredSnapshot) -> Result<Snapshot<PartConfig>, StorageError<NodeId>> {
+        let stream = FilesStream::new(&self.snapshot_dir(&s.meta.snapshot_id), &s.header).map_err(io_err)?;
+        Ok(Snapshot { meta: s.meta.clone(), snapshot: Box::new(SnapshotData::Out(stream)) })
+    }
+
     /// Apply one committed command — unless it is being replayed (the partition log already
     /// holds what it wrote, after the last `applied.json`): then the stored batch at the cursor
     /// is matched and passed, and a command not found there was refused (or a duplicate) the
     /// first time.
     fn apply_one(&mut self, cmd: PartCommand) -> (PartResult, i64) {
-        if self.cursor >= self.replay_end {
+        // writes no batch: applied again when replayed (moving the log start is idempotent)
+        if self.cursor >= self.replay_end || matches!(cmd, PartCommand::DeleteRecords { .. }) {
+            if let PartCommand::Produce { batch, .. } = &cmd {
+                self.progress.bytes_since_snapshot.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
             return self.partition.apply(cmd);
         }
-        match self.partition.stored(self.cursor, &cmd) {
+        let out = match self.partition.stored(self.cursor, &cmd) {
             Some((result, next)) => {
                 self.cursor = next;
                 (result, 0)
             }
             None => (PartResult::default(), 0),
+        };
+        if self.cursor >= self.replay_end {
+            self.progress.replaying.store(false, std::sync::atomic::Ordering::Release);
         }
+        out
     }
 }
 
-/// No snapshots are built (the policy is `Never`); this one only satisfies openraft's API.
+/// A coordinator shard's snapshots are not built (its policy is `Never`); this one only
+/// satisfies openraft's API.
 pub struct NoSnapshots(Applied);
 
-impl<C: Logged> RaftSnapshotBuilder<C> for NoSnapshots {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<C>, StorageError<NodeId>> {
+impl RaftSnapshotBuilder<ShardConfig> for NoSnapshots {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<ShardConfig>, StorageError<NodeId>> {
         let meta = SnapshotMeta {
             last_log_id: self.0.last_applied,
             last_membership: self.0.membership.clone(),
@@ -548,8 +730,22 @@ impl<C: Logged> RaftSnapshotBuilder<C> for NoSnapshots {
     }
 }
 
+/// A partition's snapshot, taken when openraft asks for a builder (on the state machine's task,
+/// between applies); building only hands it over. Should taking it fail, the previous snapshot
+/// is handed over again (openraft treats a failed build as fatal to the group).
+pub struct SegmentsSnapshot {
+    taken: Option<Snapshot<PartConfig>>,
+    why: String,
+}
+
+impl RaftSnapshotBuilder<PartConfig> for SegmentsSnapshot {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<PartConfig>, StorageError<NodeId>> {
+        self.taken.take().ok_or_else(|| io_err(std::io::Error::other(self.why.clone())))
+    }
+}
+
 impl RaftStateMachine<PartConfig> for ReplicaSm {
-    type SnapshotBuilder = NoSnapshots;
+    type SnapshotBuilder = SegmentsSnapshot;
 
     async fn applied_state(
         &mut self,
@@ -600,23 +796,84 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        NoSnapshots(self.applied.clone())
+        let taken = tokio::task::block_in_place(|| self.take_snapshot());
+        match taken {
+            Ok(s) => {
+                ::metrics::counter!(crate::metrics::RAFT_SNAPSHOTS_TOTAL, "partition" => self.partition.name())
+                    .increment(1);
+                SegmentsSnapshot { taken: self.snapshot_data(&s).ok(), why: String::new() }
+            }
+            Err(why) => {
+                tracing::warn!(partition = self.partition.name(), "no new snapshot: {why}");
+                let previous = self.snapshot.clone().and_then(|s| self.snapshot_data(&s).ok());
+                SegmentsSnapshot { taken: previous, why }
+            }
+        }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError<NodeId>> {
+        let f = tokio::fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(true)
+            .open(self.dir.join(INCOMING_FILE))
+            .await
+            .map_err(io_err)?;
+        Ok(Box::new(SnapshotData::In(f)))
     }
 
+    /// Replace the partition with the leader's snapshot: unpack its files, swap them in for
+    /// the partition's (`sluice_storage::snapshot::swap_in`), record the snapshot's last entry
+    /// as applied, and keep the installed files as this replica's own snapshot.
     async fn install_snapshot(
         &mut self,
-        _meta: &SnapshotMeta<NodeId, BasicNode>,
-        _snapshot: Box<Cursor<Vec<u8>>>,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError<NodeId>> {
-        Err(io_err(std::io::Error::other("partition replicas do not install snapshots (the Raft log is kept)")))
+        use tokio::io::AsyncWriteExt as _;
+        let mut data = *snapshot;
+        data.flush().await.map_err(io_err)?;
+        if let SnapshotData::In(f) = &data {
+            f.sync_all().await.map_err(io_err)?;
+        }
+        drop(data);
+        let started = Instant::now();
+        tokio::task::block_in_place(|| {
+            let staged = self.dir.join(INCOMING_DIR);
+            let header = unpack(&self.dir.join(INCOMING_FILE), &staged).map_err(io_err)?;
+            let (start, end) = self
+                .partition
+                .install_snapshot(&staged, header.log_start)
+                .map_err(|e| io_err(std::io::Error::other(e.to_string())))?;
+            self.applied =
+                Applied { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), log_end: end };
+            self.cursor = end;
+            self.replay_end = end;
+            self.progress.replaying.store(false, std::sync::atomic::Ordering::Release);
+            self.save()?;
+            let _ = std::fs::remove_file(self.dir.join(INCOMING_FILE));
+            ::metrics::counter!(crate::metrics::RAFT_SNAPSHOTS_INSTALLED_TOTAL, "partition" => self.partition.name())
+                .increment(1);
+            tracing::info!(
+                partition = self.partition.name(),
+                "caught up from a snapshot of segments: offsets {start}..{end}, {} bytes in {:?}, through Raft entry {}",
+                header.bytes(),
+                started.elapsed(),
+                meta.last_log_id.map_or(0, |l| l.index)
+            );
+            if let Err(why) = self.take_snapshot() {
+                tracing::warn!(partition = self.partition.name(), "installed snapshot not kept: {why}");
+            }
+            Ok::<(), StorageError<NodeId>>(())
+        })
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<PartConfig>>, StorageError<NodeId>> {
-        Ok(None)
+        match self.snapshot.clone() {
+            Some(s) => self.snapshot_data(&s).map(Some),
+            None => Ok(None),
+        }
     }
 }
 

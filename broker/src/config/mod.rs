@@ -174,6 +174,11 @@ pub const SETTINGS: &[Setting] = &[
         default: "1048576",
         help: "cluster mode: bytes of entries a partition's leader sends a follower per Raft append (at least one entry, however large), so each append finishes within the heartbeat interval",
     },
+    Setting {
+        name: "raft.log.max.bytes.between.snapshots",
+        default: "67108864",
+        help: "cluster mode: a partition's replica snapshots its segments after applying this many bytes of batches and purges its Raft log up to the snapshot; a replica too far behind (or wiped) catches up from the snapshot",
+    },
     Setting { name: "max.connections", default: "10000", help: "open connections allowed" },
     Setting { name: "log.format", default: "text", help: "broker log lines as text or json (filter with SLUICE_LOG)" },
     Setting {
@@ -312,6 +317,9 @@ pub struct Config {
     pub replica_lag_time_max_ms: u64,
     /// `replica.fetch.max.bytes`: bytes of entries per Raft append to a follower (at least one).
     pub replica_fetch_max_bytes: usize,
+    /// `raft.log.max.bytes.between.snapshots`: bytes applied between a partition replica's
+    /// snapshots (its Raft log is purged up to each).
+    pub raft_snapshot_bytes: u64,
     /// Every setting's resolved value as text (for DescribeConfigs).
     pub values: BTreeMap<String, String>,
 }
@@ -791,6 +799,11 @@ pub fn resolve(
             as u64,
         replica_fetch_max_bytes: parse::<i64>("replica.fetch.max.bytes", get("replica.fetch.max.bytes"), positive)?
             as usize,
+        raft_snapshot_bytes: parse::<i64>(
+            "raft.log.max.bytes.between.snapshots",
+            get("raft.log.max.bytes.between.snapshots"),
+            positive,
+        )? as u64,
         values,
     })
 }

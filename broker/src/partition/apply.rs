@@ -87,6 +87,17 @@ impl PartitionLog for Partition {
                     Err(AppendError::Storage(e)) => failed(e),
                 }
             }
+            PartCommand::DeleteRecords { offset } => {
+                let mut log = self.log();
+                let end = log.log_end_offset();
+                // everything applied is committed (the batches before this one in its apply run
+                // are not yet published)
+                log.set_high_watermark(end);
+                match log.delete_records(offset.clamp(0, end)) {
+                    Ok(start) => (PartResult::LogStart(start), 0),
+                    Err(e) => failed(e),
+                }
+            }
         }
     }
 
@@ -94,6 +105,7 @@ impl PartitionLog for Partition {
         let stored = self.log().read(offset, 1, None, true).ok()?;
         let (_, view) = iter_batches(&stored).next()?.ok()?;
         let same = match cmd {
+            PartCommand::DeleteRecords { .. } => return None,
             PartCommand::Marker { producer_id, .. } => view.is_control() && view.producer_id() == *producer_id,
             PartCommand::Produce { batch, .. } => {
                 let ours = BatchView::parse_unchecked_crc(batch).ok()?;
@@ -118,5 +130,14 @@ impl PartitionLog for Partition {
 
     fn flush(&self) -> Result<(), StorageError> {
         Partition::flush(self)
+    }
+
+    fn link_snapshot(&self, into: &std::path::Path) -> Result<sluice_storage::LinkedSnapshot, StorageError> {
+        Partition::flush(self)?;
+        self.log().link_snapshot(into)
+    }
+
+    fn install_snapshot(&self, staged: &std::path::Path, log_start: i64) -> Result<(i64, i64), StorageError> {
+        Partition::install_snapshot(self, staged, log_start)
     }
 }

@@ -49,7 +49,8 @@ pub struct Partition {
     /// append and apply are one step for each batch.
     producers: Mutex<HashMap<i64, ProducerEntry>>,
     log: Mutex<Log>,
-    flusher: Arc<Flusher>,
+    /// The log's flusher (replaced with the log when a replica installs a snapshot).
+    flusher: Mutex<Arc<Flusher>>,
     /// Wakes long-polling fetches when the high watermark (or the LSO) moves.
     hw_changed: Arc<tokio::sync::Notify>,
     /// First offset of the oldest open transaction (`i64::MAX`: none). Written under the
@@ -108,7 +109,7 @@ impl Partition {
             index,
             producers: Mutex::new(producers),
             log: Mutex::new(log),
-            flusher,
+            flusher: Mutex::new(flusher),
             hw_changed,
             first_unstable,
         }
@@ -394,7 +395,7 @@ impl Partition {
     /// then advance the high watermark. Blocks: call from a blocking thread.
     pub fn wait_durable(&self, end: i64) -> Result<(), StorageError> {
         let started = std::time::Instant::now();
-        let durable = self.flusher.sync_to(end)?;
+        let durable = self.flusher().sync_to(end)?;
         ::metrics::histogram!(crate::metrics::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
         self.log().set_high_watermark(durable);
         self.hw_changed.notify_waiters();
@@ -425,10 +426,42 @@ impl Partition {
         self.hw_changed.notify_waiters();
     }
 
+    fn flusher(&self) -> Arc<Flusher> {
+        self.flusher.lock().or_die().clone()
+    }
+
+    /// A replica installs a snapshot of its partition (`cluster::replica`): the staged files
+    /// (`sluice_storage::snapshot`) replace this partition's log, and producer state, open
+    /// transactions and marker history are rebuilt from them. Everything in a snapshot is
+    /// committed: the high watermark is its end. Returns the new log's start and end.
+    pub fn install_snapshot(&self, staged: &std::path::Path, log_start: i64) -> Result<(i64, i64), StorageError> {
+        sluice_storage::snapshot::finish_staging(staged, log_start)?;
+        let mut producers = self.producers.lock().or_die();
+        let mut log = self.log();
+        let dir = log.dir().to_path_buf();
+        let config = log.config().clone();
+        sluice_storage::snapshot::swap_in(&dir, staged)?;
+        let mut new = Log::open(&dir, config)?;
+        *producers = rebuild_producer_state(&mut new);
+        let leo = new.log_end_offset();
+        new.set_high_watermark(leo);
+        let offsets = (new.log_start_offset(), leo);
+        self.first_unstable.store(first_unstable(&producers), Ordering::Release);
+        *self.markers.lock().or_die() = MarkerHistory { opened_end: leo, last: HashMap::new() };
+        self.verified.lock().or_die().clear();
+        *self.flusher.lock().or_die() = new.flusher();
+        drop(std::mem::replace(&mut *log, new));
+        drop(log);
+        drop(producers);
+        self.hw_changed.notify_waiters();
+        Ok(offsets)
+    }
+
     /// Periodic flush for the Interval policy (and the recovery-point checkpoint).
     pub fn flush(&self) -> Result<(), StorageError> {
-        let end = self.flusher.written_end();
-        let durable = self.flusher.sync_to(end)?;
+        let flusher = self.flusher();
+        let end = flusher.written_end();
+        let durable = flusher.sync_to(end)?;
         let mut log = self.log();
         if log.config().flush == FlushPolicy::Sync {
             log.set_high_watermark(durable);

@@ -108,8 +108,7 @@ pub async fn dispatch_from(state: &Arc<Services>, req: Request, session: &Sessio
             handlers::topics::create_partitions::create_partitions(&state.topics, r).await,
         )),
         SupportedRequest::DeleteRecords(r) => {
-            let resp = on_blocking_pool(state, move |s| handlers::delete_records::handle(&s.topics, r)).await?;
-            Reply::now(ResponseKind::DeleteRecords(resp))
+            Reply::now(ResponseKind::DeleteRecords(handlers::delete_records::handle(&state.topics, r).await))
         }
         SupportedRequest::DescribeConfigs(r) => Reply::now(ResponseKind::DescribeConfigs(
             handlers::configs::describe_configs::describe(&state.topics, &state.config, r),

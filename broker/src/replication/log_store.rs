@@ -16,7 +16,7 @@ use openraft::{Entry, LogId, OptionalSend, RaftLogReader, RaftTypeConfig, Storag
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::io::{Cursor, Write};
+use std::io::Write;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -86,7 +86,6 @@ pub trait Logged:
     NodeId = NodeId,
     Node = openraft::BasicNode,
     Entry = Entry<Self>,
-    SnapshotData = Cursor<Vec<u8>>,
     Responder = openraft::impls::OneshotResponder<Self>,
     AsyncRuntime = openraft::TokioRuntime,
 >
@@ -97,7 +96,6 @@ impl<C> Logged for C where
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = Entry<C>,
-        SnapshotData = Cursor<Vec<u8>>,
         Responder = openraft::impls::OneshotResponder<C>,
         AsyncRuntime = openraft::TokioRuntime,
     >

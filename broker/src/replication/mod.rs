@@ -5,4 +5,5 @@
 //! too, is in `cluster/network.rs` and handed to a group when it starts.
 
 pub mod log_store;
+pub mod snapshot;
 pub mod types;

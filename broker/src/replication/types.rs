@@ -35,6 +35,9 @@ pub enum PartCommand {
     },
     /// A COMMIT or ABORT marker for `producer_id`.
     Marker { producer_id: i64, epoch: i16, coordinator_epoch: i32, commit: bool, now_ms: i64 },
+    /// DeleteRecords: move the log start up to `offset` (at most the log end where it is
+    /// applied, the same on every replica), deleting the segments wholly below it.
+    DeleteRecords { offset: i64 },
 }
 
 /// What a coordinator shard's Raft log holds (a group of its own type: a partition's command
@@ -102,6 +105,8 @@ pub enum PartResult {
     Refused(Refusal),
     /// It could not be applied (see [`ApplyFailure`]).
     Failed(ApplyFailure),
+    /// The log start offset after a DeleteRecords.
+    LogStart(i64),
 }
 
 /// What a replicated partition's state machine applies committed commands to: the partition,
@@ -121,6 +126,12 @@ pub trait PartitionLog: Send + Sync + 'static {
     fn publish_committed(&self);
     /// Make everything applied so far durable (fsync).
     fn flush(&self) -> Result<(), StorageError>;
+    /// Hard-link the partition's files into `into` (everything applied made durable first): a
+    /// snapshot of it (`replication::snapshot`).
+    fn link_snapshot(&self, into: &std::path::Path) -> Result<sluice_storage::LinkedSnapshot, StorageError>;
+    /// Replace the partition with a received snapshot's files, staged in `staged`, whose log
+    /// starts at `log_start`: the new log's start and end.
+    fn install_snapshot(&self, staged: &std::path::Path, log_start: i64) -> Result<(i64, i64), StorageError>;
 }
 
 /// Why a committed command could not be applied to a partition.
@@ -199,6 +210,7 @@ openraft::declare_raft_types!(
         R = PartResult,
         NodeId = NodeId,
         Node = BasicNode,
+        SnapshotData = crate::replication::snapshot::SnapshotData,
 );
 
 pub type PartRaft = openraft::Raft<PartConfig>;
