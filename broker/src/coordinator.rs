@@ -214,6 +214,7 @@ pub async fn replicate<O: ShardOwner>(
             initialize: true,
             append_bytes_max: node.append_bytes(),
             snapshot_bytes: node.snapshot_bytes(),
+            budgets: node.budgets(),
         };
         let network = crate::cluster::network::ShardNetwork::new(&spec.key, &node.voters);
         let g = start_kv(node.node_id, spec, &node.voters, network, apply, dir.join(format!("{topic}-{i}"))).await?;

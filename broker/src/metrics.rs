@@ -54,6 +54,9 @@ pub const RAFT_APPLY_LAG: &str = "sluice_raft_apply_lag";
 pub const RAFT_REPLICATION_LAG: &str = "sluice_raft_replication_lag";
 /// Per partition group: snapshots of segments this replica took, and installed from a leader
 /// (a replica too far behind, or wiped, catches up this way instead of replaying the log).
+/// Per partition group, on its leader: bytes of produce batches proposed and not yet answered
+/// (bounded by `replication.partition.in.flight.max.bytes`).
+pub const RAFT_BYTES_IN_FLIGHT: &str = "sluice_raft_bytes_in_flight";
 pub const RAFT_SNAPSHOTS_TOTAL: &str = "sluice_raft_snapshots_total";
 pub const RAFT_SNAPSHOTS_INSTALLED_TOTAL: &str = "sluice_raft_snapshots_installed_total";
 

@@ -105,14 +105,16 @@ impl PartitionHandle {
     /// transaction is proposed unverified and refused when applied, so an exact retry of a
     /// stored batch is still answered as the duplicate it is — and checked again in Raft order
     /// against `start` when applied; a leader not yet settled refuses transactional batches.
-    /// The local append takes the partition's locks (no await while held); a proposal is
-    /// queued, not waited for.
+    /// The local append takes the partition's locks (no await while held); a proposal waits
+    /// (at most `wait`) only for room in the budgets of bytes in flight, then is queued, not
+    /// waited for.
     pub async fn append_batch(
         &self,
         mut batch: BytesMut,
         now: i64,
         verify: &(dyn Fn(i64, i16) -> Result<(), Refusal> + Sync),
         start: VerificationStart,
+        wait: Duration,
     ) -> Result<BatchWrite, WriteRefused> {
         let PartitionHandle::Replicated { replica, .. } = self else {
             let p = self.partition();
@@ -150,9 +152,13 @@ impl PartitionHandle {
             Some(Err(r)) if r != Refusal::NotInTransaction => return Err(WriteRefused::Refused(r)),
             _ => {}
         }
+        // room in the partition's and the broker's budgets of bytes in flight: waiting here
+        // (stage 1) stops this connection being read, so producers are held back
+        let admitted =
+            replica.admit(batch.len(), tokio::time::Instant::now() + wait).await.map_err(WriteRefused::Write)?;
         // the request's buffer becomes the command (no copy of the records)
         let cmd = PartCommand::Produce { batch: Vec::from(batch), now_ms: now, verified, verified_from: start.from };
-        replica.propose(cmd).map(BatchWrite::Replicated).map_err(WriteRefused::Write)
+        replica.propose_admitted(cmd, admitted).map(BatchWrite::Replicated).map_err(WriteRefused::Write)
     }
 
     /// Write a COMMIT/ABORT marker for `producer_id`: appended now (local), or proposed to the

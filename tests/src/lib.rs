@@ -168,6 +168,24 @@ impl Broker {
         s.chars().rev().take(3000).collect::<String>().chars().rev().collect()
     }
 
+    /// The lines of the broker's log that report a panic, with the line after each.
+    pub fn panics(&self) -> String {
+        let s = std::fs::read_to_string(self.data_dir.with_extension("log")).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        let mut out = String::new();
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains("panicked") {
+                out.push_str(l);
+                out.push('\n');
+                if let Some(next) = lines.get(i + 1) {
+                    out.push_str(next);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
     fn signal(&self, sig: &str) {
         if let Some(c) = &self.child {
             let _ = Command::new("kill").args([sig, &c.id().to_string()]).status();

@@ -654,7 +654,17 @@ async fn produce_batch(
     record: sluice_protocol::batch::NewRecord,
     timeout_ms: i32,
 ) -> i16 {
-    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
+    produce_batch_at(b.bootstrap(), topic, record, timeout_ms).await
+}
+
+/// [`produce_batch`] to the broker at `bootstrap`.
+async fn produce_batch_at(
+    bootstrap: String,
+    topic: &'static str,
+    record: sluice_protocol::batch::NewRecord,
+    timeout_ms: i32,
+) -> i16 {
+    let Ok(conn) = Connection::connect(&bootstrap, "cluster-test", 1).await else { return -1 };
     let batch = sluice_protocol::batch::BatchBuilder::default().build(&[record]).unwrap();
     let mut pd = kafka_protocol::messages::produce_request::PartitionProduceData::default();
     pd.index = 0;
@@ -1720,9 +1730,10 @@ async fn a_wiped_replica_catches_up_from_a_snapshot_of_segments() {
         }
         assert!(
             t0.elapsed() < Duration::from_secs(60),
-            "the wiped replica did not catch up from a snapshot: installed {:?}, lag {:?}\nleader:\n{}\nwiped:\n{}",
+            "the wiped replica did not catch up from a snapshot: installed {:?}, lag {:?}\npanics: {}\nleader:\n{}\nwiped:\n{}",
             scrape_value(ports[follower], installed),
             scrape_value(ports[leader], lag),
+            c.brokers.iter().map(|b| b.panics()).collect::<String>(),
             c.brokers[leader].log_tail(),
             c.brokers[follower].log_tail()
         );
@@ -1785,5 +1796,57 @@ async fn delete_records_moves_the_log_start_on_every_replica() {
             assert!(t0.elapsed() < Duration::from_secs(10), "broker {}: its replica starts at {start}", b.addr());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// Issue 19, bounded memory: a produce request for a replicated partition waits for room in the
+/// partition's budget of bytes in flight (`replication.partition.in.flight.max.bytes`) before
+/// its batch is proposed. With both followers stopped nothing commits, so of ten 1 MB batches
+/// sent at once only the three that fit in a 3.5 MB budget are proposed; the others wait, time
+/// out, and are never written (without the budget all ten are proposed and commit once the
+/// followers return). The bytes in flight never exceed the budget, and return when Raft answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_waits_for_room_in_the_bytes_in_flight_budget() {
+    let limit = std::env::var("TEST_IN_FLIGHT_BYTES").unwrap_or_else(|_| "3500000".into());
+    let (c, ports) = Cluster::start_with_metrics_and(&["--replication-partition-in-flight-max-bytes", &limit]);
+    let leader = replicated_topic(&c, "budget").await;
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for f in &followers {
+        c.brokers[*f].pause();
+    }
+    let value = bytes::Bytes::from(vec![b'b'; 1_000_000]);
+    let sends: Vec<_> = (0..10)
+        .map(|_| {
+            let record =
+                sluice_protocol::batch::NewRecord { timestamp: 1, value: Some(value.clone()), ..Default::default() };
+            tokio::spawn(produce_batch_at(c.brokers[leader].bootstrap(), "budget", record, 3000))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let in_flight = scrape_value(ports[leader], "sluice_raft_bytes_in_flight{group=\"budget\",partition=\"0\"}");
+    let mut codes = Vec::new();
+    for s in sends {
+        codes.push(s.await.unwrap());
+    }
+    let timed_out = kafka_protocol::error::ResponseError::RequestTimedOut.code();
+    assert!(codes.iter().all(|c| *c == timed_out), "nothing commits with the followers stopped: {codes:?}");
+    let in_flight = in_flight.unwrap_or(0.0);
+    assert!(in_flight > 2_000_000.0 && in_flight <= 3_500_000.0, "bytes in flight: {in_flight}");
+    for f in &followers {
+        c.brokers[*f].resume();
+    }
+    // the admitted batches commit; the others were never proposed
+    let t0 = Instant::now();
+    while replica_end(&c.brokers[leader], "budget").await < 3 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the admitted batches did not commit");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let end = replica_end(&c.brokers[leader], "budget").await;
+    assert_eq!(end, 3, "only the batches that fit in the budget were proposed");
+    let t0 = Instant::now();
+    while scrape_value(ports[leader], "sluice_raft_bytes_in_flight{group=\"budget\",partition=\"0\"}") != Some(0.0) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the budget's bytes did not return");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -453,6 +453,11 @@ pub struct ClusterNode {
     pub append_bytes_max: std::sync::atomic::AtomicUsize,
     /// `raft.log.max.bytes.between.snapshots`, for each partition's group.
     pub snapshot_bytes: std::sync::atomic::AtomicU64,
+    /// `replication.partition.in.flight.max.bytes`, for each partition's group.
+    pub partition_in_flight_bytes: std::sync::atomic::AtomicU64,
+    /// `replication.in.flight.max.bytes`: the broker's budget, shared by its partitions (set
+    /// once, before the first replica starts).
+    pub in_flight: std::sync::OnceLock<replica::Budget>,
 }
 
 impl ClusterNode {
@@ -504,6 +509,8 @@ impl ClusterNode {
             own_addr: addr.clone(),
             append_bytes_max: std::sync::atomic::AtomicUsize::new(1024 * 1024),
             snapshot_bytes: std::sync::atomic::AtomicU64::new(64 << 20),
+            partition_in_flight_bytes: std::sync::atomic::AtomicU64::new(32 << 20),
+            in_flight: std::sync::OnceLock::new(),
         });
         tokio::spawn(network::serve(listener, node.clone()));
         if !initialized && joining {
@@ -708,6 +715,12 @@ impl ClusterNode {
     /// `raft.log.max.bytes.between.snapshots`, for each partition's group.
     pub fn snapshot_bytes(&self) -> u64 {
         self.snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A new partition replica's budgets of bytes in flight: its own and the broker's.
+    pub fn budgets(&self) -> [replica::Budget; 2] {
+        let own = replica::Budget::new(self.partition_in_flight_bytes.load(std::sync::atomic::Ordering::Relaxed));
+        [own, self.in_flight.get_or_init(|| replica::Budget::new(128 << 20)).clone()]
     }
 
     /// This broker's replica of a coordinator shard, if it has one.

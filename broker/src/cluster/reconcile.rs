@@ -195,6 +195,7 @@ impl Reconciler {
                 initialize,
                 append_bytes_max: node.append_bytes(),
                 snapshot_bytes: node.snapshot_bytes(),
+                budgets: node.budgets(),
             };
             let addresses = node.addresses();
             let network = super::network::PartNetwork::new(&spec.key, &addresses);

@@ -56,7 +56,46 @@ pub struct Replica<C: Logged = PartConfig> {
     pub dir: PathBuf,
     /// On the leader: when each follower last caught up (for `in_sync`).
     sync: std::sync::Mutex<SyncTrack>,
+    /// Bytes of produce batches proposed here and not yet answered: this partition's budget
+    /// and the broker's (`replication.partition.in.flight.max.bytes`,
+    /// `replication.in.flight.max.bytes`).
+    budgets: [Budget; 2],
 }
+
+/// A budget of bytes in flight: a produce batch waits for its bytes before it is proposed and
+/// returns them when its write is answered, so requests wait (and the connection stops being
+/// read) instead of queueing without bound when a follower or the disk is slower than
+/// producers.
+#[derive(Clone)]
+pub struct Budget {
+    sem: Arc<tokio::sync::Semaphore>,
+    capacity: u32,
+}
+
+impl Budget {
+    pub fn new(bytes: u64) -> Budget {
+        let capacity = u32::try_from(bytes.max(1)).unwrap_or(u32::MAX);
+        Budget { sem: Arc::new(tokio::sync::Semaphore::new(capacity as usize)), capacity }
+    }
+
+    /// Bytes taken now.
+    pub fn in_use(&self) -> u64 {
+        u64::from(self.capacity).saturating_sub(self.sem.available_permits() as u64)
+    }
+
+    async fn take(&self, bytes: usize, deadline: tokio::time::Instant) -> Result<Admitted, WriteError> {
+        // a batch larger than the whole budget waits for all of it
+        let n = u32::try_from(bytes).unwrap_or(u32::MAX).min(self.capacity);
+        match tokio::time::timeout_at(deadline, self.sem.clone().acquire_many_owned(n)).await {
+            Ok(Ok(permit)) => Ok(Admitted(vec![permit])),
+            Ok(Err(_)) => Err(WriteError::Stopped),
+            Err(_) => Err(WriteError::TimedOut(deadline.saturating_duration_since(tokio::time::Instant::now()))),
+        }
+    }
+}
+
+/// Bytes of a budget held by a proposed write until it is answered.
+pub struct Admitted(Vec<tokio::sync::OwnedSemaphorePermit>);
 
 /// Kafka's ISR rule over Raft's replication progress: a follower is in sync while, within
 /// `replica.lag.time.max.ms`, it caught up with where the leader's log ended at some moment
@@ -186,7 +225,7 @@ impl<C: Logged> Replica<C> {
         let mut submit = std::pin::pin!(self.raft.client_write_ff(cmd));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         match std::future::Future::poll(submit.as_mut(), &mut cx) {
-            std::task::Poll::Ready(Ok(rx)) => Ok(PendingWrite(rx)),
+            std::task::Poll::Ready(Ok(rx)) => Ok(PendingWrite(rx, None)),
             std::task::Poll::Ready(Err(_)) | std::task::Poll::Pending => Err(WriteError::Stopped),
         }
     }
@@ -194,17 +233,36 @@ impl<C: Logged> Replica<C> {
     fn raft_id(&self) -> NodeId {
         self.raft.metrics().borrow().id
     }
+
+    /// Wait (until `deadline`) for `bytes` of this partition's and the broker's budgets of
+    /// bytes in flight; held by the write [`Replica::propose_admitted`] makes.
+    pub async fn admit(&self, bytes: usize, deadline: tokio::time::Instant) -> Result<Admitted, WriteError> {
+        let mut own = self.budgets[0].take(bytes, deadline).await?;
+        let broker = self.budgets[1].take(bytes, deadline).await?;
+        own.0.extend(broker.0);
+        Ok(own)
+    }
+
+    /// [`Replica::propose`], holding `admitted` until the write is answered.
+    pub fn propose_admitted(&self, cmd: C::D, admitted: Admitted) -> Result<PendingWrite<C>, WriteError> {
+        let mut w = self.propose(cmd)?;
+        w.1 = Some(admitted);
+        Ok(w)
+    }
 }
 
 /// A proposed write: await it for the applied result.
-pub struct PendingWrite<C: Logged = PartConfig>(tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<C>>);
+pub struct PendingWrite<C: Logged = PartConfig>(
+    tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<C>>,
+    Option<Admitted>,
+);
 
 impl<C: Logged> PendingWrite<C> {
     /// Test code: a write whose replica stopped before answering (its outcome never known).
     #[cfg(test)]
     pub fn lost() -> PendingWrite<C> {
         let (_, rx) = tokio::sync::oneshot::channel();
-        PendingWrite(rx)
+        PendingWrite(rx, None)
     }
 
     /// The result once committed and applied; an error if leadership was lost first or the
@@ -216,12 +274,24 @@ impl<C: Logged> PendingWrite<C> {
 
     /// [`PendingWrite::wait`], with the write's index in the group's Raft log.
     pub async fn wait_indexed(self, timeout: Duration) -> Result<(C::R, u64), WriteError> {
-        match tokio::time::timeout(timeout, self.0).await {
+        let PendingWrite(mut rx, admitted) = self;
+        let answer = match tokio::time::timeout(timeout, &mut rx).await {
             Ok(Ok(Ok(r))) => Ok((r.data, r.log_id.index)),
             Ok(Ok(Err(e))) => Err(WriteError::LeadershipLost(e.to_string())),
             Ok(Err(_)) => Err(WriteError::Stopped),
-            Err(_) => Err(WriteError::TimedOut(timeout)),
-        }
+            Err(_) => {
+                // still in the Raft pipeline: its bytes stay in flight until Raft answers
+                if let Some(held) = admitted {
+                    tokio::spawn(async move {
+                        let _ = rx.await;
+                        drop(held);
+                    });
+                }
+                return Err(WriteError::TimedOut(timeout));
+            }
+        };
+        drop(admitted);
+        answer
     }
 }
 
@@ -238,6 +308,8 @@ pub struct ReplicaSpec {
     /// `raft.log.max.bytes.between.snapshots`: a partition's replica snapshots its segments
     /// (and purges its Raft log) after applying this many bytes of batches.
     pub snapshot_bytes: u64,
+    /// This partition's budget of bytes in flight and the broker's (shared by its partitions).
+    pub budgets: [Budget; 2],
 }
 
 /// Start (or reopen) this broker's replica of a partition. With `initialize` (the first replica
@@ -255,8 +327,9 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     let sm = ReplicaSm::open(&dir, partition)?;
     let progress = sm.progress.clone();
     let every = spec.snapshot_bytes.max(1);
+    let budget = spec.budgets[0].clone();
     let replica = start_group(me, spec, addresses, network, sm, dir).await?;
-    maintain(replica.raft.clone(), progress, every);
+    maintain(replica.raft.clone(), progress, every, budget, replica.key.clone());
     Ok(replica)
 }
 
@@ -266,10 +339,11 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
 /// intervals behind (then it is sent the snapshot: a copy of the whole partition, which a
 /// follower merely slower than the producers must never need). Each replica does this for its
 /// own log.
-fn maintain(raft: openraft::Raft<PartConfig>, progress: Arc<SmProgress>, every: u64) {
+fn maintain(raft: openraft::Raft<PartConfig>, progress: Arc<SmProgress>, every: u64, budget: Budget, key: GroupKey) {
     use std::sync::atomic::Ordering;
     tokio::spawn(async move {
         let mut rx = raft.metrics();
+        let labels = [("group", key.0.clone()), ("partition", key.1.to_string())];
         // the indexes of the newest snapshots, oldest first
         let mut recent: std::collections::VecDeque<u64> = Default::default();
         loop {
@@ -277,6 +351,7 @@ fn maintain(raft: openraft::Raft<PartConfig>, progress: Arc<SmProgress>, every: 
             if rx.has_changed().is_err() {
                 return; // the group shut down
             }
+            ::metrics::gauge!(crate::metrics::RAFT_BYTES_IN_FLIGHT, &labels).set(budget.in_use() as f64);
             if progress.bytes_since_snapshot.load(Ordering::Relaxed) >= every
                 && !progress.replaying.load(Ordering::Acquire)
             {
@@ -343,7 +418,7 @@ async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C
 where
     C::D: Clone,
 {
-    let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max, snapshot_bytes: _ } = spec;
+    let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max, snapshot_bytes: _, budgets } = spec;
     // coordinator shards (many, mostly idle) heartbeat half as often as partitions
     let (heartbeat, election) = if topic_id.is_nil() { (500, 1500) } else { (250, 1000) };
     let config = openraft::Config {
@@ -378,7 +453,7 @@ where
         }
     }
     observe(key.clone(), raft.metrics());
-    Ok(Arc::new(Replica { key, topic_id, raft, dir, sync: Default::default() }))
+    Ok(Arc::new(Replica { key, topic_id, raft, dir, sync: Default::default(), budgets }))
 }
 
 /// Follow a group's Raft metrics while it runs: one INFO line when its leader changes and when

@@ -179,6 +179,16 @@ pub const SETTINGS: &[Setting] = &[
         default: "67108864",
         help: "cluster mode: a partition's replica snapshots its segments after applying this many bytes of batches and purges its Raft log up to the snapshot; a replica too far behind (or wiped) catches up from the snapshot",
     },
+    Setting {
+        name: "replication.in.flight.max.bytes",
+        default: "134217728",
+        help: "cluster mode: bytes of produce batches this broker has proposed to its partitions' Raft groups and not yet answered; a produce request waits for room (its connection is not read meanwhile), so a slow follower or disk holds producers back instead of filling memory",
+    },
+    Setting {
+        name: "replication.partition.in.flight.max.bytes",
+        default: "33554432",
+        help: "cluster mode: the same bound for one partition (so one partition cannot take the whole broker's)",
+    },
     Setting { name: "max.connections", default: "10000", help: "open connections allowed" },
     Setting { name: "log.format", default: "text", help: "broker log lines as text or json (filter with SLUICE_LOG)" },
     Setting {
@@ -320,6 +330,9 @@ pub struct Config {
     /// `raft.log.max.bytes.between.snapshots`: bytes applied between a partition replica's
     /// snapshots (its Raft log is purged up to each).
     pub raft_snapshot_bytes: u64,
+    /// `replication.in.flight.max.bytes` and `replication.partition.in.flight.max.bytes`.
+    pub in_flight_max_bytes: u64,
+    pub partition_in_flight_max_bytes: u64,
     /// Every setting's resolved value as text (for DescribeConfigs).
     pub values: BTreeMap<String, String>,
 }
@@ -802,6 +815,16 @@ pub fn resolve(
         raft_snapshot_bytes: parse::<i64>(
             "raft.log.max.bytes.between.snapshots",
             get("raft.log.max.bytes.between.snapshots"),
+            positive,
+        )? as u64,
+        in_flight_max_bytes: parse::<i64>(
+            "replication.in.flight.max.bytes",
+            get("replication.in.flight.max.bytes"),
+            positive,
+        )? as u64,
+        partition_in_flight_max_bytes: parse::<i64>(
+            "replication.partition.in.flight.max.bytes",
+            get("replication.partition.in.flight.max.bytes"),
             positive,
         )? as u64,
         values,
