@@ -2,7 +2,8 @@
 # Run every Sluice test on a fresh Debian machine, installing what the tests need.
 # Usage: tests/run-all.sh            (CI: .ci/run calls exactly this)
 #        RUN_ALL_SKIP_LINT=1 tests/run-all.sh   to skip fmt/clippy locally
-#        RUN_ALL_LONG=1 tests/run-all.sh        the long profiles of the JVM and Go suites
+#        RUN_ALL_LONG=1 tests/run-all.sh        the long profiles of the JVM and Go suites and
+#                                               the 10-minute replication soak
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -63,6 +64,12 @@ log "cargo test"
 # client examples as processes), so features unify once and nothing is built twice
 cargo build --workspace --bins --examples
 cargo test --workspace --no-fail-fast
+# issue 19's soak, alone (it saturates the machine): three brokers, RF 3, librdkafka at full speed
+log "replication soak (60 s; 600 s with RUN_ALL_LONG=1)"
+SOAK_SECONDS=60
+[ "${RUN_ALL_LONG:-0}" = 1 ] && SOAK_SECONDS=600
+SLUICE_SOAK_SECONDS=$SOAK_SECONDS cargo test -p sluice-tests --test cluster -- --ignored --exact \
+  replication_holds_under_a_saturating_producer
 
 # --- Python/kcat compatibility suite against a real broker process ---
 log "compatibility suite (kafka-python, confluent-kafka, kcat)"

@@ -168,6 +168,18 @@ impl Broker {
         s.chars().rev().take(3000).collect::<String>().chars().rev().collect()
     }
 
+    /// The broker process's id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// The broker process's resident memory in bytes (Linux `/proc`), if it runs.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let kb: u64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    }
+
     /// The lines of the broker's log that report a panic, with the line after each.
     pub fn panics(&self) -> String {
         let s = std::fs::read_to_string(self.data_dir.with_extension("log")).unwrap_or_default();

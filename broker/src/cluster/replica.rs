@@ -328,8 +328,9 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     let progress = sm.progress.clone();
     let every = spec.snapshot_bytes.max(1);
     let budget = spec.budgets[0].clone();
+    let partition = sm.partition.clone();
     let replica = start_group(me, spec, addresses, network, sm, dir).await?;
-    maintain(replica.raft.clone(), progress, every, budget, replica.key.clone());
+    maintain(replica.raft.clone(), progress, every, budget, replica.key.clone(), partition);
     Ok(replica)
 }
 
@@ -339,23 +340,49 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
 /// intervals behind (then it is sent the snapshot: a copy of the whole partition, which a
 /// follower merely slower than the producers must never need). Each replica does this for its
 /// own log.
-fn maintain(raft: openraft::Raft<PartConfig>, progress: Arc<SmProgress>, every: u64, budget: Budget, key: GroupKey) {
+fn maintain(
+    raft: openraft::Raft<PartConfig>,
+    progress: Arc<SmProgress>,
+    every: u64,
+    budget: Budget,
+    key: GroupKey,
+    partition: Arc<dyn PartitionLog>,
+) {
     use std::sync::atomic::Ordering;
     tokio::spawn(async move {
         let mut rx = raft.metrics();
         let labels = [("group", key.0.clone()), ("partition", key.1.to_string())];
         // the indexes of the newest snapshots, oldest first
         let mut recent: std::collections::VecDeque<u64> = Default::default();
+        // the last applied entry when a snapshot was last asked for
+        let mut triggered_at = 0u64;
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             if rx.has_changed().is_err() {
                 return; // the group shut down
             }
             ::metrics::gauge!(crate::metrics::RAFT_BYTES_IN_FLIGHT, &labels).set(budget.in_use() as f64);
-            if progress.bytes_since_snapshot.load(Ordering::Relaxed) >= every
+            // openraft requires each snapshot to end at a later entry than the one before
+            let (applied, snap_index, leading) = {
+                let m = rx.borrow();
+                (m.last_applied.map_or(0, |l| l.index), m.snapshot.map(|s| s.index), m.current_leader == Some(m.id))
+            };
+            // a snapshot whose log start retention (or DeleteRecords) has passed keeps deleted
+            // segments on disk through its links: replace it
+            let log_start = partition.offsets().0;
+            let pinning = snap_index.is_some() && log_start > progress.snapshot_log_start.load(Ordering::Acquire);
+            let fresh = applied > snap_index.unwrap_or(0).max(triggered_at);
+            if pinning && !fresh && leading {
+                // nothing applied since: a no-op entry (DeleteRecords to the log start) gives
+                // every replica a later entry to end its next snapshot at
+                let _ = raft.client_write_ff(PartCommand::DeleteRecords { offset: log_start }).await;
+            }
+            if (progress.bytes_since_snapshot.load(Ordering::Relaxed) >= every || pinning)
+                && fresh
                 && !progress.replaying.load(Ordering::Acquire)
             {
                 progress.bytes_since_snapshot.store(0, Ordering::Relaxed);
+                triggered_at = applied;
                 if raft.trigger().snapshot().await.is_err() {
                     return;
                 }
@@ -647,6 +674,9 @@ pub struct SmProgress {
     /// Still matching batches written before a crash: no snapshot may be taken (the partition
     /// log holds batches past the last applied entry).
     replaying: std::sync::atomic::AtomicBool,
+    /// The log start offset of the newest snapshot: once retention or DeleteRecords moves the
+    /// partition's past it, the snapshot's links pin deleted segments, and a new one is taken.
+    snapshot_log_start: std::sync::atomic::AtomicI64,
 }
 
 /// A snapshot on disk: `snapshots/<id>/` holds the linked files and `snapshot.json` this.
@@ -678,6 +708,9 @@ impl ReplicaSm {
         }
         let snapshot = Self::load_snapshot(dir)?;
         let progress = Arc::new(SmProgress::default());
+        if let Some(s) = &snapshot {
+            progress.snapshot_log_start.store(s.header.log_start, std::sync::atomic::Ordering::Release);
+        }
         progress.replaying.store(cursor < end, std::sync::atomic::Ordering::Release);
         let _ = std::fs::remove_file(dir.join(INCOMING_FILE));
         let _ = std::fs::remove_dir_all(dir.join(INCOMING_DIR));
@@ -752,6 +785,7 @@ impl ReplicaSm {
         sluice_storage::sidefile::write_atomic(&tmp.join(SNAPSHOT_FILE), &json).map_err(|e| e.to_string())?;
         let done = self.snapshot_dir(&stored.meta.snapshot_id);
         std::fs::rename(&tmp, &done).map_err(|e| e.to_string())?;
+        self.progress.snapshot_log_start.store(stored.header.log_start, std::sync::atomic::Ordering::Release);
         if let Some(old) = self.snapshot.replace(stored.clone()) {
             let _ = std::fs::remove_dir_all(self.snapshot_dir(&old.meta.snapshot_id));
         }
