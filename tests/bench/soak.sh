@@ -5,7 +5,8 @@
 # highest RSS seen (sampled every 2 s), the leader changes and term of the topic's Raft group
 # (its metrics endpoint), the data on disk and how much of it is Raft log, and the Raft RPC
 # timeouts in its log; then the data on disk: the partition log, the Raft log (purged up to each
-# snapshot, decision 0025) and the whole data directory.
+# snapshot, decision 0025) and the whole data directory; then the same load against one broker
+# alone for the same time, and the ratio of records delivered (RF 3 / single broker).
 # Usage: tests/bench/soak.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,3 +62,17 @@ for j in 0 1 2; do
     "snapshots taken $(echo "$metrics" | grep '^sluice_raft_snapshots_total{partition="soak-0"' | awk '{print $2}')," \
     "RPC timeouts logged $(grep -c 'timed out' "$W/b$i.log" || true)"
 done
+# the same load against one broker alone, same duration: the ratio issue 19 asks of RF 3
+for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+SK=$(port)
+env -u SLUICE_LOG "$BIN" --listeners "PLAINTEXT://127.0.0.1:$SK" --log-dirs "$W/single" >"$W/single.log" 2>&1 &
+PIDS+=($!)
+sleep 4
+"$CTL" --bootstrap-server "127.0.0.1:$SK" topics create soak --partitions 1 --replication-factor 1 >/dev/null
+sleep 1
+timeout "$DUR" "$PERF" -P -t soak -b "127.0.0.1:$SK" -s 1024 -a -1 -c 100000000 -X linger.ms=5 >"$W/perf1.log" 2>&1 || true
+sleep 3
+d3=$(grep -oE '[0-9]+ delivered' "$W/perf.log" | tail -n 1 | cut -d' ' -f1)
+d1=$(grep -oE '[0-9]+ delivered' "$W/perf1.log" | tail -n 1 | cut -d' ' -f1)
+echo "single broker, same load and time: ${d1:-?} records delivered;" \
+  "RF 3 / single broker: $(python3 -c "print(round(${d3:-0} / max(${d1:-0}, 1), 2))")"

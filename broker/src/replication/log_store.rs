@@ -207,19 +207,27 @@ where
         self.recent_bytes = self.recent.values().map(|(_, l)| *l).sum();
     }
 
-    /// Rewrite the log file with the entries kept (after a purge: the metadata log only).
+    /// Rewrite the log file with the entries kept (after purges), copying them record by record
+    /// into a new file (fsynced, then renamed over the old one): memory stays one record.
     fn rewrite(&mut self) -> Result<(), StorageError<NodeId>> {
-        let mut text = Vec::new();
+        let path = self.dir.join(LOG_FILE);
+        let tmp = self.dir.join(format!("{LOG_FILE}.tmp"));
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp).map_err(io_err)?);
         let mut slots = BTreeMap::new();
+        let mut at = 0u64;
         for (i, slot) in &self.entries {
             let record = self.record(slot)?;
-            slots.insert(*i, Slot { log_id: slot.log_id, pos: text.len() as u64, len: record.len() });
-            text.extend_from_slice(&record);
+            out.write_all(&record).map_err(io_err)?;
+            slots.insert(*i, Slot { log_id: slot.log_id, pos: at, len: record.len() });
+            at += record.len() as u64;
         }
-        let path = self.dir.join(LOG_FILE);
-        write_atomic(&path, &text)?;
+        let file = out.into_inner().map_err(|e| io_err(e.into_error()))?;
+        file.sync_all().map_err(io_err)?;
+        drop(file);
+        std::fs::rename(&tmp, &path).map_err(io_err)?;
+        sluice_storage::sidefile::sync_dir(&self.dir).map_err(io_err)?;
         self.file = Arc::new(open_log_file(&path).map_err(io_err)?);
-        self.end = text.len() as u64;
+        self.end = at;
         self.entries = slots;
         Ok(())
     }
@@ -276,6 +284,10 @@ where
             tracing::warn!("{}: dropping {} bytes of a torn last entry", path.display(), total - good);
             file.set_len(good)?;
             file.sync_all()?;
+        }
+        // a purge leaves purged entries in the file until the next rewrite (`LogStore::purge`)
+        if let Some(p) = meta.last_purged {
+            entries.retain(|i, _| *i > p.index);
         }
         Ok(LogStore {
             inner: Arc::new(Mutex::new(LogInner {
@@ -474,7 +486,14 @@ where
         g.save_meta()?;
         g.entries.retain(|i, _| *i > log_id.index);
         g.forget(|i| i > log_id.index);
-        g.rewrite()
+        // the purged entries' bytes are reclaimed once they are at least as many as the kept
+        // ones (and a megabyte): each kept byte is copied a bounded number of times, and a
+        // purge that keeps a lagging follower's hundreds of megabytes does not copy them each time
+        let kept_from = g.entries.values().next().map_or(g.end, |s| s.pos);
+        if kept_from >= (g.end - kept_from).max(1 << 20) {
+            g.rewrite()?;
+        }
+        Ok(())
     }
 }
 
@@ -519,6 +538,40 @@ mod tests {
                 None => EntryPayload::Blank,
             },
         }
+    }
+
+    /// A purge drops entries at once but reclaims their bytes only once they outweigh the kept
+    /// ones (a rewrite copies what is kept): purged entries never come back on reopen.
+    #[tokio::test]
+    async fn purged_entries_stay_purged_and_the_file_is_rewritten_once_they_outweigh_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        let big = |index: u64| Entry::<TypeConfig> {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Command::AllocateProducerIds { node_id: 1, count: index as i64 }),
+        };
+        log.write_entries((1..=10).map(big)).unwrap();
+        let size = || std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len();
+        let full = size();
+        // a small purge leaves the bytes in the file (the kept ones outweigh them, and under a
+        // megabyte is never worth a rewrite); reopened, the purged entries stay gone
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 3)).await.unwrap();
+        assert_eq!(size(), full);
+        drop(log);
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        let first = log.try_get_log_entries(0..).await.unwrap().first().map(|e| e.log_id.index);
+        assert_eq!(first, Some(4));
+        assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id.map(|l| l.index), Some(3));
+        // once the purged bytes outweigh the kept ones (past a megabyte) the file is rewritten
+        log.write_entries((11..=60_000).map(big)).unwrap();
+        assert!(size() > 1 << 20);
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 59_990)).await.unwrap();
+        assert!(size() < 4096, "rewritten: {} bytes", size());
+        let kept: Vec<u64> = log.try_get_log_entries(0..).await.unwrap().iter().map(|e| e.log_id.index).collect();
+        assert_eq!(kept, (59_991..=60_000).collect::<Vec<_>>());
+        drop(log);
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(log.try_get_log_entries(0..).await.unwrap().len(), 10);
     }
 
     /// Entries read back come from the in-memory cache of recent entries or from the file:
