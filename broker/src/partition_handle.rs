@@ -154,8 +154,7 @@ impl PartitionHandle {
         }
         // room in the partition's and the broker's budgets of bytes in flight: waiting here
         // (stage 1) stops this connection being read, so producers are held back
-        let admitted =
-            replica.admit(batch.len(), tokio::time::Instant::now() + wait).await.map_err(WriteRefused::Write)?;
+        let admitted = replica.admit(batch.len(), wait).await.map_err(WriteRefused::Write)?;
         // the request's buffer becomes the command (no copy of the records)
         let cmd = PartCommand::Produce { batch: Vec::from(batch), now_ms: now, verified, verified_from: start.from };
         replica.propose_admitted(cmd, admitted).map(BatchWrite::Replicated).map_err(WriteRefused::Write)

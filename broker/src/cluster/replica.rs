@@ -83,13 +83,13 @@ impl Budget {
         u64::from(self.capacity).saturating_sub(self.sem.available_permits() as u64)
     }
 
-    async fn take(&self, bytes: usize, deadline: tokio::time::Instant) -> Result<Admitted, WriteError> {
+    async fn take(&self, bytes: usize, deadline: tokio::time::Instant, wait: Duration) -> Result<Admitted, WriteError> {
         // a batch larger than the whole budget waits for all of it
         let n = u32::try_from(bytes).unwrap_or(u32::MAX).min(self.capacity);
         match tokio::time::timeout_at(deadline, self.sem.clone().acquire_many_owned(n)).await {
             Ok(Ok(permit)) => Ok(Admitted(vec![permit])),
             Ok(Err(_)) => Err(WriteError::Stopped),
-            Err(_) => Err(WriteError::TimedOut(deadline.saturating_duration_since(tokio::time::Instant::now()))),
+            Err(_) => Err(WriteError::TimedOut(wait)),
         }
     }
 }
@@ -234,11 +234,12 @@ impl<C: Logged> Replica<C> {
         self.raft.metrics().borrow().id
     }
 
-    /// Wait (until `deadline`) for `bytes` of this partition's and the broker's budgets of
-    /// bytes in flight; held by the write [`Replica::propose_admitted`] makes.
-    pub async fn admit(&self, bytes: usize, deadline: tokio::time::Instant) -> Result<Admitted, WriteError> {
-        let mut own = self.budgets[0].take(bytes, deadline).await?;
-        let broker = self.budgets[1].take(bytes, deadline).await?;
+    /// Wait (at most `wait`) for `bytes` of this partition's and the broker's budgets of bytes
+    /// in flight; held by the write [`Replica::propose_admitted`] makes.
+    pub async fn admit(&self, bytes: usize, wait: Duration) -> Result<Admitted, WriteError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut own = self.budgets[0].take(bytes, deadline, wait).await?;
+        let broker = self.budgets[1].take(bytes, deadline, wait).await?;
         own.0.extend(broker.0);
         Ok(own)
     }
@@ -754,42 +755,33 @@ impl ReplicaSm {
     /// Record the last applied entry — after fsyncing the partition log, so `applied.json`
     /// never claims data a crash could still take away.
     fn save(&mut self) -> Result<(), StorageError<NodeId>> {
-        self.partition.flush().map_err(|e| io_err(std::io::Error::other(e.to_string())))?;
-        let bytes = serde_json::to_vec(&self.applied).map_err(io_err)?;
-        sluice_storage::sidefile::write_atomic(&self.dir.join(APPLIED_FILE), &bytes).map_err(io_err)?;
+        save_applied(&self.dir, &*self.partition, &self.applied).map_err(|e| io_err(std::io::Error::other(e)))?;
         self.saved_at = Instant::now();
         Ok(())
     }
 
     /// Take a snapshot of everything applied: fsync the partition and record it as applied,
-    /// hard-link its files into `snapshots/<id>/`, then drop the older snapshot. The partition
-    /// log holds exactly the applied entries' batches here (no apply runs meanwhile: this runs
-    /// on the state machine's task), so the snapshot is the state at its last log id.
-    fn take_snapshot(&mut self) -> Result<StoredSnapshot, String> {
+    /// hard-link its files into `snapshots/<id>/` (on a blocking thread), then drop the older
+    /// snapshot. The partition log holds exactly the applied entries' batches here (no apply
+    /// runs meanwhile: this runs on the state machine's task), so the snapshot is the state at
+    /// its last log id.
+    async fn take_snapshot(&mut self) -> Result<StoredSnapshot, String> {
         if self.cursor < self.replay_end {
             return Err("still replaying entries written before a restart".into());
         }
-        self.save().map_err(|e| e.to_string())?;
-        let last = self.applied.last_applied;
-        let id = match last {
-            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, crate::clock::now_ms()),
-            None => format!("0-0-{}", crate::clock::now_ms()),
-        };
-        let tmp = self.dir.join(SNAPSHOTS_DIR).join(format!("{id}.tmp"));
-        let linked = self.partition.link_snapshot(&tmp).map_err(|e| e.to_string())?;
-        let stored = StoredSnapshot {
-            meta: SnapshotMeta { last_log_id: last, last_membership: self.applied.membership.clone(), snapshot_id: id },
-            header: SnapshotHeader { log_start: linked.log_start, log_end: linked.log_end, files: linked.files },
-        };
-        let json = serde_json::to_vec(&stored).map_err(|e| e.to_string())?;
-        sluice_storage::sidefile::write_atomic(&tmp.join(SNAPSHOT_FILE), &json).map_err(|e| e.to_string())?;
-        let done = self.snapshot_dir(&stored.meta.snapshot_id);
-        std::fs::rename(&tmp, &done).map_err(|e| e.to_string())?;
+        let (dir, partition, applied) = (self.dir.clone(), self.partition.clone(), self.applied.clone());
+        let stored = tokio::task::spawn_blocking(move || {
+            save_applied(&dir, &*partition, &applied)?;
+            link_snapshot(&dir, &*partition, &applied)
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        self.saved_at = Instant::now();
         self.progress.snapshot_log_start.store(stored.header.log_start, std::sync::atomic::Ordering::Release);
+        self.progress.bytes_since_snapshot.store(0, std::sync::atomic::Ordering::Relaxed);
         if let Some(old) = self.snapshot.replace(stored.clone()) {
             let _ = std::fs::remove_dir_all(self.snapshot_dir(&old.meta.snapshot_id));
         }
-        self.progress.bytes_since_snapshot.store(0, std::sync::atomic::Ordering::Relaxed);
         Ok(stored)
     }
 
@@ -822,6 +814,35 @@ impl ReplicaSm {
         }
         out
     }
+}
+
+/// Fsync the partition, then record `applied` in `applied.json` (never claiming data a crash
+/// could still take away).
+fn save_applied(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) -> Result<(), String> {
+    partition.flush().map_err(|e| e.to_string())?;
+    let bytes = serde_json::to_vec(applied).map_err(|e| e.to_string())?;
+    sluice_storage::sidefile::write_atomic(&dir.join(APPLIED_FILE), &bytes).map_err(|e| e.to_string())
+}
+
+/// Hard-link the partition's files into `snapshots/<id>/` (made under a temporary name, its
+/// `snapshot.json` last) as the snapshot of `applied`, which is durable already.
+fn link_snapshot(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) -> Result<StoredSnapshot, String> {
+    let last = applied.last_applied;
+    let id = match last {
+        Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, crate::clock::now_ms()),
+        None => format!("0-0-{}", crate::clock::now_ms()),
+    };
+    let snaps = dir.join(SNAPSHOTS_DIR);
+    let tmp = snaps.join(format!("{id}.tmp"));
+    let linked = partition.link_snapshot(&tmp).map_err(|e| e.to_string())?;
+    let stored = StoredSnapshot {
+        meta: SnapshotMeta { last_log_id: last, last_membership: applied.membership.clone(), snapshot_id: id },
+        header: SnapshotHeader { log_start: linked.log_start, log_end: linked.log_end, files: linked.files },
+    };
+    let json = serde_json::to_vec(&stored).map_err(|e| e.to_string())?;
+    sluice_storage::sidefile::write_atomic(&tmp.join(SNAPSHOT_FILE), &json).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, snaps.join(&stored.meta.snapshot_id)).map_err(|e| e.to_string())?;
+    Ok(stored)
 }
 
 /// A coordinator shard's snapshots are not built (its policy is `Never`); this one only
@@ -905,8 +926,7 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        let taken = tokio::task::block_in_place(|| self.take_snapshot());
-        match taken {
+        match self.take_snapshot().await {
             Ok(s) => {
                 ::metrics::counter!(crate::metrics::RAFT_SNAPSHOTS_TOTAL, "partition" => self.partition.name())
                     .increment(1);
@@ -948,34 +968,39 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
         }
         drop(data);
         let started = Instant::now();
-        tokio::task::block_in_place(|| {
-            let staged = self.dir.join(INCOMING_DIR);
-            let header = unpack(&self.dir.join(INCOMING_FILE), &staged).map_err(io_err)?;
-            let (start, end) = self
-                .partition
-                .install_snapshot(&staged, header.log_start)
-                .map_err(|e| io_err(std::io::Error::other(e.to_string())))?;
-            self.applied =
+        let (dir, partition, meta) = (self.dir.clone(), self.partition.clone(), meta.clone());
+        let installed = tokio::task::spawn_blocking(move || {
+            let staged = dir.join(INCOMING_DIR);
+            let header = unpack(&dir.join(INCOMING_FILE), &staged).map_err(|e| e.to_string())?;
+            let (start, end) = partition.install_snapshot(&staged, header.log_start).map_err(|e| e.to_string())?;
+            let applied =
                 Applied { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), log_end: end };
-            self.cursor = end;
-            self.replay_end = end;
-            self.progress.replaying.store(false, std::sync::atomic::Ordering::Release);
-            self.save()?;
-            let _ = std::fs::remove_file(self.dir.join(INCOMING_FILE));
-            ::metrics::counter!(crate::metrics::RAFT_SNAPSHOTS_INSTALLED_TOTAL, "partition" => self.partition.name())
-                .increment(1);
-            tracing::info!(
-                partition = self.partition.name(),
-                "caught up from a snapshot of segments: offsets {start}..{end}, {} bytes in {:?}, through Raft entry {}",
-                header.bytes(),
-                started.elapsed(),
-                meta.last_log_id.map_or(0, |l| l.index)
-            );
-            if let Err(why) = self.take_snapshot() {
-                tracing::warn!(partition = self.partition.name(), "installed snapshot not kept: {why}");
-            }
-            Ok::<(), StorageError<NodeId>>(())
+            save_applied(&dir, &*partition, &applied)?;
+            let _ = std::fs::remove_file(dir.join(INCOMING_FILE));
+            Ok::<_, String>((applied, start, header.bytes()))
         })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+        .map_err(|e| io_err(std::io::Error::other(e)))?;
+        let (applied, start, bytes) = installed;
+        let (end, through) = (applied.log_end, applied.last_applied.map_or(0, |l| l.index));
+        self.applied = applied;
+        self.cursor = end;
+        self.replay_end = end;
+        self.saved_at = Instant::now();
+        self.progress.replaying.store(false, std::sync::atomic::Ordering::Release);
+        ::metrics::counter!(crate::metrics::RAFT_SNAPSHOTS_INSTALLED_TOTAL, "partition" => self.partition.name())
+            .increment(1);
+        tracing::info!(
+            partition = self.partition.name(),
+            "caught up from a snapshot of segments: offsets {start}..{end}, {bytes} bytes in {:?}, through Raft entry {through}",
+            started.elapsed(),
+        );
+        if let Err(why) = self.take_snapshot().await {
+            tracing::warn!(partition = self.partition.name(), "installed snapshot not kept: {why}");
+        }
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<PartConfig>>, StorageError<NodeId>> {

@@ -277,8 +277,9 @@ pub async fn handle(
         return Reply::now(ResponseKind::Produce(resp));
     }
     let now = now_ms();
-    // how long a replicated batch may wait for room in the budgets of bytes in flight
-    let admit_wait = std::time::Duration::from_millis(req.timeout_ms.clamp(100, 300_000) as u64);
+    // how long a replicated write may wait: for room in the budgets of bytes in flight, then
+    // for a majority (the request's timeout.ms)
+    let replication_timeout = std::time::Duration::from_millis(req.timeout_ms.clamp(100, 300_000) as u64);
     let txn_id = req.transactional_id.as_ref().map(|t| t.to_string()).filter(|t| !t.is_empty());
     let mut staged: Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Staged)>)> = Vec::new();
     for t in req.topic_data {
@@ -371,7 +372,7 @@ pub async fn handle(
                                 (None, Ok(())) => Err(Refusal::NotInTransaction),
                             };
                             let append_time = if log_append_time { now } else { -1 };
-                            match handle.append_batch(buf, now, &verify, start, admit_wait).await {
+                            match handle.append_batch(buf, now, &verify, start, replication_timeout).await {
                                 Ok(BatchWrite::Local { partition, first, end, log_start, sync }) => Staged::Appended {
                                     partition,
                                     base_offset: first,
@@ -402,8 +403,6 @@ pub async fn handle(
         staged.push((t.name, parts));
     }
     let acks = req.acks;
-    // how long a replicated write may wait for a majority (the request's timeout.ms)
-    let replication_timeout = std::time::Duration::from_millis(req.timeout_ms.clamp(100, 300_000) as u64);
     let stage2: LaterReply = Box::pin(async move {
         let mut resp = ProduceResponse::default();
         for (name, parts) in staged {
