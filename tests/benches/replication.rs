@@ -78,6 +78,22 @@ fn perf(b: &Broker, topic: &str, records: usize) -> (f64, f64) {
     (j["mib_per_sec"].as_f64().unwrap(), j["latency_ms_p99"].as_f64().unwrap())
 }
 
+/// Seconds of the day (UTC) with milliseconds, as the brokers' log lines show time.
+fn chrono_like(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let s = d.as_secs() % 86_400;
+    format!("{:02}:{:02}:{:02}.{:03}", s / 3600, s / 60 % 60, s % 60, d.subsec_millis())
+}
+
+/// librdkafka's log lines, on stderr with the time of day.
+struct Stderr;
+
+impl rdkafka::ClientContext for Stderr {
+    fn log(&self, _level: rdkafka::config::RDKafkaLogLevel, fac: &str, line: &str) {
+        eprintln!("{} rdkafka {fac}: {line}", chrono_like(std::time::SystemTime::now()));
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -87,6 +103,17 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
     v[i.min(v.len() - 1)]
+}
+
+fn print_throughput(rows: &[(&str, Vec<f64>, Vec<f64>)], runs: usize, records: usize) {
+    let base = median(rows[0].1.clone());
+    println!("\n# Replication benchmark ({runs} runs, {records} records of 1 KiB, 1 partition, acks=all)\n");
+    println!("| Setup | MiB/s (median) | p99 ms (median) | throughput ÷ single broker |");
+    println!("|---|---|---|---|");
+    for (name, mibs, p99) in rows {
+        let m = median(mibs.clone());
+        println!("| {name} | {m:.1} | {:.2} | {:.2} |", median(p99.clone()), m / base);
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -121,28 +148,27 @@ async fn main() {
         }
     }
     drop(single);
-    let base = median(rows[0].1.clone());
-    println!("\n# Replication benchmark ({runs} runs, {records} records of 1 KiB, 1 partition, acks=all)\n");
-    println!("| Setup | MiB/s (median) | p99 ms (median) | throughput ÷ single broker |");
-    println!("|---|---|---|---|");
-    for (name, mibs, p99) in &rows {
-        let m = median(mibs.clone());
-        println!("| {name} | {m:.1} | {:.2} | {:.2} |", median(p99.clone()), m / base);
+    if runs > 0 {
+        print_throughput(&rows, runs, records);
     }
 
     // 2. failover over repeated kills of the partition's leader
     create(&cluster[0], "failover", 3).await;
     let acks: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let producer: FutureProducer = rdkafka::ClientConfig::new()
+    let mut config = rdkafka::ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap(&cluster))
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "1")
         .set("message.timeout.ms", "120000")
-        .set("topic.metadata.refresh.interval.ms", "1000")
-        .create()
-        .unwrap();
+        .set("topic.metadata.refresh.interval.ms", "1000");
+    // SLUICE_BENCH_RDKAFKA_DEBUG=<contexts>: librdkafka's debug log on stderr
+    if let Ok(d) = std::env::var("SLUICE_BENCH_RDKAFKA_DEBUG") {
+        config.set("debug", d).set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
+    }
+    let producer: FutureProducer<Stderr> = config.create_with_context(Stderr).unwrap();
     let writer = {
         let (acks, stop, producer) = (acks.clone(), stop.clone(), producer.clone());
         tokio::spawn(async move {
@@ -168,12 +194,15 @@ async fn main() {
     };
     let mut times = Vec::new();
     for k in 0..kills {
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // each kill one failover: 12 s after the last restart, past librdkafka's longest
+        // reconnect backoff (reconnect.backoff.max.ms, 10 s) for the broker that restarted
+        tokio::time::sleep(Duration::from_secs(12)).await;
         let l = leader(&bootstrap(&cluster), "failover");
         let victim = usize::try_from(l - 1).unwrap();
         let last_before = acks.lock().unwrap().last().copied();
         cluster[victim].kill9();
         let killed = Instant::now();
+        let at = chrono_like(std::time::SystemTime::now());
         let deadline = killed + Duration::from_secs(60);
         let first_after = loop {
             if let Some(t) = acks.lock().unwrap().iter().find(|t| **t > killed).copied() {
@@ -187,7 +216,7 @@ async fn main() {
         match (last_before, first_after) {
             (Some(a), Some(b)) => {
                 let ms = (b - a).as_secs_f64() * 1000.0;
-                eprintln!("kill {k}: broker {l}, failover {ms:.0} ms");
+                eprintln!("kill {k} at {at}: broker {l}, failover {ms:.0} ms");
                 times.push(ms);
             }
             _ => eprintln!("kill {k}: no acknowledgement around the kill of broker {l}"),
@@ -195,6 +224,16 @@ async fn main() {
         cluster[victim].spawn();
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // SLUICE_BENCH_LOGS=<dir>: keep the brokers' logs (to see each election's timeline)
+    if let Some(dir) = std::env::var_os("SLUICE_BENCH_LOGS") {
+        let _ = std::fs::create_dir_all(&dir);
+        for (i, b) in cluster.iter().enumerate() {
+            let _ = std::fs::copy(
+                b.data_dir.with_extension("log"),
+                std::path::Path::new(&dir).join(format!("broker-{}.log", i + 1)),
+            );
+        }
+    }
     let _ = tokio::time::timeout(Duration::from_secs(30), writer).await;
     if !times.is_empty() {
         println!(

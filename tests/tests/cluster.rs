@@ -1841,10 +1841,13 @@ async fn produce_waits_for_room_in_the_bytes_in_flight_budget() {
         .map(|_| {
             let record =
                 sluice_protocol::batch::NewRecord { timestamp: 1, value: Some(value.clone()), ..Default::default() };
-            tokio::spawn(produce_batch_at(c.brokers[leader].bootstrap(), "budget", record, 3000))
+            tokio::spawn(produce_batch_at(c.brokers[leader].bootstrap(), "budget", record, 1000))
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // (the followers stay stopped for about a second: longer, and on waking they would stand
+    // for election — a partition follower's lease and election timeout add up to 1.5–2 s —
+    // and the new leader would lack the admitted batches)
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let in_flight = scrape_value(ports[leader], "sluice_raft_bytes_in_flight{group=\"budget\",partition=\"0\"}");
     let mut codes = Vec::new();
     for s in sends {
@@ -1898,103 +1901,26 @@ fn disk_bytes(dir: &std::path::Path) -> u64 {
 /// records as fast as it can while a read_committed consumer reads. Throughout: no election (every
 /// broker's replica saw one leader, in term 1), every broker's RSS at most `SLUICE_SOAK_RSS_MIB`
 /// (default 256); at the end each broker's data directory at most 1.15× its partition log, and
-/// every acknowledged record read exactly once, in order.
+/// every acknowledged record read exactly once, in order. Then, under the same load, the leader
+/// is killed with SIGKILL: acknowledgements resume within 5 s and every acknowledged record is
+/// read once, in order. Then retention trims every broker's disk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a soak saturates the machine: tests/run-all.sh runs it alone"]
 async fn replication_holds_under_a_saturating_producer() {
-    use rdkafka::consumer::{BaseConsumer, Consumer as _};
-    use rdkafka::message::Message;
-    use rdkafka::producer::{BaseRecord, DeliveryResult, Producer as _, ProducerContext, ThreadedProducer};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    struct Acks(Arc<Mutex<Vec<(i64, u64)>>>);
-    impl rdkafka::ClientContext for Acks {}
-    impl ProducerContext for Acks {
-        type DeliveryOpaque = ();
-        fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
-            if let Ok(m) = r {
-                let id = m.payload().and_then(|p| p.get(..8)).map(|b| u64::from_be_bytes(b.try_into().unwrap()));
-                if let Some(id) = id {
-                    self.0.lock().unwrap().push((m.offset(), id));
-                }
-            }
-        }
-    }
-
     let secs: u64 = std::env::var("SLUICE_SOAK_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
     let rss_max: u64 = std::env::var("SLUICE_SOAK_RSS_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(256) << 20;
     // extra broker flags, to show what the test catches without a mechanism
     let extra = std::env::var("SLUICE_SOAK_BROKER_ARGS").unwrap_or_default();
     let mut extra: Vec<&str> = extra.split_whitespace().collect();
     extra.extend(["--log-retention-check-interval-ms", "1000"]);
-    let (c, ports) = Cluster::start_with_metrics_and(&extra);
+    let (mut c, ports) = Cluster::start_with_metrics_and(&extra);
     agreed_controller(&c, &[0, 1, 2], 3, -1).await;
     let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
     admin.create_topic("soak", 1, 3, &[("segment.bytes", "104857600")]).await.unwrap();
     leader_of(&c, "soak").await;
     let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
 
-    let producer = {
-        let (bootstrap, acked, stop) = (bootstrap.clone(), acked.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let p: ThreadedProducer<Acks> = rdkafka::ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("enable.idempotence", "true")
-                .set("linger.ms", "5")
-                .set("topic.metadata.refresh.interval.ms", "1000")
-                .create_with_context(Acks(acked))
-                .unwrap();
-            let mut id = 0u64;
-            let mut value = vec![b's'; 1024];
-            while !stop.load(Ordering::Relaxed) {
-                value[..8].copy_from_slice(&id.to_be_bytes());
-                match p.send(BaseRecord::<(), [u8]>::to("soak").partition(0).payload(&value)) {
-                    Ok(()) => id += 1,
-                    Err(_) => std::thread::sleep(Duration::from_millis(1)), // queue full
-                }
-            }
-            p.flush(Duration::from_secs(60)).unwrap();
-            id
-        })
-    };
-    let consumer = {
-        let (bootstrap, stop) = (bootstrap.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let cons: BaseConsumer = rdkafka::ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("group.id", "soak-reader")
-                .set("isolation.level", "read_committed")
-                .set("enable.auto.commit", "false")
-                .create()
-                .unwrap();
-            let mut tpl = rdkafka::TopicPartitionList::new();
-            tpl.add_partition_offset("soak", 0, rdkafka::Offset::Beginning).unwrap();
-            cons.assign(&tpl).unwrap();
-            let mut read: Vec<(i64, u64)> = Vec::new();
-            let mut idle_since: Option<Instant> = None;
-            loop {
-                match cons.poll(Duration::from_millis(200)) {
-                    Some(Ok(m)) => {
-                        let id =
-                            m.payload().and_then(|p| p.get(..8)).map(|b| u64::from_be_bytes(b.try_into().unwrap()));
-                        read.push((m.offset(), id.unwrap_or(u64::MAX)));
-                        idle_since = None;
-                    }
-                    // the producer is done: read until nothing new for 5 s
-                    _ if stop.load(Ordering::Relaxed)
-                        && idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(5) =>
-                    {
-                        return read;
-                    }
-                    _ => {}
-                }
-            }
-        })
-    };
-
+    let load = Load::start(&bootstrap, 0, 0);
     let mut peak = [0u64; 3];
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(secs) {
@@ -2003,10 +1929,7 @@ async fn replication_holds_under_a_saturating_producer() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    let sent = tokio::task::spawn_blocking(move || producer.join().unwrap()).await.unwrap();
-    let read = tokio::task::spawn_blocking(move || consumer.join().unwrap()).await.unwrap();
-    let acked = acked.lock().unwrap().clone();
+    let (sent, acked, read) = load.finish().await;
     eprintln!(
         "soak {secs} s: {sent} records sent, {} acknowledged, {} read; peak RSS {:?} MiB",
         acked.len(),
@@ -2026,18 +1949,38 @@ async fn replication_holds_under_a_saturating_producer() {
         );
         assert!(peak[i] <= rss_max, "broker {}: RSS reached {} MiB", i + 1, peak[i] >> 20);
     }
-    // every acknowledged record read once, in order; nothing read that was not sent
     assert!(acked.len() > 10_000, "too few records acknowledged: {}", acked.len());
-    let read_ids: Vec<u64> = read.iter().map(|(_, id)| *id).collect();
-    assert!(read.windows(2).all(|w| w[0].0 < w[1].0), "offsets read out of order");
-    let mut acked_ids: Vec<u64> = acked.iter().map(|(_, id)| *id).collect();
-    acked_ids.sort_unstable();
-    let read_set: BTreeSet<u64> = read_ids.iter().copied().collect();
-    assert_eq!(read_set.len(), read_ids.len(), "a record was read twice");
-    let missing: Vec<u64> = acked_ids.iter().copied().filter(|id| !read_set.contains(id)).take(5).collect();
-    assert!(missing.is_empty(), "acknowledged records not read: {missing:?}...");
-    assert!(read_ids.windows(2).all(|w| w[0] < w[1]), "records read out of the order they were sent");
-    assert!(read_ids.iter().all(|id| *id < sent), "read a record never sent");
+    read_once_in_order(&acked, &read, 0..sent);
+
+    // then the leader is killed with SIGKILL under the same load (a new producer, the same
+    // kind): a new leader takes over within seconds, the producer keeps going with its producer
+    // id, and every acknowledged record is read once, in order; the killed broker comes back
+    let next = read.last().map_or(0, |(o, _)| o + 1);
+    let load = Load::start(&bootstrap, next, sent);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let victim = leader_of(&c, "soak").await;
+    c.brokers[victim].kill9();
+    let killed = Instant::now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    c.brokers[victim].spawn();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let last_before = load.acked.lock().unwrap().iter().map(|a| a.2).filter(|t| *t < killed).max();
+    let first_after = load.acked.lock().unwrap().iter().map(|a| a.2).filter(|t| *t > killed).min();
+    let (sent2, acked2, read2) = load.finish().await;
+    let (Some(a), Some(b)) = (last_before, first_after) else {
+        panic!("no acknowledgement on one side of the kill of broker {}", victim + 1)
+    };
+    eprintln!(
+        "kill -9 of the leader (broker {}) under load: failover {:?}; {} records sent, {} acknowledged, {} read",
+        victim + 1,
+        b - a,
+        sent2 - sent,
+        acked2.len(),
+        read2.len()
+    );
+    assert!(b - a < Duration::from_secs(5), "failover under load took {:?}", b - a);
+    assert!(acked2.len() > 1_000, "too few records acknowledged around the kill: {}", acked2.len());
+    read_once_in_order(&acked2, &read2, sent..sent2);
 
     // then retention trims the partition to a size bound, and disk falls on all three brokers
     let before: Vec<u64> = c.brokers.iter().map(|b| disk_bytes(&b.data_dir)).collect();
@@ -2059,6 +2002,127 @@ async fn replication_holds_under_a_saturating_producer() {
     }
 }
 
+/// Every acknowledged record read once, in order; nothing read that was not sent (ids in
+/// `sent`).
+fn read_once_in_order(acked: &[(i64, u64, Instant)], read: &[(i64, u64)], sent: std::ops::Range<u64>) {
+    let read_ids: Vec<u64> = read.iter().map(|(_, id)| *id).collect();
+    assert!(read.windows(2).all(|w| w[0].0 < w[1].0), "offsets read out of order");
+    let mut acked_ids: Vec<u64> = acked.iter().map(|(_, id, _)| *id).collect();
+    acked_ids.sort_unstable();
+    let read_set: BTreeSet<u64> = read_ids.iter().copied().collect();
+    assert_eq!(read_set.len(), read_ids.len(), "a record was read twice");
+    let missing: Vec<u64> = acked_ids.iter().copied().filter(|id| !read_set.contains(id)).take(5).collect();
+    assert!(missing.is_empty(), "acknowledged records not read: {missing:?}...");
+    assert!(read_ids.windows(2).all(|w| w[0] < w[1]), "records read out of the order they were sent");
+    assert!(read_ids.iter().all(|id| sent.contains(id)), "read a record never sent");
+}
+
+/// A librdkafka idempotent producer at full speed (1 KiB records to `soak`/0, each carrying
+/// its id, counting from `first_id`) and a read_committed consumer from offset `from`.
+struct Load {
+    acked: std::sync::Arc<std::sync::Mutex<Vec<(i64, u64, Instant)>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    producer: std::thread::JoinHandle<u64>,
+    consumer: std::thread::JoinHandle<Vec<(i64, u64)>>,
+}
+
+impl Load {
+    fn start(bootstrap: &str, from: i64, first_id: u64) -> Load {
+        use rdkafka::consumer::{BaseConsumer, Consumer as _};
+        use rdkafka::message::Message;
+        use rdkafka::producer::{BaseRecord, DeliveryResult, Producer as _, ProducerContext, ThreadedProducer};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+
+        type Acked = Arc<Mutex<Vec<(i64, u64, Instant)>>>;
+        struct Acks(Acked);
+        impl rdkafka::ClientContext for Acks {}
+        impl ProducerContext for Acks {
+            type DeliveryOpaque = ();
+            fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+                if let Ok(m) = r {
+                    let id = m.payload().and_then(|p| p.get(..8)).map(|b| u64::from_be_bytes(b.try_into().unwrap()));
+                    if let Some(id) = id {
+                        self.0.lock().unwrap().push((m.offset(), id, Instant::now()));
+                    }
+                }
+            }
+        }
+
+        let acked: Acked = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (bootstrap, acked, stop) = (bootstrap.to_string(), acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let p: ThreadedProducer<Acks> = rdkafka::ClientConfig::new()
+                    .set("bootstrap.servers", &bootstrap)
+                    .set("enable.idempotence", "true")
+                    .set("linger.ms", "5")
+                    .set("message.timeout.ms", "120000")
+                    .set("topic.metadata.refresh.interval.ms", "1000")
+                    .create_with_context(Acks(acked))
+                    .unwrap();
+                let mut id = first_id;
+                let mut value = vec![b's'; 1024];
+                while !stop.load(Ordering::Relaxed) {
+                    value[..8].copy_from_slice(&id.to_be_bytes());
+                    match p.send(BaseRecord::<(), [u8]>::to("soak").partition(0).payload(&value)) {
+                        Ok(()) => id += 1,
+                        Err(_) => std::thread::sleep(Duration::from_millis(1)), // queue full
+                    }
+                }
+                p.flush(Duration::from_secs(120)).unwrap();
+                id
+            })
+        };
+        let consumer = {
+            let (bootstrap, stop) = (bootstrap.to_string(), stop.clone());
+            std::thread::spawn(move || {
+                let cons: BaseConsumer = rdkafka::ClientConfig::new()
+                    .set("bootstrap.servers", &bootstrap)
+                    .set("group.id", "soak-reader")
+                    .set("isolation.level", "read_committed")
+                    .set("enable.auto.commit", "false")
+                    .create()
+                    .unwrap();
+                let mut tpl = rdkafka::TopicPartitionList::new();
+                tpl.add_partition_offset("soak", 0, rdkafka::Offset::Offset(from)).unwrap();
+                cons.assign(&tpl).unwrap();
+                let mut read: Vec<(i64, u64)> = Vec::new();
+                let mut idle_since: Option<Instant> = None;
+                loop {
+                    match cons.poll(Duration::from_millis(200)) {
+                        Some(Ok(m)) => {
+                            let id =
+                                m.payload().and_then(|p| p.get(..8)).map(|b| u64::from_be_bytes(b.try_into().unwrap()));
+                            read.push((m.offset(), id.unwrap_or(u64::MAX)));
+                            idle_since = None;
+                        }
+                        // the producer is done: read until nothing new for 5 s
+                        _ if stop.load(Ordering::Relaxed)
+                            && idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(5) =>
+                        {
+                            return read;
+                        }
+                        _ => {}
+                    }
+                }
+            })
+        };
+        Load { acked, stop, producer, consumer }
+    }
+
+    /// Stop producing, wait for the last acknowledgements and reads: (ids sent up to, acked, read).
+    async fn finish(self) -> (u64, Vec<(i64, u64, Instant)>, Vec<(i64, u64)>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (producer, consumer) = (self.producer, self.consumer);
+        let sent = tokio::task::spawn_blocking(move || producer.join().unwrap()).await.unwrap();
+        let read = tokio::task::spawn_blocking(move || consumer.join().unwrap()).await.unwrap();
+        let acked = self.acked.lock().unwrap().clone();
+        (sent, acked, read)
+    }
+}
+
 trait MapMib {
     fn map_mib(&self) -> Vec<u64>;
 }
@@ -2067,4 +2131,42 @@ impl MapMib for Vec<u64> {
     fn map_mib(&self) -> Vec<u64> {
         self.iter().map(|b| b >> 20).collect()
     }
+}
+
+/// Failover without waiting out Raft's timers (issue 19 item 4, decision 0028): a leader killed
+/// with SIGKILL is found gone by its followers at once (its Raft connection ends and its Raft
+/// port refuses connections), they stop naming it as leader, and a new leader is elected well
+/// before any follower's own election timer could fire (a partition follower stands only after
+/// its 1 s lease and a 0.5–1 s timeout without heartbeats); the new leader takes writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_before_any_election_timer_fires() {
+    let mut c = Cluster::start();
+    let leader = replicated_topic(&c, "fast").await;
+    assert_eq!(produce_code(&c.brokers[leader], "fast", 5000).await, 0);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let dead = i32::try_from(leader + 1).unwrap();
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    c.brokers[leader].kill9();
+    let t0 = Instant::now();
+    let new = loop {
+        let mut named = Vec::new();
+        for &i in &survivors {
+            named.push(metadata_leader(&c.brokers[i], "fast").await);
+        }
+        if named.iter().all(|l| *l > 0 && *l != dead) && named[0] == named[1] {
+            eprintln!("new leader {} named by both survivors {:?} after the kill", named[0], t0.elapsed());
+            break named[0];
+        }
+        if t0.elapsed() > Duration::from_millis(300) {
+            assert!(!named.contains(&dead), "a survivor still names the killed broker {dead}: {named:?}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_millis(1200),
+            "no new leader {:?} after killing broker {dead}: {named:?}",
+            t0.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let new = usize::try_from(new - 1).unwrap();
+    assert_eq!(produce_code(&c.brokers[new], "fast", 5000).await, 0, "the new leader takes writes");
 }

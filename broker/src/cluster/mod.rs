@@ -7,12 +7,14 @@
 //!   machine (the image);
 //! - `network`: every Raft group's RPCs, forwarded writes and admin calls between brokers,
 //!   length-prefixed bincode frames over TCP;
+//! - `failover`: elects a new leader at once when a leader's process is found gone;
 //! - `replica`: one Raft group per replicated partition and per coordinator-log partition;
 //! - `reconcile`: makes this broker's topics and replicas match the image;
 //! - `reassign`: moves a partition group's voters to the replicas the image assigns.
 //!
 //! Where requests must go is `routing`; the gate that sends them there is `pipeline::route`.
 
+pub mod failover;
 pub mod network;
 pub mod reassign;
 pub mod reconcile;
@@ -458,6 +460,8 @@ pub struct ClusterNode {
     /// `replication.in.flight.max.bytes`: the broker's budget, shared by its partitions (set
     /// once, before the first replica starts).
     pub in_flight: std::sync::OnceLock<replica::Budget>,
+    /// When this broker started (`failover`: a broker started recently stands last).
+    pub started: std::time::Instant,
 }
 
 impl ClusterNode {
@@ -511,6 +515,7 @@ impl ClusterNode {
             snapshot_bytes: std::sync::atomic::AtomicU64::new(64 << 20),
             partition_in_flight_bytes: std::sync::atomic::AtomicU64::new(32 << 20),
             in_flight: std::sync::OnceLock::new(),
+            started: std::time::Instant::now(),
         });
         tokio::spawn(network::serve(listener, node.clone()));
         if !initialized && joining {

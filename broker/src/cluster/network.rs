@@ -2,6 +2,7 @@
 //! answered in order on the same connection. Besides openraft's AppendEntries, Vote and
 //! InstallSnapshot, a follower forwards metadata writes to the leader (`Forward`).
 
+use super::failover::Carried;
 use super::{ClusterNode, Command, CommandResult, NodeId, TypeConfig};
 use crate::replication::log_store::Logged;
 use crate::replication::types::{GroupKey, PartConfig, ShardConfig};
@@ -314,6 +315,17 @@ pub async fn forward(addr: &str, cmd: &Command) -> anyhow::Result<CommandResult>
     answer.map_err(|e| anyhow::anyhow!("leader at {addr}: {e}"))
 }
 
+/// The group and committed leader an append names.
+fn carried_by(rpc: &Rpc) -> Option<Carried> {
+    let leader = |v: &openraft::Vote<NodeId>| v.is_committed().then(|| v.leader_id().voted_for()).flatten();
+    match rpc {
+        Rpc::Append(r) => leader(&r.vote).map(Carried::Metadata),
+        Rpc::PartAppend(g, r) => leader(&r.vote).map(|l| Carried::Partition(g.clone(), l)),
+        Rpc::ShardAppend(g, r) => leader(&r.vote).map(|l| Carried::Shard(g.clone(), l)),
+        _ => None,
+    }
+}
+
 /// Serve Raft RPCs from peers.
 pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
     loop {
@@ -324,8 +336,16 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
         let node = node.clone();
         tokio::spawn(async move {
             let _ = socket.set_nodelay(true);
+            // the group and leader whose appends this connection carries: when it ends, the
+            // leader may be gone (`failover`)
+            let mut carried: Option<Carried> = None;
             loop {
-                let Ok(frame) = read_frame(&mut socket).await else { return };
+                let Ok(frame) = read_frame(&mut socket).await else {
+                    if let Some(c) = carried {
+                        super::failover::connection_ended(node, c);
+                    }
+                    return;
+                };
                 let rpc: Rpc = match bincode::deserialize(&frame) {
                     Ok(r) => r,
                     Err(e) => {
@@ -333,6 +353,9 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                         return;
                     }
                 };
+                if let Some(c) = carried_by(&rpc) {
+                    carried = Some(c);
+                }
                 let answer = match rpc {
                     Rpc::Append(r) => bincode::serialize(&node.raft.append_entries(r).await),
                     Rpc::Vote(r) => bincode::serialize(&node.raft.vote(r).await),

@@ -60,6 +60,8 @@ pub struct Replica<C: Logged = PartConfig> {
     /// and the broker's (`replication.partition.in.flight.max.bytes`,
     /// `replication.in.flight.max.bytes`).
     budgets: [Budget; 2],
+    /// A leader found gone (`failover`): reported as no leader until the group moves on.
+    pub lost: super::failover::Lost,
 }
 
 /// A budget of bytes in flight: a produce batch waits for its bytes before it is proposed and
@@ -121,7 +123,10 @@ pub type ShardReplica = Replica<ShardConfig>;
 impl<C: Logged> Replica<C> {
     /// The group's leader as this replica knows it.
     pub fn leader(&self) -> Option<i32> {
-        self.raft.metrics().borrow().current_leader.and_then(|l| i32::try_from(l).ok())
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let leader = m.current_leader.filter(|l| !self.lost.is(*l, m.current_term))?;
+        i32::try_from(leader).ok()
     }
 
     /// The group's voters as this replica knows them.
@@ -447,8 +452,10 @@ where
     C::D: Clone,
 {
     let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max, snapshot_bytes: _, budgets } = spec;
-    // coordinator shards (many, mostly idle) heartbeat half as often as partitions
-    let (heartbeat, election) = if topic_id.is_nil() { (500, 1500) } else { (250, 1000) };
+    // coordinator shards (many, mostly idle) heartbeat less often than partitions. A follower
+    // stands after its lease (the maximum) plus a random timeout: 1.5-2 s for a partition
+    // (failover of a gone leader is faster: `failover`; decision 0028)
+    let (heartbeat, election) = if topic_id.is_nil() { (500, 1500) } else { (100, 500) };
     let config = openraft::Config {
         cluster_name: format!("sluice-{}-{}", key.0, key.1),
         heartbeat_interval: heartbeat,
@@ -481,7 +488,7 @@ where
         }
     }
     observe(key.clone(), raft.metrics());
-    Ok(Arc::new(Replica { key, topic_id, raft, dir, sync: Default::default(), budgets }))
+    Ok(Arc::new(Replica { key, topic_id, raft, dir, sync: Default::default(), budgets, lost: Default::default() }))
 }
 
 /// Follow a group's Raft metrics while it runs: one INFO line when its leader changes and when

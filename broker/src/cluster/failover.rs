@@ -1,0 +1,175 @@
+//! Failover without waiting out Raft's timers when a leader's process is gone (decision 0028).
+//!
+//! openraft's follower waits its leader lease (`election_timeout_max`) plus a random election
+//! timeout after the last heartbeat before it stands, and a voter refuses every candidate while
+//! the lease of its own committed vote runs: 1.5–2 s for partition groups, and clients then
+//! need a metadata round to find the new leader.
+//!
+//! A killed broker's sockets are closed by its kernel at once, so a follower sees the leader's
+//! append connection end. That alone proves nothing (a leader drops a connection whose RPC
+//! timed out), so the follower then tries the leader's Raft port: refused means no process
+//! listens there. Meanwhile and then, for that group only:
+//! - clients are told the partition has no leader (LEADER_NOT_AVAILABLE, leader -1) instead of
+//!   being sent to a dead broker ([`Lost`]); they ask again within 100 ms;
+//! - every live voter stands for election at once, then again in a higher term in id order
+//!   until one leads (see `elect_without` for why this gets past the voters' leases, and why a
+//!   broker started in the last 10 s lets the others win).
+//!
+//! A leader that is alive but unreachable, or paused, still goes by the timers: its port
+//! answers, or its connections stay open.
+
+use super::{ClusterNode, NodeId};
+use crate::replication::types::GroupKey;
+use openraft::{BasicNode, RaftTypeConfig};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The Raft group a peer's connection carried appends for, and the leader that sent them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Carried {
+    Metadata(NodeId),
+    Partition(GroupKey, NodeId),
+    Shard(GroupKey, NodeId),
+}
+
+/// A leader this replica found gone, with the term it led: while the group's metrics still
+/// name it in that term, the group reports no leader.
+#[derive(Default)]
+pub struct Lost(AtomicU64, AtomicU64);
+
+impl Lost {
+    fn set(&self, leader: NodeId, term: u64) {
+        self.1.store(term, Ordering::Relaxed);
+        self.0.store(leader, Ordering::Relaxed);
+    }
+
+    /// Whether `leader` in `term` is the leader found gone.
+    pub fn is(&self, leader: NodeId, term: u64) -> bool {
+        self.0.load(Ordering::Relaxed) == leader && self.1.load(Ordering::Relaxed) == term
+    }
+}
+
+/// The leader's connection to this broker ended: find out whether its process is gone, and if
+/// so elect a new leader for the group at once (see the module's doc).
+pub fn connection_ended(node: Arc<ClusterNode>, carried: Carried) {
+    tokio::spawn(async move {
+        match carried {
+            Carried::Metadata(leader) => {
+                elect_without(&node, &node.raft, leader, None, "the metadata quorum".to_string()).await
+            }
+            Carried::Partition(key, leader) => {
+                let Some(rep) = node.replica(&key) else { return };
+                let what = format!("{}-{}", key.0, key.1);
+                elect_without(&node, &rep.raft, leader, Some(&rep.lost), what).await
+            }
+            Carried::Shard(key, leader) => {
+                let Some(rep) = node.shard_replica(&key) else { return };
+                let what = format!("coordinator shard {}-{}", key.0, key.1);
+                elect_without(&node, &rep.raft, leader, Some(&rep.lost), what).await
+            }
+        }
+    });
+}
+
+/// Whether no process listens at `addr` (tried a few times over 300 ms: a dying process may
+/// close its connections before its listener).
+async fn gone(addr: &str) -> bool {
+    for wait in [0u64, 50, 100, 150] {
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        match tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(addr)).await {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+async fn elect_without<C>(
+    node: &ClusterNode,
+    raft: &openraft::Raft<C>,
+    leader: NodeId,
+    lost: Option<&Lost>,
+    what: String,
+) where
+    C: RaftTypeConfig<NodeId = NodeId, Node = BasicNode>,
+{
+    let named = |raft: &openraft::Raft<C>| {
+        let m = raft.metrics().borrow().clone();
+        (m.current_leader, m.current_term, m.membership_config.voter_ids().collect::<Vec<NodeId>>())
+    };
+    let (current, term, voters) = named(raft);
+    if current != Some(leader) || leader == node.node_id {
+        return;
+    }
+    let Some(addr) = node.addr_of(leader) else { return };
+    // clients are told there is no leader while the port is tried (a client that lost its
+    // connection to the leader asks at once; told "no leader" it asks again within 100 ms,
+    // told the old leader it waits for its next refresh)
+    if let Some(lost) = lost {
+        lost.set(leader, term);
+    }
+    if !gone(&addr).await {
+        if let Some(lost) = lost {
+            lost.set(0, 0);
+        }
+        return;
+    }
+    let (current, _, _) = named(raft);
+    if current != Some(leader) {
+        return;
+    }
+    announce(leader);
+    // voters in id order, the gone leader left out: this broker's place among them
+    let Some(rank) = voters.iter().filter(|v| **v != leader).position(|v| *v == node.node_id) else { return };
+    tracing::debug!(term, rank, "raft leader {leader} of {what} is gone: standing for election");
+    // A voter refuses candidates while the lease of its *committed* vote runs, but a
+    // candidate's vote has no lease: every live voter first stands itself. Votes in one term
+    // are ordered by node id (openraft's advanced leader ids), so a broker started in the
+    // last 10 s lets the others win: they stand in two terms at once, it stands in one a
+    // moment later — its vote request then meets a higher term and it takes that term as
+    // its (uncommitted) vote. Clients that saw a restarted broker go down back off from
+    // reconnecting to it (librdkafka: up to reconnect.backoff.max.ms, 10 s), and its log is
+    // the likelier to be behind.
+    let fresh = node.started.elapsed() < Duration::from_secs(10);
+    let terms = if fresh {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        1
+    } else {
+        2
+    };
+    for _ in 0..terms {
+        if raft.trigger().elect().await.is_err() {
+            return;
+        }
+    }
+    // then stand again in a higher term until some voter leads: the first voter in id order
+    // first, the others 150 ms apart (a voter refuses a candidate whose log is shorter than its
+    // own: the next one wins)
+    let mut wait = Duration::from_millis(100 + 150 * u64::try_from(rank).unwrap_or(8) + if fresh { 300 } else { 0 });
+    for _ in 0..4 {
+        tokio::time::sleep(wait).await;
+        let (current, _, _) = named(raft);
+        if current.is_some_and(|l| l != leader) {
+            return;
+        }
+        if raft.trigger().elect().await.is_err() {
+            return;
+        }
+        wait = Duration::from_millis(300);
+    }
+}
+
+/// One INFO line per gone broker (not one per group it led), at most every 10 s.
+fn announce(leader: NodeId) {
+    static SAID: std::sync::Mutex<Option<(NodeId, std::time::Instant)>> = std::sync::Mutex::new(None);
+    let Ok(mut said) = SAID.lock() else { return };
+    if said.is_some_and(|(l, at)| l == leader && at.elapsed() < Duration::from_secs(10)) {
+        return;
+    }
+    *said = Some((leader, std::time::Instant::now()));
+    tracing::info!(
+        "broker {leader} is gone (its Raft connection ended and its Raft port refuses connections): electing new \
+         leaders for the groups it led"
+    );
+}
