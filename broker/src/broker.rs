@@ -133,6 +133,11 @@ async fn join_cluster(state: &Arc<Services>) -> Result<(), StartError> {
         .collect();
     let imported_acls = if first_join { state.security.acls.all() } else { Vec::new() };
     let own = state.config.controller_listener.clone();
+    if state.config.controller_tls {
+        let (acceptor, connector) =
+            crate::security::tls::peer_tls(&state.config.security).map_err(failed("the Raft port's TLS"))?;
+        crate::cluster::network::use_tls(acceptor, connector);
+    }
     let node =
         ClusterNode::start(id, state.config.voters.clone(), own, &dir).await.map_err(failed("metadata quorum"))?;
     node.append_bytes_max.store(state.config.replica_fetch_max_bytes, std::sync::atomic::Ordering::Relaxed);

@@ -45,6 +45,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("cluster/reconcile", 3),
     ("cluster/reassign", 3),
     ("cluster/network", 3),
+    ("cluster/failover", 3),
     // replication (openraft glue)
     ("cluster/replica", 2),
     // settings and metrics: leaves

@@ -20,6 +20,7 @@ CTL=target/release/sluicectl
 W=$(mktemp -d)
 PIDS=()
 # SOAK_KEEP=1 keeps the brokers' directories and logs (printed) for a look afterwards
+# SOAK_BROKER_ARGS="..." adds flags to the three brokers (e.g. mutual TLS on the Raft port)
 trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; if [ -n "${SOAK_KEEP:-}" ]; then echo "kept $W"; else rm -rf "$W"; fi' EXIT
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 V="1@127.0.0.1:$(port),2@127.0.0.1:$(port),3@127.0.0.1:$(port)"
@@ -28,7 +29,7 @@ M=()
 for i in 1 2 3; do
   K+=("$(port)")
   M+=("$(port)")
-  env -u SLUICE_LOG "$BIN" --node-id "$i" --controller-quorum-voters "$V" --listeners "PLAINTEXT://127.0.0.1:${K[$((i - 1))]}" \
+  env -u SLUICE_LOG "$BIN" --node-id "$i" --controller-quorum-voters "$V" --listeners "PLAINTEXT://127.0.0.1:${K[$((i - 1))]}" ${SOAK_BROKER_ARGS:-} \
     --log-dirs "$W/d$i" --metrics-listener "127.0.0.1:${M[$((i - 1))]}" >"$W/b$i.log" 2>&1 &
   PIDS+=($!)
 done

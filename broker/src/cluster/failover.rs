@@ -10,7 +10,7 @@
 //! timed out), so the follower then tries the leader's Raft port: refused means no process
 //! listens there. Meanwhile and then, for that group only:
 //! - clients are told the partition has no leader (LEADER_NOT_AVAILABLE, leader -1) instead of
-//!   being sent to a dead broker ([`Lost`]); they ask again within 100 ms;
+//!   being sent to a dead broker (`replica::Lost`); they ask again within 100 ms;
 //! - every live voter stands for election at once, then again in a higher term in id order
 //!   until one leads (see `elect_without` for why this gets past the voters' leases, and why a
 //!   broker started in the last 10 s lets the others win).
@@ -18,10 +18,10 @@
 //! A leader that is alive but unreachable, or paused, still goes by the timers: its port
 //! answers, or its connections stay open.
 
+use super::replica::Lost;
 use super::{ClusterNode, NodeId};
 use crate::replication::types::GroupKey;
 use openraft::{BasicNode, RaftTypeConfig};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,23 +31,6 @@ pub enum Carried {
     Metadata(NodeId),
     Partition(GroupKey, NodeId),
     Shard(GroupKey, NodeId),
-}
-
-/// A leader this replica found gone, with the term it led: while the group's metrics still
-/// name it in that term, the group reports no leader.
-#[derive(Default)]
-pub struct Lost(AtomicU64, AtomicU64);
-
-impl Lost {
-    fn set(&self, leader: NodeId, term: u64) {
-        self.1.store(term, Ordering::Relaxed);
-        self.0.store(leader, Ordering::Relaxed);
-    }
-
-    /// Whether `leader` in `term` is the leader found gone.
-    pub fn is(&self, leader: NodeId, term: u64) -> bool {
-        self.0.load(Ordering::Relaxed) == leader && self.1.load(Ordering::Relaxed) == term
-    }
 }
 
 /// The leader's connection to this broker ended: find out whether its process is gone, and if

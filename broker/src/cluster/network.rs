@@ -1,5 +1,6 @@
 //! Raft RPCs between brokers: one request per frame (4-byte big-endian length, then bincode),
-//! answered in order on the same connection. Besides openraft's AppendEntries, Vote and
+//! answered in order on the same connection — plain TCP, or mutual TLS with `CONTROLLER:SSL`
+//! (`use_tls`; docs/security.md). Besides openraft's AppendEntries, Vote and
 //! InstallSnapshot, a follower forwards metadata writes to the leader (`Forward`).
 
 use super::failover::Carried;
@@ -17,8 +18,44 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// A connection between brokers: plain TCP, or TLS over it.
+pub trait PeerIo: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> PeerIo for T {}
+type Conn = Box<dyn PeerIo>;
+
+/// The Raft port's mutual TLS (`CONTROLLER:SSL`), set once when the broker starts; unset: plain
+/// TCP.
+static PEER_TLS: std::sync::OnceLock<PeerTls> = std::sync::OnceLock::new();
+
+struct PeerTls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    connector: tokio_rustls::TlsConnector,
+}
+
+/// Use mutual TLS on the Raft port and for every RPC to a peer's (before any starts; built by
+/// `security::tls::peer_tls`).
+pub fn use_tls(acceptor: tokio_rustls::TlsAcceptor, connector: tokio_rustls::TlsConnector) {
+    let _ = PEER_TLS.set(PeerTls { acceptor, connector });
+}
+
+/// Open a connection to the peer at `addr` (TLS when configured: the peer's certificate must
+/// name `addr`'s host and chain to the truststore, and this broker presents its own).
+async fn connect(addr: &str) -> std::io::Result<Conn> {
+    let s = TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    match PEER_TLS.get() {
+        None => Ok(Box::new(s)),
+        Some(tls) => {
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']']);
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| std::io::Error::other(format!("{addr}: {e}")))?;
+            Ok(Box::new(tls.connector.connect(name, s).await?))
+        }
+    }
+}
 
 /// Largest RPC frame accepted (snapshots of the metadata image are small).
 const FRAME_MAX: usize = 64 * 1024 * 1024;
@@ -80,7 +117,7 @@ impl GroupRpc for ShardConfig {
     }
 }
 
-async fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
+async fn write_frame(s: &mut (impl AsyncWrite + Unpin + ?Sized), body: &[u8]) -> std::io::Result<()> {
     let len = u32::try_from(body.len()).map_err(|_| std::io::Error::other("frame too large"))?;
     let mut buf = Vec::with_capacity(4 + body.len());
     buf.extend_from_slice(&len.to_be_bytes());
@@ -88,7 +125,7 @@ async fn write_frame(s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
     s.write_all(&buf).await
 }
 
-pub(crate) async fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+pub(crate) async fn read_frame(s: &mut (impl AsyncRead + Unpin + ?Sized)) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await?;
     let len = u32::from_be_bytes(len) as usize;
@@ -102,7 +139,7 @@ pub(crate) async fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
 
 /// One request-response exchange on `conn` (opened if needed), bounded by `ttl`.
 async fn exchange<R: DeserializeOwned>(
-    conn: &mut Option<TcpStream>,
+    conn: &mut Option<Conn>,
     addr: &str,
     rpc: &Rpc,
     ttl: Duration,
@@ -110,9 +147,7 @@ async fn exchange<R: DeserializeOwned>(
     let body = bincode::serialize(rpc).map_err(std::io::Error::other)?;
     let run = async {
         if conn.is_none() {
-            let s = TcpStream::connect(addr).await?;
-            s.set_nodelay(true)?;
-            *conn = Some(s);
+            *conn = Some(connect(addr).await?);
         }
         let s = conn.as_mut().ok_or_else(|| std::io::Error::other("no connection"))?;
         write_frame(s, &body).await?;
@@ -156,7 +191,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct Peer {
     target: NodeId,
     addr: String,
-    conn: Option<TcpStream>,
+    conn: Option<Conn>,
 }
 
 impl Peer {
@@ -329,13 +364,28 @@ fn carried_by(rpc: &Rpc) -> Option<Carried> {
 /// Serve Raft RPCs from peers.
 pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
     loop {
-        let Ok((mut socket, peer)) = listener.accept().await else {
+        let Ok((socket, peer)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let node = node.clone();
         tokio::spawn(async move {
             let _ = socket.set_nodelay(true);
+            let mut socket: Conn = match PEER_TLS.get() {
+                None => Box::new(socket),
+                // a peer without a certificate the truststore vouches for gets no further
+                Some(tls) => match tokio::time::timeout(Duration::from_secs(10), tls.acceptor.accept(socket)).await {
+                    Ok(Ok(s)) => Box::new(s),
+                    Ok(Err(e)) => {
+                        tracing::warn!(%peer, "Raft connection refused: TLS handshake failed: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::warn!(%peer, "Raft connection refused: no TLS handshake within 10 s");
+                        return;
+                    }
+                },
+            };
             // the group and leader whose appends this connection carries: when it ends, the
             // leader may be gone (`failover`)
             let mut carried: Option<Carried> = None;

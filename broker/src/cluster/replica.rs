@@ -61,7 +61,25 @@ pub struct Replica<C: Logged = PartConfig> {
     /// `replication.in.flight.max.bytes`).
     budgets: [Budget; 2],
     /// A leader found gone (`failover`): reported as no leader until the group moves on.
-    pub lost: super::failover::Lost,
+    pub lost: Lost,
+}
+
+/// A leader this replica found gone (`cluster/failover.rs`), with the term it led: while the group's metrics still
+/// name it in that term, the group reports no leader.
+#[derive(Default)]
+pub struct Lost(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64);
+
+impl Lost {
+    pub(crate) fn set(&self, leader: NodeId, term: u64) {
+        self.1.store(term, std::sync::atomic::Ordering::Relaxed);
+        self.0.store(leader, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether `leader` in `term` is the leader found gone.
+    pub fn is(&self, leader: NodeId, term: u64) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) == leader
+            && self.1.load(std::sync::atomic::Ordering::Relaxed) == term
+    }
 }
 
 /// A budget of bytes in flight: a produce batch waits for its bytes before it is proposed and

@@ -106,6 +106,11 @@ pub const SETTINGS: &[Setting] = &[
         help: "cluster mode: this broker's Raft address (ip:port) when it joins a running cluster and is not one of controller.quorum.voters",
     },
     Setting {
+        name: "controller.listener.names",
+        default: "CONTROLLER",
+        help: "cluster mode: the Raft port's listener name; mapped to SSL in listener.security.protocol.map (e.g. CONTROLLER:SSL), brokers talk over mutual TLS with ssl.keystore.location and ssl.truststore.location",
+    },
+    Setting {
         name: "controller.quorum.voters",
         default: "",
         help: "cluster mode: id@host:port,... the Raft address of every voter of the metadata quorum (empty: single node)",
@@ -300,6 +305,9 @@ pub struct Config {
     pub voters: BTreeMap<u64, String>,
     /// Cluster mode: this broker's Raft address if it is not among the voters (joining later).
     pub controller_listener: Option<String>,
+    /// Cluster mode: the Raft port and every RPC to peers use mutual TLS (the
+    /// `controller.listener.names` listener is SSL in `listener.security.protocol.map`).
+    pub controller_tls: bool,
     pub security: SecuritySettings,
     pub listener: SocketAddr,
     pub advertised_host: String,
@@ -521,6 +529,36 @@ pub fn resolve(
     };
     let (listener, advertised_host, advertised_port) = (first.addr, first.advertised_host, first.advertised_port);
     let security = security_settings(&get, &listeners)?;
+    let controller_tls = {
+        let (names, src) = get("controller.listener.names");
+        let name = names.split(',').map(str::trim).find(|n| !n.is_empty()).unwrap_or("CONTROLLER").to_string();
+        let invalid = |reason: String| ConfigError::Invalid {
+            name: "listener.security.protocol.map".into(),
+            value: map_text.clone(),
+            origin: map_src,
+            reason,
+        };
+        if listeners.iter().any(|l: &ListenerConfig| l.name == name) {
+            return Err(ConfigError::Invalid {
+                name: "controller.listener.names".into(),
+                value: names.clone(),
+                origin: src,
+                reason: format!("{name} is a client listener in listeners; the Raft port is controller.quorum.voters'"),
+            });
+        }
+        match protocol_map.get(&name) {
+            None | Some(SecurityProtocol::Plaintext) => false,
+            Some(SecurityProtocol::Ssl) => {
+                if security.keystore.is_none() || security.truststore.is_none() {
+                    return Err(invalid(format!(
+                        "{name}:SSL (mutual TLS between brokers) needs ssl.keystore.location and ssl.truststore.location"
+                    )));
+                }
+                true
+            }
+            Some(p) => return Err(invalid(format!("{name}: the Raft port speaks PLAINTEXT or SSL, not {p:?}"))),
+        }
+    };
     let (dir, _) = get("log.dirs");
     let dir = dir.split(',').next().unwrap_or("").trim().to_string();
     if dir.is_empty() {
@@ -620,6 +658,7 @@ pub fn resolve(
     }
     Ok(Config {
         voters,
+        controller_tls,
         controller_listener: {
             let (v, src) = get("controller.listener");
             let v = v.trim().to_string();
@@ -990,6 +1029,26 @@ mod tests {
         assert_eq!(c.log_dir, PathBuf::from("/env"));
         let c = resolve(&m(&[("log.dirs", "/flag")]), &m(&[("SLUICE_LOG_DIRS", "/env")]), Some(file)).unwrap();
         assert_eq!(c.log_dir, PathBuf::from("/flag"));
+    }
+
+    #[test]
+    fn the_raft_port_is_plaintext_or_mutual_tls() {
+        assert!(!resolve(&m(&[]), &m(&[]), None).unwrap().controller_tls);
+        let map = "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL";
+        let e = resolve(&m(&[("listener.security.protocol.map", map)]), &m(&[]), None).unwrap_err();
+        assert!(e.to_string().contains("ssl.truststore.location"), "{e}");
+        let both = [
+            ("listener.security.protocol.map", map),
+            ("ssl.keystore.location", "/k.pem"),
+            ("ssl.truststore.location", "/ca.pem"),
+        ];
+        assert!(resolve(&m(&both), &m(&[]), None).unwrap().controller_tls);
+        let sasl = [("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL")];
+        let e = resolve(&m(&sasl), &m(&[]), None).unwrap_err();
+        assert!(e.to_string().contains("PLAINTEXT or SSL"), "{e}");
+        let clash = [("controller.listener.names", "PLAINTEXT")];
+        let e = resolve(&m(&clash), &m(&[]), None).unwrap_err();
+        assert!(e.to_string().contains("controller.listener.names"), "{e}");
     }
 
     #[test]

@@ -72,3 +72,37 @@ pub fn principal_of(cert: &CertificateDer<'_>) -> Option<String> {
     parts.reverse();
     Some(format!("User:{}", parts.join(",")))
 }
+
+/// Mutual TLS between brokers on the Raft port (`listener.security.protocol.map` maps the
+/// `controller.listener.names` listener to SSL), from the broker's `ssl.keystore.location` and
+/// `ssl.truststore.location`: each broker presents its certificate as server and as client and
+/// accepts only peers whose certificate chains to the truststore (client certificates
+/// required). Or say what is missing.
+pub fn peer_tls(s: &SecuritySettings) -> anyhow::Result<(tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector)> {
+    let truststore = s.truststore.as_ref().ok_or_else(|| {
+        anyhow::anyhow!("CONTROLLER:SSL needs ssl.truststore.location (PEM CA certificates that peers' chain to)")
+    })?;
+    let server = SecuritySettings { client_auth: ClientAuth::Required, ..s.clone() };
+    let acceptor = tokio_rustls::TlsAcceptor::from(server_config(&server)?);
+    let keystore = s.keystore.as_ref().ok_or_else(|| anyhow::anyhow!("CONTROLLER:SSL needs ssl.keystore.location"))?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(keystore)
+        .and_then(|i| i.collect::<Result<_, _>>())
+        .map_err(|e| anyhow::anyhow!("ssl.keystore.location {}: {e}", keystore.display()))?;
+    let key = PrivateKeyDer::from_pem_file(keystore)
+        .map_err(|e| anyhow::anyhow!("ssl.keystore.location {}: no usable private key ({e})", keystore.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(truststore)
+        .map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", truststore.display()))?
+    {
+        let c = c.map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", truststore.display()))?;
+        roots.add(c).map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", truststore.display()))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| anyhow::anyhow!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| anyhow::anyhow!("ssl.keystore.location {}: {e}", keystore.display()))?;
+    Ok((acceptor, tokio_rustls::TlsConnector::from(Arc::new(client))))
+}
