@@ -82,6 +82,8 @@ pub struct Broker {
     pub port: u16,
     pub data_dir: PathBuf,
     pub extra_args: Vec<String>,
+    /// The broker's `SLUICE_LOG` (default: `TEST_SLUICE_LOG`, else `warn`).
+    pub log_filter: Option<String>,
     child: Option<Child>,
     _tmp: Option<tempfile::TempDir>,
 }
@@ -99,11 +101,18 @@ impl Broker {
     /// Start a broker whose (first) listener is on `port`; `args` may give `--listeners`
     /// (then one of them must be on `port`).
     pub fn start_on(port: u16, args: &[&str]) -> Broker {
+        Self::start_on_logging(port, args, None)
+    }
+
+    /// [`Broker::start_on`] with the broker's log filter (`SLUICE_LOG`), for a test that reads
+    /// the broker's INFO lines.
+    pub fn start_on_logging(port: u16, args: &[&str], log_filter: Option<&str>) -> Broker {
         let tmp = tempfile::tempdir().expect("tempdir");
         let mut b = Broker {
             port,
             data_dir: tmp.path().join("data"),
             extra_args: args.iter().map(|s| s.to_string()).collect(),
+            log_filter: log_filter.map(str::to_string),
             child: None,
             _tmp: Some(tmp),
         };
@@ -142,7 +151,13 @@ impl Broker {
             .arg("--log-dirs")
             .arg(&self.data_dir)
             .args(&self.extra_args)
-            .env("SLUICE_LOG", std::env::var("TEST_SLUICE_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "SLUICE_LOG",
+                self.log_filter
+                    .clone()
+                    .or_else(|| std::env::var("TEST_SLUICE_LOG").ok())
+                    .unwrap_or_else(|| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -44,6 +44,11 @@ impl Cluster {
 
     /// [`Cluster::start_with_metrics`], each broker also given `extra` flags.
     fn start_with_metrics_and(extra: &[&str]) -> (Cluster, Vec<u16>) {
+        Self::start_with_metrics_logging(extra, None)
+    }
+
+    /// [`Cluster::start_with_metrics_and`], the brokers logging with `log_filter`.
+    fn start_with_metrics_logging(extra: &[&str], log_filter: Option<&str>) -> (Cluster, Vec<u16>) {
         let raft: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let voters =
             raft.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
@@ -54,7 +59,7 @@ impl Cluster {
                 let mut args =
                     vec!["--node-id", &id, "--controller-quorum-voters", &voters, "--metrics-listener", &metrics];
                 args.extend_from_slice(extra);
-                Broker::start_on(free_port(), &args)
+                Broker::start_on_logging(free_port(), &args, log_filter)
             })
             .collect();
         (Cluster { brokers, voters }, ports)
@@ -1615,18 +1620,21 @@ async fn produce_big(b: &Broker, topic: &'static str, bytes: usize) -> i16 {
 /// A follower paused while a megabyte-batch backlog builds up catches up once it runs again
 /// (issue 19): the leader sends it `replica.fetch.max.bytes` per append, each answered within
 /// the heartbeat interval openraft allows an append. Sent whole (openraft's 300 entries, here
-/// 80 MB), every append timed out and was sent again for ever.
+/// 80 MB), every append timed out and was sent again for ever. The leader logs one line when
+/// it has caught up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_fell_far_behind_catches_up() {
-    let (c, ports) = Cluster::start_with_metrics();
+    let (c, ports) = Cluster::start_with_metrics_logging(&[], Some("info,openraft=warn"));
     let leader = replicated_topic(&c, "backlog").await;
     let follower = (0..3).find(|i| *i != leader).unwrap();
     c.brokers[follower].pause();
+    let paused = Instant::now();
     for i in 0..80 {
         assert_eq!(produce_big(&c.brokers[leader], "backlog", 1_000_000).await, 0, "batch {i}");
     }
-    c.brokers[follower].resume();
     let series = "sluice_raft_replication_lag{group=\"backlog\",partition=\"0\"}";
+    eprintln!("lag {:?} after {:?} stopped", scrape_value(ports[leader], series), paused.elapsed());
+    c.brokers[follower].resume();
     let t0 = Instant::now();
     loop {
         let lag = scrape_value(ports[leader], series);
@@ -1637,6 +1645,23 @@ async fn a_follower_that_fell_far_behind_catches_up() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     eprintln!("caught up {:?} after it resumed", t0.elapsed());
+    // the leader says so in one line (issue 19 item 6)
+    let said = format!("replica {} caught up through the log", follower + 1);
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(c.brokers[leader].data_dir.with_extension("log")).unwrap_or_default().contains(&said)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the leader did not log '{said}': {}",
+            std::fs::read_to_string(c.brokers[leader].data_dir.with_extension("log"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("backlog"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Produce one batch of a `bytes`-byte record to `topic`/0 at the first of `among` that

@@ -512,26 +512,57 @@ where
 /// Follow a group's Raft metrics while it runs: one INFO line when its leader changes and when
 /// this replica stands for election, and the group's gauges (refreshed at most once a second:
 /// the metrics change with every applied entry).
+/// A follower more than this many Raft entries behind its leader for at least [`BEHIND_FOR`] is
+/// reported (one line) once it is back within them.
+const CAUGHT_UP_ENTRIES: u64 = 10;
+const BEHIND_FOR: Duration = Duration::from_secs(1);
+
 fn observe(key: GroupKey, mut rx: tokio::sync::watch::Receiver<openraft::RaftMetrics<NodeId, BasicNode>>) {
     use crate::metrics::{RAFT_APPLY_LAG, RAFT_LEADER_CHANGES_TOTAL, RAFT_REPLICATION_LAG, RAFT_TERM};
     tokio::spawn(async move {
         let labels = [("group", key.0.clone()), ("partition", key.1.to_string())];
         let (mut leader, mut candidate_term) = (None, 0u64);
         let mut gauges_at: Option<Instant> = None;
+        // on the leader: followers found far behind, since when and by how many entries at most
+        let mut behind: BTreeMap<NodeId, (Instant, u64)> = BTreeMap::new();
         loop {
-            let (id, term, now_leader, state, last_log, applied, followers) = {
+            let (id, term, now_leader, state, last_log, applied, lags) = {
                 let m = rx.borrow_and_update();
                 let applied = m.last_applied.map_or(0, |l| l.index);
                 let last_log = m.last_log_index.unwrap_or(0);
-                let followers = m.replication.as_ref().map(|r| {
+                let lags: Option<Vec<(NodeId, u64)>> = m.replication.as_ref().map(|r| {
                     r.iter()
                         .filter(|(n, _)| **n != m.id)
-                        .map(|(_, matched)| last_log.saturating_sub(matched.map_or(0, |l| l.index)))
-                        .max()
-                        .unwrap_or(0)
+                        .map(|(n, matched)| (*n, last_log.saturating_sub(matched.map_or(0, |l| l.index))))
+                        .collect()
                 });
-                (m.id, m.current_term, m.current_leader, m.state, last_log, applied, followers)
+                (m.id, m.current_term, m.current_leader, m.state, last_log, applied, lags)
             };
+            let followers = lags.as_ref().map(|l| l.iter().map(|(_, lag)| *lag).max().unwrap_or(0));
+            // one line when a follower that fell far behind has caught up
+            match &lags {
+                None => behind.clear(),
+                Some(lags) => {
+                    for (n, lag) in lags {
+                        if *lag > CAUGHT_UP_ENTRIES {
+                            let e = behind.entry(*n).or_insert((Instant::now(), *lag));
+                            e.1 = e.1.max(*lag);
+                        } else if let Some((since, most)) = behind.remove(n) {
+                            // behind only briefly (a burst): not worth a line
+                            if since.elapsed() >= BEHIND_FOR {
+                                tracing::info!(
+                                    group = key.0.as_str(),
+                                    partition = key.1,
+                                    term,
+                                    "replica {n} caught up through the log: it was up to {most} entries behind \
+                                     for {:.1} s",
+                                    since.elapsed().as_secs_f64()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
             if now_leader != leader {
                 let show = |l: Option<NodeId>| l.map_or_else(|| "none".to_string(), |l| l.to_string());
                 tracing::info!(
