@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Replication benchmark (issue 10): acks=all throughput and p99 on a three-broker cluster
-# (replication factor 3 and 1) beside a single broker, same run; failover p50/p99 over repeated
-# kill -9 of the partition leader. Release binaries. Not part of CI.
-# Usage: tests/bench/replication.sh [RUNS] [RECORDS] [KILLS]
+# Replication benchmark (issue 19): librdkafka's producer as the load, three brokers beside one.
+# 1. tests/bench/soak.sh SECONDS: rdkafka_performance (1 KiB records, acks=all) at full speed on
+#    three brokers with replication factor 3, then the same load on one broker alone: records
+#    delivered, RF 3 ÷ single broker, peak RSS, partition log, Raft log and data dir per broker,
+#    leader changes.
+# 2. failover over KILLS SIGKILLs of the partition leader under a librdkafka idempotent acks=all
+#    producer (12 s apart): last acknowledgement before a kill → first after it, p50/p99/max.
+# Release binaries. Not part of CI.
+# Usage: tests/bench/replication.sh [SECONDS] [KILLS]
+#   (the older acks=all throughput table through `sluicectl perf produce`:
+#    cargo bench -p sluice-tests --bench replication -- RUNS RECORDS 0)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -q -p sluice-broker -p sluice-tools
+bash tests/bench/soak.sh "${1:-60}"
 export TEST_SLUICE_BIN="$PWD/target/release/sluice"
 export TEST_SLUICECTL_BIN="$PWD/target/release/sluicectl"
-cargo bench -q -p sluice-tests --bench replication -- "${1:-3}" "${2:-100000}" "${3:-10}"
+cargo bench -q -p sluice-tests --bench replication -- 0 0 "${2:-20}"

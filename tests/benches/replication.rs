@@ -7,8 +7,11 @@
 //!    continuously while the partition's leader is killed with SIGKILL (then restarted); failover
 //!    = last acknowledgement before the kill → first acknowledgement after it; p50 and p99.
 //!
-//! `cargo bench -p sluice-tests --bench replication -- [RUNS] [RECORDS] [KILLS]`
-//! (tests/bench/replication.sh builds the release binaries and runs this). Not part of CI.
+//! `cargo bench -p sluice-tests --bench replication -- [RUNS] [RECORDS] [KILLS]` (RUNS 0: only
+//! the failover; kills 12 s apart; `SLUICE_BENCH_LOGS=<dir>` keeps the brokers' logs,
+//! `SLUICE_BENCH_RDKAFKA_DEBUG=<contexts>` prints librdkafka's debug log).
+//! tests/bench/replication.sh builds the release binaries, runs tests/bench/soak.sh (librdkafka's
+//! `rdkafka_performance` as the load) and then this for the failover. Not part of CI.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
