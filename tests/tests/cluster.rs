@@ -1869,9 +1869,8 @@ async fn produce_waits_for_room_in_the_bytes_in_flight_budget() {
             tokio::spawn(produce_batch_at(c.brokers[leader].bootstrap(), "budget", record, 1000))
         })
         .collect();
-    // (the followers stay stopped for about a second: longer, and on waking they would stand
-    // for election — a partition follower's lease and election timeout add up to 1.5–2 s —
-    // and the new leader would lack the admitted batches)
+    // (the followers stay stopped for about a second: past their lease and election timeout
+    // (3–4 s) they would stand on waking, and a new leader would lack the admitted batches)
     tokio::time::sleep(Duration::from_millis(600)).await;
     let in_flight = scrape_value(ports[leader], "sluice_raft_bytes_in_flight{group=\"budget\",partition=\"0\"}");
     let mut codes = Vec::new();
@@ -2162,7 +2161,7 @@ impl MapMib for Vec<u64> {
 /// with SIGKILL is found gone by its followers at once (its Raft connection ends and its Raft
 /// port refuses connections), they stop naming it as leader, and a new leader is elected well
 /// before any follower's own election timer could fire (a partition follower stands only after
-/// its 1 s lease and a 0.5–1 s timeout without heartbeats); the new leader takes writes.
+/// its 2 s lease and a 1–2 s timeout without heartbeats); the new leader takes writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_before_any_election_timer_fires() {
     let mut c = Cluster::start();

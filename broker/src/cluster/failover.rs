@@ -2,7 +2,7 @@
 //!
 //! openraft's follower waits its leader lease (`election_timeout_max`) plus a random election
 //! timeout after the last heartbeat before it stands, and a voter refuses every candidate while
-//! the lease of its own committed vote runs: 1.5–2 s for partition groups, and clients then
+//! the lease of its own committed vote runs: 3–4 s for partition groups, and clients then
 //! need a metadata round to find the new leader.
 //!
 //! A killed broker's sockets are closed by its kernel at once, so a follower sees the leader's

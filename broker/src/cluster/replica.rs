@@ -470,10 +470,11 @@ where
     C::D: Clone,
 {
     let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max, snapshot_bytes: _, budgets } = spec;
-    // coordinator shards (many, mostly idle) heartbeat less often than partitions. A follower
-    // stands after its lease (the maximum) plus a random timeout: 1.5-2 s for a partition
-    // (failover of a gone leader is faster: `failover`; decision 0028)
-    let (heartbeat, election) = if topic_id.is_nil() { (500, 1500) } else { (100, 500) };
+    // coordinator shards (many, mostly idle) heartbeat half as often as partitions. A follower
+    // stands after its lease (the maximum) plus a random timeout: 3-4 s for a partition, so a
+    // follower stalled for a second or two does not depose a live leader when it wakes (openraft
+    // 0.9 has no pre-vote); a gone leader is replaced without waiting (`failover`, decision 0028)
+    let (heartbeat, election) = if topic_id.is_nil() { (500, 1500) } else { (250, 1000) };
     let config = openraft::Config {
         cluster_name: format!("sluice-{}-{}", key.0, key.1),
         heartbeat_interval: heartbeat,
