@@ -78,7 +78,8 @@ async fn elect_without<C>(
     C: RaftTypeConfig<NodeId = NodeId, Node = BasicNode>,
 {
     let named = |raft: &openraft::Raft<C>| {
-        let m = raft.metrics().borrow().clone();
+        let m = raft.metrics();
+        let m = m.borrow();
         (m.current_leader, m.current_term, m.membership_config.voter_ids().collect::<Vec<NodeId>>())
     };
     let (current, term, voters) = named(raft);

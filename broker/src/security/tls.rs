@@ -15,6 +15,29 @@ pub fn server_config(s: &SecuritySettings) -> anyhow::Result<Arc<rustls::ServerC
     let keystore = s.keystore.as_ref().ok_or_else(|| {
         anyhow::anyhow!("an SSL listener needs ssl.keystore.location (PEM: certificate chain and key)")
     })?;
+    let (certs, key) = load_keystore(keystore)?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
+    let builder = match s.client_auth {
+        ClientAuth::None => builder.with_no_client_auth(),
+        auth => {
+            let path = s.truststore.as_ref().ok_or_else(|| {
+                anyhow::anyhow!("ssl.client.auth={auth:?} needs ssl.truststore.location (PEM CA certificates)")
+            })?;
+            let v = WebPkiClientVerifier::builder_with_provider(Arc::new(load_truststore(path)?), provider);
+            let v = if auth == ClientAuth::Requested { v.allow_unauthenticated() } else { v };
+            builder.with_client_cert_verifier(v.build().map_err(|e| anyhow::anyhow!("ssl.truststore.location: {e}"))?)
+        }
+    };
+    let config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| anyhow::anyhow!("ssl.keystore.location {}: {e}", keystore.display()))?;
+    Ok(Arc::new(config))
+}
+
+/// The certificate chain and private key of a PEM keystore (`ssl.keystore.location`).
+fn load_keystore(keystore: &std::path::Path) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(keystore)
         .map_err(|e| anyhow::anyhow!("ssl.keystore.location {}: {e}", keystore.display()))?
         .collect::<Result<_, _>>()
@@ -28,31 +51,19 @@ pub fn server_config(s: &SecuritySettings) -> anyhow::Result<Arc<rustls::ServerC
             keystore.display()
         )
     })?;
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
-    let builder = match s.client_auth {
-        ClientAuth::None => builder.with_no_client_auth(),
-        auth => {
-            let path = s.truststore.as_ref().ok_or_else(|| {
-                anyhow::anyhow!("ssl.client.auth={auth:?} needs ssl.truststore.location (PEM CA certificates)")
-            })?;
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(path)
-                .map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", path.display()))?
-            {
-                let c = c.map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", path.display()))?;
-                roots.add(c).map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", path.display()))?;
-            }
-            let v = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
-            let v = if auth == ClientAuth::Requested { v.allow_unauthenticated() } else { v };
-            builder.with_client_cert_verifier(v.build().map_err(|e| anyhow::anyhow!("ssl.truststore.location: {e}"))?)
-        }
-    };
-    let config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| anyhow::anyhow!("ssl.keystore.location {}: {e}", keystore.display()))?;
-    Ok(Arc::new(config))
+    Ok((certs, key))
+}
+
+/// The CA certificates of a PEM truststore (`ssl.truststore.location`).
+fn load_truststore(path: &std::path::Path) -> anyhow::Result<rustls::RootCertStore> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(path)
+        .map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", path.display()))?
+    {
+        let c = c.map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", path.display()))?;
+        roots.add(c).map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", path.display()))?;
+    }
+    Ok(roots)
 }
 
 /// Kafka's default principal for a client certificate: `User:` + the subject's distinguished
@@ -85,18 +96,8 @@ pub fn peer_tls(s: &SecuritySettings) -> anyhow::Result<(tokio_rustls::TlsAccept
     let server = SecuritySettings { client_auth: ClientAuth::Required, ..s.clone() };
     let acceptor = tokio_rustls::TlsAcceptor::from(server_config(&server)?);
     let keystore = s.keystore.as_ref().ok_or_else(|| anyhow::anyhow!("CONTROLLER:SSL needs ssl.keystore.location"))?;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(keystore)
-        .and_then(|i| i.collect::<Result<_, _>>())
-        .map_err(|e| anyhow::anyhow!("ssl.keystore.location {}: {e}", keystore.display()))?;
-    let key = PrivateKeyDer::from_pem_file(keystore)
-        .map_err(|e| anyhow::anyhow!("ssl.keystore.location {}: no usable private key ({e})", keystore.display()))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(truststore)
-        .map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", truststore.display()))?
-    {
-        let c = c.map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", truststore.display()))?;
-        roots.add(c).map_err(|e| anyhow::anyhow!("ssl.truststore.location {}: {e}", truststore.display()))?;
-    }
+    let (certs, key) = load_keystore(keystore)?;
+    let roots = load_truststore(truststore)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let client = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
