@@ -55,7 +55,7 @@ for j in 0 1 2; do
   metrics=$(curl -s "127.0.0.1:${M[$j]}/metrics")
   lc=$(echo "$metrics" | grep '^sluice_raft_leader_changes_total{group="soak"' | awk '{print $2}')
   term=$(echo "$metrics" | grep '^sluice_raft_term{group="soak"' | awk '{print $2}')
-  raft=$(du -smc "$W/d$i"/__cluster/replicas/*-0/raft-log.bin 2>/dev/null | tail -n 1 | cut -f1)
+  raft=$(du -smc "$W/d$i"/__cluster/replicas/*-0/raft-log*.bin 2>/dev/null | tail -n 1 | cut -f1)
   part=$(du -sm "$W/d$i/soak-0" | cut -f1)
   all=$(du -sm "$W/d$i" | cut -f1)
   echo "broker $i: max RSS $((maxrss[j] / 1024)) MiB, leader changes ${lc:-?}, term ${term:-?}," \

@@ -469,7 +469,7 @@ async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C
 where
     C::D: Clone,
 {
-    let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max, snapshot_bytes: _, budgets } = spec;
+    let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max, snapshot_bytes, budgets } = spec;
     // coordinator shards (many, mostly idle) heartbeat half as often as partitions. A follower
     // stands after its lease (the maximum) plus a random timeout: 3-4 s for a partition, so a
     // follower stalled for a second or two does not depose a live leader when it wakes (openraft
@@ -492,6 +492,9 @@ where
     let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
     let log = LogStore::<C>::open(&dir)?;
     log.limit_reads(append_bytes_max);
+    // a file of the Raft log per quarter snapshot interval: the purge after each snapshot
+    // deletes files (decision 0030)
+    log.roll_at((snapshot_bytes / 4).clamp(1 << 20, 16 << 20));
     let initialized = log.has_vote_or_entries();
     let raft =
         openraft::Raft::<C>::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;

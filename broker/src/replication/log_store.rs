@@ -1,10 +1,12 @@
 //! A Raft log on disk, for every Raft group of a broker (the metadata quorum's, each partition's
-//! and each coordinator shard's): binary records in `raft-log.bin` — a 4-byte big-endian length,
-//! the CRC32C of the payload, the payload (the entry in bincode, bytes raw) — appended and
-//! fsynced before openraft is told the entries are durable; a torn or corrupt last record from a
-//! crash is dropped on open. The vote, committed and purged ids are in `raft-meta.json`
-//! (written atomically). A log written as JSON lines by earlier versions (`raft-log.jsonl`, the
-//! bytes in base64) is converted once, on open (decision 0023).
+//! and each coordinator shard's): binary records — a 4-byte big-endian length, the CRC32C of the
+//! payload, the payload (the entry in bincode, bytes raw) — appended and fsynced before openraft
+//! is told the entries are durable; a torn or corrupt last record from a crash is dropped on
+//! open. The records are in files of bounded size, `raft-log-<first index>.bin` (a single
+//! `raft-log.bin` of earlier versions is the oldest file), so that a purge deletes whole files
+//! and copies nothing. The vote, committed and purged ids are in `raft-meta.json` (written
+//! atomically). A log written as JSON lines by earlier versions (`raft-log.jsonl`, the bytes in
+//! base64) is converted once, on open (decision 0023).
 
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
@@ -113,13 +115,52 @@ struct Meta {
     last_purged: Option<LogId<NodeId>>,
 }
 
-/// Where one entry's record is in the log file (entries are read back on demand, not kept in
-/// memory: a partition's Raft log holds every batch).
+/// Where one entry's record is: in which file of the log (its key in `LogInner::segments`), at
+/// which byte (entries are read back on demand, not kept in memory: a partition's Raft log holds
+/// every batch since its last snapshot).
 #[derive(Clone, Copy)]
 struct Slot {
     log_id: LogId<NodeId>,
+    seg: u64,
     pos: u64,
     len: usize,
+}
+
+/// One file of the log.
+struct Segment {
+    path: PathBuf,
+    /// Appends (O_APPEND) and reads (pread); shared with the fsync tasks.
+    file: Arc<std::fs::File>,
+    len: u64,
+}
+
+/// A new file is started once the newest one holds this many bytes (unless set otherwise:
+/// [`LogStore::roll_at`]): a purge deletes whole files, and copies nothing.
+const SEGMENT_BYTES: u64 = 16 << 20;
+
+/// The name of the log file whose first entry is `first`.
+fn segment_name(first: u64) -> String {
+    format!("raft-log-{first:020}.bin")
+}
+
+/// The log's files in `dir`, oldest first: the single file of earlier versions ([`LOG_FILE`],
+/// older than any other), then the segments by their first entry.
+fn log_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let (mut legacy, mut numbered) = (None, Vec::new());
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name == LOG_FILE {
+            legacy = Some(e.path());
+        } else if let Some(n) =
+            name.strip_prefix("raft-log-").and_then(|r| r.strip_suffix(".bin")).and_then(|n| n.parse::<u64>().ok())
+        {
+            numbered.push((n, e.path()));
+        }
+    }
+    numbered.sort();
+    Ok(legacy.into_iter().chain(numbered.into_iter().map(|(_, p)| p)).collect())
 }
 
 /// Bytes (of encoded records) of the newest entries kept decoded in memory: replication to the
@@ -130,13 +171,15 @@ const RECENT_BYTES: usize = 1 << 20;
 struct LogInner<C: Logged> {
     dir: PathBuf,
     entries: BTreeMap<u64, Slot>,
+    /// The log's files by the index of the first entry written to each, oldest first; the
+    /// newest takes appends.
+    segments: BTreeMap<u64, Segment>,
     /// The newest entries, decoded (at most [`RECENT_BYTES`] of their records).
     recent: BTreeMap<u64, (Entry<C>, usize)>,
     recent_bytes: usize,
     meta: Meta,
-    /// Appends (O_APPEND) and reads (pread) on the log file; shared with the fsync tasks.
-    file: Arc<std::fs::File>,
-    end: u64,
+    /// See [`LogStore::roll_at`].
+    segment_bytes: u64,
     /// The bytes of records one bounded read returns at most (at least one entry): see
     /// [`LogStore::limit_reads`].
     read_bytes_max: usize,
@@ -162,6 +205,31 @@ fn open_log_file(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new().create(true).read(true).append(true).open(path)
 }
 
+/// What makes one append durable: the files written (a segment that was rolled over, then the
+/// new one) and, when a file was created, the directory that names it.
+#[derive(Default)]
+struct Flush {
+    files: Vec<Arc<std::fs::File>>,
+    dir: Option<PathBuf>,
+}
+
+impl Flush {
+    /// fsync the older file first, then the new file's name, then the new file: an append is
+    /// reported durable only with everything before it.
+    fn run(&self) -> std::io::Result<()> {
+        let n = self.files.len();
+        for (i, f) in self.files.iter().enumerate() {
+            if i + 1 == n {
+                if let Some(dir) = &self.dir {
+                    sluice_storage::sidefile::sync_dir(dir).map_err(std::io::Error::other)?;
+                }
+            }
+            f.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
 impl<C: Logged> LogInner<C>
 where
     Entry<C>: Serialize + serde::de::DeserializeOwned,
@@ -172,8 +240,11 @@ where
 
     fn record(&self, slot: &Slot) -> Result<Vec<u8>, StorageError<NodeId>> {
         use std::os::unix::fs::FileExt;
+        let seg = self.segments.get(&slot.seg).ok_or_else(|| {
+            io_err(std::io::Error::other(format!("Raft log entry {}: its file is gone", slot.log_id.index)))
+        })?;
         let mut buf = vec![0u8; slot.len];
-        self.file.read_exact_at(&mut buf, slot.pos).map_err(io_err)?;
+        seg.file.read_exact_at(&mut buf, slot.pos).map_err(io_err)?;
         Ok(buf)
     }
 
@@ -207,28 +278,23 @@ where
         self.recent_bytes = self.recent.values().map(|(_, l)| *l).sum();
     }
 
-    /// Rewrite the log file with the entries kept (after purges), copying them record by record
-    /// into a new file (fsynced, then renamed over the old one): memory stays one record.
-    fn rewrite(&mut self) -> Result<(), StorageError<NodeId>> {
-        let path = self.dir.join(LOG_FILE);
-        let tmp = self.dir.join(format!("{LOG_FILE}.tmp"));
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp).map_err(io_err)?);
-        let mut slots = BTreeMap::new();
-        let mut at = 0u64;
-        for (i, slot) in &self.entries {
-            let record = self.record(slot)?;
-            out.write_all(&record).map_err(io_err)?;
-            slots.insert(*i, Slot { log_id: slot.log_id, pos: at, len: record.len() });
-            at += record.len() as u64;
+    /// Delete the files that hold no entry any more (after a purge or a truncation), newest
+    /// first, so that a crash in between leaves the log a run of files without a hole.
+    fn drop_empty_segments(&mut self) -> std::io::Result<()> {
+        let keys: Vec<u64> = self.segments.keys().copied().collect();
+        let mut removed = false;
+        for (n, key) in keys.iter().enumerate().rev() {
+            let next = keys.get(n + 1).copied().unwrap_or(u64::MAX);
+            if self.entries.range(*key..next).next().is_none() {
+                if let Some(seg) = self.segments.remove(key) {
+                    std::fs::remove_file(&seg.path)?;
+                    removed = true;
+                }
+            }
         }
-        let file = out.into_inner().map_err(|e| io_err(e.into_error()))?;
-        file.sync_all().map_err(io_err)?;
-        drop(file);
-        std::fs::rename(&tmp, &path).map_err(io_err)?;
-        sluice_storage::sidefile::sync_dir(&self.dir).map_err(io_err)?;
-        self.file = Arc::new(open_log_file(&path).map_err(io_err)?);
-        self.end = at;
-        self.entries = slots;
+        if removed {
+            sluice_storage::sidefile::sync_dir(&self.dir).map_err(std::io::Error::other)?;
+        }
         Ok(())
     }
 }
@@ -243,10 +309,9 @@ where
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Meta::default(),
             Err(e) => return Err(e.into()),
         };
-        let path = dir.join(LOG_FILE);
         let json = dir.join(JSON_LOG_FILE);
         if json.exists() {
-            if path.exists() {
+            if dir.join(LOG_FILE).exists() {
                 // converted before a crash kept the old file: the new one is complete
                 // (written atomically), so the old one goes
                 std::fs::remove_file(&json)?;
@@ -254,54 +319,89 @@ where
                 Self::convert_json_log(dir)?;
             }
         }
-        let file = open_log_file(&path)?;
-        let total = file.metadata()?.len();
-        let mut entries = BTreeMap::new();
-        let mut good = 0u64;
-        {
-            let mut reader = std::io::BufReader::with_capacity(1 << 20, &file);
-            let mut record = Vec::new();
-            loop {
-                match next_record(&mut reader, &mut record) {
-                    Ok(None) => break,
-                    // a torn or corrupt record is the end of what was durably written: stop
-                    Err(why) => {
-                        tracing::warn!("{}: {why} at byte {good}", path.display());
+        // the copy a purge of earlier versions was writing when it crashed
+        let _ = std::fs::remove_file(dir.join(format!("{LOG_FILE}.tmp")));
+        let mut entries: BTreeMap<u64, Slot> = BTreeMap::new();
+        let mut segments = BTreeMap::new();
+        // after a torn or corrupt record, or a file that does not continue the one before it,
+        // nothing later was durably part of the log
+        let mut ended = false;
+        let mut removed = false;
+        for path in log_files(dir)? {
+            if ended {
+                tracing::warn!("{}: removed: it follows the end of the log", path.display());
+                std::fs::remove_file(&path)?;
+                removed = true;
+                continue;
+            }
+            let file = open_log_file(&path)?;
+            let total = file.metadata()?.len();
+            let mut slots: Vec<Slot> = Vec::new();
+            let mut good = 0u64;
+            {
+                let mut reader = std::io::BufReader::with_capacity(1 << 20, &file);
+                let mut record = Vec::new();
+                loop {
+                    match next_record(&mut reader, &mut record) {
+                        Ok(None) => break,
+                        // a torn or corrupt record is the end of what was durably written: stop
+                        Err(why) => {
+                            tracing::warn!("{}: {why} at byte {good}", path.display());
+                            break;
+                        }
+                        Ok(Some(())) => {}
+                    }
+                    // the entry's log id leads its encoding (bincode ignores what follows)
+                    let Some(log_id) =
+                        record_payload(&record).and_then(|p| bincode::deserialize::<LogId<NodeId>>(p).ok())
+                    else {
+                        break;
+                    };
+                    let prev = slots.last().map(|s| s.log_id.index).or(entries.keys().next_back().copied());
+                    if prev.is_some_and(|p| p.checked_add(1) != Some(log_id.index)) {
+                        tracing::warn!("{}: entry {} does not follow entry {prev:?}", path.display(), log_id.index);
                         break;
                     }
-                    Ok(Some(())) => {}
+                    slots.push(Slot { log_id, seg: 0, pos: good, len: record.len() });
+                    good += record.len() as u64;
                 }
-                // the entry's log id leads its encoding (bincode ignores what follows)
-                let Some(log_id) = record_payload(&record).and_then(|p| bincode::deserialize::<LogId<NodeId>>(p).ok())
-                else {
-                    break;
-                };
-                entries.insert(log_id.index, Slot { log_id, pos: good, len: record.len() });
-                good += record.len() as u64;
             }
+            if good < total {
+                tracing::warn!("{}: dropping {} bytes after its last whole entry", path.display(), total - good);
+                file.set_len(good)?;
+                file.sync_all()?;
+                ended = true;
+            }
+            let Some(first) = slots.first().map(|s| s.log_id.index) else {
+                std::fs::remove_file(&path)?;
+                removed = true;
+                continue;
+            };
+            for s in slots {
+                entries.insert(s.log_id.index, Slot { seg: first, ..s });
+            }
+            segments.insert(first, Segment { path, file: Arc::new(file), len: good });
         }
-        if good < total {
-            tracing::warn!("{}: dropping {} bytes of a torn last entry", path.display(), total - good);
-            file.set_len(good)?;
-            file.sync_all()?;
+        if removed {
+            sluice_storage::sidefile::sync_dir(dir)?;
         }
-        // a purge leaves purged entries in the file until the next rewrite (`LogStore::purge`)
-        if let Some(p) = meta.last_purged {
-            entries.retain(|i, _| *i > p.index);
+        let mut inner = LogInner {
+            dir: dir.to_path_buf(),
+            entries,
+            segments,
+            recent: BTreeMap::new(),
+            recent_bytes: 0,
+            meta,
+            segment_bytes: SEGMENT_BYTES,
+            read_bytes_max: usize::MAX,
+            _entries: std::marker::PhantomData,
+        };
+        // a purge deletes its files after recording how far it went: finish one a crash cut
+        if let Some(p) = inner.meta.last_purged {
+            inner.entries.retain(|i, _| *i > p.index);
+            inner.drop_empty_segments()?;
         }
-        Ok(LogStore {
-            inner: Arc::new(Mutex::new(LogInner {
-                dir: dir.to_path_buf(),
-                entries,
-                recent: BTreeMap::new(),
-                recent_bytes: 0,
-                meta,
-                file: Arc::new(file),
-                end: good,
-                read_bytes_max: usize::MAX,
-                _entries: std::marker::PhantomData,
-            })),
-        })
+        Ok(LogStore { inner: Arc::new(Mutex::new(inner)) })
     }
 
     /// Convert the JSON-lines log of earlier versions in `dir` to binary records: every whole
@@ -337,8 +437,9 @@ where
         self.inner.lock().or_die()
     }
 
-    /// Write `entries` to the log file (not yet fsynced) and index them; the file to fsync.
-    fn write_entries(&self, entries: impl IntoIterator<Item = Entry<C>>) -> std::io::Result<Arc<std::fs::File>>
+    /// Write `entries` to the newest log file (starting a new one when it is full; not yet
+    /// fsynced) and index them; what makes them durable.
+    fn write_entries(&self, entries: impl IntoIterator<Item = Entry<C>>) -> std::io::Result<Flush>
     where
         Entry<C>: Clone,
     {
@@ -350,20 +451,36 @@ where
             encode_record(&mut bytes, &e)?;
             new.push((e, pos, bytes.len() - pos));
         }
-        if let Err(e) = (&*g.file).write_all(&bytes) {
+        let Some(first) = new.first().map(|(e, _, _)| e.log_id.index) else { return Ok(Flush::default()) };
+        let mut flush = Flush::default();
+        let full = g.segments.values().next_back().map(|s| s.len >= g.segment_bytes);
+        if full != Some(false) {
+            if let Some(old) = g.segments.values().next_back() {
+                flush.files.push(old.file.clone());
+            }
+            let path = g.dir.join(segment_name(first));
+            let file = open_log_file(&path)?;
+            file.set_len(0)?; // nothing of a file by this name is part of the log
+            g.segments.insert(first, Segment { path, file: Arc::new(file), len: 0 });
+            flush.dir = Some(g.dir.clone());
+        }
+        let Some((&key, seg)) = g.segments.iter_mut().next_back() else {
+            return Err(std::io::Error::other("no Raft log file to append to"));
+        };
+        if let Err(e) = (&*seg.file).write_all(&bytes) {
             // the file may hold part of the write: cut it back so the next append lines up
-            let end = g.end;
-            let _ = g.file.set_len(end);
+            let _ = seg.file.set_len(seg.len);
             return Err(e);
         }
-        let base = g.end;
+        let base = seg.len;
+        seg.len += bytes.len() as u64;
+        flush.files.push(seg.file.clone());
         for (e, pos, len) in new {
             let log_id = e.log_id;
-            g.entries.insert(log_id.index, Slot { log_id, pos: base + pos as u64, len });
+            g.entries.insert(log_id.index, Slot { log_id, seg: key, pos: base + pos as u64, len });
             g.remember(e, len);
         }
-        g.end += bytes.len() as u64;
-        Ok(g.file.clone())
+        Ok(flush)
     }
 
     /// Bound what openraft reads for one append to a follower to `bytes` of records (at least
@@ -372,6 +489,12 @@ where
     /// follower (decision 0024).
     pub fn limit_reads(&self, bytes: usize) {
         self.lock().read_bytes_max = bytes;
+    }
+
+    /// Start a new log file once the newest holds `bytes` (a partition's replica rolls at a
+    /// quarter of its snapshot interval, so a purge after each snapshot deletes files).
+    pub fn roll_at(&self, bytes: u64) {
+        self.lock().segment_bytes = bytes.max(1);
     }
 
     /// Has this node ever voted or held an entry (i.e. been part of an initialized group)?
@@ -453,11 +576,12 @@ where
     {
         // written now, in order (page cache); fsynced on a blocking thread, and openraft told
         // the entries are durable only then — the Raft task (and its runtime thread) does not
-        // wait for the disk. An fsync covers every write before it, so completions in any order
+        // wait for the disk. An fsync covers every write to its file before it, and an append
+        // that starts a new file fsyncs the one before it first, so completions in any order
         // are correct.
         match self.write_entries(entries) {
-            Ok(file) => {
-                tokio::task::spawn_blocking(move || callback.log_io_completed(file.sync_data()));
+            Ok(flush) => {
+                tokio::task::spawn_blocking(move || callback.log_io_completed(flush.run()));
                 Ok(())
             }
             Err(e) => {
@@ -470,11 +594,27 @@ where
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut g = self.lock();
-        let cut = g.entries.range(log_id.index..).next().map(|(_, s)| s.pos);
-        if let Some(pos) = cut {
-            g.file.set_len(pos).and_then(|_| g.file.sync_data()).map_err(io_err)?;
-            g.end = pos;
+        let cut = g.entries.range(log_id.index..).next().map(|(_, s)| *s);
+        if let Some(slot) = cut {
             g.entries.retain(|i, _| *i < log_id.index);
+            // the later files go first (newest first), then the cut: a crash in between leaves
+            // a log that ends at or after the cut, never one with a hole
+            let later: Vec<u64> = g.segments.range(slot.seg + 1..).map(|(k, _)| *k).collect();
+            let mut removed = false;
+            for key in later.iter().rev() {
+                if let Some(seg) = g.segments.remove(key) {
+                    std::fs::remove_file(&seg.path).map_err(io_err)?;
+                    removed = true;
+                }
+            }
+            if removed {
+                sluice_storage::sidefile::sync_dir(&g.dir).map_err(io_err)?;
+            }
+            if let Some(seg) = g.segments.get_mut(&slot.seg) {
+                seg.file.set_len(slot.pos).and_then(|_| seg.file.sync_data()).map_err(io_err)?;
+                seg.len = slot.pos;
+            }
+            g.drop_empty_segments().map_err(io_err)?;
         }
         g.forget(|i| i < log_id.index);
         Ok(())
@@ -486,13 +626,9 @@ where
         g.save_meta()?;
         g.entries.retain(|i, _| *i > log_id.index);
         g.forget(|i| i > log_id.index);
-        // the purged entries' bytes are reclaimed once they are at least as many as the kept
-        // ones (and a megabyte): each kept byte is copied a bounded number of times, and a
-        // purge that keeps a lagging follower's hundreds of megabytes does not copy them each time
-        let kept_from = g.entries.values().next().map_or(g.end, |s| s.pos);
-        if kept_from >= (g.end - kept_from).max(1 << 20) {
-            g.rewrite()?;
-        }
+        // whole files only: a file is deleted once every entry in it is purged (nothing is
+        // copied; a partition's replica starts a file every quarter snapshot interval)
+        g.drop_empty_segments().map_err(io_err)?;
         Ok(())
     }
 }
@@ -505,21 +641,23 @@ pub fn dump_as<C: Logged>(dir: &Path, out: &mut dyn Write) -> anyhow::Result<usi
 where
     Entry<C>: Serialize + serde::de::DeserializeOwned,
 {
-    let path = dir.join(LOG_FILE);
-    if !path.exists() {
+    let files = log_files(dir)?;
+    if files.is_empty() && dir.join(JSON_LOG_FILE).exists() {
         // not converted yet: the file is already JSON lines
         let text = std::fs::read(dir.join(JSON_LOG_FILE))?;
         out.write_all(&text)?;
         return Ok(text.iter().filter(|b| **b == b'\n').count());
     }
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(&path)?);
     let (mut record, mut count) = (Vec::new(), 0);
-    while let Ok(Some(())) = next_record(&mut reader, &mut record) {
-        let Some(payload) = record_payload(&record) else { break };
-        let e: Entry<C> = bincode::deserialize(payload)?;
-        serde_json::to_writer(&mut *out, &e)?;
-        out.write_all(b"\n")?;
-        count += 1;
+    for path in files {
+        let mut reader = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(&path)?);
+        while let Ok(Some(())) = next_record(&mut reader, &mut record) {
+            let Some(payload) = record_payload(&record) else { break };
+            let e: Entry<C> = bincode::deserialize(payload)?;
+            serde_json::to_writer(&mut *out, &e)?;
+            out.write_all(b"\n")?;
+            count += 1;
+        }
     }
     Ok(count)
 }
@@ -540,38 +678,105 @@ mod tests {
         }
     }
 
-    /// A purge drops entries at once but reclaims their bytes only once they outweigh the kept
-    /// ones (a rewrite copies what is kept): purged entries never come back on reopen.
-    #[tokio::test]
-    async fn purged_entries_stay_purged_and_the_file_is_rewritten_once_they_outweigh_the_rest() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
-        let big = |index: u64| Entry::<TypeConfig> {
+    fn big(index: u64) -> Entry<TypeConfig> {
+        Entry::<TypeConfig> {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
             payload: EntryPayload::Normal(Command::AllocateProducerIds { node_id: 1, count: index as i64 }),
-        };
-        log.write_entries((1..=10).map(big)).unwrap();
-        let size = || std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len();
-        let full = size();
-        // a small purge leaves the bytes in the file (the kept ones outweigh them, and under a
-        // megabyte is never worth a rewrite); reopened, the purged entries stay gone
-        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 3)).await.unwrap();
-        assert_eq!(size(), full);
+        }
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        log_files(dir).unwrap().iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect()
+    }
+
+    /// The log rolls to a new file once the newest is full; a purge deletes the files whose
+    /// entries are all purged (the file holding the first kept entry stays), copies nothing,
+    /// and purged entries never come back on reopen.
+    #[tokio::test]
+    async fn a_purge_deletes_whole_files_and_purged_entries_stay_purged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        let one = records(&[big(1)]).len() as u64;
+        log.roll_at(10 * one);
+        for i in 1..=35 {
+            log.write_entries([big(i)]).unwrap().run().unwrap();
+        }
+        assert_eq!(files(dir.path()), (0..4).map(|n| segment_name(1 + 10 * n)).collect::<Vec<_>>());
+        let kept_before = std::fs::metadata(dir.path().join(segment_name(11))).unwrap();
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 13)).await.unwrap();
+        assert_eq!(files(dir.path()), [11, 21, 31].map(segment_name));
+        // the file holding entry 14 is not rewritten
+        let kept_after = std::fs::metadata(dir.path().join(segment_name(11))).unwrap();
+        assert_eq!(kept_after.len(), kept_before.len());
+        assert_eq!(kept_after.modified().unwrap(), kept_before.modified().unwrap());
         drop(log);
         let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
-        let first = log.try_get_log_entries(0..).await.unwrap().first().map(|e| e.log_id.index);
-        assert_eq!(first, Some(4));
-        assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id.map(|l| l.index), Some(3));
-        // once the purged bytes outweigh the kept ones (past a megabyte) the file is rewritten
-        log.write_entries((11..=60_000).map(big)).unwrap();
-        assert!(size() > 1 << 20);
-        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 59_990)).await.unwrap();
-        assert!(size() < 4096, "rewritten: {} bytes", size());
-        let kept: Vec<u64> = log.try_get_log_entries(0..).await.unwrap().iter().map(|e| e.log_id.index).collect();
-        assert_eq!(kept, (59_991..=60_000).collect::<Vec<_>>());
+        let got: Vec<u64> = log.try_get_log_entries(0..).await.unwrap().iter().map(|e| e.log_id.index).collect();
+        assert_eq!(got, (14..=35).collect::<Vec<_>>());
+        assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id.map(|l| l.index), Some(13));
+        // a purge past the last entry (a snapshot installed) deletes every file; appends go on
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 50)).await.unwrap();
+        assert!(files(dir.path()).is_empty());
+        log.write_entries([big(51)]).unwrap().run().unwrap();
         drop(log);
         let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
-        assert_eq!(log.try_get_log_entries(0..).await.unwrap().len(), 10);
+        assert_eq!(files(dir.path()), [segment_name(51)]);
+        assert_eq!(log.try_get_log_entries(0..).await.unwrap(), vec![big(51)]);
+    }
+
+    /// A crash may leave any state a purge or a truncation passes through: files still there
+    /// after the purge was recorded (deleted on open), a newer file after a torn end or a gap
+    /// (not part of the log: removed), an empty new file (removed). The log opens to the
+    /// entries that were durably written, without a hole, and takes appends.
+    #[tokio::test]
+    async fn a_log_of_several_files_opens_to_its_durable_entries_after_any_crash() {
+        // a purge recorded whose files were not deleted yet
+        let dir = tempfile::tempdir().unwrap();
+        let log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        let one = records(&[big(1)]).len() as u64;
+        log.roll_at(5 * one);
+        for i in 1..=12 {
+            log.write_entries([big(i)]).unwrap().run().unwrap();
+        }
+        {
+            let mut g = log.lock();
+            g.meta.last_purged = Some(LogId::new(CommittedLeaderId::new(1, 1), 7));
+            g.save_meta().unwrap();
+        }
+        drop(log);
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(files(dir.path()), [6, 11].map(segment_name));
+        assert_eq!(log.try_get_log_entries(0..).await.unwrap().first().map(|e| e.log_id.index), Some(8));
+        drop(log);
+        // a torn end in the middle file: the later file goes, the log ends before the tear
+        let middle = dir.path().join(segment_name(6));
+        let len = std::fs::metadata(&middle).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&middle).unwrap().set_len(len - 3).unwrap();
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(files(dir.path()), [segment_name(6)]);
+        let got: Vec<u64> = log.try_get_log_entries(0..).await.unwrap().iter().map(|e| e.log_id.index).collect();
+        assert_eq!(got, (8..=9).collect::<Vec<_>>());
+        log.write_entries([big(10)]).unwrap().run().unwrap();
+        drop(log);
+        // a file that does not continue the log (entries 20..) and an empty one are removed
+        std::fs::write(dir.path().join(segment_name(20)), records(&[big(20), big(21)])).unwrap();
+        std::fs::write(dir.path().join(segment_name(30)), b"").unwrap();
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(files(dir.path()), [segment_name(6)]);
+        assert_eq!(log.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(10));
+        // a truncation into an older file deletes the newer ones and cuts it
+        log.roll_at(one);
+        log.write_entries([big(11)]).unwrap().run().unwrap();
+        log.write_entries([big(12)]).unwrap().run().unwrap();
+        assert_eq!(files(dir.path()), [6, 11, 12].map(segment_name));
+        log.truncate(LogId::new(CommittedLeaderId::new(1, 1), 10)).await.unwrap();
+        assert_eq!(files(dir.path()), [segment_name(6)]);
+        log.write_entries([big(10)]).unwrap().run().unwrap();
+        drop(log);
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        let got: Vec<u64> = log.try_get_log_entries(0..).await.unwrap().iter().map(|e| e.log_id.index).collect();
+        assert_eq!(got, (8..=10).collect::<Vec<_>>());
+        assert_eq!(files(dir.path()), [6, 10].map(segment_name));
     }
 
     /// Entries read back come from the in-memory cache of recent entries or from the file:
@@ -662,7 +867,9 @@ mod tests {
             let whole = ends.iter().filter(|e| **e <= cut).count() - 1;
             let got = log.try_get_log_entries(1..).await.unwrap();
             assert_eq!(got.len(), whole, "cut at byte {cut}");
-            assert_eq!(std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len() as usize, ends[whole]);
+            // a file left with no whole record is removed
+            let len = std::fs::metadata(dir.path().join(LOG_FILE)).map_or(0, |m| m.len());
+            assert_eq!(len as usize, ends[whole]);
             log.write_entries([entry(whole as u64 + 1, None)]).unwrap();
             let mut again = LogStore::<TypeConfig>::open(dir.path()).unwrap();
             assert_eq!(again.try_get_log_entries(1..).await.unwrap().len(), whole + 1, "cut at byte {cut}");
