@@ -22,7 +22,7 @@
 //! coordinator replays groups and offsets; the transaction coordinator also finishes the
 //! transactions it finds awaiting their markers).
 
-use crate::cluster::replica::{start_kv, KvApply, ReplicaSpec, ShardReplica};
+use crate::cluster::replica::{start_kv, KvStore, ReplicaSpec, ShardReplica};
 use crate::cluster::ClusterNode;
 use crate::kvlog::{KvRecord, LogWait};
 use crate::sync::OrDie as _;
@@ -136,6 +136,12 @@ pub trait ShardOwner: Send + Sync + 'static {
     fn replication_factor(&self) -> i32;
     /// Applied on every replica of shard `shard` (its Raft state machine): append durably.
     fn apply(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String>;
+    /// Shard `shard`'s live records (the newest value of each key, deleted keys dropped): its
+    /// Raft snapshot. Blocking (reads the shard's log).
+    fn live(&self, shard: usize) -> Result<Vec<KvRecord>, String>;
+    /// Make shard `shard`'s log hold exactly `records`, durably: a snapshot installed on a
+    /// replica that does not lead it. Blocking.
+    fn replace(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String>;
     /// Are the shards replicated (cluster mode, a Raft group each)?
     fn replicated(&self) -> bool;
     /// Where shard `shard` is (see [`ShardState`]).
@@ -147,6 +153,40 @@ pub trait ShardOwner: Send + Sync + 'static {
     /// Drop shard `shard`'s state, leaving it `to` (`Unloaded`: this broker no longer leads it;
     /// `Failed`: it no longer follows its log). Parked requests are answered NOT_COORDINATOR.
     fn unload(&self, shard: usize, to: ShardState);
+}
+
+/// One shard of a coordinator as its Raft state machine sees it: its key/value log.
+struct OwnerShard<O> {
+    owner: Weak<O>,
+    shard: usize,
+}
+
+impl<O> OwnerShard<O> {
+    fn owner(&self) -> Result<Arc<O>, String> {
+        self.owner.upgrade().ok_or_else(|| "the broker is shutting down".to_string())
+    }
+}
+
+fn to_kv(records: Vec<crate::replication::types::KvEntry>) -> Vec<KvRecord> {
+    records.into_iter().map(|r| (bytes::Bytes::from(r.key), r.value.map(bytes::Bytes::from))).collect()
+}
+
+impl<O: ShardOwner> KvStore for OwnerShard<O> {
+    fn apply(&self, records: Vec<crate::replication::types::KvEntry>, now_ms: i64) -> Result<(), String> {
+        self.owner()?.apply(self.shard, &to_kv(records), now_ms)
+    }
+
+    fn live(&self) -> Result<Vec<crate::replication::types::KvEntry>, String> {
+        let live = self.owner()?.live(self.shard)?;
+        Ok(live
+            .into_iter()
+            .map(|(k, v)| crate::replication::types::KvEntry { key: k.to_vec(), value: v.map(|v| v.to_vec()) })
+            .collect())
+    }
+
+    fn replace(&self, records: Vec<crate::replication::types::KvEntry>, now_ms: i64) -> Result<(), String> {
+        self.owner()?.replace(self.shard, &to_kv(records), now_ms)
+    }
 }
 
 /// The replicas of a coordinator's shards in a cluster.
@@ -198,15 +238,7 @@ pub async fn replicate<O: ShardOwner>(
             groups.push(None);
             continue;
         }
-        let weak: Weak<O> = Arc::downgrade(owner);
-        let apply: KvApply = Arc::new(move |records, now| match weak.upgrade() {
-            Some(o) => {
-                let records: Vec<KvRecord> =
-                    records.into_iter().map(|r| (bytes::Bytes::from(r.key), r.value.map(bytes::Bytes::from))).collect();
-                o.apply(i, &records, now)
-            }
-            None => Err("the broker is shutting down".into()),
-        });
+        let store: Arc<dyn KvStore> = Arc::new(OwnerShard { owner: Arc::downgrade(owner), shard: i });
         let spec = ReplicaSpec {
             key: (topic.to_string(), i32::try_from(i)?),
             topic_id: uuid::Uuid::nil(),
@@ -217,7 +249,7 @@ pub async fn replicate<O: ShardOwner>(
             budgets: node.budgets(),
         };
         let network = crate::cluster::network::ShardNetwork::new(&spec.key, &node.voters);
-        let g = start_kv(node.node_id, spec, &node.voters, network, apply, dir.join(format!("{topic}-{i}"))).await?;
+        let g = start_kv(node.node_id, spec, &node.voters, network, store, dir.join(format!("{topic}-{i}"))).await?;
         node.shards.write().or_die().insert(g.key.clone(), g.clone());
         groups.push(Some(g));
     }

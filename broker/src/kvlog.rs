@@ -179,6 +179,12 @@ impl KvLog {
         Ok(out)
     }
 
+    /// The live records: the newest value of each key, deleted keys dropped, in the order keys
+    /// were last written (a replicated shard's snapshot).
+    pub fn live(&mut self) -> Result<Vec<KvRecord>, StorageError> {
+        Ok(fold(self.read_all()?))
+    }
+
     /// Whether the log has grown enough beyond `live_keys` to be worth compacting.
     pub fn wants_compaction(&self, live_keys: usize) -> bool {
         let n = self.records_since_compaction;
@@ -206,18 +212,28 @@ impl KvLog {
         Ok(Some(live.len()))
     }
 
-    /// Re-append the live state and drop everything before it (blocking: waits for the fsync).
-    /// The active segment is rolled first, so every segment of the old records is deleted.
+    /// Re-append the live state and drop everything before it (blocking: waits for the fsync):
+    /// the log then holds exactly `live` (nothing, if it is empty). The active segment is rolled
+    /// first, so every segment of the old records is deleted.
     pub fn compact(&mut self, live: &[KvRecord], now: i64) -> Result<(), StorageError> {
         self.log()?.roll()?;
         let start = self.log()?.log_end_offset();
-        if let Some((flusher, end)) = self.append(live, now)? {
-            let durable = flusher.sync_to(end)?;
-            let log = self.log()?;
-            log.set_high_watermark(durable);
-            log.delete_records(start)?;
+        match self.append(live, now)? {
+            Some((flusher, end)) => {
+                let durable = flusher.sync_to(end)?;
+                let log = self.log()?;
+                log.set_high_watermark(durable);
+                log.delete_records(start)?;
+            }
+            None => {
+                let log = self.log()?;
+                let durable = log.flusher().sync_to(start)?;
+                log.set_high_watermark(durable);
+                log.delete_records(start)?;
+            }
         }
         self.records_since_compaction = 0;
+        self.live_at_last_fold = live.len() as u64;
         Ok(())
     }
 

@@ -2208,3 +2208,126 @@ fn raft_log_bytes(dir: &std::path::Path) -> u64 {
         .map(|m| m.len())
         .sum()
 }
+
+/// A key/value log's state read from its segment files: the newest value of each key, deleted
+/// keys dropped (a coordinator shard's log on one replica).
+fn folded_kv(dir: &std::path::Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut state = BTreeMap::new();
+    for (_, path) in segments(dir) {
+        let bytes = std::fs::read(&path).unwrap();
+        let mut pos = 0;
+        while let Ok((b, size)) = sluice_protocol::batch::BatchView::parse(&bytes[pos..]) {
+            for r in b.records().unwrap() {
+                let Some(k) = r.key else { continue };
+                match r.value {
+                    Some(v) => state.insert(k.to_vec(), v.to_vec()),
+                    None => state.remove(&k.to_vec()),
+                };
+            }
+            pos += size;
+        }
+    }
+    state
+}
+
+/// The first entry index in a Raft group's log on disk (`sluice raft-log-dump`), if any.
+fn first_raft_entry(dir: &std::path::Path) -> Option<u64> {
+    let dump = std::process::Command::new(sluice_tests::sluice_bin()).arg("raft-log-dump").arg(dir).output().unwrap();
+    String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .and_then(|v| v["log_id"]["index"].as_u64())
+}
+
+/// Issue 19, bounded disk for coordinator shards: a shard's group snapshots its live records
+/// every `raft.log.max.bytes.between.snapshots` / 16 KiB entries and purges its Raft log, so
+/// no replica keeps the shard's first entries; a replica wiped while the others went on is sent
+/// the snapshot (it cannot replay: the entries are gone), holds the same state as the leader,
+/// and a transaction coordinator that fails over carries on from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_shard_snapshots_its_state_and_a_wiped_replica_catches_up_from_it() {
+    use sluice_tests::raw;
+    // 2,000,000 / 16 KiB: a snapshot every 122 entries
+    let (mut c, ports) = Cluster::start_with_metrics_and(&[
+        "--transaction-state-log-num-partitions",
+        "1",
+        "--raft-log-max-bytes-between-snapshots",
+        "2000000",
+    ]);
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let txn = "shard-snapshot";
+    let t0 = Instant::now();
+    let (coordinator, conn, pid, epoch) = loop {
+        let id = txn_coordinator(&c.brokers[0], txn).await;
+        if id > 0 {
+            let conn =
+                Connection::connect(&c.brokers[usize::try_from(id - 1).unwrap()].bootstrap(), "snap", 1).await.unwrap();
+            match raw::init_producer_id(&conn, 4, Some(txn), None).await.unwrap() {
+                (0, pid, epoch) => break (id, conn, pid, epoch),
+                (14..=16, _, _) => {}
+                (err, _, _) => panic!("InitProducerId on broker {id}: error {err}"),
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator initialized the id");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let leader = usize::try_from(coordinator - 1).unwrap();
+    let shard_dir = |b: &Broker| b.data_dir.join("__cluster").join("replicas").join("__transaction_state-0");
+    let kv_dir = |b: &Broker| b.data_dir.join("__transaction_state-0");
+    // 400 empty aborts: several snapshot intervals of entries
+    let epoch = raw::abort_empty(&conn, txn, pid, epoch, 400).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for b in &c.brokers {
+        let first = first_raft_entry(&shard_dir(b));
+        assert!(first.is_some_and(|i| i > 100), "broker {}: the shard's Raft log starts at {first:?}", b.addr());
+    }
+
+    let wiped = (leader + 1) % 3;
+    c.brokers[wiped].stop();
+    std::fs::remove_dir_all(shard_dir(&c.brokers[wiped])).unwrap();
+    std::fs::remove_dir_all(kv_dir(&c.brokers[wiped])).unwrap();
+    // the others go on meanwhile
+    let epoch = raw::abort_empty(&conn, txn, pid, epoch, 200).await.unwrap();
+    c.brokers[wiped].spawn();
+    let installed = "sluice_raft_snapshots_installed_total{partition=\"__transaction_state-0\"}";
+    let t1 = Instant::now();
+    loop {
+        let caught_up = scrape_value(ports[wiped], installed).unwrap_or(0.0) >= 1.0
+            && folded_kv(&kv_dir(&c.brokers[wiped])) == folded_kv(&kv_dir(&c.brokers[leader]));
+        if caught_up {
+            break;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(60),
+            "the wiped shard replica did not catch up from a snapshot: installed {:?}\nwiped:\n{}",
+            scrape_value(ports[wiped], installed),
+            c.brokers[wiped].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let first = first_raft_entry(&shard_dir(&c.brokers[wiped]));
+    assert!(first.is_none_or(|i| i > 100), "the wiped replica's Raft log starts at entry {first:?}: it replayed");
+    assert!(!folded_kv(&kv_dir(&c.brokers[wiped])).is_empty(), "the wiped replica holds no transaction state");
+
+    // the leader's broker killed: a survivor (the wiped one or the other) carries on
+    drop(conn);
+    c.brokers[leader].kill9();
+    let t2 = Instant::now();
+    let (new, conn) = loop {
+        let id = txn_coordinator(&c.brokers[wiped], txn).await;
+        if id > 0 && id != coordinator {
+            let b = &c.brokers[usize::try_from(id - 1).unwrap()];
+            if let Ok(conn) = Connection::connect(&b.bootstrap(), "snap", 1).await {
+                if raw::describe_txn(&conn, txn).await.is_ok_and(|d| d.0 == "CompleteAbort") {
+                    break (id, conn);
+                }
+            }
+        }
+        assert!(t2.elapsed() < Duration::from_secs(60), "no new coordinator with the id's state");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(raw::describe_txn(&conn, txn).await.unwrap(), ("CompleteAbort".into(), pid, epoch), "on {new}");
+    let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
+    assert_eq!((err, next), (0, epoch + 1), "the new coordinator carries on");
+}

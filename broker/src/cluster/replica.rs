@@ -437,22 +437,26 @@ fn maintain(
     });
 }
 
+/// A coordinator shard snapshots every `raft.log.max.bytes.between.snapshots` / this many
+/// entries (decision 0031).
+const SHARD_ENTRY_BYTES: u64 = 16 * 1024;
+
 /// A leader keeps the Raft log a follower needs while it is at most this many snapshot
 /// intervals behind (at the default interval, 512 MiB of entries).
 const KEPT_SNAPSHOTS: usize = 8;
 
 /// A coordinator shard's replica: its state machine appends to the shard's key/value log
-/// through `apply` (which makes the records durable before returning).
+/// through `store` (which makes the records durable before returning).
 pub async fn start_kv<N: RaftNetworkFactory<ShardConfig>>(
     me: NodeId,
     spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
     network: N,
-    apply: KvApply,
+    store: Arc<dyn KvStore>,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<ShardReplica>> {
     std::fs::create_dir_all(&dir)?;
-    let sm = KvSm::open(&dir, apply)?;
+    let sm = KvSm::open(&dir, store)?;
     start_group(me, spec, addresses, network, sm, dir).await
 }
 
@@ -474,16 +478,25 @@ where
     // stands after its lease (the maximum) plus a random timeout: 3-4 s for a partition, so a
     // follower stalled for a second or two does not depose a live leader when it wakes (openraft
     // 0.9 has no pre-vote); a gone leader is replaced without waiting (`failover`, decision 0028)
-    let (heartbeat, election) = if topic_id.is_nil() { (500, 1500) } else { (250, 1000) };
+    let shard = topic_id.is_nil();
+    let (heartbeat, election) = if shard { (500, 1500) } else { (250, 1000) };
+    // a partition's snapshots are taken and its log purged by `maintain` (decision 0025) — by
+    // bytes, which openraft's policies do not count; a coordinator shard's entries are small
+    // key/value records: openraft snapshots it every `snapshot_bytes / 16 KiB` entries (4,096 at
+    // the default) and purges its log up to each but the last half interval (decision 0031)
+    let shard_entries = (snapshot_bytes / SHARD_ENTRY_BYTES).max(64);
+    let (snapshot_policy, keep) = if shard {
+        (openraft::SnapshotPolicy::LogsSinceLast(shard_entries), shard_entries / 2)
+    } else {
+        (openraft::SnapshotPolicy::Never, u64::MAX)
+    };
     let config = openraft::Config {
         cluster_name: format!("sluice-{}-{}", key.0, key.1),
         heartbeat_interval: heartbeat,
         election_timeout_min: election,
         election_timeout_max: election * 2,
-        // snapshots are taken and the log purged by `maintain` (partitions; decision 0025) —
-        // by bytes, which openraft's policies do not count; a coordinator shard keeps its log
-        snapshot_policy: openraft::SnapshotPolicy::Never,
-        max_in_snapshot_log_to_keep: u64::MAX,
+        snapshot_policy,
+        max_in_snapshot_log_to_keep: keep,
         // a snapshot's last chunk is answered once it is installed (the segments scanned)
         install_snapshot_timeout: 60_000,
         snapshot_max_chunk_size: 1 << 20,
@@ -606,41 +619,77 @@ fn observe(key: GroupKey, mut rx: tokio::sync::watch::Receiver<openraft::RaftMet
     });
 }
 
-/// Appends records to a coordinator shard's key/value log, durably.
-pub type KvApply = Arc<dyn Fn(Vec<KvEntry>, i64) -> Result<(), String> + Send + Sync>;
+/// A coordinator shard's key/value log as its Raft state machine uses it (`coordinator.rs`
+/// implements it over the shard's log).
+pub trait KvStore: Send + Sync + 'static {
+    /// Append `records` durably (every replica applies every committed entry).
+    fn apply(&self, records: Vec<KvEntry>, now_ms: i64) -> Result<(), String>;
+    /// The log's live records — the newest value of each key, deleted keys dropped, in the
+    /// order they were last written: the shard's snapshot.
+    fn live(&self) -> Result<Vec<KvEntry>, String>;
+    /// Make the log hold exactly `records`, durably (a snapshot installed).
+    fn replace(&self, records: Vec<KvEntry>, now_ms: i64) -> Result<(), String>;
+}
+
+/// A coordinator shard's snapshot as taken: its meta and the live records in bincode.
+type KvTaken = (SnapshotMeta<NodeId, BasicNode>, Arc<Vec<u8>>);
 
 /// The state machine of a coordinator shard's group: its key/value log. Applying a record twice
 /// (after a crash before `applied.json`) is harmless: the latest value per key is the state.
+/// A snapshot is the log's live records, read when openraft asks for one (decision 0031).
 pub struct KvSm {
     dir: PathBuf,
-    apply: KvApply,
+    store: Arc<dyn KvStore>,
     applied: Applied,
     saved_at: Instant,
+    /// The newest snapshot handed over (again, should reading the log for the next fail).
+    last: Option<KvTaken>,
+    built: u64,
 }
 
 impl KvSm {
-    fn open(dir: &Path, apply: KvApply) -> anyhow::Result<KvSm> {
+    fn open(dir: &Path, store: Arc<dyn KvStore>) -> anyhow::Result<KvSm> {
         let applied: Applied = match std::fs::read(dir.join(APPLIED_FILE)) {
             Ok(b) => serde_json::from_slice(&b)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Applied::default(),
             Err(e) => return Err(e.into()),
         };
-        Ok(KvSm { dir: dir.to_path_buf(), apply, applied, saved_at: Instant::now() })
+        Ok(KvSm { dir: dir.to_path_buf(), store, applied, saved_at: Instant::now(), last: None, built: 0 })
     }
 
     /// Record the last applied entry. The records themselves are durable when `apply` returns,
     /// so this only bounds the replay after a restart (re-applying is harmless): rewritten at
-    /// most every 500 ms, not once per write.
+    /// most every 500 ms, not once per write — and before a snapshot, so that the applied entry
+    /// on disk is never older than a snapshot the log may be purged up to.
     fn save(&mut self) -> Result<(), StorageError<NodeId>> {
         let bytes = serde_json::to_vec(&self.applied).map_err(io_err)?;
         sluice_storage::sidefile::write_atomic(&self.dir.join(APPLIED_FILE), &bytes).map_err(io_err)?;
         self.saved_at = Instant::now();
         Ok(())
     }
+
+    /// A snapshot of everything applied: the live records in bincode.
+    fn take_snapshot(&mut self) -> Result<KvTaken, String> {
+        let Some(last) = self.applied.last_applied else { return Err("nothing applied yet".into()) };
+        let records = tokio::task::block_in_place(|| {
+            self.save().map_err(|e| e.to_string())?;
+            self.store.live()
+        })?;
+        let data = bincode::serialize(&records).map_err(|e| e.to_string())?;
+        self.built += 1;
+        let meta = SnapshotMeta {
+            last_log_id: Some(last),
+            last_membership: self.applied.membership.clone(),
+            snapshot_id: format!("{}-{}-{}", last.leader_id.term, last.index, self.built),
+        };
+        let taken = (meta, Arc::new(data));
+        self.last = Some(taken.clone());
+        Ok(taken)
+    }
 }
 
 impl RaftStateMachine<ShardConfig> for KvSm {
-    type SnapshotBuilder = NoSnapshots;
+    type SnapshotBuilder = KvSnapshot;
 
     async fn applied_state(
         &mut self,
@@ -659,10 +708,12 @@ impl RaftStateMachine<ShardConfig> for KvSm {
             for e in entries {
                 self.applied.last_applied = Some(e.log_id);
                 out.push(match e.payload {
-                    EntryPayload::Normal(ShardCommand::Kv { records, now_ms }) => match (self.apply)(records, now_ms) {
-                        Ok(()) => ShardResult::Done,
-                        Err(message) => ShardResult::Failed(message),
-                    },
+                    EntryPayload::Normal(ShardCommand::Kv { records, now_ms }) => {
+                        match self.store.apply(records, now_ms) {
+                            Ok(()) => ShardResult::Done,
+                            Err(message) => ShardResult::Failed(message),
+                        }
+                    }
                     EntryPayload::Blank => ShardResult::Done,
                     EntryPayload::Membership(m) => {
                         self.applied.membership = StoredMembership::new(Some(e.log_id), m);
@@ -678,25 +729,66 @@ impl RaftStateMachine<ShardConfig> for KvSm {
         Ok(out)
     }
 
+    /// Taken here, on the state machine's task between applies (openraft builds it on another
+    /// task while applies go on); should reading the log fail, the previous one is handed over
+    /// again (openraft treats a failed build as fatal to the group).
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        NoSnapshots(self.applied.clone())
+        match self.take_snapshot() {
+            Ok(taken) => KvSnapshot { taken: Some(taken), why: String::new() },
+            Err(why) => {
+                tracing::warn!(dir = %self.dir.display(), "coordinator shard snapshot not taken: {why}");
+                KvSnapshot { taken: self.last.clone(), why }
+            }
+        }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
+    /// The leader's live records replace this replica's log, durably, before the snapshot's
+    /// last entry is recorded as applied.
     async fn install_snapshot(
         &mut self,
-        _meta: &SnapshotMeta<NodeId, BasicNode>,
-        _snapshot: Box<Cursor<Vec<u8>>>,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
-        Err(io_err(std::io::Error::other("coordinator replicas do not install snapshots (the Raft log is kept)")))
+        let data = snapshot.into_inner();
+        let records: Vec<KvEntry> = bincode::deserialize(&data).map_err(io_err)?;
+        let count = records.len();
+        tokio::task::block_in_place(|| {
+            self.store.replace(records, crate::clock::now_ms()).map_err(|e| io_err(std::io::Error::other(e)))?;
+            self.applied.last_applied = meta.last_log_id;
+            self.applied.membership = meta.last_membership.clone();
+            self.save()
+        })?;
+        self.last = Some((meta.clone(), Arc::new(data)));
+        let last = meta.last_log_id.map_or(0, |l| l.index);
+        tracing::info!(dir = %self.dir.display(), records = count, "installed a coordinator shard snapshot through entry {last}");
+        ::metrics::counter!(crate::metrics::RAFT_SNAPSHOTS_INSTALLED_TOTAL, "partition" => shard_name(&self.dir))
+            .increment(1);
+        Ok(())
     }
 
+    /// A snapshot of the state now (the log is the state; nothing else is kept on disk).
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<ShardConfig>>, StorageError<NodeId>> {
-        Ok(None)
+        if self.applied.last_applied.is_none() {
+            return Ok(None);
+        }
+        let (meta, data) = match self.take_snapshot() {
+            Ok(taken) => taken,
+            Err(why) => match self.last.clone() {
+                Some(last) => last,
+                None => return Err(io_err(std::io::Error::other(why))),
+            },
+        };
+        Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data.to_vec())) }))
     }
+}
+
+/// A shard replica's directory name (`__consumer_offsets-3`), for metrics.
+fn shard_name(dir: &Path) -> String {
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// `applied.json`: the last applied entry and the partition log's end right after it.
@@ -905,18 +997,18 @@ fn link_snapshot(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) ->
     Ok(stored)
 }
 
-/// A coordinator shard's snapshots are not built (its policy is `Never`); this one only
-/// satisfies openraft's API.
-pub struct NoSnapshots(Applied);
+/// A coordinator shard's snapshot, taken when openraft asks for a builder ([`KvSm`]).
+pub struct KvSnapshot {
+    taken: Option<KvTaken>,
+    why: String,
+}
 
-impl RaftSnapshotBuilder<ShardConfig> for NoSnapshots {
+impl RaftSnapshotBuilder<ShardConfig> for KvSnapshot {
     async fn build_snapshot(&mut self) -> Result<Snapshot<ShardConfig>, StorageError<NodeId>> {
-        let meta = SnapshotMeta {
-            last_log_id: self.0.last_applied,
-            last_membership: self.0.membership.clone(),
-            snapshot_id: "none".into(),
-        };
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) })
+        match &self.taken {
+            Some((meta, data)) => Ok(Snapshot { meta: meta.clone(), snapshot: Box::new(Cursor::new(data.to_vec())) }),
+            None => Err(io_err(std::io::Error::other(format!("no snapshot: {}", self.why)))),
+        }
     }
 }
 

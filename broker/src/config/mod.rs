@@ -182,7 +182,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "raft.log.max.bytes.between.snapshots",
         default: "67108864",
-        help: "cluster mode: a partition's replica snapshots its segments after applying this many bytes of batches and purges its Raft log up to the snapshot; a replica too far behind (or wiped) catches up from the snapshot",
+        help: "cluster mode: a partition's replica snapshots its segments after applying this many bytes of batches and purges its Raft log up to the snapshot; a coordinator shard snapshots its live records every this / 16 KiB entries; a replica too far behind (or wiped) catches up from the snapshot",
     },
     Setting {
         name: "replication.in.flight.max.bytes",

@@ -1107,6 +1107,16 @@ impl crate::coordinator::ShardOwner for GroupCoordinator {
         self.apply_replicated(shard, records, now)
     }
 
+    fn live(&self, shard: usize) -> Result<Vec<KvRecord>, String> {
+        let mut shard = self.shards.get(shard).ok_or("no such shard")?.lock().or_die();
+        shard.log.live().map_err(|e| e.to_string())
+    }
+
+    fn replace(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String> {
+        let mut shard = self.shards.get(shard).ok_or("no such shard")?.lock().or_die();
+        shard.log.compact(records, now).map_err(|e| e.to_string())
+    }
+
     fn replicated(&self) -> bool {
         self.replication.get().is_some()
     }

@@ -635,7 +635,7 @@ where
 
 /// Write every entry of the Raft log in `dir` (a group of type `C`) to `out` as one JSON line
 /// each (the form the log had before decision 0023), without changing anything on disk; stops
-/// at a torn or corrupt record. The number of entries written (`cluster::store::dump` picks
+/// at a torn or corrupt record; entries purged but still in a file are left out. The number of entries written (`cluster::store::dump` picks
 /// `C` for a directory).
 pub fn dump_as<C: Logged>(dir: &Path, out: &mut dyn Write) -> anyhow::Result<usize>
 where
@@ -648,12 +648,20 @@ where
         out.write_all(&text)?;
         return Ok(text.iter().filter(|b| **b == b'\n').count());
     }
+    // entries up to the last purge may still be in a file that holds later ones: not the log
+    let purged = match std::fs::read(dir.join(META_FILE)) {
+        Ok(b) => serde_json::from_slice::<Meta>(&b)?.last_purged.map(|l| l.index),
+        Err(_) => None,
+    };
     let (mut record, mut count) = (Vec::new(), 0);
     for path in files {
         let mut reader = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(&path)?);
         while let Ok(Some(())) = next_record(&mut reader, &mut record) {
             let Some(payload) = record_payload(&record) else { break };
             let e: Entry<C> = bincode::deserialize(payload)?;
+            if purged.is_some_and(|p| e.log_id.index <= p) {
+                continue;
+            }
             serde_json::to_writer(&mut *out, &e)?;
             out.write_all(b"\n")?;
             count += 1;
@@ -705,6 +713,8 @@ mod tests {
         let kept_before = std::fs::metadata(dir.path().join(segment_name(11))).unwrap();
         log.purge(LogId::new(CommittedLeaderId::new(1, 1), 13)).await.unwrap();
         assert_eq!(files(dir.path()), [11, 21, 31].map(segment_name));
+        // the dump leaves out entries purged but still in a kept file (11..=13)
+        assert_eq!(dump_as::<TypeConfig>(dir.path(), &mut Vec::new()).unwrap(), 22);
         // the file holding entry 14 is not rewritten
         let kept_after = std::fs::metadata(dir.path().join(segment_name(11))).unwrap();
         assert_eq!(kept_after.len(), kept_before.len());
