@@ -146,6 +146,16 @@ async fn join_cluster(state: &Arc<Services>) -> Result<(), StartError> {
         .store(state.config.partition_in_flight_max_bytes, std::sync::atomic::Ordering::Relaxed);
     let _ = node.in_flight.set(crate::cluster::replica::Budget::new(state.config.in_flight_max_bytes));
     let _ = state.topics.cluster.set(node.clone());
+    // peer brokers' Kafka calls come over the cluster port (`interbroker.rs`)
+    crate::interbroker::use_cluster(&node);
+    let services = Arc::downgrade(state);
+    let _ = node.kafka.set(Arc::new(move |frame| {
+        let services = services.clone();
+        Box::pin(async move {
+            let state = services.upgrade()?;
+            crate::pipeline::dispatch::peer_request(&state, frame).await
+        })
+    }));
     let security = state.security.clone();
     let sync_security: SecuritySync = Box::new(move |image| {
         let acls = security.acls.replace(image.acls.clone());

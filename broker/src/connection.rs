@@ -140,7 +140,8 @@ pub async fn handle(
 ) {
     let peer = socket.peer_addr().ok();
     let _ = socket.set_nodelay(true);
-    let mut session = Session { principal: ANONYMOUS.to_string(), peer, listener: listener.config.clone() };
+    let mut session =
+        Session { principal: ANONYMOUS.to_string(), peer, listener: listener.config.clone(), peer_broker: false };
     match &listener.tls {
         None => serve(state, socket, session, shutdown).await,
         Some(acceptor) => {

@@ -325,8 +325,10 @@ fn bad_security_settings_stop_the_broker_with_a_message() {
 
 /// Cluster mode: users and ACLs live in the metadata quorum — created through one broker,
 /// they hold on every broker; removed through another, they are gone everywhere.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn users_and_acls_are_cluster_wide() {
+/// Three brokers in a cluster whose one listener is SASL_PLAINTEXT, with the ACL authorizer and
+/// `admin` (password `admin-secret`, a bootstrap user) its super user; returned once all three
+/// report the cluster, with the directory holding `admin.properties` (its path last).
+async fn sasl_cluster() -> (Vec<Broker>, tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let raft: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let voters = raft.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
@@ -352,29 +354,17 @@ async fn users_and_acls_are_cluster_wide() {
             )
         })
         .collect();
-    let props = |name: &str, user: &str, pw: &str| {
-        let p = dir.path().join(format!("{name}.properties"));
-        std::fs::write(&p, format!("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\nsasl.username={user}\nsasl.password={pw}\n")).unwrap();
-        p
-    };
-    let admin = props("admin", "admin", "admin-secret");
-    let ctl = |b: &Broker, args: &[&str]| {
-        let out = Command::new(sluicectl_bin())
-            .args(["--bootstrap-server", &b.bootstrap(), "--command-config"])
-            .arg(&admin)
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-        )
-    };
+    let admin = dir.path().join("admin.properties");
+    std::fs::write(
+        &admin,
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\nsasl.username=admin\nsasl.password=admin-secret\n",
+    )
+    .unwrap();
     // the three agree (and the admin, a bootstrap user, can log in everywhere)
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let ok = brokers.iter().all(|b| {
-            let (ok, out) = ctl(b, &["--output", "json", "cluster", "describe"]);
+            let (ok, out) = ctl_as(&admin, b, &["--output", "json", "cluster", "describe"]);
             ok && serde_json::from_str::<serde_json::Value>(&out)
                 .ok()
                 .and_then(|j| j["brokers"].as_array().map(|a| a.len() == 3))
@@ -386,6 +376,80 @@ async fn users_and_acls_are_cluster_wide() {
         assert!(Instant::now() < deadline, "no cluster formed");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    (brokers, dir, admin)
+}
+
+/// `sluicectl` against `b` with the client properties in `props`: did it succeed, and its output.
+fn ctl_as(props: &Path, b: &Broker, args: &[&str]) -> (bool, String) {
+    let out = Command::new(sluicectl_bin())
+        .args(["--bootstrap-server", &b.bootstrap(), "--command-config"])
+        .arg(props)
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+/// Issue 19 item 5: brokers whose only listener asks clients for SASL make their Kafka calls to
+/// each other — the coordinator's transaction markers to the partitions' leaders, the leaders'
+/// KIP-890 checks at the coordinator — over the cluster port, as peers, not to each other's
+/// client listeners unauthenticated: a transaction over partitions led by all three brokers
+/// commits and a read_committed consumer reads all of it. (Before, those calls went to the
+/// SASL listeners without logging in, and the records were never readable.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_spans_brokers_whose_listeners_require_sasl() {
+    let (brokers, _dir, admin) = sasl_cluster().await;
+    let (ok, out) =
+        ctl_as(&admin, &brokers[0], &["topics", "create", "spanned", "--partitions", "6", "--replication-factor", "1"]);
+    assert!(ok, "{out}");
+    let (ok, out) = ctl_as(&admin, &brokers[0], &["--output", "json", "topics", "describe", "spanned"]);
+    assert!(ok, "{out}");
+    let all = brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let client = ClientConfig::new()
+        .set("bootstrap.servers", &all)
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanism", "SCRAM-SHA-256")
+        .set("sasl.username", "admin")
+        .set("sasl.password", "admin-secret")
+        .set("request.timeout.ms", 5000);
+    let tx = Producer::new(&client.clone().set("transactional.id", "spanning").set("transaction.timeout.ms", 30_000))
+        .await
+        .unwrap();
+    tx.init_transactions().await.unwrap();
+    tx.begin_transaction().await.unwrap();
+    for part in 0..6 {
+        for i in 0..3 {
+            let sent = tx.send(ProducerRecord::new("spanned", format!("p{part}-{i}")).partition(part)).await;
+            sent.unwrap().await.unwrap();
+        }
+    }
+    tx.commit_transaction().await.unwrap();
+
+    let mut c = Consumer::new(
+        &client
+            .set("isolation.level", "read_committed")
+            .set("auto.offset.reset", "earliest")
+            .set("fetch.max.wait.ms", 100),
+    )
+    .unwrap();
+    c.assign(&(0..6).map(|p| ("spanned".to_string(), p)).collect::<Vec<_>>()).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < 18 && Instant::now() < deadline {
+        for r in c.poll(Duration::from_millis(200)).await.unwrap() {
+            got.push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
+        }
+    }
+    got.sort();
+    let mut want: Vec<String> = (0..6).flat_map(|p| (0..3).map(move |i| format!("p{p}-{i}"))).collect();
+    want.sort();
+    assert_eq!(got, want, "a read_committed consumer reads the committed transaction from every broker\n{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_and_acls_are_cluster_wide() {
+    let (brokers, _dir, admin) = sasl_cluster().await;
+    let ctl = |b: &Broker, args: &[&str]| ctl_as(&admin, b, args);
     // a user made through broker 1 logs in on broker 3; an ACL made through broker 2 holds there
     let (ok, out) = ctl(&brokers[0], &["users", "add", "--user", "alice", "--password", "alice-pw"]);
     assert!(ok, "{out}");

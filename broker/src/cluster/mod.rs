@@ -435,6 +435,12 @@ impl MetadataImage {
 }
 
 /// This broker's membership in the metadata quorum.
+/// Answers a Kafka request frame (without its size prefix) that a peer broker sent over the
+/// cluster port: the response frame (without its size prefix), `None` if it cannot be answered.
+/// Set by the composition root (`broker.rs`), which owns the request pipeline.
+pub type KafkaHandler =
+    Arc<dyn Fn(Vec<u8>) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Vec<u8>>> + Send>> + Send + Sync>;
+
 pub struct ClusterNode {
     pub node_id: NodeId,
     pub raft: Raft,
@@ -462,6 +468,9 @@ pub struct ClusterNode {
     pub in_flight: std::sync::OnceLock<replica::Budget>,
     /// When this broker started (`failover`: a broker started recently stands last).
     pub started: std::time::Instant,
+    /// Peer brokers' Kafka calls (`interbroker.rs`) arrive on the cluster port: see
+    /// [`KafkaHandler`].
+    pub kafka: std::sync::OnceLock<KafkaHandler>,
 }
 
 impl ClusterNode {
@@ -516,6 +525,7 @@ impl ClusterNode {
             partition_in_flight_bytes: std::sync::atomic::AtomicU64::new(32 << 20),
             in_flight: std::sync::OnceLock::new(),
             started: std::time::Instant::now(),
+            kafka: std::sync::OnceLock::new(),
         });
         tokio::spawn(network::serve(listener, node.clone()));
         if !initialized && joining {

@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 /// A connection between brokers: plain TCP, or TLS over it.
 pub trait PeerIo: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> PeerIo for T {}
-type Conn = Box<dyn PeerIo>;
+pub(crate) type Conn = Box<dyn PeerIo>;
 
 /// The Raft port's mutual TLS (`CONTROLLER:SSL`), set once when the broker starts; unset: plain
 /// TCP.
@@ -84,6 +84,9 @@ pub enum Rpc {
     ShardAppend(GroupKey, AppendEntriesRequest<ShardConfig>),
     ShardVote(GroupKey, VoteRequest<NodeId>),
     ShardSnapshot(GroupKey, InstallSnapshotRequest<ShardConfig>),
+    /// A peer broker's Kafka request frame (without its size prefix) for this broker's request
+    /// pipeline (`interbroker.rs`): answered `Ok(response frame)`.
+    Kafka(Vec<u8>),
 }
 
 /// A kind of Raft group carried by [`GroupNetwork`]: how its three RPCs are framed.
@@ -342,6 +345,13 @@ pub async fn elect(node: &ClusterNode, target: NodeId, topic: &str, partition: i
     answer.map_err(|e| anyhow::anyhow!("broker {target}: {e}"))
 }
 
+/// A Kafka request frame (without its size prefix) to the broker whose cluster port is `addr`,
+/// on `conn` (opened if needed, dropped if the exchange fails): its response frame.
+pub async fn kafka(conn: &mut Option<Conn>, addr: &str, frame: Vec<u8>, ttl: Duration) -> anyhow::Result<Vec<u8>> {
+    let answer: Result<Vec<u8>, String> = exchange(conn, addr, &Rpc::Kafka(frame), ttl).await?;
+    answer.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
+}
+
 /// Send a metadata write to the leader at `addr`.
 pub async fn forward(addr: &str, cmd: &Command) -> anyhow::Result<CommandResult> {
     let mut conn = None;
@@ -452,6 +462,13 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     Rpc::DropFromCoordinators(id) => {
                         let r: Result<(), String> = node.drop_from_coordinators(id).await.map_err(|e| e.to_string());
                         bincode::serialize(&r)
+                    }
+                    Rpc::Kafka(frame) => {
+                        let answer: Result<Vec<u8>, String> = match node.kafka.get() {
+                            Some(handle) => handle(frame).await.ok_or_else(|| "not answerable".to_string()),
+                            None => Err("this broker does not answer Kafka calls yet".into()),
+                        };
+                        bincode::serialize(&answer)
                     }
                     Rpc::Forward(c) => {
                         let r: Result<CommandResult, String> =

@@ -205,9 +205,9 @@ fn implicit_add(version: i16, batch: &[u8]) -> Option<(i64, i16)> {
 }
 
 /// Cluster mode: the address of `id`'s transaction coordinator if it is another broker.
-fn remote_coordinator(router: &dyn Router, id: &str) -> Option<String> {
+fn remote_coordinator(router: &dyn Router, id: &str) -> Option<i32> {
     match router.coordinator_of(CoordinatorKey::Transaction(id)) {
-        Route::Broker(b) => Some(b.addr()),
+        Route::Broker(b) => Some(b.node_id),
         Route::Here | Route::Electing => None,
     }
 }
@@ -339,12 +339,12 @@ pub async fn handle(
                             };
                             let mut remote_refusal = None;
                             if let (Some(id), Some((pid, epoch))) = (&txn_id, transactional(&buf)) {
-                                if let Some(addr) = &remote {
+                                if let Some(peer) = remote {
                                     if !partition.is_verified(pid, epoch) {
                                         let add = implicit_add(version, &buf).is_some();
                                         // KIP-890 across brokers
                                         let asked = crate::interbroker::verify_in_txn(
-                                            addr, id, pid, epoch, &name, p.index, add,
+                                            peer, id, pid, epoch, &name, p.index, add,
                                         );
                                         match asked.await {
                                             Ok(()) => partition.mark_verified(pid, epoch),

@@ -22,6 +22,34 @@ pub async fn dispatch(state: &Arc<Services>, req: Request) -> Option<Reply> {
     dispatch_from(state, req, &session).await
 }
 
+/// A peer broker's Kafka request that arrived on the cluster port (`interbroker.rs`): decoded,
+/// dispatched as [`Session::peer_broker`] (allowed everything, on the first listener), its
+/// answer awaited and encoded. The response frame without its size prefix; `None` for a frame
+/// that does not decode or a request that is not answered.
+pub async fn peer_request(state: &Arc<Services>, frame: Vec<u8>) -> Option<Vec<u8>> {
+    let req = match sluice_protocol::api::decode_request(bytes::Bytes::from(frame)) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("a peer broker's Kafka call does not decode: {e}");
+            return None;
+        }
+    };
+    let (key, version, correlation_id) = (req.api_key, req.version(), req.header.correlation_id);
+    let session = state.config.listeners.first().map(Session::peer_broker)?;
+    let answer = match dispatch_from(state, req, &session).await? {
+        Reply::Now(r) => *r,
+        Reply::Later(fut) => fut.await,
+        Reply::None => return None,
+    };
+    match sluice_protocol::api::encode_response(key, version, correlation_id, &answer) {
+        Ok(mut buf) => Some(buf.split_off(4).to_vec()),
+        Err(e) => {
+            tracing::error!("cannot encode {key:?} v{version} for a peer broker: {e}");
+            None
+        }
+    }
+}
+
 /// Run `f`, a handler whose work is the disk's (it fsyncs), on the blocking pool and await it.
 /// `None` (the connection closes) if it panicked.
 async fn on_blocking_pool<T: Send + 'static>(

@@ -32,12 +32,22 @@ pub struct Session {
     pub principal: String,
     pub peer: Option<SocketAddr>,
     pub listener: Arc<ListenerConfig>,
+    /// A peer broker's call over the cluster (Raft) port (`interbroker.rs`): allowed
+    /// everything, as a super user is — whoever reaches that port can already vote and append
+    /// in every Raft group, and with `CONTROLLER:SSL` only a certificate the truststore vouches
+    /// for does. No client connection ever has it.
+    pub peer_broker: bool,
 }
 
 impl Session {
     /// A session for in-process callers (tests): anonymous, on the first listener.
     pub fn internal(listener: &ListenerConfig) -> Session {
-        Session { principal: ANONYMOUS.into(), peer: None, listener: Arc::new(listener.clone()) }
+        Session { principal: ANONYMOUS.into(), peer: None, listener: Arc::new(listener.clone()), peer_broker: false }
+    }
+
+    /// A peer broker's call over the cluster port (see [`Session::peer_broker`]).
+    pub fn peer_broker(listener: &ListenerConfig) -> Session {
+        Session { principal: ANONYMOUS.into(), peer: None, listener: Arc::new(listener.clone()), peer_broker: true }
     }
     pub fn host(&self) -> String {
         self.peer.map(|p| p.ip().to_string()).unwrap_or_else(|| "127.0.0.1".into())
@@ -108,7 +118,7 @@ impl Security {
     /// Is `principal` (from `host`) allowed `op` on the resource? Always true without an
     /// authorizer.
     pub fn allowed(&self, session: &Session, op: acl::Operation, rtype: acl::ResourceType, name: &str) -> bool {
-        if !self.settings.authorizer || self.settings.super_users.contains(&session.principal) {
+        if !self.settings.authorizer || session.peer_broker || self.settings.super_users.contains(&session.principal) {
             return true;
         }
         self.acls.authorize(&session.principal, &session.host(), op, rtype, name, self.settings.allow_if_no_acl)

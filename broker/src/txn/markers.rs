@@ -80,7 +80,7 @@ impl MarkerWriter for BrokerMarkers {
             let partition = shard_for(group, topics.config.groups.partitions);
             match topics.coordinator_route(groups.as_ref(), partition) {
                 Route::Broker(b) => {
-                    write_remote(&b.addr(), txn, crate::topics::OFFSETS_TOPIC, partition, marker).await
+                    write_remote(b.node_id, txn, crate::topics::OFFSETS_TOPIC, partition, marker).await
                         != MarkerDone::Retry
                 }
                 Route::Electing => false, // its coordinator is being elected
@@ -104,8 +104,8 @@ enum MarkerTarget {
     /// This broker writes it: its own log, or (replicated) through the partition's Raft group,
     /// which this broker leads.
     Here,
-    /// Another broker leads it (the address of its client listener).
-    Remote(String),
+    /// Another broker leads it (its node id).
+    Remote(i32),
     /// A replicated partition without a leader right now: try again shortly.
     Wait,
 }
@@ -121,7 +121,7 @@ fn marker_target(state: &TopicRegistry, topic: &str, index: i32) -> MarkerTarget
         return MarkerTarget::Here;
     }
     match c.image().brokers.get(&leader) {
-        Some(b) => MarkerTarget::Remote(format!("{}:{}", b.host, b.port)),
+        Some(_) => MarkerTarget::Remote(leader),
         None => MarkerTarget::Wait,
     }
 }
@@ -147,10 +147,10 @@ fn refused_epoch(partition: Option<&Partition>, id: &str, topic: &str, index: i3
 }
 
 /// Send the marker to the partition's leader (WriteTxnMarkers v1).
-async fn write_remote(addr: &str, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
+async fn write_remote(peer: i32, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
     let ttl = Duration::from_secs(10);
     let answer = match crate::interbroker::write_marker(
-        addr,
+        peer,
         topic,
         index,
         m.producer_id,
@@ -163,24 +163,24 @@ async fn write_remote(addr: &str, id: &str, topic: &str, index: i32, m: Marker) 
     {
         Ok(answer) => answer,
         Err(e) => {
-            tracing::warn!(txn = id, topic, partition = index, "marker to {addr}: {e}");
+            tracing::warn!(txn = id, topic, partition = index, "marker to broker {peer}: {e}");
             return MarkerDone::Retry;
         }
     };
     match answer {
         MarkerAnswer::Written => MarkerDone::Written,
         MarkerAnswer::NoSuchPartition => {
-            tracing::warn!(txn = id, topic, partition = index, "marker skipped: {addr} has no such partition");
+            tracing::warn!(txn = id, topic, partition = index, "marker skipped: broker {peer} has no such partition");
             MarkerDone::Written
         }
         MarkerAnswer::CoordinatorFenced => {
-            tracing::warn!(txn = id, topic, partition = index, "marker refused by {addr}: a newer coordinator");
+            tracing::warn!(txn = id, topic, partition = index, "marker refused by broker {peer}: a newer coordinator");
             MarkerDone::Fenced
         }
         // INVALID_PRODUCER_EPOCH included: whether the transaction is open there is not known
         // here, and completing it while it is would leave its data open for ever
         MarkerAnswer::Failed(code) => {
-            tracing::warn!(txn = id, topic, partition = index, code, "marker to {addr} failed; retrying");
+            tracing::warn!(txn = id, topic, partition = index, code, "marker to broker {peer} failed; retrying");
             MarkerDone::Retry
         }
     }
@@ -190,7 +190,7 @@ async fn write_remote(addr: &str, id: &str, topic: &str, index: i32, m: Marker) 
 async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
     let pid = m.producer_id;
     match marker_target(state, topic, index) {
-        MarkerTarget::Remote(addr) => return write_remote(&addr, id, topic, index, m).await,
+        MarkerTarget::Remote(peer) => return write_remote(peer, id, topic, index, m).await,
         MarkerTarget::Wait => return MarkerDone::Retry,
         MarkerTarget::Here => {}
     }

@@ -30,7 +30,7 @@ pub fn txn_offset_commit(
         // when this broker is also the transaction's coordinator; in cluster mode with the
         // coordinator elsewhere, by it: its markers decide the pending offsets' fate).
         let remote = match router.coordinator_of(CoordinatorKey::Transaction(&id)) {
-            Route::Broker(b) => Some(b.addr()),
+            Route::Broker(b) => Some(b.node_id),
             Route::Here | Route::Electing => None,
         };
         let mut remote_refusal = None;
@@ -38,8 +38,8 @@ pub fn txn_offset_commit(
             // transaction version 2: the commit itself adds the group to the transaction
             match &remote {
                 // the coordinator is another broker: AddOffsetsToTxn on its behalf
-                Some(addr) => {
-                    remote_refusal = crate::interbroker::add_offsets(addr, &id, pid, epoch, &group_id).await.err()
+                Some(peer) => {
+                    remote_refusal = crate::interbroker::add_offsets(*peer, &id, pid, epoch, &group_id).await.err()
                 }
                 None => {
                     let now = now_ms();
