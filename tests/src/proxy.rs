@@ -210,6 +210,14 @@ impl Links {
         }
     }
 
+    /// Close every open connection on every link, cutting nothing: the brokers reconnect at
+    /// once (as when a broker drops a connection whose request timed out).
+    pub fn reset(&self) {
+        for p in self.proxies.values() {
+            p.cut_all();
+        }
+    }
+
     /// True if some link is cut.
     pub fn any_cut(&self) -> bool {
         self.proxies.values().any(|p| p.faults.blackhole.load(Ordering::Relaxed))

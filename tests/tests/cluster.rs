@@ -1124,25 +1124,7 @@ async fn the_replicated_transaction_log_is_compacted_on_every_replica_and_fails_
     ]);
     agreed_controller(&c, &[0, 1, 2], 3, -1).await;
     let txn = "compact-cluster";
-    // Find the coordinator and initialize the id there, retrying as clients do while the
-    // shard's leadership settles: NOT_COORDINATOR (16) sends a client back to FindCoordinator,
-    // COORDINATOR_LOAD_IN_PROGRESS (14) and COORDINATOR_NOT_AVAILABLE (15) make it wait.
-    let t0 = Instant::now();
-    let (coordinator, conn, pid, epoch) = loop {
-        let id = txn_coordinator(&c.brokers[0], txn).await;
-        if id > 0 {
-            let conn = Connection::connect(&c.brokers[usize::try_from(id - 1).unwrap()].bootstrap(), "compact", 1)
-                .await
-                .unwrap();
-            match raw::init_producer_id(&conn, 4, Some(txn), None).await.unwrap() {
-                (0, pid, epoch) => break (id, conn, pid, epoch),
-                (14..=16, _, _) => {}
-                (err, _, _) => panic!("InitProducerId on broker {id}: error {err}"),
-            }
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator initialized the id");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (coordinator, conn, pid, epoch) = init_at_coordinator(&c, txn).await;
     let victim = usize::try_from(coordinator - 1).unwrap();
     // 1,500 empty aborts: 3,000 records (~1 MB uncompacted) in the shard's log on each replica
     let epoch = raw::abort_empty(&conn, txn, pid, epoch, 1_500).await.unwrap();
@@ -1153,21 +1135,8 @@ async fn the_replicated_transaction_log_is_compacted_on_every_replica_and_fails_
     }
     drop(conn);
     c.brokers[victim].kill9();
-    let t1 = Instant::now();
     let other = (victim + 1) % 3;
-    let (new, conn) = loop {
-        let id = txn_coordinator(&c.brokers[other], txn).await;
-        if id > 0 && id != coordinator {
-            let b = &c.brokers[usize::try_from(id - 1).unwrap()];
-            if let Ok(conn) = Connection::connect(&b.bootstrap(), "compact", 1).await {
-                if raw::describe_txn(&conn, txn).await.is_ok_and(|d| d.0 == "CompleteAbort") {
-                    break (id, conn);
-                }
-            }
-        }
-        assert!(t1.elapsed() < Duration::from_secs(60), "no new coordinator with the id's state");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let (new, conn) = new_coordinator_after_aborts(&c, other, txn, coordinator).await;
     assert_eq!(raw::describe_txn(&conn, txn).await.unwrap(), ("CompleteAbort".into(), pid, epoch), "on {new}");
     let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
     assert_eq!((err, next), (0, epoch + 1), "the new coordinator carries on from the compacted log");
@@ -2257,21 +2226,7 @@ async fn a_coordinator_shard_snapshots_its_state_and_a_wiped_replica_catches_up_
     ]);
     agreed_controller(&c, &[0, 1, 2], 3, -1).await;
     let txn = "shard-snapshot";
-    let t0 = Instant::now();
-    let (coordinator, conn, pid, epoch) = loop {
-        let id = txn_coordinator(&c.brokers[0], txn).await;
-        if id > 0 {
-            let conn =
-                Connection::connect(&c.brokers[usize::try_from(id - 1).unwrap()].bootstrap(), "snap", 1).await.unwrap();
-            match raw::init_producer_id(&conn, 4, Some(txn), None).await.unwrap() {
-                (0, pid, epoch) => break (id, conn, pid, epoch),
-                (14..=16, _, _) => {}
-                (err, _, _) => panic!("InitProducerId on broker {id}: error {err}"),
-            }
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator initialized the id");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (coordinator, conn, pid, epoch) = init_at_coordinator(&c, txn).await;
     let leader = usize::try_from(coordinator - 1).unwrap();
     let shard_dir = |b: &Broker| b.data_dir.join("__cluster").join("replicas").join("__transaction_state-0");
     let kv_dir = |b: &Broker| b.data_dir.join("__transaction_state-0");
@@ -2313,21 +2268,87 @@ async fn a_coordinator_shard_snapshots_its_state_and_a_wiped_replica_catches_up_
     // the leader's broker killed: a survivor (the wiped one or the other) carries on
     drop(conn);
     c.brokers[leader].kill9();
-    let t2 = Instant::now();
-    let (new, conn) = loop {
-        let id = txn_coordinator(&c.brokers[wiped], txn).await;
-        if id > 0 && id != coordinator {
-            let b = &c.brokers[usize::try_from(id - 1).unwrap()];
-            if let Ok(conn) = Connection::connect(&b.bootstrap(), "snap", 1).await {
-                if raw::describe_txn(&conn, txn).await.is_ok_and(|d| d.0 == "CompleteAbort") {
-                    break (id, conn);
-                }
-            }
-        }
-        assert!(t2.elapsed() < Duration::from_secs(60), "no new coordinator with the id's state");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let (new, conn) = new_coordinator_after_aborts(&c, wiped, txn, coordinator).await;
     assert_eq!(raw::describe_txn(&conn, txn).await.unwrap(), ("CompleteAbort".into(), pid, epoch), "on {new}");
     let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
     assert_eq!((err, next), (0, epoch + 1), "the new coordinator carries on");
+}
+
+/// Decision 0033: a follower whose connection from a live leader ends (a leader drops a
+/// connection whose append timed out under load) does not report the partition leaderless: it
+/// tries the leader's port first, and only a refused port is a lost leader. Every open Raft
+/// connection is closed 30 times while both followers' Metadata is read every 20 ms: it always
+/// names the leader. (Before, each reset made the followers answer "no leader" for about
+/// 300 ms, and a partition leader routing a transaction to its "electing" coordinator answered
+/// NOT_COORDINATOR — franz-go's TestTxnEtl on three brokers.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_leader_whose_connections_drop_is_never_reported_lost() {
+    let (c, links) = Cluster::start_linked(5);
+    let leader = replicated_topic(&c, "reset").await;
+    assert_eq!(produce_code(&c.brokers[leader], "reset", 5000).await, 0);
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let want = i32::try_from(leader + 1).unwrap();
+    let mut answers = Vec::new();
+    for _ in 0..30 {
+        links.reset();
+        let until = Instant::now() + Duration::from_millis(150);
+        while Instant::now() < until {
+            for f in &followers {
+                answers.push((*f + 1, metadata_leader(&c.brokers[*f], "reset").await));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let wrong: Vec<_> = answers.iter().filter(|(_, l)| *l != want).collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} Metadata answers from the followers did not name leader {want}: {:?}",
+        wrong.len(),
+        answers.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+}
+
+/// Initialize transactional id `txn` at its coordinator, retrying as clients do while the
+/// shard's leadership settles: NOT_COORDINATOR (16) sends a client back to FindCoordinator,
+/// COORDINATOR_LOAD_IN_PROGRESS (14) and COORDINATOR_NOT_AVAILABLE (15) make it wait. The
+/// coordinator's id, a connection to it, the producer id and epoch.
+async fn init_at_coordinator(c: &Cluster, txn: &str) -> (i32, Connection, i64, i16) {
+    use sluice_tests::raw;
+    let t0 = Instant::now();
+    loop {
+        let id = txn_coordinator(&c.brokers[0], txn).await;
+        if id > 0 {
+            let b = &c.brokers[usize::try_from(id - 1).unwrap()];
+            let conn = Connection::connect(&b.bootstrap(), "txn-test", 1).await.unwrap();
+            match raw::init_producer_id(&conn, 4, Some(txn), None).await.unwrap() {
+                (0, pid, epoch) => return (id, conn, pid, epoch),
+                (14..=16, _, _) => {}
+                (err, _, _) => panic!("InitProducerId on broker {id}: error {err}"),
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator initialized the id");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// After `old`, the coordinator of `txn`, was killed: the broker that coordinates it now (asked
+/// through broker index `via`) once it describes the id's last transaction as aborted, and a
+/// connection to it.
+async fn new_coordinator_after_aborts(c: &Cluster, via: usize, txn: &str, old: i32) -> (i32, Connection) {
+    use sluice_tests::raw;
+    let t0 = Instant::now();
+    loop {
+        let id = txn_coordinator(&c.brokers[via], txn).await;
+        if id > 0 && id != old {
+            let b = &c.brokers[usize::try_from(id - 1).unwrap()];
+            if let Ok(conn) = Connection::connect(&b.bootstrap(), "txn-test", 1).await {
+                if raw::describe_txn(&conn, txn).await.is_ok_and(|d| d.0 == "CompleteAbort") {
+                    return (id, conn);
+                }
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no new coordinator with the id's state");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }

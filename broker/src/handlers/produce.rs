@@ -220,24 +220,29 @@ fn transactional(batch: &[u8]) -> Option<(i64, i16)> {
 
 /// The produce answer for a transaction coordinator's refusal of a batch (verification or the
 /// implicit add of transaction version 2): a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka's
-/// `AddPartitionsToTxnManager` answers it. A coordinator that cannot answer now (ending the
-/// transaction, moving, unreachable) is INVALID_TXN_STATE, so the client aborts and starts over
-/// at once; Kafka answers the retriable NOT_ENOUGH_REPLICAS there, which makes a client retry
-/// the batch until its delivery timeout while the coordinator is away (decision 0011).
+/// `AddPartitionsToTxnManager` answers it. Transaction version 2's implicit add (Produce v12,
+/// `tv2`) refused with CONCURRENT_TRANSACTIONS — the previous transaction's markers are still
+/// being written — is answered CONCURRENT_TRANSACTIONS, which clients retry, as Kafka 4 answers
+/// it (franz-go's TestTxnEtl on three brokers failed on the INVALID_TXN_STATE it got before;
+/// decision 0033). Otherwise a coordinator that cannot answer now (ending the transaction,
+/// moving, unreachable) is INVALID_TXN_STATE, so the client aborts and starts over at once;
+/// Kafka answers the retriable NOT_ENOUGH_REPLICAS there, which makes a client retry the batch
+/// until its delivery timeout while the coordinator is away (decision 0011).
 /// The refusal for a coordinator's answer `code` (see [`verification_code`]): not in the
 /// transaction (INVALID_TXN_STATE) is `Refusal::NotInTransaction`, which a replicated partition
 /// decides again when the batch is applied (an exact retry of a stored batch stays a duplicate).
-fn coordinator_refusal(code: i16) -> Refusal {
-    match verification_code(code) {
+fn coordinator_refusal(code: i16, tv2: bool) -> Refusal {
+    match verification_code(code, tv2) {
         c if c == ResponseError::InvalidTxnState.code() => Refusal::NotInTransaction,
         c => Refusal::TxnVerification(c),
     }
 }
 
-fn verification_code(code: i16) -> i16 {
+fn verification_code(code: i16, tv2: bool) -> i16 {
     tracing::debug!(code, "transactional batch refused by its coordinator");
     match ResponseError::try_from_code(code) {
         Some(ResponseError::ProducerFenced) => ResponseError::InvalidProducerEpoch.code(),
+        Some(ResponseError::ConcurrentTransactions) if tv2 => code,
         Some(
             ResponseError::ConcurrentTransactions
             | ResponseError::NetworkException
@@ -353,8 +358,9 @@ pub async fn handle(
                                     }
                                 }
                             }
+                            let tv2 = implicit_add(version, &buf).is_some();
                             let verify = |pid: i64, epoch: i16| match (&txn_id, implicit) {
-                                (_, Err(e)) => Err(coordinator_refusal(crate::error_map::txn_code(e))),
+                                (_, Err(e)) => Err(coordinator_refusal(crate::error_map::txn_code(e), tv2)),
                                 // cluster mode with the coordinator on another broker: it
                                 // confirmed the partition before the append (below), and no
                                 // marker has been written here since
@@ -363,12 +369,12 @@ pub async fn handle(
                                         Ok(())
                                     } else {
                                         let code = remote_refusal.unwrap_or(ResponseError::InvalidTxnState.code());
-                                        Err(coordinator_refusal(code))
+                                        Err(coordinator_refusal(code, tv2))
                                     }
                                 }
                                 (Some(id), Ok(())) => txns
                                     .verify_partition(id, pid, epoch, &name, p.index)
-                                    .map_err(|e| coordinator_refusal(crate::error_map::txn_code(e))),
+                                    .map_err(|e| coordinator_refusal(crate::error_map::txn_code(e), tv2)),
                                 (None, Ok(())) => Err(Refusal::NotInTransaction),
                             };
                             let append_time = if log_append_time { now } else { -1 };
@@ -573,5 +579,37 @@ pub mod route {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A coordinator's refusal as the produce answer (decisions 0011, 0033): transaction
+    /// version 2's implicit add keeps CONCURRENT_TRANSACTIONS (retriable, as Kafka 4 answers
+    /// it); version 1's verification turns it, like a coordinator that cannot answer, into
+    /// INVALID_TXN_STATE; a fenced producer is INVALID_PRODUCER_EPOCH in both.
+    #[test]
+    fn a_coordinators_refusal_becomes_kafkas_produce_answer() {
+        let code = |e: ResponseError| e.code();
+        let concurrent = code(ResponseError::ConcurrentTransactions);
+        assert_eq!(verification_code(concurrent, true), concurrent);
+        assert_eq!(verification_code(concurrent, false), code(ResponseError::InvalidTxnState));
+        for e in
+            [ResponseError::NotCoordinator, ResponseError::CoordinatorNotAvailable, ResponseError::NetworkException]
+        {
+            for tv2 in [false, true] {
+                assert_eq!(verification_code(code(e), tv2), code(ResponseError::InvalidTxnState), "{e:?}");
+            }
+        }
+        for tv2 in [false, true] {
+            assert_eq!(
+                verification_code(code(ResponseError::ProducerFenced), tv2),
+                code(ResponseError::InvalidProducerEpoch)
+            );
+        }
+        assert!(matches!(coordinator_refusal(concurrent, true), Refusal::TxnVerification(c) if c == concurrent));
+        assert!(matches!(coordinator_refusal(concurrent, false), Refusal::NotInTransaction));
     }
 }
