@@ -1,6 +1,7 @@
 //! The metadata quorum's storage: its Raft log in `<log.dirs>/__cluster/`
 //! (`replication::log_store::LogStore`, shared with every Raft group) and its state machine —
-//! the [`MetadataImage`] — with its snapshot in `raft-snapshot.json`.
+//! the [`MetadataImage`] — with its snapshot in `raft-snapshot.bin` (bincode; a
+//! `raft-snapshot.json` of an earlier version is read and replaced by it).
 
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
@@ -17,7 +18,10 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const SNAPSHOT_FILE: &str = "raft-snapshot.json";
+const SNAPSHOT_FILE: &str = "raft-snapshot.bin";
+/// The snapshot file of earlier versions (JSON, its state JSON too): read when no binary one
+/// exists, removed once one is written.
+const JSON_SNAPSHOT_FILE: &str = "raft-snapshot.json";
 
 pub use crate::replication::log_store::{io_err, write_atomic, LogStore};
 
@@ -71,6 +75,40 @@ struct StoredSnapshot {
     data: Vec<u8>,
 }
 
+/// A snapshot's state: bincode, or the JSON of earlier versions (a `{`: bincode's first byte is
+/// an `Option` tag, 0 or 1) — from an old file or an old leader.
+fn decode_state(data: &[u8]) -> Result<SmState, String> {
+    if data.first() == Some(&b'{') {
+        serde_json::from_slice(data).map_err(|e| e.to_string())
+    } else {
+        bincode::deserialize(data).map_err(|e| e.to_string())
+    }
+}
+
+/// The newest snapshot stored in `dir`: `raft-snapshot.bin`, else an earlier version's
+/// `raft-snapshot.json`.
+fn read_snapshot(dir: &Path) -> anyhow::Result<Option<StoredSnapshot>> {
+    match std::fs::read(dir.join(SNAPSHOT_FILE)) {
+        Ok(b) => return Ok(Some(bincode::deserialize(&b)?)),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        Err(_) => {}
+    }
+    match std::fs::read(dir.join(JSON_SNAPSHOT_FILE)) {
+        Ok(b) => Ok(Some(serde_json::from_slice(&b)?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Store `s` as the newest snapshot (atomically), and drop an earlier version's JSON file.
+fn write_snapshot(dir: &Path, s: &StoredSnapshot) -> Result<(), StorageError<NodeId>> {
+    write_atomic(&dir.join(SNAPSHOT_FILE), &bincode::serialize(s).map_err(io_err)?)?;
+    match std::fs::remove_file(dir.join(JSON_SNAPSHOT_FILE)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(e)),
+        _ => Ok(()),
+    }
+}
+
 /// The state machine: applies commands to the shared [`MetadataImage`].
 pub struct StateMachine {
     dir: PathBuf,
@@ -88,13 +126,9 @@ impl StateMachine {
         image: SharedImage,
         changed: tokio::sync::watch::Sender<u64>,
     ) -> anyhow::Result<StateMachine> {
-        let snapshot: Option<StoredSnapshot> = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
-            Ok(b) => Some(serde_json::from_slice(&b)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e.into()),
-        };
+        let snapshot = read_snapshot(dir)?;
         let state = match &snapshot {
-            Some(s) => serde_json::from_slice(&s.data)?,
+            Some(s) => decode_state(&s.data).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?,
             None => SmState::default(),
         };
         *image.write().or_die() = Arc::new(state.image.clone());
@@ -107,7 +141,7 @@ impl StateMachine {
     }
 
     fn save_snapshot(&self, s: &StoredSnapshot) -> Result<(), StorageError<NodeId>> {
-        write_atomic(&self.dir.join(SNAPSHOT_FILE), &serde_json::to_vec(s).map_err(io_err)?)
+        write_snapshot(&self.dir, s)
     }
 }
 
@@ -120,14 +154,14 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let data = serde_json::to_vec(&self.state).map_err(io_err)?;
+        let data = bincode::serialize(&self.state).map_err(io_err)?;
         let meta = SnapshotMeta {
             last_log_id: self.state.last_applied,
             last_membership: self.state.membership.clone(),
             snapshot_id: format!("{}-{}", self.state.last_applied.map(|l| l.index).unwrap_or(0), self.id),
         };
         let stored = StoredSnapshot { meta: meta.clone(), data: data.clone() };
-        write_atomic(&self.dir.join(SNAPSHOT_FILE), &serde_json::to_vec(&stored).map_err(io_err)?)?;
+        write_snapshot(&self.dir, &stored)?;
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
@@ -178,7 +212,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let data = snapshot.into_inner();
-        let state: SmState = serde_json::from_slice(&data).map_err(io_err)?;
+        let state = decode_state(&data).map_err(|e| io_err(std::io::Error::other(e)))?;
         let stored = StoredSnapshot { meta: meta.clone(), data };
         self.save_snapshot(&stored)?;
         self.state = state;
@@ -189,10 +223,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         // the file is the latest built or installed snapshot
-        let latest: Option<StoredSnapshot> = match std::fs::read(self.dir.join(SNAPSHOT_FILE)) {
-            Ok(b) => serde_json::from_slice(&b).ok(),
-            Err(_) => self.snapshot.clone(),
-        };
+        let latest = read_snapshot(&self.dir).ok().flatten().or_else(|| self.snapshot.clone());
         Ok(latest.map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
     }
 }
@@ -232,5 +263,40 @@ mod tests {
         let mut sm2 = StateMachine::open(dir.path(), image2.clone(), tx2).unwrap();
         assert_eq!(image2.read().unwrap().next_producer_id, 20);
         assert_eq!(sm2.applied_state().await.unwrap().0.map(|l| l.index), Some(2));
+        assert!(dir.path().join(SNAPSHOT_FILE).exists() && !dir.path().join(JSON_SNAPSHOT_FILE).exists());
+    }
+
+    /// A snapshot of an earlier version (`raft-snapshot.json`, its state JSON) is read on open
+    /// and replaced by a binary one at the next snapshot; a JSON state from an old leader
+    /// installs too. The binary file is smaller.
+    #[tokio::test]
+    async fn a_json_snapshot_of_an_earlier_version_is_read_and_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = SmState::default();
+        state.image.next_producer_id = 77;
+        state.image.cluster_id = "c1".into();
+        state.last_applied = Some(LogId::new(CommittedLeaderId::new(1, 1), 5));
+        let meta = SnapshotMeta {
+            last_log_id: state.last_applied,
+            last_membership: StoredMembership::default(),
+            snapshot_id: "5-1".into(),
+        };
+        let old = StoredSnapshot { meta: meta.clone(), data: serde_json::to_vec(&state).unwrap() };
+        let json = serde_json::to_vec(&old).unwrap();
+        std::fs::write(dir.path().join(JSON_SNAPSHOT_FILE), &json).unwrap();
+        let image: SharedImage = Arc::new(RwLock::new(Arc::new(MetadataImage::default())));
+        let (tx, _rx) = tokio::sync::watch::channel(0);
+        let mut sm = StateMachine::open(dir.path(), image.clone(), tx).unwrap();
+        assert_eq!(image.read().unwrap().next_producer_id, 77);
+        assert_eq!(sm.applied_state().await.unwrap().0.map(|l| l.index), Some(5));
+        sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        assert!(!dir.path().join(JSON_SNAPSHOT_FILE).exists(), "the JSON snapshot is replaced");
+        let bin = std::fs::metadata(dir.path().join(SNAPSHOT_FILE)).unwrap().len() as usize;
+        assert!(bin < json.len(), "binary {bin} bytes against JSON {}", json.len());
+        // an old leader's JSON state installs
+        state.image.next_producer_id = 99;
+        let data = Box::new(Cursor::new(serde_json::to_vec(&state).unwrap()));
+        sm.install_snapshot(&meta, data).await.unwrap();
+        assert_eq!(image.read().unwrap().next_producer_id, 99);
     }
 }
