@@ -1136,10 +1136,7 @@ async fn the_replicated_transaction_log_is_compacted_on_every_replica_and_fails_
     drop(conn);
     c.brokers[victim].kill9();
     let other = (victim + 1) % 3;
-    let (new, conn) = new_coordinator_after_aborts(&c, other, txn, coordinator).await;
-    assert_eq!(raw::describe_txn(&conn, txn).await.unwrap(), ("CompleteAbort".into(), pid, epoch), "on {new}");
-    let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
-    assert_eq!((err, next), (0, epoch + 1), "the new coordinator carries on from the compacted log");
+    carries_on_after_aborts(&c, other, txn, coordinator, pid, epoch).await;
 }
 
 /// The group coordinator fails over: the offsets log is replicated, so after the coordinator's
@@ -2268,10 +2265,7 @@ async fn a_coordinator_shard_snapshots_its_state_and_a_wiped_replica_catches_up_
     // the leader's broker killed: a survivor (the wiped one or the other) carries on
     drop(conn);
     c.brokers[leader].kill9();
-    let (new, conn) = new_coordinator_after_aborts(&c, wiped, txn, coordinator).await;
-    assert_eq!(raw::describe_txn(&conn, txn).await.unwrap(), ("CompleteAbort".into(), pid, epoch), "on {new}");
-    let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
-    assert_eq!((err, next), (0, epoch + 1), "the new coordinator carries on");
+    carries_on_after_aborts(&c, wiped, txn, coordinator, pid, epoch).await;
 }
 
 /// Decision 0033: a follower whose connection from a live leader ends (a leader drops a
@@ -2330,6 +2324,17 @@ async fn init_at_coordinator(c: &Cluster, txn: &str) -> (i32, Connection, i64, i
         assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator initialized the id");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// After `old`, the coordinator of `txn`, was killed: a new coordinator (asked through broker
+/// index `via`) describes the id's last transaction as aborted at `pid`/`epoch` and ends the
+/// next one, bumping the epoch — it carries on from the replicated log.
+async fn carries_on_after_aborts(c: &Cluster, via: usize, txn: &str, old: i32, pid: i64, epoch: i16) {
+    use sluice_tests::raw;
+    let (new, conn) = new_coordinator_after_aborts(c, via, txn, old).await;
+    assert_eq!(raw::describe_txn(&conn, txn).await.unwrap(), ("CompleteAbort".into(), pid, epoch), "on {new}");
+    let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
+    assert_eq!((err, next), (0, epoch + 1), "the new coordinator {new} carries on");
 }
 
 /// After `old`, the coordinator of `txn`, was killed: the broker that coordinates it now (asked
