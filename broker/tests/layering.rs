@@ -323,11 +323,7 @@ const KNOWN_BLOCKING: &[(&str, usize, &str)] = &[
     ("main.rs", 1, "the process's runtime entry"),
     ("server.rs", 1, "closing the logs at shutdown"),
     ("coordinator.rs", 1, "loading a coordinator shard on leadership, in its watch task"),
-    (
-        "cluster/replica.rs",
-        4,
-        "the replica state machines' apply, and a coordinator shard's snapshot taken or installed (openraft's task)",
-    ),
+    ("cluster/replica.rs", 2, "the replica state machines' apply (openraft's task)"),
     ("cluster/reconcile.rs", 3, "the reconciler (a background task) starting and stopping replicas"),
 ];
 

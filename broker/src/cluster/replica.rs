@@ -662,20 +662,23 @@ impl KvSm {
     /// most every 500 ms, not once per write — and before a snapshot, so that the applied entry
     /// on disk is never older than a snapshot the log may be purged up to.
     fn save(&mut self) -> Result<(), StorageError<NodeId>> {
-        let bytes = serde_json::to_vec(&self.applied).map_err(io_err)?;
-        sluice_storage::sidefile::write_atomic(&self.dir.join(APPLIED_FILE), &bytes).map_err(io_err)?;
+        write_kv_applied(&self.dir, &self.applied).map_err(|e| io_err(std::io::Error::other(e)))?;
         self.saved_at = Instant::now();
         Ok(())
     }
 
-    /// A snapshot of everything applied: the live records in bincode.
-    fn take_snapshot(&mut self) -> Result<KvTaken, String> {
+    /// A snapshot of everything applied: `applied.json` written, then the live records read
+    /// and encoded in bincode, on a blocking thread.
+    async fn take_snapshot(&mut self) -> Result<KvTaken, String> {
         let Some(last) = self.applied.last_applied else { return Err("nothing applied yet".into()) };
-        let records = tokio::task::block_in_place(|| {
-            self.save().map_err(|e| e.to_string())?;
-            self.store.live()
-        })?;
-        let data = bincode::serialize(&records).map_err(|e| e.to_string())?;
+        let (dir, applied, store) = (self.dir.clone(), self.applied.clone(), self.store.clone());
+        let data = tokio::task::spawn_blocking(move || {
+            write_kv_applied(&dir, &applied)?;
+            bincode::serialize(&store.live()?).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        self.saved_at = Instant::now();
         self.built += 1;
         let meta = SnapshotMeta {
             last_log_id: Some(last),
@@ -733,7 +736,7 @@ impl RaftStateMachine<ShardConfig> for KvSm {
     /// task while applies go on); should reading the log fail, the previous one is handed over
     /// again (openraft treats a failed build as fatal to the group).
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        match self.take_snapshot() {
+        match self.take_snapshot().await {
             Ok(taken) => KvSnapshot { taken: Some(taken), why: String::new() },
             Err(why) => {
                 tracing::warn!(dir = %self.dir.display(), "coordinator shard snapshot not taken: {why}");
@@ -756,12 +759,19 @@ impl RaftStateMachine<ShardConfig> for KvSm {
         let data = snapshot.into_inner();
         let records: Vec<KvEntry> = bincode::deserialize(&data).map_err(io_err)?;
         let count = records.len();
-        tokio::task::block_in_place(|| {
-            self.store.replace(records, crate::clock::now_ms()).map_err(|e| io_err(std::io::Error::other(e)))?;
-            self.applied.last_applied = meta.last_log_id;
-            self.applied.membership = meta.last_membership.clone();
-            self.save()
-        })?;
+        let mut applied = self.applied.clone();
+        applied.last_applied = meta.last_log_id;
+        applied.membership = meta.last_membership.clone();
+        let (dir, store, done) = (self.dir.clone(), self.store.clone(), applied.clone());
+        tokio::task::spawn_blocking(move || {
+            store.replace(records, crate::clock::now_ms())?;
+            write_kv_applied(&dir, &done)
+        })
+        .await
+        .map_err(io_err)?
+        .map_err(|e| io_err(std::io::Error::other(e)))?;
+        self.applied = applied;
+        self.saved_at = Instant::now();
         self.last = Some((meta.clone(), Arc::new(data)));
         let last = meta.last_log_id.map_or(0, |l| l.index);
         tracing::info!(dir = %self.dir.display(), records = count, "installed a coordinator shard snapshot through entry {last}");
@@ -775,7 +785,7 @@ impl RaftStateMachine<ShardConfig> for KvSm {
         if self.applied.last_applied.is_none() {
             return Ok(None);
         }
-        let (meta, data) = match self.take_snapshot() {
+        let (meta, data) = match self.take_snapshot().await {
             Ok(taken) => taken,
             Err(why) => match self.last.clone() {
                 Some(last) => last,
@@ -784,6 +794,12 @@ impl RaftStateMachine<ShardConfig> for KvSm {
         };
         Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data.to_vec())) }))
     }
+}
+
+/// Write a coordinator shard replica's `applied.json` (atomically). Blocking.
+fn write_kv_applied(dir: &Path, applied: &Applied) -> Result<(), String> {
+    let bytes = serde_json::to_vec(applied).map_err(|e| e.to_string())?;
+    sluice_storage::sidefile::write_atomic(&dir.join(APPLIED_FILE), &bytes).map_err(|e| e.to_string())
 }
 
 /// A shard replica's directory name (`__consumer_offsets-3`), for metrics.
