@@ -506,6 +506,55 @@ pub fn recompress(buf: &[u8], target: Compression, level: Option<i32>) -> Result
     Ok(Some(out.freeze()))
 }
 
+/// The batch `view` with only `kept` of its records (a subset of `view.records()`, in order),
+/// as Kafka's log cleaner writes it: base offset, last offset delta, partition leader epoch,
+/// attributes (codec, timestamp type, transactional, control), producer id, epoch and base
+/// sequence stay; each record keeps its offset and timestamp (the gaps stay in the offset
+/// deltas); the count, max timestamp (unless log-append-time), length and CRC follow the kept
+/// records. An empty `kept` gives a batch of zero records (what Kafka keeps to preserve a
+/// producer's last sequence).
+pub fn filtered(view: &BatchView<'_>, kept: &[Record]) -> Result<Bytes, BatchError> {
+    let base_offset = view.base_offset();
+    let base_ts = view.base_timestamp();
+    let mut body = Vec::with_capacity(view.records_bytes().len());
+    let mut rec = Vec::with_capacity(64);
+    let mut max_ts = -1i64;
+    for r in kept {
+        let delta = r.offset - base_offset;
+        if !(0..=i64::from(view.last_offset_delta())).contains(&delta) {
+            return Err(BatchError::MalformedRecord("kept record outside its batch"));
+        }
+        max_ts = max_ts.max(r.timestamp);
+        rec.clear();
+        rec.push(0u8);
+        varint::put_varint(&mut rec, r.timestamp.wrapping_sub(base_ts));
+        varint::put_varint(&mut rec, delta);
+        put_bytes_field(&mut rec, &r.key);
+        put_bytes_field(&mut rec, &r.value);
+        varint::put_varint(&mut rec, r.headers.len() as i64);
+        for h in &r.headers {
+            varint::put_varint(&mut rec, h.key.len() as i64);
+            rec.extend_from_slice(h.key.as_bytes());
+            put_bytes_field(&mut rec, &h.value);
+        }
+        varint::put_varint(&mut body, rec.len() as i64);
+        body.extend_from_slice(&rec);
+    }
+    let body = crate::compression::compress(view.compression()?, &body)?;
+    let total = BATCH_HEADER_BYTES + body.len();
+    let length = i32::try_from(total - LOG_OVERHEAD_BYTES).map_err(|_| BatchError::Compression("too large".into()))?;
+    let max_ts = if view.is_log_append_time() || kept.is_empty() { view.max_timestamp() } else { max_ts };
+    let mut out = BytesMut::with_capacity(total);
+    out.extend_from_slice(&view.bytes()[..BATCH_HEADER_BYTES]);
+    out.extend_from_slice(&body);
+    out[OFF_LENGTH..OFF_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+    out[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8].copy_from_slice(&max_ts.to_be_bytes());
+    out[OFF_RECORDS_COUNT..OFF_RECORDS_COUNT + 4].copy_from_slice(&(kept.len() as i32).to_be_bytes());
+    let crc = crc32c::crc32c(&out[OFF_ATTRIBUTES..]);
+    out[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(out.freeze())
+}
+
 /// Iterate over consecutive batches in `buf`, validating each (CRC included).
 pub fn iter_batches(buf: &[u8]) -> BatchIter<'_> {
     BatchIter { buf, pos: 0 }
@@ -1048,6 +1097,55 @@ mod tests {
             prop_assert_eq!(&out[..OFF_LENGTH], &placed[..OFF_LENGTH]);
             prop_assert_eq!(&out[OFF_LAST_OFFSET_DELTA..BATCH_HEADER_BYTES], &placed[OFF_LAST_OFFSET_DELTA..BATCH_HEADER_BYTES]);
             prop_assert_eq!(after.records().unwrap(), before.records().unwrap());
+        }
+
+        /// A filtered batch keeps exactly the chosen records with their offsets and timestamps,
+        /// the header's offsets, producer fields and flags, and is valid (CRC included).
+        #[test]
+        fn filtered_keeps_exactly_the_chosen_records(
+            values in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..60), 1..20),
+            keep in proptest::collection::vec(any::<bool>(), 20),
+            codec in 0usize..5,
+            log_append_time in any::<bool>(),
+        ) {
+            let records: Vec<NewRecord> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| rec(5000 - i as i64 * 11 + (i as i64 % 3) * 40, Some(&v[..v.len().min(2)]), Some(v)))
+                .collect();
+            let b = BatchBuilder {
+                compression: CODECS[codec],
+                producer_id: 9,
+                producer_epoch: 2,
+                base_sequence: 30,
+                transactional: true,
+                log_append_time,
+                partition_leader_epoch: 4,
+                ..Default::default()
+            }
+            .build(&records)
+            .unwrap();
+            let mut placed = b.to_vec();
+            set_base_offset(&mut placed, 700);
+            let (before, _) = BatchView::parse(&placed).unwrap();
+            let all = before.records().unwrap();
+            let kept: Vec<Record> = all.iter().zip(&keep).filter(|(_, k)| **k).map(|(r, _)| r.clone()).collect();
+            let out = filtered(&before, &kept).unwrap();
+            let (after, size) = BatchView::parse(&out).unwrap();
+            prop_assert_eq!(size, out.len());
+            prop_assert_eq!(after.base_offset(), 700);
+            prop_assert_eq!(after.last_offset(), before.last_offset());
+            prop_assert_eq!(after.attributes(), before.attributes());
+            prop_assert_eq!(after.partition_leader_epoch(), 4);
+            prop_assert_eq!((after.producer_id(), after.producer_epoch(), after.base_sequence()), (9, 2, 30));
+            prop_assert_eq!(after.records_count() as usize, kept.len());
+            let expect_max = if log_append_time || kept.is_empty() {
+                before.max_timestamp()
+            } else {
+                kept.iter().map(|r| r.timestamp).max().unwrap_or(-1)
+            };
+            prop_assert_eq!(after.max_timestamp(), expect_max);
+            prop_assert_eq!(after.records().unwrap(), kept);
         }
 
         #[test]

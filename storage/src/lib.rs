@@ -4,6 +4,7 @@
 //! not raft. What belongs here:
 //! - `log`: [`Log`], one partition's directory: segments, log start/end offsets, high-watermark
 //!   hook, recovery point, retention, group commit ([`Flusher`]), crash recovery;
+//! - `cleaner`: log compaction (`cleanup.policy=compact`), Kafka's rules, crash-safe swap;
 //! - `segment`: one `.log` file with its indexes;
 //! - `index`: memory-mapped sparse offset and time indexes;
 //! - `txnindex`: the aborted-transaction index beside each segment;
@@ -14,6 +15,7 @@
 //! - `config`: per-log settings named like Kafka's topic configs;
 //! - `error`: the storage error enum (Kafka codes are chosen at the broker's edge).
 
+pub mod cleaner;
 pub mod config;
 pub mod dir;
 pub mod error;

@@ -178,12 +178,14 @@ impl Flusher {
 pub struct Log {
     dir: PathBuf,
     config: LogConfig,
-    segments: BTreeMap<i64, Segment>,
+    pub(crate) segments: BTreeMap<i64, Segment>,
     log_start_offset: i64,
     high_watermark: i64,
     flusher: Arc<Flusher>,
     recovery: RecoveryReport,
-    offline: bool,
+    pub(crate) offline: bool,
+    /// The log cleaner's record (`cleaner.checkpoint`).
+    pub(crate) cleaner: crate::cleaner::CleanerState,
     /// Reused per append so the hot path does not allocate.
     scratch_metas: Vec<BatchMeta>,
 }
@@ -227,6 +229,8 @@ impl Log {
         config.validate()?;
         crate::snapshot::recover_swap(dir)?;
         std::fs::create_dir_all(dir).at(dir)?;
+        crate::cleaner::recover(dir)?;
+        let cleaner = crate::cleaner::CleanerState::load(dir);
         let mut bases = Vec::new();
         let mut snapshots_and_orphans = Vec::new();
         for entry in std::fs::read_dir(dir).at(dir)? {
@@ -290,7 +294,7 @@ impl Log {
                 report.scanned_from.get_or_insert(base);
                 report.segments_scanned += 1;
                 report.bytes_scanned += seg.size();
-                let outcome = seg.recover()?;
+                let outcome = if base < cleaner.gaps_below { seg.recover_allowing_gaps()? } else { seg.recover()? };
                 report.truncated_bytes += outcome.truncated_bytes;
                 seg.sync()?;
                 if outcome.stop_reason.is_some() {
@@ -353,6 +357,7 @@ impl Log {
             flusher,
             recovery: report,
             offline: false,
+            cleaner,
             scratch_metas: Vec::with_capacity(8),
         };
         log.delete_snapshots_after(leo)?;
@@ -415,7 +420,7 @@ impl Log {
         self.segments.values_mut().next_back().expect("log has an active segment")
     }
 
-    fn check_online(&self) -> Result<()> {
+    pub(crate) fn check_online(&self) -> Result<()> {
         if self.offline {
             return Err(StorageError::Offline(self.dir.clone()));
         }

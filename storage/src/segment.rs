@@ -173,9 +173,19 @@ impl Segment {
         Ok(())
     }
 
-    /// Validate every batch from the start (length, magic, CRC, increasing offsets), rebuild
+    /// Validate every batch from the start (length, magic, CRC, contiguous offsets), rebuild
     /// the indexes, and truncate the file after the last valid batch.
     pub fn recover(&mut self) -> Result<ScanOutcome> {
+        self.recover_with(false)
+    }
+
+    /// [`Segment::recover`] for a segment the log cleaner wrote: offsets must grow but may skip
+    /// (the removed records' offsets stay unused).
+    pub fn recover_allowing_gaps(&mut self) -> Result<ScanOutcome> {
+        self.recover_with(true)
+    }
+
+    fn recover_with(&mut self, allow_gaps: bool) -> Result<ScanOutcome> {
         self.index.clear();
         self.time_index.clear();
         self.next_offset = self.base_offset;
@@ -190,10 +200,17 @@ impl Segment {
         while pos < map.len() {
             match BatchView::parse(&map[pos..]) {
                 Ok((b, size)) => {
-                    // Offsets are contiguous (no compaction yet), so a batch must start exactly
-                    // where the previous one ended; this also catches a flipped base offset,
-                    // which the CRC does not cover.
-                    if b.base_offset() != self.next_offset {
+                    // Offsets are contiguous until the cleaner has been here, so a batch must
+                    // start exactly where the previous one ended; this also catches a flipped
+                    // base offset, which the CRC does not cover. In a cleaned segment they
+                    // must only grow.
+                    let fits = if allow_gaps {
+                        b.base_offset() >= self.next_offset
+                            && (b.last_offset() - self.base_offset) <= i64::from(u32::MAX)
+                    } else {
+                        b.base_offset() == self.next_offset
+                    };
+                    if !fits {
                         stop_reason = Some(format!(
                             "batch at byte {pos} has base offset {}, expected {}",
                             b.base_offset(),

@@ -51,6 +51,11 @@ impl Log {
                 }
             }
         }
+        // the cleaner's record says where offsets may have gaps (the receiver's scan needs it)
+        let cleaner = crate::cleaner::CLEANER_FILE;
+        if let Ok(m) = std::fs::metadata(self.dir().join(cleaner)) {
+            link(cleaner.to_string(), m.len())?;
+        }
         let end = self.log_end_offset();
         if let Some(off) = self.producer_snapshot_offsets()?.into_iter().rev().find(|o| *o <= end) {
             let name = file_name(off, "snapshot");
