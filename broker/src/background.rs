@@ -1,4 +1,4 @@
-//! Periodic work: interval flushes (`log.flush.policy=interval`), recovery-point checkpoints,
+//! Periodic work: the log cleaner's loop (`cleaner`), interval flushes (`log.flush.policy=interval`), recovery-point checkpoints,
 //! retention (`log.retention.check.interval.ms`), group timers (at each deadline: join/sync
 //! deadlines, session expiry), offset expiry with offsets-log compaction
 //! (`offsets.retention.check.interval.ms`), and transaction timeouts with transaction-log
@@ -24,7 +24,7 @@ pub struct Background {
 }
 
 /// The settings of the periodic work (from the broker's `Config`).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Settings {
     /// `log.flush.policy`: with `interval`, how often every partition is flushed.
     pub flush: FlushPolicy,
@@ -36,6 +36,8 @@ pub struct Settings {
     pub txn_check_interval_ms: u64,
     /// `offsets.retention.check.interval.ms`
     pub offsets_check_interval_ms: u64,
+    /// `log.cleaner.*`
+    pub cleaner: crate::config::CleanerSettings,
 }
 
 impl Settings {
@@ -46,6 +48,7 @@ impl Settings {
             producer_id_expiration_ms: config.producer_id_expiration_ms,
             txn_check_interval_ms: config.txns.abort_check_interval_ms,
             offsets_check_interval_ms: config.offsets_retention_check_interval_ms,
+            cleaner: config.cleaner.clone(),
         }
     }
 }
@@ -73,6 +76,7 @@ pub async fn run(state: Background, mut stop: watch::Receiver<bool>) {
     // group timers run in their own task, so the disk work below (flushes, retention,
     // compaction) never makes one late
     tokio::spawn(group_timers(state.groups.clone(), stop.clone()));
+    tokio::spawn(crate::cleaner::run(state.topics.clone(), state.settings.cleaner.clone(), stop.clone()));
     tokio::spawn({
         let txns = state.txns.clone();
         async move { txns.recover().await }
@@ -125,9 +129,16 @@ pub async fn run(state: Background, mut stop: watch::Receiver<bool>) {
             _ = gauges_tick.tick() => {
                 state.groups.record_gauges();
                 state.txns.record_gauges(crate::clock::now_ms());
+                let now = crate::clock::now_ms();
                 for t in state.topics.topics() {
                     for p in &t.partitions {
                         p.record_gauges();
+                        if let Some(c) = p.cleaning_status(now) {
+                            let labels = [("topic", t.name.clone()), ("partition", p.index.to_string())];
+                            ::metrics::gauge!(crate::metrics::CLEANER_DIRTY_RATIO, &labels).set(c.dirty_ratio);
+                            let lag = c.oldest_dirty_ms.filter(|_| c.dirty_bytes > 0).map_or(0, |t| (now - t).max(0));
+                            ::metrics::gauge!(crate::metrics::CLEANER_LAG_SECONDS, &labels).set(lag as f64 / 1000.0);
+                        }
                     }
                 }
             }

@@ -18,6 +18,8 @@
 //! - `group`: the group coordinator (consumer groups, committed offsets, the offsets log;
 //!   `GroupError`, what it refuses with);
 //! - `background`: interval flush, checkpoints, retention, group timers;
+//! - `cleaner`: the log cleaner's scheduler (compacted topics; the cleaning is the storage
+//!   crate's, a pass is `Partition::clean`);
 //! - `error_map`: the ONE place internal errors become Kafka error codes;
 //! - `metrics`: every metric name, and the Prometheus endpoint (`metrics.listener`);
 //! - `interbroker`: every Kafka call to a peer broker (markers, KIP-890 verification,
@@ -41,6 +43,7 @@
 
 pub mod background;
 pub mod broker;
+pub mod cleaner;
 pub mod clock;
 pub mod cluster;
 pub mod config;

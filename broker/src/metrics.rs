@@ -7,6 +7,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Log cleaner (compacted topics): passes finished, label `topic`.
+pub const CLEANER_PASSES_TOTAL: &str = "sluice_log_cleaner_passes_total";
+/// Bytes of segments the cleaner read / wrote, label `topic`.
+pub const CLEANER_BYTES_READ_TOTAL: &str = "sluice_log_cleaner_bytes_read_total";
+pub const CLEANER_BYTES_WRITTEN_TOTAL: &str = "sluice_log_cleaner_bytes_written_total";
+/// Duration of one cleaner pass, seconds.
+pub const CLEANER_PASS_SECONDS: &str = "sluice_log_cleaner_pass_seconds";
+/// Passes that failed (I/O or corrupt input; the log is left as it was).
+pub const CLEANER_ERRORS_TOTAL: &str = "sluice_log_cleaner_errors_total";
+/// A compacted partition's dirty ratio (dirty / cleanable bytes), labels `topic`, `partition`.
+pub const CLEANER_DIRTY_RATIO: &str = "sluice_log_cleaner_dirty_ratio";
+/// Age of a compacted partition's oldest dirty record (seconds; 0 when nothing is dirty):
+/// the cleaner's lag, labels `topic`, `partition`.
+pub const CLEANER_LAG_SECONDS: &str = "sluice_log_cleaner_lag_seconds";
+
 /// Requests handled, label `api`.
 pub const REQUESTS_TOTAL: &str = "sluice_requests_total";
 /// Request latency from decode to answer, seconds, label `api`.

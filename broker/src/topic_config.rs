@@ -68,6 +68,16 @@ impl TopicSettings {
         }
         log.cleanup_delete = items.contains(&"delete");
         log.cleanup_compact = items.contains(&"compact");
+        log.delete_retention_ms = int("delete.retention.ms")?.max(0);
+        log.min_compaction_lag_ms = int("min.compaction.lag.ms")?.max(0);
+        log.max_compaction_lag_ms = int("max.compaction.lag.ms")?.max(1);
+        let ratio = value("min.cleanable.dirty.ratio");
+        log.min_cleanable_dirty_ratio = ratio
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|r| (0.0..=1.0).contains(r))
+            .ok_or_else(|| invalid("min.cleanable.dirty.ratio", &ratio, "expected a number between 0 and 1"))?;
         let flush_ms = int("flush.ms")?.max(1) as u64;
         log.flush = match value("flush.policy").trim() {
             "sync" => FlushPolicy::Sync,

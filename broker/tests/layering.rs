@@ -34,6 +34,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("security", 4),
     // partition, topics, routing, metadata, inter-broker calls
     ("partition", 3),
+    ("cleaner", 3),
     ("partition_handle", 3),
     ("topics", 3),
     ("kvlog", 3),

@@ -10,10 +10,11 @@
 //!    - a record is kept when no newer record has its key (offsets are never rewritten: the
 //!      removed ones become gaps); records without a key go, as in Kafka;
 //!    - records of aborted transactions go (the aborted-transaction index says which);
-//!    - a tombstone (null value) or a COMMIT/ABORT marker whose transaction has no record left
+//!    - a tombstone (null value) or a COMMIT/ABORT marker whose transaction has no batch left
 //!      goes only once it lies below the end of a pass that finished `delete.retention.ms` ago;
-//!    - the last batch of each live producer stays, empty if none of its records does, so its
-//!      sequence and epoch survive a restart that replays the log (Kafka's rule);
+//!    - the last batch of each live producer stays, empty if none of its records does (even an
+//!      aborted one), so its sequence and epoch survive a restart that replays the log (Kafka's
+//!      rule), and so does its transaction's marker;
 //!    - a batch that keeps every record is copied byte for byte; one that keeps some is
 //!      rewritten with [`sluice_protocol::batch::filtered`] (same base and last offset, same
 //!      producer fields); one that keeps none is dropped.
@@ -38,7 +39,7 @@ use crate::segment::{file_name, BatchMeta, Segment};
 use crate::sidefile;
 use crate::txnindex::AbortedTxn;
 use sha2::{Digest, Sha256};
-use sluice_protocol::batch::{self, BatchView, ControlType, NO_PRODUCER_ID};
+use sluice_protocol::batch::{self, BatchView, NO_PRODUCER_ID};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
@@ -679,10 +680,10 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
             let last_of_live = pid != NO_PRODUCER_ID && opts.keep_last.get(&pid) == Some(&v.last_offset());
             stats.records_read += v.records_count().max(0) as u64;
             if v.is_control() {
-                let marker = v.control_marker().map_err(|e| corrupt(&path, e))?;
-                let had_records =
-                    txn_kept.remove(&pid).unwrap_or(false) && marker.is_some_and(|m| m.kind == ControlType::Commit);
-                if had_records || last_of_live || v.base_offset() >= horizon {
+                // a marker stays while a batch of its transaction does (a replay must see the
+                // transaction close), and until the horizon
+                let had_batches = txn_kept.remove(&pid).unwrap_or(false);
+                if had_batches || last_of_live || v.base_offset() >= horizon {
                     out.push(v.bytes(), &v);
                     kept_markers.push(v.base_offset());
                     stats.records_kept += 1;
@@ -690,6 +691,12 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
                 continue;
             }
             if v.is_transactional() && is_aborted(&job.aborted, pid, v.base_offset()) {
+                if last_of_live {
+                    let b = batch::filtered(&v, &[]).map_err(|e| corrupt(&path, e))?;
+                    let (nv, _) = BatchView::parse(&b).map_err(|e| corrupt(&path, e))?;
+                    out.push(&b, &nv);
+                    txn_kept.insert(pid, true);
+                }
                 continue;
             }
             let records = v.records().map_err(|e| corrupt(&path, e))?;
@@ -704,7 +711,7 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
                 .collect();
             if v.is_transactional() {
                 let e = txn_kept.entry(pid).or_insert(false);
-                *e |= !kept.is_empty();
+                *e |= !kept.is_empty() || last_of_live;
             }
             stats.records_kept += kept.len() as u64;
             if kept.len() == total {

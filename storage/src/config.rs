@@ -15,7 +15,7 @@ pub enum FlushPolicy {
     Interval { interval_ms: u64 },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes`: roll when the active segment would grow past this (default 1 GiB).
     pub segment_bytes: u64,
@@ -36,8 +36,21 @@ pub struct LogConfig {
     /// segments. A topic that is only `compact` keeps them (as Kafka: its records go only by
     /// compaction, and by DeleteRecords).
     pub cleanup_delete: bool,
-    /// `cleanup.policy` includes `compact`: records without a key are refused.
+    /// `cleanup.policy` includes `compact`: records without a key are refused and the log
+    /// cleaner keeps the newest record of each key.
     pub cleanup_compact: bool,
+    /// `delete.retention.ms`: how long tombstones (and empty transactions' markers) stay after
+    /// the cleaner first reaches them (default 1 day).
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`: a record stays uncompacted at least this long (default 0).
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a record is compacted within about this long — the cleaner
+    /// takes the log whatever its dirty ratio, and the active segment of a compacted log rolls
+    /// at this age (default: never).
+    pub max_compaction_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`: the dirty share of the cleanable bytes at which the cleaner
+    /// takes the log (default 0.5).
+    pub min_cleanable_dirty_ratio: f64,
 }
 
 impl Default for LogConfig {
@@ -53,11 +66,25 @@ impl Default for LogConfig {
             flush: FlushPolicy::Sync,
             cleanup_delete: true,
             cleanup_compact: false,
+            delete_retention_ms: 24 * 3600 * 1000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            min_cleanable_dirty_ratio: 0.5,
         }
     }
 }
 
 impl LogConfig {
+    /// The age at which the active segment rolls: `segment.ms`, or `max.compaction.lag.ms` on a
+    /// compacted log when that is shorter (the active segment is never cleaned).
+    pub fn roll_ms(&self) -> i64 {
+        if self.cleanup_compact {
+            self.segment_ms.min(self.max_compaction_lag_ms.max(1))
+        } else {
+            self.segment_ms
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         if self.segment_bytes < 100 || self.segment_bytes > i32::MAX as u64 {
             return Err(StorageError::InvalidConfig(format!(

@@ -480,7 +480,7 @@ impl Log {
             !a.is_empty()
                 && (a.size() + bytes > self.config.segment_bytes
                     || a.first_batch_timestamp()
-                        .is_some_and(|t| t >= 0 && roll_ts.saturating_sub(t) >= self.config.segment_ms)
+                        .is_some_and(|t| t >= 0 && roll_ts.saturating_sub(t) >= self.config.roll_ms())
                     || a.index.is_full()
                     || a.time_index.is_full()
                     || next - a.base_offset() > i64::from(u32::MAX))

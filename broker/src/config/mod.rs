@@ -143,6 +143,47 @@ pub const SETTINGS: &[Setting] = &[
         help: "default cleanup.policy of topics: delete, compact or both",
     },
     Setting {
+        name: "log.cleaner.enable",
+        default: "true",
+        help: "run the log cleaner, which compacts topics whose cleanup.policy includes compact",
+    },
+    Setting { name: "log.cleaner.threads", default: "1", help: "partitions the log cleaner compacts at the same time" },
+    Setting {
+        name: "log.cleaner.dedupe.buffer.size",
+        default: "134217728",
+        help: "memory for the log cleaner's offset maps, shared by its threads (24 bytes per key; a pass maps as many keys as fit)",
+    },
+    Setting {
+        name: "log.cleaner.io.max.bytes.per.second",
+        default: "1.7976931348623157E308",
+        help: "bytes per second the log cleaner reads and writes, all threads together",
+    },
+    Setting {
+        name: "log.cleaner.backoff.ms",
+        default: "15000",
+        help: "how long the log cleaner sleeps when no log needs cleaning",
+    },
+    Setting {
+        name: "log.cleaner.min.cleanable.ratio",
+        default: "0.5",
+        help: "default min.cleanable.dirty.ratio of topics: the dirty share of a log at which it is cleaned",
+    },
+    Setting {
+        name: "log.cleaner.delete.retention.ms",
+        default: "86400000",
+        help: "default delete.retention.ms of topics: how long tombstones stay after cleaning",
+    },
+    Setting {
+        name: "log.cleaner.min.compaction.lag.ms",
+        default: "0",
+        help: "default min.compaction.lag.ms of topics: the least time a record stays uncompacted",
+    },
+    Setting {
+        name: "log.cleaner.max.compaction.lag.ms",
+        default: "9223372036854775807",
+        help: "default max.compaction.lag.ms of topics: a record is compacted within about this long",
+    },
+    Setting {
         name: "compression.type",
         default: "producer",
         help: "default compression.type of topics: producer (keep the producer's) or a codec to recompress to",
@@ -296,6 +337,21 @@ pub const SETTINGS: &[Setting] = &[
     },
 ];
 
+/// The log cleaner's broker settings (`log.cleaner.*`; the per-topic ones are in `LogConfig`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanerSettings {
+    /// `log.cleaner.enable`
+    pub enable: bool,
+    /// `log.cleaner.threads`
+    pub threads: usize,
+    /// `log.cleaner.dedupe.buffer.size`
+    pub dedupe_buffer_bytes: usize,
+    /// `log.cleaner.io.max.bytes.per.second` (`None`: unlimited)
+    pub io_max_bytes_per_second: Option<f64>,
+    /// `log.cleaner.backoff.ms`
+    pub backoff_ms: u64,
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -321,6 +377,7 @@ pub struct Config {
     pub request_bytes_max: usize,
     pub log: LogConfig,
     pub retention_check_interval_ms: u64,
+    pub cleaner: CleanerSettings,
     pub max_connections: usize,
     pub producer_id_expiration_ms: i64,
     pub metrics_listener: Option<SocketAddr>,
@@ -614,6 +671,38 @@ pub fn resolve(
         flush,
         cleanup_delete: true,
         cleanup_compact: false,
+        ..LogConfig::default()
+    };
+    let cleaner = CleanerSettings {
+        enable: parse("log.cleaner.enable", get("log.cleaner.enable"), any)?,
+        threads: parse::<i64>("log.cleaner.threads", get("log.cleaner.threads"), |x: &i64| {
+            if (1..=64).contains(x) {
+                Ok(())
+            } else {
+                Err("must be between 1 and 64".into())
+            }
+        })? as usize,
+        dedupe_buffer_bytes: parse::<i64>(
+            "log.cleaner.dedupe.buffer.size",
+            get("log.cleaner.dedupe.buffer.size"),
+            |x: &i64| if *x >= 1024 * 1024 { Ok(()) } else { Err("must be ≥ 1048576".into()) },
+        )? as usize,
+        io_max_bytes_per_second: {
+            let rate: f64 = parse(
+                "log.cleaner.io.max.bytes.per.second",
+                get("log.cleaner.io.max.bytes.per.second"),
+                |x: &f64| if *x > 0.0 { Ok(()) } else { Err("must be > 0".into()) },
+            )?;
+            (rate < 1e300).then_some(rate)
+        },
+        backoff_ms: parse::<i64>("log.cleaner.backoff.ms", get("log.cleaner.backoff.ms"), |x: &i64| {
+            if *x >= 0 {
+                Ok(())
+            } else {
+                Err("must be ≥ 0".into())
+            }
+        })?
+        .max(1) as u64,
     };
     let request_bytes_max: i64 = parse("socket.request.max.bytes", get("socket.request.max.bytes"), |x: &i64| {
         if (1024..=i64::from(i32::MAX)).contains(x) {
@@ -685,6 +774,7 @@ pub fn resolve(
         message_max_bytes: message_max_bytes as usize,
         request_bytes_max: request_bytes_max as usize,
         log,
+        cleaner,
         retention_check_interval_ms: parse::<i64>(
             "log.retention.check.interval.ms",
             get("log.retention.check.interval.ms"),

@@ -94,7 +94,6 @@ use Check::*;
 use Kind::*;
 use Meaning::*;
 
-const NO_CLEANER: &str = "compaction is not built yet (issue 20): compacted topics keep every record";
 const NO_TIERED: &str = "tiered storage is not built";
 const RAFT: &str = "replication is Raft's";
 
@@ -122,19 +121,19 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         "The largest record batch size allowed (after recompression, if compression.type makes one)."),
     def("index.interval.bytes", Int, "4096", AtLeast(0), Some("log.index.interval.bytes"), Applied,
         "How often an offset index entry is added."),
-    def("delete.retention.ms", Long, "86400000", AtLeast(0), Some("log.cleaner.delete.retention.ms"), Inert(NO_CLEANER),
+    def("delete.retention.ms", Long, "86400000", AtLeast(0), Some("log.cleaner.delete.retention.ms"), Applied,
         "How long delete tombstones are kept on compacted topics."),
-    def("min.compaction.lag.ms", Long, "0", AtLeast(0), Some("log.cleaner.min.compaction.lag.ms"), Inert(NO_CLEANER),
+    def("min.compaction.lag.ms", Long, "0", AtLeast(0), Some("log.cleaner.min.compaction.lag.ms"), Applied,
         "The minimum time a record stays uncompacted."),
-    def("max.compaction.lag.ms", Long, LONG_MAX, AtLeast(1), Some("log.cleaner.max.compaction.lag.ms"), Inert(NO_CLEANER),
+    def("max.compaction.lag.ms", Long, LONG_MAX, AtLeast(1), Some("log.cleaner.max.compaction.lag.ms"), Applied,
         "The maximum time a record stays ineligible for compaction."),
     def("file.delete.delay.ms", Long, "60000", AtLeast(0), Some("log.segment.delete.delay.ms"),
         Inert("a segment is unlinked at once; readers that have it open keep reading it"),
         "The time to wait before deleting a file from the filesystem."),
-    def("min.cleanable.dirty.ratio", Double, "0.5", Ratio, Some("log.cleaner.min.cleanable.ratio"), Inert(NO_CLEANER),
+    def("min.cleanable.dirty.ratio", Double, "0.5", Ratio, Some("log.cleaner.min.cleanable.ratio"), Applied,
         "How dirty a log must be before the cleaner compacts it."),
     def("cleanup.policy", List, "delete", ListOf(&["compact", "delete"]), Some("log.cleanup.policy"), Applied,
-        "delete: retention removes old segments; compact: records need a key (compaction itself: issue 20)."),
+        "delete: retention removes old segments; compact: the log cleaner keeps the newest record of each key (records need a key)."),
     def("unclean.leader.election.enable", Bool, "false", Any, Some("unclean.leader.election.enable"),
         Inert("a Raft leader is always elected from a majority holding every committed record: there is no unclean election"),
         "Whether replicas outside the ISR may become leader."),

@@ -26,6 +26,20 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// The log cleaner's view of a compacted partition ([`Partition::cleaning_status`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleaningStatus {
+    /// Dirty bytes over all cleanable bytes (Kafka's cleanable ratio).
+    pub dirty_ratio: f64,
+    pub dirty_bytes: u64,
+    /// A pass should run now.
+    pub due: bool,
+    /// Timestamp of the oldest dirty batch (what `max.compaction.lag.ms` measures).
+    pub oldest_dirty_ms: Option<i64>,
+    /// When the last pass finished.
+    pub last_cleaned_ms: Option<i64>,
+}
+
 /// What a produce append did.
 #[derive(Debug)]
 pub enum Appended {
@@ -516,6 +530,77 @@ impl Partition {
         self.log().high_watermark()
     }
 
+    /// The log cleaner's view of this partition (`None`: not a compacted topic): how dirty its
+    /// cleanable range is and whether a pass is due now — the dirty ratio reached
+    /// `min.cleanable.dirty.ratio`, the oldest dirty record passed `max.compaction.lag.ms`, or
+    /// tombstones reached their `delete.retention.ms` horizon.
+    pub fn cleaning_status(&self, now_ms: i64) -> Option<CleaningStatus> {
+        let log = self.log();
+        let c = log.config().clone();
+        if !c.cleanup_compact {
+            return None;
+        }
+        let lso = self.last_stable_offset_of(&log);
+        let end = log.cleanable_end(lso, now_ms, c.min_compaction_lag_ms);
+        let (clean, dirty) = log.clean_and_dirty_bytes(end);
+        let ratio = if clean + dirty == 0 { 0.0 } else { dirty as f64 / (clean + dirty) as f64 };
+        let oldest_dirty = log.first_dirty_timestamp(end);
+        let overdue = oldest_dirty.is_some_and(|t| t >= 0 && now_ms.saturating_sub(t) > c.max_compaction_lag_ms);
+        let state = log.cleaner_state();
+        let tombstones_due = state.horizon_moved(now_ms, c.delete_retention_ms) && end > log.log_start_offset();
+        Some(CleaningStatus {
+            dirty_ratio: ratio,
+            dirty_bytes: dirty,
+            due: (dirty > 0 && (ratio >= c.min_cleanable_dirty_ratio || overdue)) || tombstones_due,
+            oldest_dirty_ms: oldest_dirty,
+            last_cleaned_ms: state.last_cleaned_ms(),
+        })
+    }
+
+    /// One log-cleaner pass (`sluice_storage::cleaner`): the range is taken and the result
+    /// swapped in under the log lock, the cleaning itself runs without it (appends and reads go
+    /// on). Open transactions are never touched: the pass stops at the last stable offset. The
+    /// last batch of every producer this partition still tracks is kept, so idempotence and
+    /// transactions carry on across cleaning and restarts. `None`: nothing to clean.
+    pub fn clean(
+        &self,
+        now_ms: i64,
+        map_capacity: usize,
+        io_bytes_per_second: Option<f64>,
+    ) -> Result<Option<sluice_storage::cleaner::CleanStats>, StorageError> {
+        let keep_last: HashMap<i64, i64> = self
+            .producers
+            .lock()
+            .or_die()
+            .iter()
+            .filter_map(|(pid, e)| e.batches.back().map(|b| (*pid, b.last_offset)))
+            .collect();
+        let (mut job, opts) = {
+            let log = self.log();
+            let c = log.config();
+            if !c.cleanup_compact {
+                return Ok(None);
+            }
+            let opts = sluice_storage::cleaner::CleanOptions {
+                now_ms,
+                delete_retention_ms: c.delete_retention_ms,
+                min_compaction_lag_ms: c.min_compaction_lag_ms,
+                upper: self.last_stable_offset_of(&log),
+                map_capacity,
+                keep_last,
+                io_bytes_per_second,
+            };
+            match log.prepare_clean(&opts)? {
+                Some(job) => (job, opts),
+                None => return Ok(None),
+            }
+        };
+        let cleaned = sluice_storage::cleaner::clean(&mut job, &opts)?;
+        let stats = cleaned.stats.clone();
+        let installed = self.log().install_clean(cleaned)?;
+        Ok(installed.then_some(stats))
+    }
+
     /// Read up to `max_bytes` from `offset`, bounded by the high watermark (read_uncommitted)
     /// or the last stable offset (read_committed, with the aborted transactions overlapping
     /// what is returned).
@@ -991,5 +1076,75 @@ mod tests {
         let (_, out) = offsets_read(&p, 0, true);
         assert_eq!(out.aborted, vec![(7, 0)], "and it is not duplicated by a later replay");
         assert_eq!(p.last_stable_offset(), 5);
+    }
+
+    fn keyed(pid: i64, epoch: i16, seq: i32, keys: &[u8], transactional: bool) -> Vec<u8> {
+        let recs: Vec<NewRecord> = keys
+            .iter()
+            .map(|k| NewRecord {
+                timestamp: 1000,
+                key: Some(Bytes::from(vec![*k])),
+                value: Some(Bytes::from(vec![*k; 60])),
+                ..Default::default()
+            })
+            .collect();
+        BatchBuilder { producer_id: pid, producer_epoch: epoch, base_sequence: seq, transactional, ..Default::default() }
+            .build(&recs)
+            .unwrap()
+            .to_vec()
+    }
+
+    /// Cleaning keeps the last batch of every producer the partition tracks (emptied when its
+    /// records are superseded) and the marker after it, so a restart that replays the whole
+    /// cleaned log (no producer snapshot) rebuilds the same producer state: no transaction left
+    /// open, sequences and epochs as they were, and a retry of the last batch still a duplicate.
+    #[test]
+    fn cleaning_keeps_producer_state_across_a_full_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig { cleanup_compact: true, cleanup_delete: false, ..config() };
+        let p = Partition::new("t".into(), 0, Log::open(dir.path(), cfg.clone()).unwrap(), Arc::new(tokio::sync::Notify::new()));
+        let mut seq = 0;
+        for round in 0..30 {
+            // idempotent producer 7: keys 1..3 again and again
+            let mut b = keyed(7, 0, seq, &[1, 2, 3], false);
+            assert!(matches!(p.append_batch(&mut b, 0).unwrap(), Appended::New { .. }));
+            let leo = p.log().log_end_offset();
+            p.wait_durable(leo).unwrap();
+            seq += 3;
+            // transactional producer 8: one batch per transaction, committed or aborted
+            append_durably(&p, keyed(8, 0, round, &[4], true));
+            marker(&p, 8, 0, round % 3 != 0);
+        }
+        // the last batches are superseded by a plain producer's records
+        let mut plain = keyed(-1, -1, -1, &[1, 2, 3, 4], false);
+        p.append_batch(&mut plain, 0).unwrap();
+        p.log().roll().unwrap();
+        let leo = p.log().log_end_offset();
+        p.wait_durable(leo).unwrap();
+        let before = state(&p);
+        let size_before = p.log().size_bytes();
+        let stats = p.clean(10_000, 1 << 20, None).unwrap().expect("a pass ran");
+        assert!(stats.records_kept < stats.records_read / 4, "{stats:?}");
+        assert!(p.log().size_bytes() < size_before / 3);
+        assert_eq!(state(&p), before);
+        drop(p);
+        for e in std::fs::read_dir(dir.path()).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "snapshot") {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+        let p = Partition::new("t".into(), 0, Log::open(dir.path(), cfg).unwrap(), Arc::new(tokio::sync::Notify::new()));
+        let after = state(&p);
+        for pid in [7, 8] {
+            let (b, a) = (&before[&pid], &after[&pid]);
+            assert_eq!((a.epoch, a.txn_first_offset), (b.epoch, None), "producer {pid}");
+            assert_eq!(a.batches.back(), b.batches.back(), "producer {pid}'s last batch");
+        }
+        assert_eq!(p.last_stable_offset(), p.log().log_end_offset(), "no transaction reopened by the replay");
+        let mut retry = keyed(7, 0, seq - 3, &[1, 2, 3], false);
+        assert!(matches!(p.append_batch(&mut retry, 0).unwrap(), Appended::Duplicate { .. }));
+        let mut next = keyed(7, 0, seq, &[1], false);
+        assert!(matches!(p.append_batch(&mut next, 0).unwrap(), Appended::New { .. }));
     }
 }
