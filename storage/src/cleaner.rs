@@ -66,14 +66,15 @@ pub struct CleanerState {
     pub gaps_below: i64,
     /// Finished passes, oldest first: (clean end, finished at, ms since the epoch).
     pub passes: Vec<(i64, i64)>,
-    /// The tombstone horizon the last pass applied: a pass is due when the horizon passes it,
-    /// even with nothing dirty (tombstones then go on time, as Kafka's KIP-534 cleaner does).
-    pub applied_horizon: i64,
+    /// The lowest offset of a tombstone or marker the last pass kept only because its horizon
+    /// had not come (`i64::MAX`: none): a pass is due once the horizon passes it, even with
+    /// nothing dirty, so tombstones go on time (as Kafka's KIP-534 cleaner does).
+    pub pending_deletes_from: i64,
 }
 
 impl Default for CleanerState {
     fn default() -> Self {
-        CleanerState { clean_end: 0, gaps_below: 0, passes: Vec::new(), applied_horizon: i64::MIN }
+        CleanerState { clean_end: 0, gaps_below: 0, passes: Vec::new(), pending_deletes_from: i64::MAX }
     }
 }
 
@@ -82,7 +83,7 @@ impl CleanerState {
         let mut p = Vec::with_capacity(28 + self.passes.len() * 16);
         p.extend_from_slice(&self.clean_end.to_be_bytes());
         p.extend_from_slice(&self.gaps_below.to_be_bytes());
-        p.extend_from_slice(&self.applied_horizon.to_be_bytes());
+        p.extend_from_slice(&self.pending_deletes_from.to_be_bytes());
         p.extend_from_slice(&(self.passes.len() as u32).to_be_bytes());
         for (end, at) in &self.passes {
             p.extend_from_slice(&end.to_be_bytes());
@@ -98,7 +99,7 @@ impl CleanerState {
             return None;
         }
         let passes = (0..n).map(|k| Some((i(28 + k * 16)?, i(36 + k * 16)?))).collect::<Option<Vec<_>>>()?;
-        Some(CleanerState { clean_end: i(0)?, gaps_below: i(8)?, applied_horizon: i(16)?, passes })
+        Some(CleanerState { clean_end: i(0)?, gaps_below: i(8)?, pending_deletes_from: i(16)?, passes })
     }
 
     /// Read `dir`'s state; a missing file is a log never cleaned. An unreadable one is treated
@@ -137,14 +138,14 @@ impl CleanerState {
         self.passes.last().map(|(_, at)| *at)
     }
 
-    /// Tombstones or markers may have become removable since the last pass.
-    pub fn horizon_moved(&self, now_ms: i64, delete_retention_ms: i64) -> bool {
-        self.horizon(now_ms, delete_retention_ms) > self.applied_horizon
+    /// A tombstone or marker the last pass kept has reached its horizon.
+    pub fn deletes_due(&self, now_ms: i64, delete_retention_ms: i64) -> bool {
+        self.horizon(now_ms, delete_retention_ms) > self.pending_deletes_from
     }
 
-    fn record_pass(&mut self, end: i64, now_ms: i64, horizon: i64) {
+    fn record_pass(&mut self, end: i64, now_ms: i64, pending_deletes_from: i64) {
         self.clean_end = end;
-        self.applied_horizon = horizon;
+        self.pending_deletes_from = pending_deletes_from;
         self.passes.push((end, now_ms));
         // a pass that ended lower than a later, older-or-equal one is never the horizon again
         while self.passes.len() > MAX_PASSES {
@@ -228,7 +229,7 @@ pub struct Cleaned {
     groups: Vec<Group>,
     end: i64,
     now_ms: i64,
-    horizon: i64,
+    pending_deletes_from: i64,
     pub stats: CleanStats,
 }
 
@@ -360,7 +361,7 @@ impl Log {
         let mut first_dirty = self.cleaner.clean_end.max(first_base);
         if end <= first_dirty {
             // nothing dirty: a pass only to drop tombstones and markers past their horizon
-            if end <= first_base || !self.cleaner.horizon_moved(opts.now_ms, opts.delete_retention_ms) {
+            if end <= first_base || !self.cleaner.deletes_due(opts.now_ms, opts.delete_retention_ms) {
                 return Ok(None);
             }
             first_dirty = end;
@@ -435,7 +436,7 @@ impl Log {
             }
             self.segments.insert(g.base, seg);
         }
-        state.record_pass(cleaned.end.max(state.clean_end), cleaned.now_ms, cleaned.horizon);
+        state.record_pass(cleaned.end.max(state.clean_end), cleaned.now_ms, cleaned.pending_deletes_from);
         step()?;
         state.store(&dir)?;
         self.cleaner = state;
@@ -646,6 +647,7 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
     // producer id → the open committed transaction has a record kept
     let mut txn_kept: HashMap<i64, bool> = HashMap::new();
     let mut kept_markers: Vec<i64> = Vec::new();
+    let mut pending_deletes_from = i64::MAX;
     for (s, m) in job.segments.iter().zip(&maps) {
         if s.next_base > end {
             break;
@@ -684,6 +686,9 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
                 // transaction close), and until the horizon
                 let had_batches = txn_kept.remove(&pid).unwrap_or(false);
                 if had_batches || last_of_live || v.base_offset() >= horizon {
+                    if !had_batches && !last_of_live {
+                        pending_deletes_from = pending_deletes_from.min(v.base_offset());
+                    }
                     out.push(v.bytes(), &v);
                     kept_markers.push(v.base_offset());
                     stats.records_kept += 1;
@@ -709,6 +714,9 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
                     newest && (r.value.is_some() || r.offset >= horizon)
                 })
                 .collect();
+            if let Some(t) = kept.iter().find(|r| r.value.is_none()) {
+                pending_deletes_from = pending_deletes_from.min(t.offset);
+            }
             if v.is_transactional() {
                 let e = txn_kept.entry(pid).or_insert(false);
                 *e |= !kept.is_empty() || last_of_live;
@@ -746,5 +754,5 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
     }
     sidefile::sync_dir(&staging)?;
     stats.seconds = started.elapsed().as_secs_f64();
-    Ok(Cleaned { groups, end, now_ms: opts.now_ms, horizon, stats })
+    Ok(Cleaned { groups, end, now_ms: opts.now_ms, pending_deletes_from, stats })
 }

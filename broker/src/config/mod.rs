@@ -673,37 +673,38 @@ pub fn resolve(
         cleanup_compact: false,
         ..LogConfig::default()
     };
-    let cleaner = CleanerSettings {
-        enable: parse("log.cleaner.enable", get("log.cleaner.enable"), any)?,
-        threads: parse::<i64>("log.cleaner.threads", get("log.cleaner.threads"), |x: &i64| {
-            if (1..=64).contains(x) {
-                Ok(())
-            } else {
-                Err("must be between 1 and 64".into())
-            }
-        })? as usize,
-        dedupe_buffer_bytes: parse::<i64>(
-            "log.cleaner.dedupe.buffer.size",
-            get("log.cleaner.dedupe.buffer.size"),
-            |x: &i64| if *x >= 1024 * 1024 { Ok(()) } else { Err("must be ≥ 1048576".into()) },
-        )? as usize,
-        io_max_bytes_per_second: {
-            let rate: f64 = parse(
-                "log.cleaner.io.max.bytes.per.second",
-                get("log.cleaner.io.max.bytes.per.second"),
-                |x: &f64| if *x > 0.0 { Ok(()) } else { Err("must be > 0".into()) },
-            )?;
-            (rate < 1e300).then_some(rate)
-        },
-        backoff_ms: parse::<i64>("log.cleaner.backoff.ms", get("log.cleaner.backoff.ms"), |x: &i64| {
-            if *x >= 0 {
-                Ok(())
-            } else {
-                Err("must be ≥ 0".into())
-            }
-        })?
-        .max(1) as u64,
-    };
+    let cleaner =
+        CleanerSettings {
+            enable: parse("log.cleaner.enable", get("log.cleaner.enable"), any)?,
+            threads: parse::<i64>("log.cleaner.threads", get("log.cleaner.threads"), |x: &i64| {
+                if (1..=64).contains(x) {
+                    Ok(())
+                } else {
+                    Err("must be between 1 and 64".into())
+                }
+            })? as usize,
+            dedupe_buffer_bytes: parse::<i64>(
+                "log.cleaner.dedupe.buffer.size",
+                get("log.cleaner.dedupe.buffer.size"),
+                |x: &i64| if *x >= 1024 * 1024 { Ok(()) } else { Err("must be ≥ 1048576".into()) },
+            )? as usize,
+            io_max_bytes_per_second: {
+                let rate: f64 = parse(
+                    "log.cleaner.io.max.bytes.per.second",
+                    get("log.cleaner.io.max.bytes.per.second"),
+                    |x: &f64| if *x > 0.0 { Ok(()) } else { Err("must be > 0".into()) },
+                )?;
+                (rate < 1e300).then_some(rate)
+            },
+            backoff_ms: parse::<i64>("log.cleaner.backoff.ms", get("log.cleaner.backoff.ms"), |x: &i64| {
+                if *x >= 0 {
+                    Ok(())
+                } else {
+                    Err("must be ≥ 0".into())
+                }
+            })?
+            .max(1) as u64,
+        };
     let request_bytes_max: i64 = parse("socket.request.max.bytes", get("socket.request.max.bytes"), |x: &i64| {
         if (1024..=i64::from(i32::MAX)).contains(x) {
             Ok(())

@@ -547,7 +547,7 @@ impl Partition {
         let oldest_dirty = log.first_dirty_timestamp(end);
         let overdue = oldest_dirty.is_some_and(|t| t >= 0 && now_ms.saturating_sub(t) > c.max_compaction_lag_ms);
         let state = log.cleaner_state();
-        let tombstones_due = state.horizon_moved(now_ms, c.delete_retention_ms) && end > log.log_start_offset();
+        let tombstones_due = state.deletes_due(now_ms, c.delete_retention_ms) && end > log.log_start_offset();
         Some(CleaningStatus {
             dirty_ratio: ratio,
             dirty_bytes: dirty,
@@ -1088,10 +1088,16 @@ mod tests {
                 ..Default::default()
             })
             .collect();
-        BatchBuilder { producer_id: pid, producer_epoch: epoch, base_sequence: seq, transactional, ..Default::default() }
-            .build(&recs)
-            .unwrap()
-            .to_vec()
+        BatchBuilder {
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: seq,
+            transactional,
+            ..Default::default()
+        }
+        .build(&recs)
+        .unwrap()
+        .to_vec()
     }
 
     /// Cleaning keeps the last batch of every producer the partition tracks (emptied when its
@@ -1102,7 +1108,12 @@ mod tests {
     fn cleaning_keeps_producer_state_across_a_full_replay() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = LogConfig { cleanup_compact: true, cleanup_delete: false, ..config() };
-        let p = Partition::new("t".into(), 0, Log::open(dir.path(), cfg.clone()).unwrap(), Arc::new(tokio::sync::Notify::new()));
+        let p = Partition::new(
+            "t".into(),
+            0,
+            Log::open(dir.path(), cfg.clone()).unwrap(),
+            Arc::new(tokio::sync::Notify::new()),
+        );
         let mut seq = 0;
         for round in 0..30 {
             // idempotent producer 7: keys 1..3 again and again
@@ -1134,7 +1145,8 @@ mod tests {
                 std::fs::remove_file(path).unwrap();
             }
         }
-        let p = Partition::new("t".into(), 0, Log::open(dir.path(), cfg).unwrap(), Arc::new(tokio::sync::Notify::new()));
+        let p =
+            Partition::new("t".into(), 0, Log::open(dir.path(), cfg).unwrap(), Arc::new(tokio::sync::Notify::new()));
         let after = state(&p);
         for pid in [7, 8] {
             let (b, a) = (&before[&pid], &after[&pid]);
