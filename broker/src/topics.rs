@@ -193,7 +193,7 @@ impl TopicRegistry {
                         "recovered after unclean shutdown"
                     );
                 }
-                partitions.push(Arc::new(Partition::new(name.clone(), p, log, hw_changed.clone())));
+                partitions.push(held_in_cluster(&config, Partition::new(name.clone(), p, log, hw_changed.clone())));
             }
             topics.insert(
                 name.clone(),
@@ -738,7 +738,8 @@ impl TopicRegistry {
                 std::fs::remove_dir_all(&dir).map_err(|e| StorageError::Io { path: dir.clone(), source: e })?;
             }
             let log = Log::open(&dir, log_config.clone())?;
-            parts.push(Arc::new(Partition::new(name.to_string(), p, log, self.hw_changed.clone())));
+            parts
+                .push(held_in_cluster(&self.config, Partition::new(name.to_string(), p, log, self.hw_changed.clone())));
         }
         let topic = Arc::new(Topic { name: name.to_string(), id, configs, settings, partitions: parts });
         topics.insert(name.to_string(), topic.clone());
@@ -794,7 +795,8 @@ impl TopicRegistry {
                 std::fs::remove_dir_all(&dir).map_err(|e| StorageError::Io { path: dir.clone(), source: e })?;
             }
             let log = Log::open(&dir, log_config.clone())?;
-            parts.push(Arc::new(Partition::new(name.to_string(), p, log, self.hw_changed.clone())));
+            parts
+                .push(held_in_cluster(&self.config, Partition::new(name.to_string(), p, log, self.hw_changed.clone())));
         }
         let new = Arc::new(Topic {
             name: name.to_string(),
@@ -916,6 +918,15 @@ impl TopicRegistry {
             tracing::error!("group configs subscribed twice; keeping the first subscriber");
         }
     }
+}
+
+/// Cluster mode: the log cleaner leaves a partition alone until its replica says from where a
+/// restart replays (`Partition::set_clean_limit`), or the reconciler finds it is not replicated.
+fn held_in_cluster(config: &Config, p: Partition) -> Arc<Partition> {
+    if !config.voters.is_empty() {
+        p.set_clean_limit(0);
+    }
+    Arc::new(p)
 }
 
 pub fn partition_dir(data_dir: &Path, topic: &str, p: i32) -> PathBuf {

@@ -303,10 +303,11 @@ impl Log {
     }
 
     /// The end of the range a pass may clean now: the base of the first segment that is the
-    /// active one, reaches `upper`, the high watermark or the durable end, or holds a record
-    /// newer than `min_compaction_lag_ms`.
+    /// active one, reaches `upper` or the high watermark, or holds a record newer than
+    /// `min_compaction_lag_ms`. (A pass also stops at the durable end: the records that justify
+    /// a removal must survive a crash. Sync the log first — `Flusher::sync_to` — to clean it all.)
     pub fn cleanable_end(&self, upper: i64, now_ms: i64, min_compaction_lag_ms: i64) -> i64 {
-        let limit = upper.min(self.high_watermark()).min(self.flusher().durable_end());
+        let limit = upper.min(self.high_watermark());
         let bases: Vec<i64> = self.segment_bases();
         let mut end = bases.first().copied().unwrap_or(0);
         for pair in bases.windows(2) {
@@ -356,7 +357,8 @@ impl Log {
     /// `None` when nothing is cleanable or nothing is dirty.
     pub fn prepare_clean(&self, opts: &CleanOptions) -> Result<Option<CleanJob>> {
         self.check_online()?;
-        let end = self.cleanable_end(opts.upper, opts.now_ms, opts.min_compaction_lag_ms);
+        let end =
+            self.cleanable_end(opts.upper.min(self.flusher().durable_end()), opts.now_ms, opts.min_compaction_lag_ms);
         let first_base = self.segment_bases().first().copied().unwrap_or(0);
         let mut first_dirty = self.cleaner.clean_end.max(first_base);
         if end <= first_dirty {

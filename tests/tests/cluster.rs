@@ -2357,3 +2357,163 @@ async fn new_coordinator_after_aborts(c: &Cluster, via: usize, txn: &str, old: i
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// Produce one batch of `records` to `topic`/0 at `b` with acks=all; the error code.
+async fn produce_records(b: &Broker, topic: &'static str, records: &[sluice_protocol::batch::NewRecord]) -> i16 {
+    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
+    let batch = sluice_protocol::batch::BatchBuilder::default().build(records).unwrap();
+    let mut pd = kafka_protocol::messages::produce_request::PartitionProduceData::default();
+    pd.index = 0;
+    pd.records = Some(batch);
+    let mut td = kafka_protocol::messages::produce_request::TopicProduceData::default();
+    td.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str(topic));
+    td.partition_data = vec![pd];
+    let mut req = kafka_protocol::messages::ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 10_000;
+    req.topic_data = vec![td];
+    match conn.call(ApiKey::Produce, 9, RequestKind::Produce(req)).await {
+        Ok(ResponseKind::Produce(r)) => r.responses[0].partition_responses[0].error_code,
+        _ => -1,
+    }
+}
+
+/// offset, key, value
+type DiskRecord = (i64, Vec<u8>, Vec<u8>);
+
+/// Every data record in partition directory `dir`'s segments: (offset, key, value), and the
+/// base of its newest (active) segment.
+fn records_on_disk(dir: &std::path::Path) -> (Vec<DiskRecord>, i64) {
+    let segs = segments(dir);
+    let mut out = Vec::new();
+    for path in segs.values() {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        for b in sluice_protocol::batch::iter_batches(&bytes) {
+            let Ok((_, v)) = b else { break };
+            if v.is_control() {
+                continue;
+            }
+            for r in v.records().unwrap_or_default() {
+                out.push((r.offset, r.key.unwrap_or_default().to_vec(), r.value.unwrap_or_default().to_vec()));
+            }
+        }
+    }
+    (out, segs.keys().next_back().copied().unwrap_or(0))
+}
+
+/// The replica in `dir` is compacted: its newest value of every key is `expected`'s, and below
+/// its active segment no key appears twice.
+fn compacted_as(dir: &std::path::Path, expected: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<(), String> {
+    let (records, active) = records_on_disk(dir);
+    let mut table = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for (o, k, v) in &records {
+        if *o < active && !seen.insert(k.clone()) {
+            return Err(format!("key {} twice below the active segment at {active}", String::from_utf8_lossy(k)));
+        }
+        table.insert(k.clone(), v.clone());
+    }
+    if &table != expected {
+        return Err(format!("table of {} keys differs from the {} expected", table.len(), expected.len()));
+    }
+    Ok(())
+}
+
+/// Issue 20 on a replicated topic: every replica cleans its copy to the same table (one record
+/// per key below its active segment), and a replica wiped after cleaning catches up from a
+/// snapshot of the leader's cleaned segments and is compacted as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_of_a_compacted_topic_is_cleaned_and_a_wiped_one_catches_up_cleaned() {
+    let (mut c, ports) = Cluster::start_with_metrics_and(&[
+        "--log-cleaner-backoff-ms",
+        "200",
+        "--raft-log-max-bytes-between-snapshots",
+        "300000",
+    ]);
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    let configs = [("cleanup.policy", "compact"), ("segment.ms", "100"), ("min.cleanable.dirty.ratio", "0.01")];
+    admin.create_topic("compacted", 1, 3, &configs).await.unwrap();
+    let mut leader = leader_of(&c, "compacted").await;
+    let mut expected = BTreeMap::new();
+    let produce_round = |expected: &mut BTreeMap<Vec<u8>, Vec<u8>>, round: i64| {
+        let records: Vec<sluice_protocol::batch::NewRecord> = (0..20)
+            .map(|k| sluice_protocol::batch::NewRecord {
+                // 200 ms of record time per round: each round rolls a segment (segment.ms=100)
+                timestamp: 1_000_000 + round * 200,
+                key: Some(bytes::Bytes::from(format!("k{k}"))),
+                value: Some(bytes::Bytes::from(format!("{round}-{k}-{}", "v".repeat(1000)))),
+                headers: vec![],
+            })
+            .collect();
+        for r in &records {
+            expected.insert(r.key.clone().unwrap().to_vec(), r.value.clone().unwrap().to_vec());
+        }
+        records
+    };
+    let mut rounds = Vec::new();
+    for round in 0..40 {
+        rounds.push(produce_round(&mut expected, round));
+    }
+    async fn produce_at_one_of(c: &Cluster, among: &[usize], records: &[sluice_protocol::batch::NewRecord]) -> usize {
+        let t0 = Instant::now();
+        loop {
+            for &i in among {
+                if produce_records(&c.brokers[i], "compacted", records).await == 0 {
+                    return i;
+                }
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "no broker acknowledged a round");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    for records in &rounds {
+        leader = produce_at_one_of(&c, &[leader, 0, 1, 2], records).await;
+    }
+    let dirs: Vec<_> = c.brokers.iter().map(|b| b.data_dir.join("compacted-0")).collect();
+    let wait_compacted = |dirs: Vec<std::path::PathBuf>, expected: BTreeMap<Vec<u8>, Vec<u8>>| async move {
+        let t0 = Instant::now();
+        loop {
+            let states: Vec<_> = dirs.iter().map(|d| compacted_as(d, &expected)).collect();
+            if states.iter().all(|s| s.is_ok()) {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "replicas not compacted: {states:?}; segments {:?}; cleaned {:?}; passes logged {:?}",
+                dirs.iter().map(|d| segments(d).len()).collect::<Vec<_>>(),
+                dirs.iter().map(|d| d.join("cleaner.checkpoint").exists()).collect::<Vec<_>>(),
+                dirs.iter()
+                    .map(|d| std::fs::read_to_string(d.parent().unwrap().with_extension("log"))
+                        .unwrap_or_default()
+                        .matches("cleaned offsets")
+                        .count())
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    };
+    wait_compacted(dirs.clone(), expected.clone()).await;
+
+    // wipe a follower, write more (its snapshot moves on), bring it back
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    c.brokers[follower].stop();
+    std::fs::remove_dir_all(replica_dir(&c.brokers[follower])).unwrap();
+    std::fs::remove_dir_all(&dirs[follower]).unwrap();
+    let running: Vec<usize> = (0..3).filter(|i| *i != follower).collect();
+    for round in 40..60 {
+        let records = produce_round(&mut expected, round);
+        leader = produce_at_one_of(&c, &[&[leader][..], &running].concat(), &records).await;
+    }
+    c.brokers[follower].spawn();
+    let installed = "sluice_raft_snapshots_installed_total{partition=\"compacted-0\"}";
+    let t0 = Instant::now();
+    while scrape_value(ports[follower], installed).unwrap_or(0.0) < 1.0 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the wiped replica installed no snapshot");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // one more round rolls every replica's active segment past the last batch of the history
+    let records = produce_round(&mut expected, 60);
+    produce_at_one_of(&c, &[leader, 0, 1, 2], &records).await;
+    wait_compacted(dirs, expected).await;
+}

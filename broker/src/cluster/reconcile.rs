@@ -154,6 +154,14 @@ impl Reconciler {
         let mut wanted = std::collections::HashMap::new();
         for (name, info) in &image.topics {
             for (p, replicas) in info.replicas.iter().enumerate() {
+                if replicas.len() <= 1 {
+                    // not replicated: nothing replays over it, the log cleaner may have it all
+                    if let Some(part) =
+                        state.topic(name).filter(|t| t.id == info.id).and_then(|t| t.partition(p as i32).cloned())
+                    {
+                        part.set_clean_limit(i64::MAX);
+                    }
+                }
                 if replicas.len() > 1 && replicas.contains(&me) {
                     let initialize = !info.moved.contains(&(p as i32));
                     wanted.insert((name.clone(), p as i32), (info.id, replicas.clone(), initialize));

@@ -380,6 +380,8 @@ fn maintain(
         let mut recent: std::collections::VecDeque<u64> = Default::default();
         // the last applied entry when a snapshot was last asked for
         let mut triggered_at = 0u64;
+        // the last applied entry the loop saw, and for how many rounds it stayed
+        let (mut seen_applied, mut idle_rounds) = (0u64, 0u32);
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             if rx.has_changed().is_err() {
@@ -401,7 +403,13 @@ fn maintain(
                 // every replica a later entry to end its next snapshot at
                 let _ = raft.client_write_ff(PartCommand::DeleteRecords { offset: log_start }).await;
             }
-            if (progress.bytes_since_snapshot.load(Ordering::Relaxed) >= every || pinning)
+            idle_rounds = if applied == seen_applied { idle_rounds + 1 } else { 0 };
+            seen_applied = applied;
+            // a compacted partition's cleaner stops where a restart would replay from (the end
+            // `applied.json` records, rewritten only as entries apply): once writes pause, a
+            // snapshot records the end, so the cleaner reaches the last records too
+            let cleaner_held = idle_rounds >= 2 && partition.cleaner_held_back();
+            if (progress.bytes_since_snapshot.load(Ordering::Relaxed) >= every || pinning || cleaner_held)
                 && fresh
                 && !progress.replaying.load(Ordering::Acquire)
             {
@@ -881,6 +889,7 @@ impl ReplicaSm {
             progress.snapshot_log_start.store(s.header.log_start, std::sync::atomic::Ordering::Release);
         }
         progress.replaying.store(cursor < end, std::sync::atomic::Ordering::Release);
+        partition.replays_from(cursor);
         let _ = std::fs::remove_file(dir.join(INCOMING_FILE));
         let _ = std::fs::remove_dir_all(dir.join(INCOMING_DIR));
         Ok(ReplicaSm {
@@ -989,7 +998,9 @@ impl ReplicaSm {
 fn save_applied(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) -> Result<(), String> {
     partition.flush().map_err(|e| e.to_string())?;
     let bytes = serde_json::to_vec(applied).map_err(|e| e.to_string())?;
-    sluice_storage::sidefile::write_atomic(&dir.join(APPLIED_FILE), &bytes).map_err(|e| e.to_string())
+    sluice_storage::sidefile::write_atomic(&dir.join(APPLIED_FILE), &bytes).map_err(|e| e.to_string())?;
+    partition.replays_from(applied.log_end);
+    Ok(())
 }
 
 /// Hard-link the partition's files into `snapshots/<id>/` (made under a temporary name, its
@@ -1319,5 +1330,72 @@ mod tests {
             matches!(more[0], PartResult::Appended { first, last, .. } if first == end_before && last == end_before + 1)
         );
         assert_eq!(partition.log().log_end_offset(), end_before + 2);
+    }
+
+    fn keyed_produce(key: u8, round: i64) -> PartCommand {
+        let recs = [NewRecord {
+            timestamp: 1000 + round * 10,
+            key: Some(bytes::Bytes::from(vec![key])),
+            value: Some(bytes::Bytes::from(vec![key; 40])),
+            ..Default::default()
+        }];
+        let batch = BatchBuilder::default().build(&recs).unwrap().to_vec();
+        PartCommand::Produce { batch, now_ms: 5, verified: false, verified_from: None }
+    }
+
+    /// Issue 20: the log cleaner never rewrites what a restart replays. A compacted replica's
+    /// cleaner stops at the log end `applied.json` records, so entries applied after it are
+    /// matched against their own stored batches after a crash (with the limit lifted, the pass
+    /// removes superseded batches there and the replay fails to match them).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_cleaner_leaves_what_a_restart_replays_alone() {
+        let data = tempfile::tempdir().unwrap();
+        let raft = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            retention_ms: -1,
+            segment_ms: 5,
+            cleanup_compact: true,
+            cleanup_delete: false,
+            ..LogConfig::default()
+        };
+        let open = |dir: &Path| {
+            let log = Log::open(dir, config.clone()).unwrap();
+            let p = Arc::new(Partition::new("t".into(), 0, log, Arc::new(tokio::sync::Notify::new())));
+            p.set_clean_limit(0);
+            p
+        };
+        let cmds: Vec<PartCommand> = (0..24).map(|i| keyed_produce((i % 3) as u8, i)).collect();
+        let partition = open(data.path());
+        let first: Vec<PartResult> = {
+            let mut sm = ReplicaSm::open(raft.path(), partition.clone() as Arc<dyn PartitionLog>).unwrap();
+            let out1 =
+                sm.apply(cmds[..8].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 1, c))).await.unwrap();
+            sm.save().unwrap();
+            let stale = std::fs::read(raft.path().join(APPLIED_FILE)).unwrap();
+            let out2 =
+                sm.apply(cmds[8..].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 9, c))).await.unwrap();
+            partition.publish_committed();
+            if std::env::var("TEST_LIFT_CLEAN_LIMIT").is_ok() {
+                partition.set_clean_limit(i64::MAX);
+            }
+            let stats = partition.clean(10_000, 1 << 16, None).unwrap().expect("a pass");
+            assert!(stats.records_kept < stats.records_read, "{stats:?}");
+            drop(sm);
+            // a crash before applied.json was rewritten: it still says entry 8
+            std::fs::write(raft.path().join(APPLIED_FILE), stale).unwrap();
+            out1.into_iter().chain(out2).collect()
+        };
+        drop(partition);
+        let partition = open(data.path());
+        let end_before = partition.log().log_end_offset();
+        let mut sm = ReplicaSm::open(raft.path(), partition.clone() as Arc<dyn PartitionLog>).unwrap();
+        let again = sm.apply(cmds[8..].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 9, c))).await.unwrap();
+        assert_eq!(partition.log().log_end_offset(), end_before, "nothing written twice");
+        for (a, b) in first[8..].iter().zip(&again) {
+            assert!(
+                matches!((a, b), (PartResult::Appended { first: x, .. }, PartResult::Appended { first: y, .. }) if x == y),
+                "replayed {b:?}, first applied {a:?}"
+            );
+        }
     }
 }

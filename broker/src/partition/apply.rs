@@ -140,4 +140,12 @@ impl PartitionLog for Partition {
     fn install_snapshot(&self, staged: &std::path::Path, log_start: i64) -> Result<(i64, i64), StorageError> {
         Partition::install_snapshot(self, staged, log_start)
     }
+
+    fn replays_from(&self, offset: i64) {
+        self.set_clean_limit(offset);
+    }
+
+    fn cleaner_held_back(&self) -> bool {
+        Partition::cleaner_held_back(self)
+    }
 }

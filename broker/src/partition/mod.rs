@@ -70,6 +70,12 @@ pub struct Partition {
     /// First offset of the oldest open transaction (`i64::MAX`: none). Written under the
     /// producer-state lock; read without it.
     first_unstable: AtomicI64,
+    /// The log cleaner leaves offsets from here on alone. Cluster mode: a replica's restart
+    /// applies its Raft log again from `applied.json`'s log end and matches each entry against
+    /// the batch stored at that offset, so nothing above it may be rewritten; the replica moves
+    /// this up as it records what it applied, and a partition not replicated is released
+    /// (`i64::MAX`, the single-broker default).
+    clean_limit: AtomicI64,
     /// Cluster mode, coordinator on another broker: (producer id, epoch) whose transaction that
     /// coordinator confirmed holds this partition (KIP-890 verification). Cleared for a
     /// producer by its next marker (under the producer-state lock), so a batch arriving after
@@ -126,7 +132,19 @@ impl Partition {
             flusher: Mutex::new(flusher),
             hw_changed,
             first_unstable,
+            clean_limit: AtomicI64::new(i64::MAX),
         }
+    }
+
+    /// A compacted partition with batches at or past its clean limit.
+    pub fn cleaner_held_back(&self) -> bool {
+        let log = self.log();
+        log.config().cleanup_compact && self.clean_limit.load(Ordering::Acquire) < log.log_end_offset()
+    }
+
+    /// Where the log cleaner must stop (see the field); 0 holds it entirely.
+    pub fn set_clean_limit(&self, offset: i64) {
+        self.clean_limit.store(offset, Ordering::Release);
     }
 
     /// The last stable offset: min(first offset of the oldest open transaction, high watermark),
@@ -540,8 +558,8 @@ impl Partition {
         if !c.cleanup_compact {
             return None;
         }
-        let lso = self.last_stable_offset_of(&log);
-        let end = log.cleanable_end(lso, now_ms, c.min_compaction_lag_ms);
+        let upper = self.last_stable_offset_of(&log).min(self.clean_limit.load(Ordering::Acquire));
+        let end = log.cleanable_end(upper, now_ms, c.min_compaction_lag_ms);
         let (clean, dirty) = log.clean_and_dirty_bytes(end);
         let ratio = if clean + dirty == 0 { 0.0 } else { dirty as f64 / (clean + dirty) as f64 };
         let oldest_dirty = log.first_dirty_timestamp(end);
@@ -568,6 +586,9 @@ impl Partition {
         map_capacity: usize,
         io_bytes_per_second: Option<f64>,
     ) -> Result<Option<sluice_storage::cleaner::CleanStats>, StorageError> {
+        // a replicated partition's copy is fsynced lazily: make the range durable first
+        let lso = self.last_stable_offset();
+        self.flusher().sync_to(lso)?;
         let keep_last: HashMap<i64, i64> = self
             .producers
             .lock()
@@ -585,7 +606,7 @@ impl Partition {
                 now_ms,
                 delete_retention_ms: c.delete_retention_ms,
                 min_compaction_lag_ms: c.min_compaction_lag_ms,
-                upper: self.last_stable_offset_of(&log),
+                upper: self.last_stable_offset_of(&log).min(self.clean_limit.load(Ordering::Acquire)),
                 map_capacity,
                 keep_last,
                 io_bytes_per_second,

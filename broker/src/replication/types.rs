@@ -132,6 +132,12 @@ pub trait PartitionLog: Send + Sync + 'static {
     /// Replace the partition with a received snapshot's files, staged in `staged`, whose log
     /// starts at `log_start`: the new log's start and end.
     fn install_snapshot(&self, staged: &std::path::Path, log_start: i64) -> Result<(i64, i64), StorageError>;
+    /// A restart replays the Raft log over the partition log from `offset` (`applied.json`'s
+    /// log end): nothing from there on may be rewritten (the log cleaner stops below it).
+    fn replays_from(&self, offset: i64);
+    /// The log cleaner would clean more if the replay point moved up (a compacted partition
+    /// with batches past it).
+    fn cleaner_held_back(&self) -> bool;
 }
 
 /// Why a committed command could not be applied to a partition.
