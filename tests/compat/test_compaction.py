@@ -190,6 +190,18 @@ def test_a_compacted_topic_is_cleaned_and_both_clients_read_the_same_table(cbrok
         nxt = min(o for o in after_offsets if o > removed)
         assert read_confluent(cbroker, topic, committed=False, start=removed)[0][0] == nxt
         assert read_kafka_python(cbroker, topic, committed=False, start=removed)[0][0] == nxt
+    # sluicectl shows the cleaner's state, and its log dump the removed ranges
+    tool = os.path.join(os.path.dirname(TEST_SLUICE_BIN), "sluicectl")
+    out = subprocess.run([tool, "topics", "describe", topic, "--bootstrap-server", cbroker.bootstrap, "--output", "json"],
+                         check=True, capture_output=True, text=True)
+    part = json.loads(out.stdout)["partitions"][0]
+    assert 0.0 <= part["dirty_ratio"] <= 1.0 and part["last_cleaned_ms"] > 0, part
+    text = subprocess.run([tool, "topics", "describe", topic, "--bootstrap-server", cbroker.bootstrap],
+                          check=True, capture_output=True, text=True).stdout
+    assert "DirtyRatio: " in text and "LastCleaned: " in text, text
+    dumps = "".join(subprocess.run([tool, "log", "dump", f], check=True, capture_output=True, text=True).stdout
+                    for f in sorted(glob.glob(os.path.join(cbroker.data_dir, f"{topic}-0", "*.log"))))
+    assert "removed by the log cleaner" in dumps
     # a restart reads the cleaned log the same
     cbroker.restart()
     assert read_confluent(cbroker, topic, committed=False) == after_u

@@ -175,17 +175,32 @@ pub async fn topics(bootstrap: &str, cmd: TopicsCmd) -> Result<(serde_json::Valu
                     }
                     _ => bail!("unexpected response to DescribeConfigs"),
                 };
+            let cleaner = cleaner_states(&m, &name).await;
             let mut lines = vec![format!("Topic: {name}  TopicId: {}  Partitions: {}", t.topic_id, parts.len())];
             let mut jparts = Vec::new();
             for (i, p) in t.partitions.iter().enumerate() {
                 let (e, l) = (earliest.get(i).copied().unwrap_or(-1), latest.get(i).copied().unwrap_or(-1));
+                let state = cleaner.get(&p.partition_index);
+                let cleaned = state
+                    .map(|(ratio, last)| {
+                        format!(
+                            "  DirtyRatio: {ratio:.2}  LastCleaned: {}",
+                            last.map_or("never".to_string(), |ms| format!("{}s ago", (now_ms() - ms).max(0) / 1000))
+                        )
+                    })
+                    .unwrap_or_default();
                 lines.push(format!(
-                    "  Partition: {}  Leader: {}  Replicas: {:?}  EarliestOffset: {e}  LatestOffset: {l}",
+                    "  Partition: {}  Leader: {}  Replicas: {:?}  EarliestOffset: {e}  LatestOffset: {l}{cleaned}",
                     p.partition_index,
                     p.leader_id.0,
                     p.replica_nodes.iter().map(|r| r.0).collect::<Vec<_>>()
                 ));
-                jparts.push(json!({"partition": p.partition_index, "leader": p.leader_id.0, "earliest_offset": e, "latest_offset": l}));
+                let mut jp = json!({"partition": p.partition_index, "leader": p.leader_id.0, "earliest_offset": e, "latest_offset": l});
+                if let Some((ratio, last)) = state {
+                    jp["dirty_ratio"] = json!(ratio);
+                    jp["last_cleaned_ms"] = json!(last);
+                }
+                jparts.push(jp);
             }
             lines.push("  Configs:".into());
             for (k, v, overridden) in &configs {
@@ -267,6 +282,43 @@ pub async fn topics(bootstrap: &str, cmd: TopicsCmd) -> Result<(serde_json::Valu
             Ok((json!({"altered": name}), format!("Altered topic {name}.")))
         }
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The log-cleaner state of each partition of compacted topic `topic`, from its leader's
+/// DescribeLogDirs (Sluice's tagged field; empty for a topic that is not compacted, or when a
+/// leader cannot be reached).
+async fn cleaner_states(m: &MetadataResponse, topic: &str) -> BTreeMap<i32, (f64, Option<i64>)> {
+    let mut out = BTreeMap::new();
+    let Some(t) = m.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| &*n.0 == topic)) else { return out };
+    let leaders: std::collections::BTreeSet<i32> = t.partitions.iter().map(|p| p.leader_id.0).collect();
+    for leader in leaders {
+        let Some(b) = m.brokers.iter().find(|b| b.node_id.0 == leader) else { continue };
+        let Ok(conn) = crate::security::connect(&format!("{}:{}", &*b.host, b.port)).await else { continue };
+        let mut r = DescribeLogDirsRequest::default();
+        let mut dt = describe_log_dirs_request::DescribableLogDirTopic::default();
+        dt.topic = TopicName(s(topic));
+        dt.partitions = t.partitions.iter().filter(|p| p.leader_id.0 == leader).map(|p| p.partition_index).collect();
+        r.topics = Some(vec![dt]);
+        let Ok(ResponseKind::DescribeLogDirs(d)) =
+            conn.call(ApiKey::DescribeLogDirs, 4, RequestKind::DescribeLogDirs(r)).await
+        else {
+            continue;
+        };
+        for p in d.results.iter().flat_map(|r| &r.topics).flat_map(|t| &t.partitions) {
+            if let Some(state) = p
+                .unknown_tagged_fields
+                .get(&sluice_protocol::api::CLEANER_STATE_TAG)
+                .and_then(|b| sluice_protocol::api::decode_cleaner_state(b))
+            {
+                out.insert(p.partition_index, state);
+            }
+        }
+    }
+    out
 }
 
 /// `sluicectl cluster describe`.

@@ -184,6 +184,20 @@ fn dump_any(path: &Path, records: bool) -> Result<(), String> {
         a.copy_from_slice(&b[..8]);
         i64::from_be_bytes(a)
     };
+    if name == sluice_storage::cleaner::CLEANER_FILE {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let st = sluice_storage::cleaner::CleanerState::load(dir);
+        println!(
+            "log cleaner: cleaned below offset {}, offsets may have gaps below {}, tombstones pending from {}",
+            st.clean_end,
+            st.gaps_below,
+            if st.pending_deletes_from == i64::MAX { "-".to_string() } else { st.pending_deletes_from.to_string() }
+        );
+        for (end, at) in &st.passes {
+            println!("  pass cleaned below {end}, finished at {at} ms");
+        }
+        return Ok(());
+    }
     match path.extension().and_then(|e| e.to_str()) {
         Some("log") => dump(path, records),
         Some("index") => {
@@ -233,7 +247,10 @@ fn dump_any(path: &Path, records: bool) -> Result<(), String> {
             );
             Ok(())
         }
-        _ => Err(format!("{}: not a .log, .index, .timeindex, .txnindex or .snapshot file", path.display())),
+        _ => Err(format!(
+            "{}: not a .log, .index, .timeindex, .txnindex, .snapshot or cleaner.checkpoint file",
+            path.display()
+        )),
     }
 }
 
@@ -241,9 +258,14 @@ fn dump(path: &Path, records: bool) -> Result<(), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut pos = 0usize;
     let mut batches = 0u64;
+    let mut next: Option<i64> = None;
     while pos < bytes.len() {
         match BatchView::parse(&bytes[pos..]) {
             Ok((b, size)) => {
+                if let Some(n) = next.filter(|n| b.base_offset() > *n) {
+                    println!("offsets {n}..={}: removed by the log cleaner", b.base_offset() - 1);
+                }
+                next = Some(b.last_offset() + 1);
                 let marker = b.control_marker().ok().flatten();
                 println!(
                     "position {pos} offsets {}..={} count {} size {size} crc {:#010x} compression {:?} \

@@ -1,4 +1,5 @@
-//! DescribeLogDirs: this broker's log directory, the partitions in it and their sizes.
+//! DescribeLogDirs: this broker's log directory, the partitions in it and their sizes (and, in
+//! a tagged field of Sluice's, a compacted partition's dirty ratio and last cleaning).
 
 use super::{sb, topic_name};
 use crate::topics::TopicRegistry;
@@ -40,6 +41,10 @@ pub fn describe_log_dirs(topics: &Arc<TopicRegistry>, req: DescribeLogDirsReques
             dp.partition_index = idx;
             dp.partition_size = p.log().size_bytes() as i64;
             dp.offset_lag = 0;
+            if let Some(c) = p.cleaning_status(crate::clock::now_ms()) {
+                let state = sluice_protocol::api::encode_cleaner_state(c.dirty_ratio, c.last_cleaned_ms);
+                dp.unknown_tagged_fields.insert(sluice_protocol::api::CLEANER_STATE_TAG, state);
+            }
             t.partitions.push(dp);
         }
         dir.topics.push(t);
