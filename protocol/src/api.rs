@@ -244,6 +244,26 @@ pub fn decode_response(key: ApiKey, version: i16, mut frame: Bytes) -> Result<(i
     Ok((header.correlation_id, body))
 }
 
+/// Sluice's tagged field on a DescribeLogDirs partition (versions 2+, flexible; clients skip
+/// tags they do not know): a compacted partition's log-cleaner state — its dirty ratio (f64)
+/// and when its last pass finished (ms since the epoch, -1: never), 16 bytes big-endian.
+pub const CLEANER_STATE_TAG: i32 = 10_000;
+
+/// Encode [`CLEANER_STATE_TAG`]'s value.
+pub fn encode_cleaner_state(dirty_ratio: f64, last_cleaned_ms: Option<i64>) -> bytes::Bytes {
+    let mut b = Vec::with_capacity(16);
+    b.extend_from_slice(&dirty_ratio.to_bits().to_be_bytes());
+    b.extend_from_slice(&last_cleaned_ms.unwrap_or(-1).to_be_bytes());
+    bytes::Bytes::from(b)
+}
+
+/// Decode [`CLEANER_STATE_TAG`]'s value: (dirty ratio, last pass finished at).
+pub fn decode_cleaner_state(b: &[u8]) -> Option<(f64, Option<i64>)> {
+    let ratio = f64::from_bits(u64::from_be_bytes(b.get(..8)?.try_into().ok()?));
+    let last = i64::from_be_bytes(b.get(8..16)?.try_into().ok()?);
+    Some((ratio, (last >= 0).then_some(last)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,24 +328,4 @@ mod tests {
         let cut = frame.freeze().slice(4..12);
         assert!(matches!(decode_request(cut), Err(DecodeError::Malformed { .. })));
     }
-}
-
-/// Sluice's tagged field on a DescribeLogDirs partition (versions 2+, flexible; clients skip
-/// tags they do not know): a compacted partition's log-cleaner state — its dirty ratio (f64)
-/// and when its last pass finished (ms since the epoch, -1: never), 16 bytes big-endian.
-pub const CLEANER_STATE_TAG: i32 = 10_000;
-
-/// Encode [`CLEANER_STATE_TAG`]'s value.
-pub fn encode_cleaner_state(dirty_ratio: f64, last_cleaned_ms: Option<i64>) -> bytes::Bytes {
-    let mut b = Vec::with_capacity(16);
-    b.extend_from_slice(&dirty_ratio.to_bits().to_be_bytes());
-    b.extend_from_slice(&last_cleaned_ms.unwrap_or(-1).to_be_bytes());
-    bytes::Bytes::from(b)
-}
-
-/// Decode [`CLEANER_STATE_TAG`]'s value: (dirty ratio, last pass finished at).
-pub fn decode_cleaner_state(b: &[u8]) -> Option<(f64, Option<i64>)> {
-    let ratio = f64::from_bits(u64::from_be_bytes(b.get(..8)?.try_into().ok()?));
-    let last = i64::from_be_bytes(b.get(8..16)?.try_into().ok()?);
-    Some((ratio, (last >= 0).then_some(last)))
 }
