@@ -506,39 +506,79 @@ pub fn recompress(buf: &[u8], target: Compression, level: Option<i32>) -> Result
     Ok(Some(out.freeze()))
 }
 
-/// The batch `view` with only `kept` of its records (a subset of `view.records()`, in order),
-/// as Kafka's log cleaner writes it: base offset, last offset delta, partition leader epoch,
-/// attributes (codec, timestamp type, transactional, control), producer id, epoch and base
-/// sequence stay; each record keeps its offset and timestamp (the gaps stay in the offset
-/// deltas); the count, max timestamp (unless log-append-time), length and CRC follow the kept
-/// records. An empty `kept` gives a batch of zero records (what Kafka keeps to preserve a
-/// producer's last sequence).
-pub fn filtered(view: &BatchView<'_>, kept: &[Record]) -> Result<Bytes, BatchError> {
-    let base_offset = view.base_offset();
-    let base_ts = view.base_timestamp();
-    let mut body = Vec::with_capacity(view.records_bytes().len());
-    let mut rec = Vec::with_capacity(64);
+/// One record of a batch as stored: its absolute offset and timestamp, where its key lies and
+/// whether its value is null, and the bytes it spans — in the records section
+/// [`BatchView::raw_records`] returns (decompressed if the batch is compressed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRecord {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<std::ops::Range<usize>>,
+    pub null_value: bool,
+    pub span: std::ops::Range<usize>,
+}
+
+impl<'a> BatchView<'a> {
+    /// The records section (decompressed if need be: then one allocation) and where each record
+    /// lies in it — nothing copied per record (the log cleaner's view of a batch).
+    pub fn raw_records(&self) -> Result<(std::borrow::Cow<'a, [u8]>, Vec<RawRecord>), BatchError> {
+        let raw = crate::compression::decompress(self.compression()?, self.records_bytes())?;
+        let count = self.records_count();
+        if count as usize > raw.len() / 7 + 1 {
+            return Err(BatchError::InvalidRecordCount(count));
+        }
+        let bad = |what: &'static str| BatchError::MalformedRecord(what);
+        let mut out = Vec::with_capacity(count as usize);
+        let mut pos = 0usize;
+        for _ in 0..count {
+            let rest = raw.get(pos..).ok_or(bad("record past the batch"))?;
+            let (len, n) = varint::decode_varint(rest).ok_or(bad("bad length"))?;
+            if len < 1 || rest.len() - n < len as usize {
+                return Err(bad("record length"));
+            }
+            let end = pos + n + len as usize;
+            let mut cur = &raw[pos + n + 1..end]; // after the attributes byte
+            let ts_delta = read_varint(&mut cur)?;
+            let off_delta = read_varint(&mut cur)?;
+            let key_len = read_varint(&mut cur)?;
+            let key = if key_len < 0 {
+                None
+            } else {
+                if cur.len() < key_len as usize {
+                    return Err(bad("key longer than its record"));
+                }
+                let at = end - cur.len();
+                cur = &cur[key_len as usize..];
+                Some(at..at + key_len as usize)
+            };
+            let value_len = read_varint(&mut cur)?;
+            out.push(RawRecord {
+                offset: self.base_offset().wrapping_add(off_delta),
+                timestamp: self.base_timestamp().wrapping_add(ts_delta),
+                key,
+                null_value: value_len < 0,
+                span: pos..end,
+            });
+            pos = end;
+        }
+        Ok((raw, out))
+    }
+}
+
+/// The batch `view` with only `kept` of its records (from [`BatchView::raw_records`], whose
+/// records section is `raw`), as Kafka's log cleaner writes it: base offset, last offset delta,
+/// partition leader epoch, attributes (codec, timestamp type, transactional, control), producer
+/// id, epoch, base sequence and base timestamp stay, so each kept record's bytes are copied as
+/// they are (its offset and timestamp deltas still hold; the removed records' offsets become
+/// gaps); the count, max timestamp (unless log-append-time), length and CRC follow the kept
+/// records; the records are compressed again with the batch's codec. An empty `kept` gives a
+/// batch of zero records (what Kafka keeps to preserve a producer's last sequence).
+pub fn filtered(view: &BatchView<'_>, raw: &[u8], kept: &[&RawRecord]) -> Result<Bytes, BatchError> {
+    let mut body = Vec::with_capacity(kept.iter().map(|r| r.span.len()).sum());
     let mut max_ts = -1i64;
     for r in kept {
-        let delta = r.offset - base_offset;
-        if !(0..=i64::from(view.last_offset_delta())).contains(&delta) {
-            return Err(BatchError::MalformedRecord("kept record outside its batch"));
-        }
+        body.extend_from_slice(raw.get(r.span.clone()).ok_or(BatchError::MalformedRecord("record outside the batch"))?);
         max_ts = max_ts.max(r.timestamp);
-        rec.clear();
-        rec.push(0u8);
-        varint::put_varint(&mut rec, r.timestamp.wrapping_sub(base_ts));
-        varint::put_varint(&mut rec, delta);
-        put_bytes_field(&mut rec, &r.key);
-        put_bytes_field(&mut rec, &r.value);
-        varint::put_varint(&mut rec, r.headers.len() as i64);
-        for h in &r.headers {
-            varint::put_varint(&mut rec, h.key.len() as i64);
-            rec.extend_from_slice(h.key.as_bytes());
-            put_bytes_field(&mut rec, &h.value);
-        }
-        varint::put_varint(&mut body, rec.len() as i64);
-        body.extend_from_slice(&rec);
     }
     let body = crate::compression::compress(view.compression()?, &body)?;
     let total = BATCH_HEADER_BYTES + body.len();
@@ -1130,7 +1170,14 @@ mod tests {
             let (before, _) = BatchView::parse(&placed).unwrap();
             let all = before.records().unwrap();
             let kept: Vec<Record> = all.iter().zip(&keep).filter(|(_, k)| **k).map(|(r, _)| r.clone()).collect();
-            let out = filtered(&before, &kept).unwrap();
+            let (raw, spans) = before.raw_records().unwrap();
+            prop_assert_eq!(spans.len(), all.len());
+            for (s, r) in spans.iter().zip(&all) {
+                prop_assert_eq!((s.offset, s.timestamp, s.null_value), (r.offset, r.timestamp, r.value.is_none()));
+                prop_assert_eq!(s.key.clone().map(|k| raw[k].to_vec()), r.key.as_ref().map(|k| k.to_vec()));
+            }
+            let chosen: Vec<&RawRecord> = spans.iter().zip(&keep).filter(|(_, k)| **k).map(|(s, _)| s).collect();
+            let out = filtered(&before, &raw, &chosen).unwrap();
             let (after, size) = BatchView::parse(&out).unwrap();
             prop_assert_eq!(size, out.len());
             prop_assert_eq!(after.base_offset(), 700);

@@ -17,7 +17,8 @@
 //!      rule), and so does its transaction's marker;
 //!    - a batch that keeps every record is copied byte for byte; one that keeps some is
 //!      rewritten with [`sluice_protocol::batch::filtered`] (same base and last offset, same
-//!      producer fields); one that keeps none is dropped.
+//!      producer fields, the kept records' bytes copied as they are); one that keeps none is
+//!      dropped.
 //! 3. [`Log::install_clean`] (under the lock) checks that the segments it read are still the
 //!    log's (retention, DeleteRecords or a snapshot install may have replaced them meanwhile; the
 //!    pass is then dropped), records in `cleaner.checkpoint` that segments below `end` may have
@@ -244,8 +245,10 @@ struct Group {
 /// Kafka's cleaner uses MD5; SHA-256 cost this one a third of a pass's time.
 fn key_hash(key: &[u8]) -> u128 {
     use std::hash::{BuildHasher, Hasher};
-    static STATES: std::sync::OnceLock<(std::collections::hash_map::RandomState, std::collections::hash_map::RandomState)> =
-        std::sync::OnceLock::new();
+    static STATES: std::sync::OnceLock<(
+        std::collections::hash_map::RandomState,
+        std::collections::hash_map::RandomState,
+    )> = std::sync::OnceLock::new();
     let (a, b) = STATES.get_or_init(|| (Default::default(), Default::default()));
     let (mut x, mut y) = (a.build_hasher(), b.build_hasher());
     x.write(key);
@@ -633,9 +636,10 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
             if v.is_control() || (v.is_transactional() && is_aborted(&job.aborted, v.producer_id(), v.base_offset())) {
                 continue;
             }
-            for r in v.records_shared(m).map_err(|e| corrupt(&path, e))? {
-                if let (Some(k), true) = (&r.key, r.offset >= job.first_dirty) {
-                    map.insert(key_hash(k), r.offset);
+            let (raw, records) = v.raw_records().map_err(|e| corrupt(&path, e))?;
+            for r in records {
+                if let (Some(k), true) = (r.key, r.offset >= job.first_dirty) {
+                    map.insert(key_hash(&raw[k]), r.offset);
                 }
             }
         }
@@ -705,24 +709,24 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
             }
             if v.is_transactional() && is_aborted(&job.aborted, pid, v.base_offset()) {
                 if last_of_live {
-                    let b = batch::filtered(&v, &[]).map_err(|e| corrupt(&path, e))?;
+                    let b = batch::filtered(&v, &[], &[]).map_err(|e| corrupt(&path, e))?;
                     let (nv, _) = BatchView::parse(&b).map_err(|e| corrupt(&path, e))?;
                     out.push(&b, &nv);
                     txn_kept.insert(pid, true);
                 }
                 continue;
             }
-            let records = v.records_shared(m).map_err(|e| corrupt(&path, e))?;
+            let (raw, records) = v.raw_records().map_err(|e| corrupt(&path, e))?;
             let total = records.len();
-            let kept: Vec<_> = records
-                .into_iter()
+            let kept: Vec<&batch::RawRecord> = records
+                .iter()
                 .filter(|r| {
                     let Some(k) = &r.key else { return false };
-                    let newest = map.get(&key_hash(k)).is_none_or(|o| *o <= r.offset);
-                    newest && (r.value.is_some() || r.offset >= horizon)
+                    let newest = map.get(&key_hash(&raw[k.clone()])).is_none_or(|o| *o <= r.offset);
+                    newest && (!r.null_value || r.offset >= horizon)
                 })
                 .collect();
-            if let Some(t) = kept.iter().find(|r| r.value.is_none()) {
+            if let Some(t) = kept.iter().find(|r| r.null_value) {
                 pending_deletes_from = pending_deletes_from.min(t.offset);
             }
             if v.is_transactional() {
@@ -733,7 +737,7 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
             if kept.len() == total {
                 out.push(v.bytes(), &v);
             } else if !kept.is_empty() || last_of_live {
-                let b = batch::filtered(&v, &kept).map_err(|e| corrupt(&path, e))?;
+                let b = batch::filtered(&v, &raw, &kept).map_err(|e| corrupt(&path, e))?;
                 let (nv, _) = BatchView::parse(&b).map_err(|e| corrupt(&path, e))?;
                 out.push(&b, &nv);
             }
