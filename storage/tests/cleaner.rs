@@ -153,8 +153,8 @@ struct Read {
     batches: Vec<(i64, i64)>,
 }
 
-fn read(log: &Log) -> Read {
-    let mut r = Read { records: BTreeMap::new(), markers: HashSet::new(), batches: Vec::new() };
+/// Call `f` with every batch of the log, in offset order.
+fn each_batch(log: &Log, mut f: impl FnMut(&sluice_protocol::batch::BatchView<'_>)) {
     let mut next = log.log_start_offset();
     loop {
         let bytes = log.read(next, 4096, None, true).unwrap();
@@ -164,17 +164,24 @@ fn read(log: &Log) -> Read {
         for b in iter_batches(&bytes) {
             let (_, v) = b.unwrap();
             assert!(v.base_offset() >= next, "offsets grow: batch at {} after {next}", v.base_offset());
-            r.batches.push((v.base_offset(), v.last_offset()));
-            if v.is_control() {
-                r.markers.insert(v.base_offset());
-            } else {
-                for rec in v.records().unwrap() {
-                    r.records.insert(rec.offset, (rec.key, rec.value, rec.timestamp));
-                }
-            }
+            f(&v);
             next = v.last_offset() + 1;
         }
     }
+}
+
+fn read(log: &Log) -> Read {
+    let mut r = Read { records: BTreeMap::new(), markers: HashSet::new(), batches: Vec::new() };
+    each_batch(log, |v| {
+        r.batches.push((v.base_offset(), v.last_offset()));
+        if v.is_control() {
+            r.markers.insert(v.base_offset());
+        } else {
+            for rec in v.records().unwrap() {
+                r.records.insert(rec.offset, (rec.key, rec.value, rec.timestamp));
+            }
+        }
+    });
     r
 }
 
@@ -182,33 +189,24 @@ fn read(log: &Log) -> Read {
 fn table(log: &Log) -> BTreeMap<Bytes, Bytes> {
     let aborted = log.collect_aborted_txns(0, i64::MAX);
     let mut t = BTreeMap::new();
-    let mut next = log.log_start_offset();
-    loop {
-        let bytes = log.read(next, 4096, None, true).unwrap();
-        if bytes.is_empty() {
-            break;
+    each_batch(log, |v| {
+        let is_aborted = v.is_transactional()
+            && aborted.iter().any(|a| {
+                a.producer_id == v.producer_id()
+                    && a.first_offset <= v.base_offset()
+                    && v.base_offset() <= a.last_offset
+            });
+        if v.is_control() || is_aborted {
+            return;
         }
-        for b in iter_batches(&bytes) {
-            let (_, v) = b.unwrap();
-            next = v.last_offset() + 1;
-            let is_aborted = v.is_transactional()
-                && aborted.iter().any(|a| {
-                    a.producer_id == v.producer_id()
-                        && a.first_offset <= v.base_offset()
-                        && v.base_offset() <= a.last_offset
-                });
-            if v.is_control() || is_aborted {
-                continue;
-            }
-            for rec in v.records().unwrap() {
-                let Some(k) = rec.key else { continue };
-                match rec.value {
-                    Some(val) => t.insert(k, val),
-                    None => t.remove(&k),
-                };
-            }
+        for rec in v.records().unwrap() {
+            let Some(k) = rec.key else { continue };
+            match rec.value {
+                Some(val) => t.insert(k, val),
+                None => t.remove(&k),
+            };
         }
-    }
+    });
     t
 }
 

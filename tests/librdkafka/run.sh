@@ -75,6 +75,18 @@ cluster() { # starts three brokers; sets BOOT
   done
   for p in "${ports[@]}"; do wait_port "$p"; done
   BOOT="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
+  # a listening port is not an elected controller: librdkafka's admin calls wait 10 s for one
+  # (0081 failed once at its first CreateTopics when the quorum took longer to form)
+  local ctl deadline=$((SECONDS + 60))
+  ctl="$(dirname "$BIN")/sluicectl"
+  until "$ctl" --bootstrap-server "127.0.0.1:${ports[0]}" cluster describe --output json 2>/dev/null |
+    python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["controller"] >= 0 else 1)' 2>/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "no controller elected within 60 s" >&2
+      return 1
+    fi
+    sleep 0.5
+  done
 }
 if [ -n "${TESTS:-}" ]; then
   if [ "${CLUSTER:-0}" = 1 ]; then

@@ -669,8 +669,19 @@ async fn produce_batch_at(
     record: sluice_protocol::batch::NewRecord,
     timeout_ms: i32,
 ) -> i16 {
+    produce_records_at(bootstrap, topic, &[record], timeout_ms).await
+}
+
+/// Produce one batch of `records` to `topic`/0 at the broker at `bootstrap` with acks=all and
+/// the given timeout; the error code (-1: no answer).
+async fn produce_records_at(
+    bootstrap: String,
+    topic: &'static str,
+    records: &[sluice_protocol::batch::NewRecord],
+    timeout_ms: i32,
+) -> i16 {
     let Ok(conn) = Connection::connect(&bootstrap, "cluster-test", 1).await else { return -1 };
-    let batch = sluice_protocol::batch::BatchBuilder::default().build(&[record]).unwrap();
+    let batch = sluice_protocol::batch::BatchBuilder::default().build(records).unwrap();
     let mut pd = kafka_protocol::messages::produce_request::PartitionProduceData::default();
     pd.index = 0;
     pd.records = Some(batch);
@@ -2360,22 +2371,7 @@ async fn new_coordinator_after_aborts(c: &Cluster, via: usize, txn: &str, old: i
 
 /// Produce one batch of `records` to `topic`/0 at `b` with acks=all; the error code.
 async fn produce_records(b: &Broker, topic: &'static str, records: &[sluice_protocol::batch::NewRecord]) -> i16 {
-    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
-    let batch = sluice_protocol::batch::BatchBuilder::default().build(records).unwrap();
-    let mut pd = kafka_protocol::messages::produce_request::PartitionProduceData::default();
-    pd.index = 0;
-    pd.records = Some(batch);
-    let mut td = kafka_protocol::messages::produce_request::TopicProduceData::default();
-    td.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str(topic));
-    td.partition_data = vec![pd];
-    let mut req = kafka_protocol::messages::ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = 10_000;
-    req.topic_data = vec![td];
-    match conn.call(ApiKey::Produce, 9, RequestKind::Produce(req)).await {
-        Ok(ResponseKind::Produce(r)) => r.responses[0].partition_responses[0].error_code,
-        _ => -1,
-    }
+    produce_records_at(b.bootstrap(), topic, records, 10_000).await
 }
 
 /// offset, key, value
