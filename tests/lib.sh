@@ -1,8 +1,18 @@
 # Shell helpers shared by the scripts that start `sluice` processes (tests/go/run.sh,
 # tests/librdkafka/run.sh, tests/bench/vs-kafka.sh). Source it; it defines functions only.
 
-# A free 127.0.0.1 port.
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free 127.0.0.1 port below Linux's ephemeral range (32768-60999): a port the kernel picks
+# (bind to 0) can go to an outgoing connection before the broker binds it.
+free_port() {
+  python3 -c '
+import os, random, socket
+for port in random.Random(os.getpid()).sample(range(20000, 32000), 12000):
+    try:
+        socket.socket().bind(("127.0.0.1", port)); print(port); break
+    except OSError:
+        pass
+'
+}
 
 # Wait (up to 30 s) until something listens on 127.0.0.1:$1.
 wait_port() {

@@ -1,4 +1,5 @@
 """Fixtures: a real `sluice` broker process on a free 127.0.0.1 port with its own data dir."""
+import itertools
 import os
 import signal
 import socket
@@ -12,7 +13,22 @@ TEST_SLUICE_BIN = os.environ.get("TEST_SLUICE_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "target", "debug", "sluice")
 
 
+_NEXT_PORT = itertools.count()
+
+
 def free_port():
+    """A free port below Linux's ephemeral range (32768-60999), never the same twice in this
+    process: a port the kernel picks (bind to 0) can go to an outgoing connection before the
+    broker binds it (tests/src/lib.rs::free_port says more)."""
+    start = (os.getpid() * 7919) % 12000
+    for _ in range(12000):
+        port = 20000 + (start + next(_NEXT_PORT)) % 12000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

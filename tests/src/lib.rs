@@ -71,9 +71,23 @@ pub fn segment_file_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// A free TCP port on 127.0.0.1 (the listener is closed before returning; races are unlikely
-/// on a test machine and show up as a clear bind error).
+/// A free TCP port on 127.0.0.1, for a broker to bind later (the probe's listener is closed
+/// before returning). Taken below Linux's ephemeral range (32768–60999), walking a range from a
+/// per-process start and never handing out the same port twice in a process: a port the kernel
+/// picked (`bind(0)`) could be given to an outgoing connection — the tests open thousands —
+/// before the broker binds it, and the broker then exited at startup ("Address in use").
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919) % SPAN;
+    for _ in 0..SPAN {
+        let port = (LOW + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind 127.0.0.1:0")
 }
 
