@@ -68,15 +68,15 @@ pub async fn run(topics: Arc<TopicRegistry>, settings: CleanerSettings, mut stop
     if !settings.enable {
         return;
     }
-    // a partition whose pass failed waits a backoff before it is tried again
-    let mut failed: std::collections::HashMap<(String, i32), i64> = Default::default();
+    // a partition whose pass failed or found nothing to do rests a backoff before the next try
+    let mut resting: std::collections::HashMap<(String, i32), i64> = Default::default();
     loop {
         let now = crate::clock::now_ms();
-        failed.retain(|_, until| *until > now);
+        resting.retain(|_, until| *until > now);
         let picked: Vec<Arc<Partition>> = due(&topics, now)
             .into_iter()
             .map(|(p, _)| p)
-            .filter(|p| !failed.contains_key(&(p.topic.clone(), p.index)))
+            .filter(|p| !resting.contains_key(&(p.topic.clone(), p.index)))
             .take(settings.threads)
             .collect();
         let mut cleaned_any = false;
@@ -93,7 +93,7 @@ pub async fn run(topics: Arc<TopicRegistry>, settings: CleanerSettings, mut stop
                 match r.await {
                     Ok((true, _)) => cleaned_any = true,
                     Ok((false, p)) => {
-                        failed.insert((p.topic.clone(), p.index), now + settings.backoff_ms as i64);
+                        resting.insert((p.topic.clone(), p.index), now + settings.backoff_ms as i64);
                     }
                     Err(e) => tracing::error!("log cleaner task failed: {e}"),
                 }
