@@ -22,9 +22,7 @@ RDK=$(tests/librdkafka/build.sh --tests | tail -n 1)
 #                             tests/compat/test_compaction.py)
 #   0081                      runs on its own with Kafka 4.0's expectations (Sluice serves
 #                             group config resources, which librdkafka expects a 3.x broker
-#                             to refuse), on one broker; on three only in the long profile
-#                             (RUN_ALL_LONG=1, 220 s): it passed there in 2 of 2 runs after
-#                             issue 19's replication work (2 of 3 before; docs/compatibility.md)
+#                             to refuse), on one broker and then on three (about 135 s there)
 #   0092                      produces message formats v0 and v1 (Produce v0-v2), which Sluice
 #                             refuses, as Kafka 4.0 does (librdkafka skips it for Kafka 4.0)
 #   0103                      creates topics with replication factor 3: run on three brokers
@@ -34,7 +32,7 @@ RDK=$(tests/librdkafka/build.sh --tests | tail -n 1)
 #                             aborted batches, is tests/compat/test_transactions.py's
 SKIP="0052,0077,0109,0115,0119,0092,0103,0129"
 CLUSTER_TESTS="0103"
-# run with Kafka 4.0's expectations, on one broker (and on three in the long profile)
+# run with Kafka 4.0's expectations, on one broker and on three
 KAFKA4_TESTS="0081"
 
 WORK=$(mktemp -d)
@@ -113,12 +111,9 @@ KAFKA_VERSION=4.0.0 runner "127.0.0.1:$P" "$KAFKA4_TESTS" "" || status=$?
 cluster
 echo "--- librdkafka test suite, three brokers: $CLUSTER_TESTS"
 runner "$BOOT" "$CLUSTER_TESTS" "" || status=$?
-if [ "${RUN_ALL_LONG:-0}" = 1 ]; then
-  # long profile only: 0081 on three brokers (125 s) passed 3 runs in 3 since the cluster waits
-  # for its controller; it joins CI once it has a longer record (docs/compatibility.md)
-  echo "--- librdkafka test suite, three brokers, with Kafka 4.0's expectations: $KAFKA4_TESTS"
-  KAFKA_VERSION=4.0.0 runner "$BOOT" "$KAFKA4_TESTS" "" || status=$?
-fi
+# 0081 on three brokers: 131-137 s, 8 passes in 8 runs since the cluster waits for its controller
+echo "--- librdkafka test suite, three brokers, with Kafka 4.0's expectations: $KAFKA4_TESTS"
+KAFKA_VERSION=4.0.0 runner "$BOOT" "$KAFKA4_TESTS" "" || status=$?
 if [ $status != 0 ]; then
   echo "librdkafka test suite failed (exit $status); broker log tails:" >&2
   tail -n 30 "$WORK"/*.log >&2
