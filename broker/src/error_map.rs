@@ -134,6 +134,9 @@ pub fn txn_response(e: TxnError) -> ResponseError {
         TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
         TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
         TxnError::InvalidTxnState => ResponseError::InvalidTxnState,
+        TxnError::InvalidRequest => ResponseError::InvalidRequest,
+        // Kafka's answer when 2PC is not enabled on the broker
+        TxnError::TwoPhaseCommitDisabled => ResponseError::TransactionalIdAuthorizationFailed,
     }
 }
 

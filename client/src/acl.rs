@@ -38,6 +38,7 @@ pub mod names {
         ("IdempotentWrite", 12),
         ("CreateTokens", 13),
         ("DescribeTokens", 14),
+        ("TwoPhaseCommit", 15),
     ];
     /// Permission types.
     pub const PERMISSIONS: &[(&str, i8)] = &[("Any", 1), ("Deny", 2), ("Allow", 3)];

@@ -24,7 +24,8 @@ fn client_versions(key: ApiKey) -> (i16, i16) {
         ApiKey::Metadata => (1, 12),
         ApiKey::ApiVersions => (0, 3),
         ApiKey::FindCoordinator => (1, 3),
-        ApiKey::InitProducerId => (0, 4),
+        // v6: KIP-939 two-phase commit (Enable2Pc, KeepPreparedTxn)
+        ApiKey::InitProducerId => (0, 6),
         ApiKey::AddPartitionsToTxn => (0, 3),
         ApiKey::AddOffsetsToTxn => (0, 3),
         ApiKey::EndTxn => (0, 3),

@@ -38,4 +38,4 @@ pub use connection::{ConnError, Connection};
 pub use consumer::{Consumer, ConsumerRecord, IsolationLevel, OffsetReset, TopicPartition};
 pub use eos::{ExactlyOnce, Stats as EosStats, Step};
 pub use error::{Error, ErrorKind, Result};
-pub use producer::{ConsumerGroupMetadata, DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
+pub use producer::{ConsumerGroupMetadata, DeliveryFuture, PreparedTxnState, Producer, ProducerRecord, RecordMetadata};

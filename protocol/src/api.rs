@@ -78,7 +78,7 @@ supported_apis! {
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest): 0..=1,
     ListPartitionReassignments(ListPartitionReassignmentsRequest): 0..=0,
     UnregisterBroker(UnregisterBrokerRequest): 0..=0,
-    InitProducerId(InitProducerIdRequest): 0..=4,
+    InitProducerId(InitProducerIdRequest): 0..=6,
     DescribeProducers(DescribeProducersRequest): 0..=0,
     FindCoordinator(FindCoordinatorRequest): 0..=4,
     JoinGroup(JoinGroupRequest): 0..=9,

@@ -1121,6 +1121,93 @@ async fn the_transaction_coordinator_fails_over_to_another_broker() {
     assert_eq!(seen.len(), want, "only committed records");
 }
 
+/// KIP-939 in cluster mode: a transaction prepared for two-phase commit outlives the kill -9 of
+/// its coordinator's broker and `transaction.max.timeout.ms`; the coordinator that takes over
+/// (from the replicated transaction log) hands it to a new producer instance that keeps it
+/// (`KeepPreparedTxn`) and commits it, and librdkafka's read_committed consumer sees every
+/// record exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_transaction_survives_its_coordinators_kill_and_a_new_instance_commits_it() {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::message::Message;
+    use sluice_client::{Producer, ProducerRecord};
+    let mut c = Cluster::start_with(&[
+        "--transaction-two-phase-commit-enable",
+        "true",
+        "--transaction-max-timeout-ms",
+        "3000",
+        "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+        "200",
+    ]);
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("prepared", 3, 3, &[]).await.unwrap();
+    let t0 = Instant::now();
+    let coordinator = loop {
+        let id = txn_coordinator(&c.brokers[0], "2pc-job").await;
+        if id > 0 {
+            break id;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let victim = usize::try_from(coordinator - 1).unwrap();
+    let config = |bootstrap: String| {
+        ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("transactional.id", "2pc-job")
+            .set("transaction.two.phase.commit.enable", "true")
+            .set("transaction.timeout.ms", "1000")
+    };
+    let all = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let job = Producer::new(&config(all.clone())).await.unwrap();
+    job.init_transactions().await.unwrap();
+    job.begin_transaction().await.unwrap();
+    for i in 0..30 {
+        job.send(ProducerRecord::new("prepared", format!("r{i}")).partition(i % 3)).await.unwrap();
+    }
+    let state = job.prepare_transaction().await.unwrap();
+    drop(job); // the job dies with its transaction prepared
+    c.brokers[victim].kill9();
+    tokio::time::sleep(Duration::from_secs(5)).await; // past transaction.max.timeout.ms
+    let live = (0..3).filter(|i| *i != victim).map(|i| c.brokers[i].bootstrap()).collect::<Vec<_>>().join(",");
+    let recovered = Producer::new(&config(live.clone())).await.unwrap();
+    let ongoing = recovered.init_transactions_keep_prepared().await.unwrap();
+    assert_eq!(ongoing, Some(state), "the new coordinator kept the prepared transaction");
+    let new = txn_coordinator(&c.brokers[(victim + 1) % 3], "2pc-job").await;
+    assert!(new > 0 && new != coordinator, "coordinator {coordinator} -> {new}");
+    assert!(recovered.complete_transaction(state).await.unwrap(), "committed");
+    let cons: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &live)
+        .set("group.id", "prepared-check")
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset("prepared", p, rdkafka::Offset::Beginning).unwrap();
+    }
+    cons.assign(&tpl).unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && seen.len() < 30 {
+        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+            seen.push(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
+        }
+    }
+    let quiet = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < quiet {
+        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+            seen.push(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
+        }
+    }
+    seen.sort();
+    let mut want: Vec<String> = (0..30).map(|i| format!("r{i}")).collect();
+    want.sort();
+    assert_eq!(seen, want, "every prepared record exactly once");
+}
+
 /// The replicated transaction-state log is compacted on every replica (each folds its own
 /// copy), and the coordinator that takes over after a kill -9 reloads the compacted log with
 /// the id's state intact.

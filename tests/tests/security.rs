@@ -90,29 +90,33 @@ fn make_certs(dir: &Path) {
 
 impl Secure {
     fn start() -> Secure {
+        Self::start_with(&[])
+    }
+
+    /// [`Secure::start`], the broker also given `extra` flags.
+    fn start_with(extra: &[&str]) -> Secure {
         let dir = tempfile::tempdir().unwrap();
         make_certs(dir.path());
         let (plain, sasl, sasl_ssl) = (free_port(), free_port(), free_port());
         let listeners =
             format!("PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl},SASL_SSL://127.0.0.1:{sasl_ssl}");
         let server = dir.path().join("server.pem").display().to_string();
-        let broker = Broker::start_on(
-            plain,
-            &[
-                "--listeners",
-                &listeners,
-                "--ssl-keystore-location",
-                &server,
-                "--sasl-bootstrap-users",
-                "admin:admin-secret",
-                "--authorizer-class-name",
-                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                "--super-users",
-                "User:admin",
-                "--num-partitions",
-                "2",
-            ],
-        );
+        let mut args = vec![
+            "--listeners",
+            &listeners,
+            "--ssl-keystore-location",
+            &server,
+            "--sasl-bootstrap-users",
+            "admin:admin-secret",
+            "--authorizer-class-name",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "--super-users",
+            "User:admin",
+            "--num-partitions",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        let broker = Broker::start_on(plain, &args);
         let s = Secure { broker, sasl, sasl_ssl, dir };
         std::fs::write(
             s.props("admin"),
@@ -182,6 +186,54 @@ async fn read(config: ClientConfig, topic: &str, want: usize) -> Result<Vec<Stri
     }
     out.sort();
     Ok(out)
+}
+
+/// KIP-939: two-phase commit needs the TwoPhaseCommit permission on the transactional id as
+/// well as Write; without it the producer cannot register for 2PC (so cannot keep a prepared
+/// transaction), while an ordinary transactional producer on the same id still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_phase_commit_needs_the_two_phase_commit_permission() {
+    let s = Secure::start_with(&["--transaction-two-phase-commit-enable", "true"]);
+    s.ctl(&["users", "add", "--user", "carol", "--password", "carol-pw"]);
+    s.ctl(&["topics", "create", "ledger", "--partitions", "2"]);
+    s.ctl(&["acls", "add", "--topic", "ledger", "--allow-principal", "User:carol", "--operation", "Write"]);
+    s.ctl(&["acls", "add", "--transactional-id", "carol-1", "--allow-principal", "User:carol", "--operation", "Write"]);
+    let carol = s.client("carol", "carol-pw", "SCRAM-SHA-512", false).set("transactional.id", "carol-1");
+    let two_phase = carol.clone().set("transaction.two.phase.commit.enable", "true");
+    let e = Producer::new(&two_phase).await.unwrap().init_transactions().await.unwrap_err();
+    assert!(e.to_string().contains("TransactionalIdAuthorizationFailed"), "{e}");
+    let e = Producer::new(&two_phase).await.unwrap().init_transactions_keep_prepared().await.unwrap_err();
+    assert!(e.to_string().contains("TransactionalIdAuthorizationFailed"), "{e}");
+    // Write alone still serves an ordinary transactional producer
+    let plain = Producer::new(&carol).await.unwrap();
+    plain.init_transactions().await.unwrap();
+    plain.begin_transaction().await.unwrap();
+    plain.send(ProducerRecord::new("ledger", "plain")).await.unwrap();
+    plain.commit_transaction().await.unwrap();
+
+    let listed = s.ctl(&[
+        "acls",
+        "add",
+        "--transactional-id",
+        "carol-1",
+        "--allow-principal",
+        "User:carol",
+        "--operation",
+        "TwoPhaseCommit",
+    ]);
+    assert!(listed.contains("TwoPhaseCommit"), "{listed}");
+    let job = Producer::new(&two_phase).await.unwrap();
+    job.init_transactions().await.unwrap();
+    job.begin_transaction().await.unwrap();
+    job.send(ProducerRecord::new("ledger", "prepared")).await.unwrap();
+    let state = job.prepare_transaction().await.unwrap();
+    drop(job);
+    let next = Producer::new(&two_phase).await.unwrap();
+    assert_eq!(next.init_transactions_keep_prepared().await.unwrap(), Some(state));
+    assert!(next.complete_transaction(state).await.unwrap());
+    s.ctl(&["acls", "add", "--topic", "ledger", "--allow-principal", "User:admin", "--operation", "Read"]);
+    let got = read(s.client("admin", "admin-secret", "SCRAM-SHA-512", false), "ledger", 2).await.unwrap();
+    assert_eq!(got, ["plain", "prepared"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

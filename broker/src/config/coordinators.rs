@@ -74,6 +74,8 @@ pub struct TxnSettings {
     pub version: i16,
     /// `transactional.id.expiration.ms`
     pub id_expiration_ms: i64,
+    /// `transaction.two.phase.commit.enable` (KIP-939)
+    pub two_phase_commit: bool,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
     pub abort_check_interval_ms: u64,
 }
@@ -87,6 +89,7 @@ impl Default for TxnSettings {
             max_timeout_ms: 900_000,
             version: 2,
             id_expiration_ms: 7 * 24 * 3600 * 1000,
+            two_phase_commit: false,
             abort_check_interval_ms: 10_000,
         }
     }

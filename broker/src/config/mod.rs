@@ -316,6 +316,11 @@ pub const SETTINGS: &[Setting] = &[
         help: "longest transaction timeout a producer may ask for",
     },
     Setting {
+        name: "transaction.two.phase.commit.enable",
+        default: "false",
+        help: "let producers with the TWO_PHASE_COMMIT permission use prepared transactions that an external coordinator completes (KIP-939): they are never aborted by their timeout",
+    },
+    Setting {
         name: "transactional.id.expiration.ms",
         default: "604800000",
         help: "forget a transactional id idle this long with no open transaction",
@@ -913,6 +918,11 @@ pub fn resolve(
                 }
             })?,
             id_expiration_ms: parse("transactional.id.expiration.ms", get("transactional.id.expiration.ms"), positive)?,
+            two_phase_commit: parse(
+                "transaction.two.phase.commit.enable",
+                get("transaction.two.phase.commit.enable"),
+                any,
+            )?,
             abort_check_interval_ms: parse::<i64>(
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms",
                 get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),

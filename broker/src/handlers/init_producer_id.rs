@@ -3,7 +3,9 @@
 //! current id and epoch gets the same id with the epoch bumped (a fresh id if the epoch would
 //! overflow), so partitions fence batches of the old epoch; an id this broker never allocated is
 //! refused with INVALID_PRODUCER_ID_MAPPING. With a transactional id ([`transactional`]): the
-//! transaction coordinator decides (`txn/machine.rs::init_producer_id`).
+//! transaction coordinator decides (`txn/machine.rs::init_producer_id_with`), with KIP-939's
+//! two-phase commit (v6: `Enable2Pc`, `KeepPreparedTxn`; the answer's `OngoingTxnProducerId`
+//! and `OngoingTxnProducerEpoch` name a kept transaction, -1 when none).
 
 use super::{now_ms, LaterReply, Reply};
 use crate::handlers::txn;
@@ -18,8 +20,8 @@ pub fn handle(producer_ids: &ProducerIds, version: i16, req: InitProducerIdReque
     let mut r = InitProducerIdResponse::default();
     r.producer_id = ProducerId(-1);
     r.producer_epoch = -1;
-    if req.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) {
-        // dispatch sends these to `transactional`
+    if req.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) || req.enable_2_pc || req.keep_prepared_txn {
+        // dispatch sends these to `transactional`; two-phase commit needs a transactional id
         r.error_code = ResponseError::InvalidRequest.code();
         return r;
     }
@@ -55,6 +57,7 @@ pub fn transactional(
     let id = req.transactional_id.as_ref().map(|t| t.to_string()).unwrap_or_default();
     let expected = (version >= 3 && req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
     let timeout = req.transaction_timeout_ms;
+    let two_phase = machine::TwoPhase { enable: req.enable_2_pc, keep_prepared: req.keep_prepared_txn };
     let (txns, producer_ids) = (txns.clone(), producer_ids.clone());
     let fut: LaterReply = Box::pin(async move {
         let mut r = InitProducerIdResponse::default();
@@ -67,10 +70,18 @@ pub fn transactional(
         let limits = txns.limits();
         let now = now_ms();
         let mut fresh = txn::fresh_pid(&producer_ids);
-        match txns.run(&id, |m| machine::init_producer_id(m, timeout, expected, &mut fresh, limits, now)).await {
+        let decide = |m: Option<&machine::TxnMetadata>| {
+            machine::init_producer_id_with(m, timeout, expected, two_phase, &mut fresh, limits, now)
+        };
+        match txns.run(&id, decide).await {
             Outcome::Done(m) => {
                 r.producer_id = ProducerId(m.producer_id);
                 r.producer_epoch = m.producer_epoch;
+                if two_phase.keep_prepared {
+                    let (pid, epoch) = m.ongoing_txn_producer();
+                    r.ongoing_txn_producer_id = ProducerId(pid);
+                    r.ongoing_txn_producer_epoch = epoch;
+                }
             }
             Outcome::Refused(e) => r.error_code = txn::code(e, version, 4),
         }
@@ -86,7 +97,11 @@ pub mod acl {
 
     pub fn authorize(c: &Authz<'_>, r: &mut InitProducerIdRequest, _version: i16) -> Gate {
         let allowed = match r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
-            Some(t) => c.ok(Op::Write, Rt::TransactionalId, t),
+            // KIP-939: a two-phase-commit producer needs TwoPhaseCommit on its id as well
+            Some(t) => {
+                c.ok(Op::Write, Rt::TransactionalId, t)
+                    && (!r.enable_2_pc || c.ok(Op::TwoPhaseCommit, Rt::TransactionalId, t))
+            }
             // Kafka 3.x: IdempotentWrite on the cluster, or Write on any topic
             None => c.cluster(Op::IdempotentWrite) || any_topic_write(c),
         };

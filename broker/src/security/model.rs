@@ -57,6 +57,7 @@ kafka_enum!(Operation {
     IdempotentWrite = 12, "IdempotentWrite";
     CreateTokens = 13, "CreateTokens";
     DescribeTokens = 14, "DescribeTokens";
+    TwoPhaseCommit = 15, "TwoPhaseCommit";
 });
 
 kafka_enum!(Permission {

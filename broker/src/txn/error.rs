@@ -23,6 +23,10 @@ pub enum TxnError {
     ConcurrentTransactions,
     /// The request does not fit the transaction's state.
     InvalidTxnState,
+    /// A malformed request (KIP-939: `KeepPreparedTxn` without `Enable2Pc`).
+    InvalidRequest,
+    /// Two-phase commit asked for while `transaction.two.phase.commit.enable` is off.
+    TwoPhaseCommitDisabled,
 }
 
 impl TxnError {

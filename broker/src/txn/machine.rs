@@ -78,6 +78,17 @@ pub struct TxnMetadata {
     pub groups: BTreeSet<String>,
     pub txn_start_ms: i64,
     pub last_update_ms: i64,
+    /// KIP-939: the producer uses two-phase commit (InitProducerId `Enable2Pc`): its
+    /// transaction may stay prepared while an external coordinator decides, so the timeout never
+    /// aborts it (Kafka stores `Integer.MAX_VALUE` as its timeout, as `timeout_ms` here).
+    #[serde(default)]
+    pub two_phase: bool,
+    /// The producer id and epoch that opened the ongoing transaction (KIP-939's
+    /// `OngoingTxnProducerId`/`Epoch`): a new instance that keeps the prepared transaction
+    /// (`KeepPreparedTxn`) gets a bumped epoch, and this pair still names the transaction the
+    /// external coordinator recorded. (-1, -1) when unknown (records of an earlier version).
+    #[serde(default = "no_producer")]
+    pub txn_producer: (i64, i16),
 }
 
 /// Markers the runtime must write (after logging `next`) before logging `complete`.
@@ -113,10 +124,38 @@ pub enum Decision {
 pub struct TxnLimits {
     /// `transaction.max.timeout.ms`
     pub max_timeout_ms: i32,
+    /// `transaction.two.phase.commit.enable` (KIP-939)
+    pub two_phase_commit: bool,
 }
 
 fn no_producer_id() -> i64 {
     -1
+}
+
+fn no_producer() -> (i64, i16) {
+    (-1, -1)
+}
+
+impl TxnMetadata {
+    /// KIP-939's answer to a `KeepPreparedTxn` InitProducerId: the producer id and epoch of the
+    /// ongoing transaction, (-1, -1) when none is ongoing.
+    pub fn ongoing_txn_producer(&self) -> (i64, i16) {
+        if self.state == TxnState::Ongoing {
+            self.txn_producer
+        } else {
+            (-1, -1)
+        }
+    }
+}
+
+/// KIP-939's InitProducerId fields (version 6+).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TwoPhase {
+    /// `Enable2Pc`: the producer's transactions are completed by an external coordinator.
+    pub enable: bool,
+    /// `KeepPreparedTxn`: keep the ongoing transaction (this new instance will commit or abort
+    /// it) instead of aborting it.
+    pub keep_prepared: bool,
 }
 
 /// Kafka's `isEpochExhausted`: no client is handed an epoch above `Short.MAX_VALUE - 1`, so the
@@ -174,9 +213,37 @@ pub fn init_producer_id(
     limits: TxnLimits,
     now: i64,
 ) -> Decision {
-    if timeout_ms <= 0 || timeout_ms > limits.max_timeout_ms {
-        return Decision::Refuse(TxnError::InvalidTransactionTimeout);
+    init_producer_id_with(cur, timeout_ms, expected, TwoPhase::default(), fresh_pid, limits, now)
+}
+
+/// InitProducerId with KIP-939's fields. Two-phase commit (`two_phase.enable`) needs
+/// `transaction.two.phase.commit.enable` (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka);
+/// its timeout is exempt from `transaction.max.timeout.ms` and stored as `i32::MAX` (never
+/// expires). `keep_prepared` with an ongoing transaction bumps the epoch (fencing the instance
+/// that prepared it) and keeps the transaction — its partitions, offsets and start — for this
+/// instance to commit or abort; without it an ongoing transaction is aborted as always.
+pub fn init_producer_id_with(
+    cur: Option<&TxnMetadata>,
+    timeout_ms: i32,
+    expected: Option<(i64, i16)>,
+    two_phase: TwoPhase,
+    fresh_pid: FreshPid<'_>,
+    limits: TxnLimits,
+    now: i64,
+) -> Decision {
+    if two_phase.keep_prepared && !two_phase.enable {
+        return Decision::Refuse(TxnError::InvalidRequest);
     }
+    if two_phase.enable && !limits.two_phase_commit {
+        return Decision::Refuse(TxnError::TwoPhaseCommitDisabled);
+    }
+    let timeout_ms = if two_phase.enable {
+        i32::MAX
+    } else if timeout_ms <= 0 || timeout_ms > limits.max_timeout_ms {
+        return Decision::Refuse(TxnError::InvalidTransactionTimeout);
+    } else {
+        timeout_ms
+    };
     let Some(m) = cur else {
         let producer_id = match fresh_pid() {
             Ok(p) => p,
@@ -193,6 +260,8 @@ pub fn init_producer_id(
             groups: BTreeSet::new(),
             txn_start_ms: -1,
             last_update_ms: now,
+            two_phase: two_phase.enable,
+            txn_producer: (-1, -1),
         };
         return apply(None, next, None);
     };
@@ -207,6 +276,19 @@ pub fn init_producer_id(
     }
     match m.state {
         TxnState::PrepareCommit | TxnState::PrepareAbort => Decision::Refuse(TxnError::ConcurrentTransactions),
+        TxnState::Ongoing if two_phase.keep_prepared => {
+            // KIP-939: a new instance keeps the prepared transaction; the bump fences the old one
+            let mut next = m.clone();
+            next.last_producer_epoch = m.producer_epoch;
+            next.producer_epoch = m.producer_epoch.saturating_add(1);
+            next.timeout_ms = timeout_ms;
+            next.two_phase = true;
+            if next.txn_producer.0 < 0 {
+                next.txn_producer = (m.producer_id, m.producer_epoch);
+            }
+            next.last_update_ms = now;
+            apply(Some(m), next, None)
+        }
         TxnState::Ongoing => {
             // A new instance: fence the old one and abort its transaction; the client retries.
             let (next, markers) = fence_and_abort(m, now);
@@ -248,6 +330,7 @@ pub fn init_producer_id(
                 }
             }
             next.timeout_ms = timeout_ms;
+            next.two_phase = two_phase.enable;
             next.state = TxnState::Empty;
             next.partitions.clear();
             next.groups.clear();
@@ -297,6 +380,7 @@ pub fn add_to_txn(
         next.txn_start_ms = now;
         next.partitions.clear();
         next.groups.clear();
+        next.txn_producer = (pid, epoch);
     }
     next.partitions.extend(partitions.iter().cloned());
     if let Some(g) = group {
@@ -441,7 +525,10 @@ fn end_txn_v2(
 
 /// The coordinator's own abort of a transaction open past its timeout (fencing the producer).
 pub fn timeout(cur: &TxnMetadata, now: i64) -> Option<Decision> {
-    if cur.state != TxnState::Ongoing || now <= cur.txn_start_ms.saturating_add(i64::from(cur.timeout_ms)) {
+    if cur.state != TxnState::Ongoing
+        || cur.two_phase
+        || now <= cur.txn_start_ms.saturating_add(i64::from(cur.timeout_ms))
+    {
         return None;
     }
     let (next, markers) = fence_and_abort(cur, now);
@@ -458,7 +545,7 @@ pub fn expired(cur: &TxnMetadata, now: i64, expiration_ms: i64) -> bool {
 mod tests {
     use super::*;
 
-    const LIMITS: TxnLimits = TxnLimits { max_timeout_ms: 900_000 };
+    const LIMITS: TxnLimits = TxnLimits { max_timeout_ms: 900_000, two_phase_commit: true };
 
     /// A producer id source handing out `p` (any number of times).
     fn pid(p: i64) -> impl FnMut() -> Result<i64, TxnError> {
@@ -713,5 +800,97 @@ mod tests {
         old.producer_epoch = i16::MAX - 1;
         let t = applied(init_producer_id(Some(&old), 60_000, None, &mut pid(99), LIMITS, 7));
         assert_eq!((t.next.producer_id, t.next.producer_epoch), (99, 0));
+    }
+
+    const KEEP: TwoPhase = TwoPhase { enable: true, keep_prepared: true };
+    const TWO_PHASE: TwoPhase = TwoPhase { enable: true, keep_prepared: false };
+
+    #[test]
+    fn kip939_a_new_instance_keeps_the_prepared_transaction_and_commits_it() {
+        let m = applied(init_producer_id_with(None, 60_000, None, TWO_PHASE, &mut pid(77), LIMITS, 0)).next;
+        assert!(m.two_phase);
+        assert_eq!(m.timeout_ms, i32::MAX, "Kafka stores Integer.MAX_VALUE as a 2PC transaction's timeout");
+        let open = applied(add_to_txn(Some(&m), 77, 0, &[("t".into(), 0), ("t".into(), 1)], Some("g"), 10)).next;
+        assert_eq!(open.ongoing_txn_producer(), (77, 0));
+        assert!(timeout(&open, i64::MAX / 2).is_none(), "a 2PC transaction is never aborted by its timeout");
+        // the job restarts: the new instance keeps the transaction, fencing the old one
+        let t = applied(init_producer_id_with(Some(&open), 60_000, None, KEEP, &mut no_pid(), LIMITS, 20));
+        assert_eq!(t.reply_error, None);
+        assert!(t.markers.is_none(), "nothing is aborted");
+        let kept = t.next;
+        assert_eq!((kept.state, kept.producer_id, kept.producer_epoch), (TxnState::Ongoing, 77, 1));
+        assert_eq!(kept.partitions, open.partitions);
+        assert_eq!(kept.groups, open.groups);
+        assert_eq!(kept.txn_start_ms, 10);
+        assert_eq!(kept.ongoing_txn_producer(), (77, 0), "names the transaction the external coordinator recorded");
+        assert_eq!(
+            add_to_txn(Some(&kept), 77, 0, &[("t".into(), 2)], None, 21),
+            Decision::Refuse(TxnError::ProducerFenced),
+            "the instance that prepared it is fenced"
+        );
+        // it restarts again before deciding: still the same transaction
+        let again = applied(init_producer_id_with(Some(&kept), 60_000, None, KEEP, &mut no_pid(), LIMITS, 30)).next;
+        assert_eq!((again.producer_epoch, again.ongoing_txn_producer()), (2, (77, 0)));
+        // and commits it: markers for every partition and the group
+        for tv2 in [false, true] {
+            let t = applied(end_txn(Some(&again), 77, 2, true, tv2, &mut no_pid(), 40));
+            let mk = t.markers.unwrap();
+            assert!(mk.commit);
+            assert_eq!(mk.partitions, open.partitions);
+            assert_eq!(mk.groups, open.groups);
+            assert!(mk.producer_epoch >= 2, "markers fence every earlier epoch");
+            assert_eq!(mk.complete.ongoing_txn_producer(), (-1, -1));
+        }
+    }
+
+    #[test]
+    fn kip939_without_keeping_the_transaction_is_aborted_and_limits_hold() {
+        let m = applied(init_producer_id_with(None, 60_000, None, TWO_PHASE, &mut pid(77), LIMITS, 0)).next;
+        let open = applied(add_to_txn(Some(&m), 77, 0, &[("t".into(), 0)], None, 10)).next;
+        // forceTerminateTransaction: Enable2Pc without KeepPreparedTxn aborts with a fence
+        let t = applied(init_producer_id_with(Some(&open), 60_000, None, TWO_PHASE, &mut no_pid(), LIMITS, 20));
+        assert_eq!(t.reply_error, Some(TxnError::ConcurrentTransactions));
+        let mk = t.markers.unwrap();
+        assert!(!mk.commit);
+        let t = applied(init_producer_id_with(Some(&mk.complete), 60_000, None, TWO_PHASE, &mut no_pid(), LIMITS, 30));
+        assert_eq!((t.next.state, t.next.producer_epoch), (TxnState::Empty, 2));
+        assert_eq!(t.next.ongoing_txn_producer(), (-1, -1));
+        // an ordinary producer taking the id over aborts too, and its transactions time out again
+        let open = applied(add_to_txn(Some(&t.next), 77, 2, &[("t".into(), 0)], None, 40)).next;
+        let t = applied(init_producer_id(Some(&open), 60_000, None, &mut no_pid(), LIMITS, 50));
+        assert_eq!(t.reply_error, Some(TxnError::ConcurrentTransactions));
+        let plain =
+            applied(init_producer_id(Some(&t.markers.unwrap().complete), 60_000, None, &mut no_pid(), LIMITS, 60)).next;
+        assert!(!plain.two_phase);
+        let open = applied(add_to_txn(Some(&plain), 77, plain.producer_epoch, &[("t".into(), 0)], None, 70)).next;
+        assert!(timeout(&open, 70 + 60_001).is_some());
+        // refusals
+        assert_eq!(
+            init_producer_id_with(
+                None,
+                60_000,
+                None,
+                TwoPhase { enable: false, keep_prepared: true },
+                &mut pid(5),
+                LIMITS,
+                0
+            ),
+            Decision::Refuse(TxnError::InvalidRequest)
+        );
+        let off = TxnLimits { two_phase_commit: false, ..LIMITS };
+        assert_eq!(
+            init_producer_id_with(None, 60_000, None, TWO_PHASE, &mut pid(5), off, 0),
+            Decision::Refuse(TxnError::TwoPhaseCommitDisabled)
+        );
+        assert!(
+            matches!(init_producer_id_with(None, 900_001, None, TWO_PHASE, &mut pid(5), LIMITS, 0), Decision::Apply(_)),
+            "exempt from transaction.max.timeout.ms"
+        );
+        // keeping with nothing ongoing is an ordinary bump
+        let t = applied(init_producer_id_with(Some(&m), 60_000, None, KEEP, &mut no_pid(), LIMITS, 5));
+        assert_eq!(
+            (t.next.state, t.next.producer_epoch, t.next.ongoing_txn_producer()),
+            (TxnState::Empty, 1, (-1, -1))
+        );
     }
 }

@@ -260,7 +260,7 @@ impl TxnCoordinator {
     }
 
     pub fn limits(&self) -> TxnLimits {
-        TxnLimits { max_timeout_ms: self.settings.max_timeout_ms }
+        TxnLimits { max_timeout_ms: self.settings.max_timeout_ms, two_phase_commit: self.settings.two_phase_commit }
     }
 
     /// Crash here if the failpoint is armed (crash tests only).

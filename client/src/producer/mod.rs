@@ -32,7 +32,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch, Notify, Semaphore};
 
-pub use txn::ConsumerGroupMetadata;
+pub use txn::{ConsumerGroupMetadata, PreparedTxnState};
 
 /// A record to send.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -129,6 +129,9 @@ pub(crate) struct Settings {
     pub idempotent: bool,
     pub transactional_id: Option<String>,
     pub transaction_timeout: Duration,
+    /// `transaction.two.phase.commit.enable` (KIP-939): transactions are completed by an
+    /// external coordinator and never aborted by the transaction timeout.
+    pub two_phase_commit: bool,
     pub max_request_size: usize,
     pub max_block: Duration,
 }
@@ -145,6 +148,7 @@ const PRODUCER_KEYS: &[&str] = &[
     "enable.idempotence",
     "transactional.id",
     "transaction.timeout.ms",
+    "transaction.two.phase.commit.enable",
     "max.request.size",
     "max.block.ms",
 ];
@@ -192,6 +196,10 @@ impl Settings {
         if transactional_id.is_some() && !idempotent {
             return Err(Error::invalid("transactional.id needs enable.idempotence=true"));
         }
+        let two_phase_commit = c.boolean("transaction.two.phase.commit.enable", false)?;
+        if two_phase_commit && transactional_id.is_none() {
+            return Err(Error::invalid("transaction.two.phase.commit.enable needs transactional.id"));
+        }
         let s = Settings {
             acks,
             linger: c.ms("linger.ms", 5)?,
@@ -205,6 +213,7 @@ impl Settings {
             idempotent,
             transactional_id,
             transaction_timeout: c.ms("transaction.timeout.ms", 60_000)?,
+            two_phase_commit,
             max_request_size: c.parse("max.request.size", 1024 * 1024usize)?,
             max_block: c.ms("max.block.ms", 60_000)?,
         };
@@ -264,6 +273,9 @@ pub(crate) enum TxnPhase {
     Committing,
     /// EndTxn(abort) was sent but not acknowledged: only `abort_transaction` may follow.
     Aborting,
+    /// Prepared for two-phase commit (`prepare_transaction`, or a prepared transaction kept by
+    /// `init_transactions_keep_prepared`): only commit, abort or `complete_transaction` follow.
+    Prepared,
 }
 
 pub(crate) struct State {
@@ -289,6 +301,9 @@ pub(crate) struct State {
     pub offsets_added: bool,
     /// A batch of this transaction failed after being sent: bump the epoch after the abort.
     pub txn_seq_gap: bool,
+    /// The prepared transaction this producer must complete (KIP-939): the one it prepared, or
+    /// the one an earlier instance left prepared and `init_transactions_keep_prepared` kept.
+    pub prepared: Option<PreparedTxnState>,
 }
 
 pub(crate) struct Shared {
@@ -369,6 +384,7 @@ impl Producer {
                 adding: false,
                 offsets_added: false,
                 txn_seq_gap: false,
+                prepared: None,
             }),
             wake: Notify::new(),
             progress: watch::channel(0).0,

@@ -1,6 +1,8 @@
 //! Transactions, as in Kafka's producer API: `init_transactions` (fences older instances of the
 //! same `transactional.id` and completes their open transaction), `begin_transaction`, `send`,
-//! `send_offsets_to_transaction`, `commit_transaction`, `abort_transaction`.
+//! `send_offsets_to_transaction`, `commit_transaction`, `abort_transaction` — and two-phase
+//! commit for an external coordinator (KIP-939): `init_transactions_keep_prepared`,
+//! `prepare_transaction`, `complete_transaction`.
 //!
 //! Errors are typed: a retriable one (e.g. a commit that timed out) may be retried with the same
 //! call — a commit whose outcome is unknown is only ever retried as a commit, never aborted;
@@ -91,11 +93,48 @@ where
     }
 }
 
+/// A transaction prepared for two-phase commit (KIP-939), as an external coordinator records
+/// it: the producer id and epoch that wrote it. Its text form is `<producer id>:<epoch>`
+/// (`Display` and `FromStr`), as Kafka's `PreparedTxnState.toString`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreparedTxnState {
+    /// The producer id of the prepared transaction.
+    pub producer_id: i64,
+    /// Its producer epoch.
+    pub epoch: i16,
+}
+
+impl std::fmt::Display for PreparedTxnState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.producer_id, self.epoch)
+    }
+}
+
+impl std::str::FromStr for PreparedTxnState {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<PreparedTxnState> {
+        let bad = || Error::invalid(format!("'{s}' is not a prepared transaction state (<producer id>:<epoch>)"));
+        let (p, e) = s.trim().split_once(':').ok_or_else(bad)?;
+        Ok(PreparedTxnState { producer_id: p.parse().map_err(|_| bad())?, epoch: e.parse().map_err(|_| bad())? })
+    }
+}
+
 /// InitProducerId: a new producer id, or (with `current`) a new epoch for the current one.
 pub(crate) async fn init_producer_id(sh: &Arc<Shared>, current: Option<(i64, i16)>) -> Result<(i64, i16)> {
+    init_producer_id_with(sh, current, false).await.map(|(pid, epoch, _)| (pid, epoch))
+}
+
+/// InitProducerId with KIP-939's fields when the producer uses two-phase commit: with
+/// `keep_prepared`, an ongoing transaction is kept and named in the answer (the third value).
+pub(crate) async fn init_producer_id_with(
+    sh: &Arc<Shared>,
+    current: Option<(i64, i16)>,
+    keep_prepared: bool,
+) -> Result<(i64, i16, Option<PreparedTxnState>)> {
     let deadline = Instant::now() + sh.s.max_block;
     let txn_id = sh.s.transactional_id.clone();
     let timeout_ms = sh.s.transaction_timeout.as_millis().min(i32::MAX as u128) as i32;
+    let two_phase = sh.s.two_phase_commit;
     let r = with_coordinator(sh, deadline, |b| {
         let txn_id = txn_id.clone();
         async move {
@@ -105,12 +144,29 @@ pub(crate) async fn init_producer_id(sh: &Arc<Shared>, current: Option<(i64, i16
             let (pid, epoch) = current.unwrap_or((-1, -1));
             r.producer_id = ProducerId(pid);
             r.producer_epoch = epoch;
-            if b.version(ApiKey::InitProducerId)? < 3 {
+            let version = b.version(ApiKey::InitProducerId)?;
+            if version < 3 {
                 r.producer_id = ProducerId(-1);
                 r.producer_epoch = -1;
             }
+            if two_phase {
+                if version < 6 {
+                    return Err(Error::kafka(
+                        ResponseError::UnsupportedVersion,
+                        "two-phase commit needs InitProducerId v6 (KIP-939), which the broker lacks",
+                    ));
+                }
+                r.enable_2_pc = true;
+                r.keep_prepared_txn = keep_prepared;
+            }
             match b.call(ApiKey::InitProducerId, RequestKind::InitProducerId(r)).await? {
-                ResponseKind::InitProducerId(p) => Ok((p.error_code, (p.producer_id.0, p.producer_epoch))),
+                ResponseKind::InitProducerId(p) => {
+                    let ongoing = (p.ongoing_txn_producer_id.0 >= 0).then_some(PreparedTxnState {
+                        producer_id: p.ongoing_txn_producer_id.0,
+                        epoch: p.ongoing_txn_producer_epoch,
+                    });
+                    Ok((p.error_code, (p.producer_id.0, p.producer_epoch, ongoing)))
+                }
                 _ => Err(Error::invalid("unexpected response to InitProducerId")),
             }
         }
@@ -228,6 +284,70 @@ impl Producer {
         st.epoch = epoch;
         st.phase = TxnPhase::Ready;
         Ok(())
+    }
+
+    /// Two-phase commit (KIP-939; needs `transaction.two.phase.commit.enable=true` here and on
+    /// the broker): register the transactional id, fencing older instances, but keep a
+    /// transaction an earlier instance left prepared instead of aborting it. Returns that
+    /// transaction's state, if there is one: the producer is then in it, and
+    /// [`Producer::complete_transaction`] (or commit, or abort) must end it first.
+    pub async fn init_transactions_keep_prepared(&self) -> Result<Option<PreparedTxnState>> {
+        self.txn_state(&[TxnPhase::Uninitialized], "init_transactions_keep_prepared")?;
+        if !self.shared().s.two_phase_commit {
+            return Err(Error::invalid(
+                "init_transactions_keep_prepared needs transaction.two.phase.commit.enable=true",
+            ));
+        }
+        let (pid, epoch, ongoing) = init_producer_id_with(self.shared(), None, true).await?;
+        let mut st = self.shared().lock();
+        st.pid = pid;
+        st.epoch = epoch;
+        st.prepared = ongoing;
+        st.phase = if ongoing.is_some() { TxnPhase::Prepared } else { TxnPhase::Ready };
+        Ok(ongoing)
+    }
+
+    /// Two-phase commit's first phase (KIP-939): flush every record of the transaction and
+    /// return its state for the external coordinator to record. The transaction stays open —
+    /// never aborted by its timeout — until [`Producer::complete_transaction`], commit or abort,
+    /// here or in a later instance (after `init_transactions_keep_prepared`).
+    pub async fn prepare_transaction(&self) -> Result<PreparedTxnState> {
+        self.txn_state(&[TxnPhase::InTransaction], "prepare_transaction")?;
+        let sh = self.shared().clone();
+        if !sh.s.two_phase_commit {
+            return Err(Error::invalid("prepare_transaction needs transaction.two.phase.commit.enable=true"));
+        }
+        flush(&sh).await?;
+        let mut st = sh.lock();
+        if let Some(e) = st.abortable.clone() {
+            return Err(e);
+        }
+        let state = PreparedTxnState { producer_id: st.pid, epoch: st.epoch };
+        st.prepared = Some(state);
+        st.phase = TxnPhase::Prepared;
+        Ok(state)
+    }
+
+    /// Two-phase commit's second phase: commit the prepared transaction if `state` names it
+    /// (the external coordinator decided to commit what was prepared), otherwise abort it.
+    /// Returns whether it committed.
+    pub async fn complete_transaction(&self, state: PreparedTxnState) -> Result<bool> {
+        self.txn_state(&[TxnPhase::Prepared, TxnPhase::Committing, TxnPhase::Aborting], "complete_transaction")?;
+        let (phase, prepared) = {
+            let st = self.shared().lock();
+            (st.phase, st.prepared)
+        };
+        let commit = match phase {
+            TxnPhase::Committing => true,
+            TxnPhase::Aborting => false,
+            _ => prepared == Some(state),
+        };
+        if commit {
+            self.commit_transaction().await?;
+        } else {
+            self.abort_transaction().await?;
+        }
+        Ok(commit)
     }
 
     /// Start a transaction (local only; the coordinator learns of it with the first partition).
@@ -402,7 +522,8 @@ impl Producer {
 
     fn anything_added(&self) -> bool {
         let st = self.shared().lock();
-        st.offsets_added || st.parts.values().any(|p| p.added)
+        // a prepared transaction kept from an earlier instance has partitions this one never added
+        st.offsets_added || st.parts.values().any(|p| p.added) || st.prepared.is_some()
     }
 
     /// Flush and commit the transaction. An abortable error (a record failed) means the
@@ -410,8 +531,11 @@ impl Producer {
     /// unknown: call `commit_transaction` again — the coordinator answers with the recorded
     /// outcome — never `abort_transaction`.
     pub async fn commit_transaction(&self) -> Result<()> {
-        self.txn_state(&[TxnPhase::InTransaction, TxnPhase::Committing], "commit_transaction")?;
+        self.txn_state(&[TxnPhase::InTransaction, TxnPhase::Prepared, TxnPhase::Committing], "commit_transaction")?;
         let sh = self.shared().clone();
+        if sh.lock().phase == TxnPhase::Prepared {
+            sh.lock().phase = TxnPhase::Committing;
+        }
         if sh.lock().phase == TxnPhase::InTransaction {
             flush(&sh).await?;
             if let Some(e) = sh.lock().abortable.clone() {
@@ -422,17 +546,22 @@ impl Producer {
         if self.anything_added() {
             self.end_txn(true).await?;
         }
-        sh.lock().phase = TxnPhase::Ready;
+        let mut st = sh.lock();
+        st.phase = TxnPhase::Ready;
+        st.prepared = None;
         Ok(())
     }
 
     /// Abort the transaction: records not yet sent are dropped (their futures fail), records
     /// sent are aborted with the transaction.
     pub async fn abort_transaction(&self) -> Result<()> {
-        self.txn_state(&[TxnPhase::InTransaction, TxnPhase::Aborting], "abort_transaction")?;
+        self.txn_state(&[TxnPhase::InTransaction, TxnPhase::Prepared, TxnPhase::Aborting], "abort_transaction")?;
         let sh = self.shared().clone();
         {
             let mut st = sh.lock();
+            if st.phase == TxnPhase::Prepared {
+                st.phase = TxnPhase::Aborting;
+            }
             if st.phase == TxnPhase::InTransaction {
                 if st.parts.values().any(|p| p.queue.iter().any(|b| b.seq.is_some())) {
                     st.txn_seq_gap = true;
@@ -465,6 +594,7 @@ impl Producer {
         let mut st = sh.lock();
         st.phase = TxnPhase::Ready;
         st.abortable = None;
+        st.prepared = None;
         Ok(())
     }
 }

@@ -17,7 +17,7 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 0-5
+/// Valid versions: 0-6 (Sluice patch: version 6, KIP-939)
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct InitProducerIdRequest {
@@ -43,12 +43,12 @@ pub struct InitProducerIdRequest {
 
     /// True if the client wants to enable two-phase commit (2PC) protocol for transactions.
     ///
-    /// Supported API versions: none
+    /// Supported API versions: 6 (Sluice patch)
     pub enable_2_pc: bool,
 
     /// True if the client wants to keep the currently ongoing transaction instead of aborting it.
     ///
-    /// Supported API versions: none
+    /// Supported API versions: 6 (Sluice patch)
     pub keep_prepared_txn: bool,
 
     /// Other tagged fields
@@ -125,7 +125,7 @@ impl InitProducerIdRequest {
 #[cfg(feature = "client")]
 impl Encodable for InitProducerIdRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 0 || version > 5 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         if version >= 2 {
@@ -147,6 +147,13 @@ impl Encodable for InitProducerIdRequest {
             if self.producer_epoch != -1 {
                 bail!("A field is set that is not available on the selected protocol version");
             }
+        }
+        // Sluice patch: KIP-939's fields, version 6+
+        if version >= 6 {
+            types::Boolean.encode(buf, &self.enable_2_pc)?;
+            types::Boolean.encode(buf, &self.keep_prepared_txn)?;
+        } else if self.enable_2_pc || self.keep_prepared_txn {
+            bail!("A field is set that is not available on the selected protocol version");
         }
         if version >= 2 {
             let num_tagged_fields = self.unknown_tagged_fields.len();
@@ -184,6 +191,13 @@ impl Encodable for InitProducerIdRequest {
                 bail!("A field is set that is not available on the selected protocol version");
             }
         }
+        // Sluice patch: KIP-939's fields, version 6+
+        if version >= 6 {
+            total_size += types::Boolean.compute_size(&self.enable_2_pc)?;
+            total_size += types::Boolean.compute_size(&self.keep_prepared_txn)?;
+        } else if self.enable_2_pc || self.keep_prepared_txn {
+            bail!("A field is set that is not available on the selected protocol version");
+        }
         if version >= 2 {
             let num_tagged_fields = self.unknown_tagged_fields.len();
             if num_tagged_fields > std::u32::MAX as usize {
@@ -203,7 +217,7 @@ impl Encodable for InitProducerIdRequest {
 #[cfg(feature = "broker")]
 impl Decodable for InitProducerIdRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 0 || version > 5 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         let transactional_id = if version >= 2 {
@@ -222,8 +236,12 @@ impl Decodable for InitProducerIdRequest {
         } else {
             -1
         };
-        let enable_2_pc = false;
-        let keep_prepared_txn = false;
+        // Sluice patch: KIP-939's fields, version 6+
+        let (enable_2_pc, keep_prepared_txn) = if version >= 6 {
+            (types::Boolean.decode(buf)?, types::Boolean.decode(buf)?)
+        } else {
+            (false, false)
+        };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 2 {
             let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
@@ -261,7 +279,7 @@ impl Default for InitProducerIdRequest {
 }
 
 impl Message for InitProducerIdRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 5 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 6 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
