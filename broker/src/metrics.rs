@@ -50,6 +50,11 @@ pub const PRODUCE_DUPLICATES_TOTAL: &str = "sluice_produce_duplicates_total";
 pub const OPEN_TRANSACTIONS: &str = "sluice_open_transactions";
 /// Age in seconds of the oldest open transaction (0 when none): a hanging transaction shows here.
 pub const OLDEST_TRANSACTION_SECONDS: &str = "sluice_oldest_transaction_seconds";
+/// Two-phase-commit (KIP-939) transactions open now on this coordinator: each waits for its
+/// external coordinator's decision and is never aborted by a timeout.
+pub const PREPARED_TRANSACTIONS: &str = "sluice_prepared_transactions";
+/// Age in seconds of the oldest open two-phase-commit transaction (0 when none).
+pub const OLDEST_PREPARED_TRANSACTION_SECONDS: &str = "sluice_oldest_prepared_transaction_seconds";
 /// Requests refused because a newer instance (or the coordinator's timeout abort) fenced the
 /// producer, label `api`.
 pub const PRODUCERS_FENCED_TOTAL: &str = "sluice_producers_fenced_total";

@@ -25,9 +25,9 @@ fn config(bootstrap: &str, txn_id: &str, no_2pc: Option<&str>) -> ClientConfig {
     let c = ClientConfig::new().set("bootstrap.servers", bootstrap).set("transactional.id", txn_id);
     match no_2pc {
         Some(timeout_ms) => c.set("transaction.timeout.ms", timeout_ms),
-        // the coordinator ignores a two-phase-commit producer's timeout: a second here, and the
-        // prepared transaction still outlives it
-        None => c.set("transaction.two.phase.commit.enable", "true").set("transaction.timeout.ms", 1000),
+        // a prepared transaction has no timeout: it outlives this one (Sluice keeps it only
+        // until the transaction is marked prepared; the test's broker allows at most 3 s)
+        None => c.set("transaction.two.phase.commit.enable", "true").set("transaction.timeout.ms", 2500),
     }
 }
 

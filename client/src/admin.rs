@@ -7,6 +7,7 @@ use crate::config::{ClientConfig, COMMON};
 use crate::consumer::TopicPartition;
 use crate::error::{Error, Result};
 use bytes::{Buf, Bytes};
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, StrBytes};
 use std::collections::BTreeMap;
@@ -90,6 +91,17 @@ pub struct TransactionDescription {
     pub start_time_ms: i64,
     /// Partitions in the current transaction.
     pub partitions: Vec<TopicPartition>,
+    /// Sluice: when the producer marked the (two-phase-commit) transaction prepared; `None` if
+    /// it has not (or the broker does not say). A prepared transaction waits for its outcome.
+    pub prepared_ms: Option<i64>,
+}
+
+impl TransactionDescription {
+    /// A two-phase-commit transaction (KIP-939: Kafka stores `Integer.MAX_VALUE` as its
+    /// timeout), open and waiting for its external coordinator.
+    pub fn is_two_phase_and_open(&self) -> bool {
+        self.timeout_ms == i32::MAX && self.state == "Ongoing"
+    }
 }
 
 /// A producer active on a partition.
@@ -514,7 +526,56 @@ impl Admin {
                 .iter()
                 .flat_map(|x| x.partitions.iter().map(move |p| (x.topic.0.to_string(), *p)))
                 .collect(),
+            prepared_ms: t
+                .unknown_tagged_fields
+                .get(&sluice_protocol::api::TXN_LIVENESS_TAG)
+                .and_then(|b| Some(i64::from_be_bytes(b.get(..8)?.try_into().ok()?))),
         })
+    }
+
+    /// Force-terminate a transactional id's transaction (KIP-939's `forceTerminateTransaction`,
+    /// for prepared transactions an external coordinator lost): InitProducerId with `Enable2Pc`
+    /// and not `KeepPreparedTxn`, so the coordinator aborts any ongoing transaction (prepared
+    /// or not) and bumps the epoch, fencing every instance of the producer. Needs
+    /// `transaction.two.phase.commit.enable` on the broker and the TwoPhaseCommit and Write
+    /// permissions on the id. The producer id and its new epoch.
+    pub async fn force_terminate_transaction(&self, id: &str) -> Result<(i64, i16)> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let b = self.cluster.find_coordinator(1, id).await?;
+            if b.version(ApiKey::InitProducerId)? < 6 {
+                return Err(Error::kafka(
+                    ResponseError::UnsupportedVersion,
+                    "force-terminating a transaction needs InitProducerId v6 (KIP-939)",
+                ));
+            }
+            let mut r = InitProducerIdRequest::default();
+            r.transactional_id = Some(TransactionalId(sb(id)));
+            r.transaction_timeout_ms = i32::MAX;
+            r.enable_2_pc = true;
+            r.keep_prepared_txn = false;
+            let ResponseKind::InitProducerId(a) =
+                self.call(&b, ApiKey::InitProducerId, RequestKind::InitProducerId(r)).await?
+            else {
+                return Err(unexpected("InitProducerId"));
+            };
+            let code = ResponseError::try_from_code(a.error_code);
+            // the abort is being completed, or the coordinator moved: ask again
+            let again = matches!(
+                code,
+                Some(
+                    ResponseError::ConcurrentTransactions
+                        | ResponseError::NotCoordinator
+                        | ResponseError::CoordinatorLoadInProgress
+                        | ResponseError::CoordinatorNotAvailable
+                )
+            );
+            if !again || std::time::Instant::now() >= deadline {
+                Error::check(a.error_code, format!("force-terminate transaction {id}"))?;
+                return Ok((a.producer_id.0, a.producer_epoch));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     /// Producers with state on a partition (for finding hanging transactions).

@@ -264,6 +264,38 @@ pub fn decode_cleaner_state(b: &[u8]) -> Option<(f64, Option<i64>)> {
     Some((ratio, (last >= 0).then_some(last)))
 }
 
+/// Sluice's transaction liveness (issue 21: explicit prepares and heartbeats), carried in tagged
+/// fields that Kafka brokers and clients skip. On InitProducerId (v2+) requests: the producer's
+/// options, [`encode_txn_liveness`]; on its responses: a coordinator that serves them answers
+/// one byte, [`TXN_LIVENESS_SERVED`], and only then does the client use them. On an
+/// AddPartitionsToTxn (v3, no partitions) request: one byte, [`TXN_HEARTBEAT`] or
+/// [`TXN_PREPARE`] — harmless to a broker that skips the tag (it adds nothing) — answered with
+/// the outcome's error code (i16 big-endian) in the same tag, v3 having no top-level one. On a
+/// DescribeTransactions transaction: when its producer marked it prepared (i64 ms, big-endian).
+pub const TXN_LIVENESS_TAG: i32 = 10_000;
+/// The coordinator serves explicit prepares and heartbeats.
+pub const TXN_LIVENESS_SERVED: u8 = 1;
+/// AddPartitionsToTxn's tag: a heartbeat from the producer.
+pub const TXN_HEARTBEAT: u8 = 1;
+/// AddPartitionsToTxn's tag: the producer marks its two-phase-commit transaction prepared.
+pub const TXN_PREPARE: u8 = 2;
+
+/// Encode a producer's liveness options for [`TXN_LIVENESS_TAG`] on InitProducerId: bit 0 of
+/// the first byte = it marks its transactions prepared; then its heartbeat interval (ms, i32
+/// big-endian, 0: none).
+pub fn encode_txn_liveness(explicit_prepare: bool, heartbeat_interval_ms: i32) -> bytes::Bytes {
+    let mut b = vec![u8::from(explicit_prepare)];
+    b.extend_from_slice(&heartbeat_interval_ms.to_be_bytes());
+    bytes::Bytes::from(b)
+}
+
+/// Decode [`encode_txn_liveness`]: (explicit prepare, heartbeat interval ms).
+pub fn decode_txn_liveness(b: &[u8]) -> Option<(bool, i32)> {
+    let flags = *b.first()?;
+    let interval = i32::from_be_bytes(b.get(1..5)?.try_into().ok()?);
+    Some((flags & 1 == 1, interval))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1157,7 +1157,7 @@ async fn a_prepared_transaction_survives_its_coordinators_kill_and_a_new_instanc
             .set("bootstrap.servers", bootstrap)
             .set("transactional.id", "2pc-job")
             .set("transaction.two.phase.commit.enable", "true")
-            .set("transaction.timeout.ms", "1000")
+            .set("transaction.timeout.ms", "2500")
     };
     let all = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
     let job = Producer::new(&config(all.clone())).await.unwrap();

@@ -653,7 +653,14 @@ async fn brokers_speak_raft_over_mutual_tls_and_refuse_strangers() {
         assert!(t0.elapsed() < Duration::from_secs(60), "the brokers did not form a cluster over TLS");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    admin.create_topic("tls-replicated", 1, 3, &[]).await.unwrap();
+    // the controller may count a broker as registered a moment after broker 1 lists it
+    // (it failed once with "2 brokers are registered")
+    let t0 = Instant::now();
+    while let Err(e) = admin.create_topic("tls-replicated", 1, 3, &[]).await {
+        let not_yet = e.code() == Some(kafka_protocol::error::ResponseError::InvalidReplicationFactor);
+        assert!(not_yet && t0.elapsed() < Duration::from_secs(30), "create topic: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let all = brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
     let p = Producer::new(&ClientConfig::new().set("bootstrap.servers", &all).set("acks", "all")).await.unwrap();
     let t0 = Instant::now();

@@ -430,3 +430,64 @@ fn transactions_commands_find_and_abort_a_hanging_transaction() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("FINDING"), "{out:?}");
 }
+
+/// KIP-939 operator tools: `find-hanging` lists a prepared two-phase-commit transaction apart
+/// (it has no timeout and waits for its external coordinator, however old), and
+/// `force-terminate` aborts it and fences every instance of its producer; with two-phase commit
+/// off on the broker it is refused with Kafka's error, readably.
+#[test]
+fn force_terminate_ends_a_prepared_transaction_that_find_hanging_lists_apart() {
+    use sluice_client::{ClientConfig, ErrorKind, Producer, ProducerRecord};
+    let b = Broker::start_with(&["--transaction-two-phase-commit-enable", "true"]);
+    ctl(&b, &["topics", "create", "ledger", "--partitions", "1"]);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let config = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .set("transactional.id", "lost-job")
+        .set("transaction.two.phase.commit.enable", "true");
+    let (job, state) = rt.block_on(async {
+        let job = Producer::new(&config).await.unwrap();
+        job.init_transactions().await.unwrap();
+        job.begin_transaction().await.unwrap();
+        for i in 0..3 {
+            job.send(ProducerRecord::new("ledger", format!("v{i}"))).await.unwrap();
+        }
+        let state = job.prepare_transaction().await.unwrap();
+        (job, state)
+    });
+    let found = ctl(&b, &["transactions", "find-hanging", "--min-age-ms", "0"]);
+    let found = found.as_array().unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["prepared"], true, "{found:?}");
+    assert_eq!(found[0]["transactional_id"], "lost-job", "{found:?}");
+    assert_eq!(found[0]["partitions"], serde_json::json!(["ledger-0"]), "{found:?}");
+    let text = String::from_utf8_lossy(&ctl_raw(&b, &["transactions", "find-hanging"]).stdout).into_owned();
+    assert!(text.contains("Prepared two-phase-commit transactions") && text.contains("lost-job"), "{text}");
+
+    let t = ctl(&b, &["transactions", "force-terminate", "--transactional-id", "lost-job"]);
+    assert_eq!(t["producer_id"], state.producer_id, "{t}");
+    assert!(t["producer_epoch"].as_i64().unwrap() > i64::from(state.epoch), "{t}");
+    assert_eq!(ctl(&b, &["transactions", "find-hanging", "--min-age-ms", "0"]), serde_json::json!([]));
+    let d = ctl(&b, &["transactions", "describe", "lost-job"]);
+    assert_eq!((d["state"].as_str(), d["partitions"].as_array().map(Vec::len)), (Some("Empty"), Some(0)), "{d}");
+    rt.block_on(async {
+        // the instance that prepared it is fenced; a new one finds nothing to keep
+        let e = job.complete_transaction(state).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Fatal, "{e}");
+        let next = Producer::new(&config).await.unwrap();
+        assert_eq!(next.init_transactions_keep_prepared().await.unwrap(), None);
+    });
+    let out = ctl_raw(
+        &b,
+        &["--output", "json", "consume", "--topic", "ledger", "--from-beginning"]
+            .into_iter()
+            .chain(["--isolation-level", "read_committed", "--timeout-ms", "700"])
+            .collect::<Vec<_>>(),
+    );
+    assert!(out.status.success() && out.stdout.is_empty(), "aborted: {out:?}");
+
+    let off = Broker::start();
+    let out = ctl_raw(&off, &["transactions", "force-terminate", "--transactional-id", "lost-job"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TransactionalIdAuthorizationFailed"), "{out:?}");
+}

@@ -44,7 +44,8 @@ pub async fn connect(bootstrap: &str) -> Result<Connection> {
         .map_err(|e| anyhow!("connect to {bootstrap}: {e}"))
 }
 
-fn admin(bootstrap: &str) -> Result<Admin> {
+/// The admin client, secured and authenticated per the command config.
+pub fn admin(bootstrap: &str) -> Result<Admin> {
     Ok(Admin::new(&client_config(bootstrap))?)
 }
 

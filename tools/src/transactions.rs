@@ -1,5 +1,6 @@
 //! `sluicectl transactions …`, like Kafka's kafka-transactions tool: list, describe,
-//! describe-producers, find-hanging, abort (WriteTxnMarkers to the partition).
+//! describe-producers, find-hanging, abort (WriteTxnMarkers to the partition), and
+//! force-terminate (KIP-939, for prepared two-phase-commit transactions).
 
 use crate::admin::{check, metadata, s};
 use anyhow::{anyhow, bail, Result};
@@ -27,13 +28,22 @@ pub enum TransactionsCmd {
     },
     /// Open transactions on partitions that are older than `--min-age-ms` (default: Kafka's
     /// `transaction.max.timeout.ms`, 15 min) or that the coordinator does not know as ongoing:
-    /// they hold read_committed consumers back.
+    /// they hold read_committed consumers back. Prepared two-phase-commit transactions (KIP-939:
+    /// no timeout, waiting for their external coordinator) are listed apart, whatever their age.
     FindHanging {
         /// Only this topic (default: all).
         #[arg(long)]
         topic: Option<String>,
         #[arg(long, default_value_t = 900_000)]
         min_age_ms: i64,
+    },
+    /// Abort a transactional id's transaction, prepared or not, and fence every instance of its
+    /// producer (KIP-939's forceTerminateTransaction: InitProducerId with Enable2Pc and not
+    /// KeepPreparedTxn). For a prepared transaction whose external coordinator is gone; needs
+    /// `transaction.two.phase.commit.enable` on the broker.
+    ForceTerminate {
+        #[arg(long)]
+        transactional_id: String,
     },
     /// Abort the open transaction that starts at `--start-offset` on a partition (writes an ABORT
     /// marker with the producer's epoch and coordinator epoch, as kafka-transactions does).
@@ -120,35 +130,32 @@ pub async fn run(bootstrap: &str, cmd: TransactionsCmd) -> Result<(serde_json::V
             Ok((j, table))
         }
         TransactionsCmd::Describe { transactional_id } => {
-            let mut r = DescribeTransactionsRequest::default();
-            r.transactional_ids = vec![TransactionalId(s(&transactional_id))];
-            match conn.call(ApiKey::DescribeTransactions, 0, RequestKind::DescribeTransactions(r)).await? {
-                ResponseKind::DescribeTransactions(d) => {
-                    let t =
-                        d.transaction_states.first().ok_or_else(|| anyhow!("empty DescribeTransactions response"))?;
-                    check(t.error_code, &format!("transactional id '{transactional_id}'"), None)?;
-                    let parts: Vec<String> = t
-                        .topics
-                        .iter()
-                        .flat_map(|x| x.partitions.iter().map(move |p| format!("{}-{p}", &*x.topic.0)))
-                        .collect();
-                    let text = format!(
-                        "TransactionalId: {transactional_id}  State: {}  ProducerId: {}  Epoch: {}  TimeoutMs: {}  StartTimeMs: {}\n  Partitions: {}",
-                        &*t.transaction_state,
-                        t.producer_id.0,
-                        t.producer_epoch,
-                        t.transaction_timeout_ms,
-                        t.transaction_start_time_ms,
-                        if parts.is_empty() { "-".to_string() } else { parts.join(", ") }
-                    );
-                    let j = json!({"transactional_id": transactional_id, "state": t.transaction_state.to_string(),
-                        "producer_id": t.producer_id.0, "producer_epoch": t.producer_epoch,
-                        "timeout_ms": t.transaction_timeout_ms, "start_time_ms": t.transaction_start_time_ms,
-                        "partitions": parts});
-                    Ok((j, text))
-                }
-                _ => bail!("unexpected response to DescribeTransactions"),
-            }
+            let t = crate::security::admin(bootstrap)?
+                .describe_transaction(&transactional_id)
+                .await
+                .map_err(|e| anyhow!("transactional id '{transactional_id}': {e}"))?;
+            let parts: Vec<String> = t.partitions.iter().map(|(topic, p)| format!("{topic}-{p}")).collect();
+            // two-phase commit (KIP-939): no timeout; Sluice's explicit prepare, with its age
+            let two_phase = match t.prepared_ms {
+                Some(at) => format!("  TwoPhaseCommit: prepared {} ms ago", (now_ms() - at).max(0)),
+                None if t.timeout_ms == i32::MAX => "  TwoPhaseCommit: yes (no timeout)".to_string(),
+                None => String::new(),
+            };
+            let text = format!(
+                "TransactionalId: {transactional_id}  State: {}  ProducerId: {}  Epoch: {}  TimeoutMs: {}  StartTimeMs: {}{two_phase}\n  Partitions: {}",
+                t.state,
+                t.producer_id,
+                t.producer_epoch,
+                t.timeout_ms,
+                t.start_time_ms,
+                if parts.is_empty() { "-".to_string() } else { parts.join(", ") }
+            );
+            let j = json!({"transactional_id": transactional_id, "state": t.state,
+                "producer_id": t.producer_id, "producer_epoch": t.producer_epoch,
+                "timeout_ms": t.timeout_ms, "start_time_ms": t.start_time_ms,
+                "partitions": parts, "two_phase": t.timeout_ms == i32::MAX,
+                "prepared_ms": t.prepared_ms});
+            Ok((j, text))
         }
         TransactionsCmd::DescribeProducers { topic, partition } => {
             let parts = match partition {
@@ -189,15 +196,36 @@ pub async fn run(bootstrap: &str, cmd: TransactionsCmd) -> Result<(serde_json::V
             }
             Ok((json!(j), lines.join("\n")))
         }
+        TransactionsCmd::ForceTerminate { transactional_id } => {
+            let admin = crate::security::admin(bootstrap)?;
+            let (pid, epoch) = admin.force_terminate_transaction(&transactional_id).await?;
+            Ok((
+                json!({"transactional_id": transactional_id, "producer_id": pid, "producer_epoch": epoch}),
+                format!(
+                    "Terminated the transaction of '{transactional_id}' (aborted if one was open); producer {pid} is now at epoch {epoch}, fencing every earlier instance."
+                ),
+            ))
+        }
         TransactionsCmd::FindHanging { topic, min_age_ms } => {
-            let ongoing: Vec<i64> =
-                list(&conn, &["Ongoing".to_string()]).await?.into_iter().map(|(_, pid, _)| pid).collect();
+            let ongoing_ids = list(&conn, &["Ongoing".to_string()]).await?;
+            let ongoing: Vec<i64> = ongoing_ids.iter().map(|(_, pid, _)| *pid).collect();
             let now = now_ms();
+            // two-phase commit: Kafka stores Integer.MAX_VALUE as such a transaction's timeout
+            let admin = crate::security::admin(bootstrap)?;
+            let mut prepared = Vec::new();
+            for (id, _, _) in &ongoing_ids {
+                if let Ok(d) = admin.describe_transaction(id).await {
+                    if d.is_two_phase_and_open() {
+                        prepared.push(d);
+                    }
+                }
+            }
+            let prepared_pids: Vec<i64> = prepared.iter().map(|d| d.producer_id).collect();
             let mut found = Vec::new();
             for (t, parts) in partitions_of(&conn, topic.as_deref()).await? {
                 for (p, producers) in describe_producers(&conn, &t, parts).await? {
                     for x in producers {
-                        if x.current_txn_start_offset < 0 {
+                        if x.current_txn_start_offset < 0 || prepared_pids.contains(&x.producer_id.0) {
                             continue;
                         }
                         let age = now - x.last_timestamp;
@@ -226,12 +254,38 @@ pub async fn run(bootstrap: &str, cmd: TransactionsCmd) -> Result<(serde_json::V
                     if *unknown { "not ongoing (hanging)" } else { "ongoing" }
                 ));
             }
-            let j = json!(found
+            let mut j: Vec<serde_json::Value> = found
                 .iter()
-                .map(|(t, p, pid, e, o, age, unknown)| json!({"topic": t, "partition": p, "producer_id": pid,
-                    "producer_epoch": e, "start_offset": o, "age_ms": age, "coordinator_knows_it": !unknown}))
-                .collect::<Vec<_>>());
-            Ok((j, lines.join("\n")))
+                .map(|(t, p, pid, e, o, age, unknown)| {
+                    json!({"topic": t, "partition": p, "producer_id": pid,
+                    "producer_epoch": e, "start_offset": o, "age_ms": age, "coordinator_knows_it": !unknown,
+                    "prepared": false})
+                })
+                .collect();
+            if !prepared.is_empty() {
+                // kept apart: not hanging, waiting for an external coordinator (KIP-939)
+                lines.push(String::new());
+                lines.push("Prepared two-phase-commit transactions (no timeout; end them with their external coordinator, or force-terminate):".into());
+                lines.push(format!(
+                    "{:<40} {:>14} {:>6} {:>12}  {}",
+                    "TRANSACTIONAL ID", "PRODUCER ID", "EPOCH", "AGE MS", "PARTITIONS"
+                ));
+                for d in &prepared {
+                    let age = if d.start_time_ms > 0 { now - d.start_time_ms } else { 0 };
+                    let parts: Vec<String> = d.partitions.iter().map(|(t, p)| format!("{t}-{p}")).collect();
+                    lines.push(format!(
+                        "{:<40} {:>14} {:>6} {:>12}  {}",
+                        d.transactional_id,
+                        d.producer_id,
+                        d.producer_epoch,
+                        age,
+                        parts.join(",")
+                    ));
+                    j.push(json!({"transactional_id": d.transactional_id, "producer_id": d.producer_id,
+                        "producer_epoch": d.producer_epoch, "age_ms": age, "partitions": parts, "prepared": true}));
+                }
+            }
+            Ok((json!(j), lines.join("\n")))
         }
         TransactionsCmd::Abort { topic, partition, start_offset } => {
             let rows = describe_producers(&conn, &topic, vec![partition]).await?;

@@ -76,6 +76,9 @@ pub struct TxnSettings {
     pub id_expiration_ms: i64,
     /// `transaction.two.phase.commit.enable` (KIP-939)
     pub two_phase_commit: bool,
+    /// `transaction.liveness.missed.heartbeats` (Sluice): heartbeat intervals a heartbeating
+    /// producer may miss before its unprepared transaction is aborted
+    pub missed_heartbeats: u32,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
     pub abort_check_interval_ms: u64,
 }
@@ -90,6 +93,7 @@ impl Default for TxnSettings {
             version: 2,
             id_expiration_ms: 7 * 24 * 3600 * 1000,
             two_phase_commit: false,
+            missed_heartbeats: 3,
             abort_check_interval_ms: 10_000,
         }
     }

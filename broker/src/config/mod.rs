@@ -321,6 +321,11 @@ pub const SETTINGS: &[Setting] = &[
         help: "let producers with the TWO_PHASE_COMMIT permission use prepared transactions that an external coordinator completes (KIP-939): they are never aborted by their timeout",
     },
     Setting {
+        name: "transaction.liveness.missed.heartbeats",
+        default: "3",
+        help: "Sluice: a transactional producer that heartbeats (Sluice's client, transaction.heartbeat.interval.ms) and misses this many intervals has its unprepared transaction aborted, however long its timeout",
+    },
+    Setting {
         name: "transactional.id.expiration.ms",
         default: "604800000",
         help: "forget a transactional id idle this long with no open transaction",
@@ -923,6 +928,11 @@ pub fn resolve(
                 get("transaction.two.phase.commit.enable"),
                 any,
             )?,
+            missed_heartbeats: parse::<i64>(
+                "transaction.liveness.missed.heartbeats",
+                get("transaction.liveness.missed.heartbeats"),
+                |x: &i64| if (1..=1000).contains(x) { Ok(()) } else { Err("must be between 1 and 1000".into()) },
+            )? as u32,
             abort_check_interval_ms: parse::<i64>(
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms",
                 get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),

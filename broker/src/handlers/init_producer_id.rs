@@ -57,7 +57,19 @@ pub fn transactional(
     let id = req.transactional_id.as_ref().map(|t| t.to_string()).unwrap_or_default();
     let expected = (version >= 3 && req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
     let timeout = req.transaction_timeout_ms;
-    let two_phase = machine::TwoPhase { enable: req.enable_2_pc, keep_prepared: req.keep_prepared_txn };
+    // Sluice's liveness options (a tagged field Kafka clients never send)
+    let (explicit_prepare, heartbeat_interval_ms) = req
+        .unknown_tagged_fields
+        .get(&sluice_protocol::api::TXN_LIVENESS_TAG)
+        .and_then(|b| sluice_protocol::api::decode_txn_liveness(b))
+        .unwrap_or((false, 0));
+    let liveness_asked = req.unknown_tagged_fields.contains_key(&sluice_protocol::api::TXN_LIVENESS_TAG);
+    let two_phase = machine::InitOptions {
+        enable_2pc: req.enable_2_pc,
+        keep_prepared: req.keep_prepared_txn,
+        explicit_prepare,
+        heartbeat_interval_ms,
+    };
     let (txns, producer_ids) = (txns.clone(), producer_ids.clone());
     let fut: LaterReply = Box::pin(async move {
         let mut r = InitProducerIdResponse::default();
@@ -81,6 +93,12 @@ pub fn transactional(
                     let (pid, epoch) = m.ongoing_txn_producer();
                     r.ongoing_txn_producer_id = ProducerId(pid);
                     r.ongoing_txn_producer_epoch = epoch;
+                }
+                if liveness_asked && version >= 2 {
+                    r.unknown_tagged_fields.insert(
+                        sluice_protocol::api::TXN_LIVENESS_TAG,
+                        bytes::Bytes::from_static(&[sluice_protocol::api::TXN_LIVENESS_SERVED]),
+                    );
                 }
             }
             Outcome::Refused(e) => r.error_code = txn::code(e, version, 4),

@@ -89,6 +89,17 @@ pub struct TxnMetadata {
     /// external coordinator recorded. (-1, -1) when unknown (records of an earlier version).
     #[serde(default = "no_producer")]
     pub txn_producer: (i64, i16),
+    /// Sluice: when the producer marked the ongoing 2PC transaction prepared ([`prepare`]);
+    /// -1 when it has not. Meaningful only while the state is Ongoing.
+    #[serde(default = "no_time")]
+    pub prepared_ms: i64,
+    /// Sluice: a 2PC producer that marks its transactions prepared keeps this timeout until it
+    /// does (0: KIP-939's rule, no timeout at all).
+    #[serde(default)]
+    pub unprepared_timeout_ms: i32,
+    /// Sluice: the producer's heartbeat interval (0: it does not heartbeat).
+    #[serde(default)]
+    pub heartbeat_interval_ms: i32,
 }
 
 /// Markers the runtime must write (after logging `next`) before logging `complete`.
@@ -136,6 +147,10 @@ fn no_producer() -> (i64, i16) {
     (-1, -1)
 }
 
+fn no_time() -> i64 {
+    -1
+}
+
 impl TxnMetadata {
     /// KIP-939's answer to a `KeepPreparedTxn` InitProducerId: the producer id and epoch of the
     /// ongoing transaction, (-1, -1) when none is ongoing.
@@ -146,16 +161,28 @@ impl TxnMetadata {
             (-1, -1)
         }
     }
+
+    /// An ongoing 2PC transaction its producer marked prepared: it waits for its outcome.
+    pub fn is_prepared(&self) -> bool {
+        self.state == TxnState::Ongoing && self.two_phase && self.prepared_ms >= 0
+    }
 }
 
-/// KIP-939's InitProducerId fields (version 6+).
+/// KIP-939's InitProducerId fields (version 6+), and Sluice's liveness options (a tagged field
+/// Kafka brokers skip, sent only by clients that know it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TwoPhase {
+pub struct InitOptions {
     /// `Enable2Pc`: the producer's transactions are completed by an external coordinator.
-    pub enable: bool,
+    pub enable_2pc: bool,
     /// `KeepPreparedTxn`: keep the ongoing transaction (this new instance will commit or abort
     /// it) instead of aborting it.
     pub keep_prepared: bool,
+    /// Sluice: the producer marks each transaction prepared ([`prepare`]); until then the
+    /// transaction keeps the requested timeout (2PC only).
+    pub explicit_prepare: bool,
+    /// Sluice: the producer heartbeats this often (ms, 0: never); an unprepared transaction
+    /// whose producer misses enough heartbeats is aborted ([`timeout`]).
+    pub heartbeat_interval_ms: i32,
 }
 
 /// Kafka's `isEpochExhausted`: no client is handed an epoch above `Short.MAX_VALUE - 1`, so the
@@ -213,10 +240,10 @@ pub fn init_producer_id(
     limits: TxnLimits,
     now: i64,
 ) -> Decision {
-    init_producer_id_with(cur, timeout_ms, expected, TwoPhase::default(), fresh_pid, limits, now)
+    init_producer_id_with(cur, timeout_ms, expected, InitOptions::default(), fresh_pid, limits, now)
 }
 
-/// InitProducerId with KIP-939's fields. Two-phase commit (`two_phase.enable`) needs
+/// InitProducerId with KIP-939's fields. Two-phase commit (`opts.enable_2pc`) needs
 /// `transaction.two.phase.commit.enable` (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka);
 /// its timeout is exempt from `transaction.max.timeout.ms` and stored as `i32::MAX` (never
 /// expires). `keep_prepared` with an ongoing transaction bumps the epoch (fencing the instance
@@ -226,23 +253,30 @@ pub fn init_producer_id_with(
     cur: Option<&TxnMetadata>,
     timeout_ms: i32,
     expected: Option<(i64, i16)>,
-    two_phase: TwoPhase,
+    opts: InitOptions,
     fresh_pid: FreshPid<'_>,
     limits: TxnLimits,
     now: i64,
 ) -> Decision {
-    if two_phase.keep_prepared && !two_phase.enable {
+    if opts.keep_prepared && !opts.enable_2pc {
         return Decision::Refuse(TxnError::InvalidRequest);
     }
-    if two_phase.enable && !limits.two_phase_commit {
+    if opts.enable_2pc && !limits.two_phase_commit {
         return Decision::Refuse(TxnError::TwoPhaseCommitDisabled);
     }
-    let timeout_ms = if two_phase.enable {
-        i32::MAX
-    } else if timeout_ms <= 0 || timeout_ms > limits.max_timeout_ms {
+    let requested = timeout_ms;
+    if (!opts.enable_2pc || opts.explicit_prepare) && (requested <= 0 || requested > limits.max_timeout_ms) {
         return Decision::Refuse(TxnError::InvalidTransactionTimeout);
-    } else {
-        timeout_ms
+    }
+    if opts.heartbeat_interval_ms < 0 {
+        return Decision::Refuse(TxnError::InvalidRequest);
+    }
+    let timeout_ms = if opts.enable_2pc { i32::MAX } else { requested };
+    // Sluice's liveness options, as the producer declared them
+    let unprepared_timeout_ms = if opts.enable_2pc && opts.explicit_prepare { requested } else { 0 };
+    let liveness = |next: &mut TxnMetadata| {
+        next.unprepared_timeout_ms = unprepared_timeout_ms;
+        next.heartbeat_interval_ms = opts.heartbeat_interval_ms;
     };
     let Some(m) = cur else {
         let producer_id = match fresh_pid() {
@@ -260,8 +294,11 @@ pub fn init_producer_id_with(
             groups: BTreeSet::new(),
             txn_start_ms: -1,
             last_update_ms: now,
-            two_phase: two_phase.enable,
+            two_phase: opts.enable_2pc,
             txn_producer: (-1, -1),
+            prepared_ms: -1,
+            unprepared_timeout_ms,
+            heartbeat_interval_ms: opts.heartbeat_interval_ms,
         };
         return apply(None, next, None);
     };
@@ -276,7 +313,7 @@ pub fn init_producer_id_with(
     }
     match m.state {
         TxnState::PrepareCommit | TxnState::PrepareAbort => Decision::Refuse(TxnError::ConcurrentTransactions),
-        TxnState::Ongoing if two_phase.keep_prepared => {
+        TxnState::Ongoing if opts.keep_prepared => {
             // KIP-939: a new instance keeps the prepared transaction; the bump fences the old one
             let mut next = m.clone();
             next.last_producer_epoch = m.producer_epoch;
@@ -286,6 +323,7 @@ pub fn init_producer_id_with(
             if next.txn_producer.0 < 0 {
                 next.txn_producer = (m.producer_id, m.producer_epoch);
             }
+            liveness(&mut next);
             next.last_update_ms = now;
             apply(Some(m), next, None)
         }
@@ -330,7 +368,8 @@ pub fn init_producer_id_with(
                 }
             }
             next.timeout_ms = timeout_ms;
-            next.two_phase = two_phase.enable;
+            next.two_phase = opts.enable_2pc;
+            liveness(&mut next);
             next.state = TxnState::Empty;
             next.partitions.clear();
             next.groups.clear();
@@ -381,6 +420,7 @@ pub fn add_to_txn(
         next.partitions.clear();
         next.groups.clear();
         next.txn_producer = (pid, epoch);
+        next.prepared_ms = -1;
     }
     next.partitions.extend(partitions.iter().cloned());
     if let Some(g) = group {
@@ -524,15 +564,60 @@ fn end_txn_v2(
 }
 
 /// The coordinator's own abort of a transaction open past its timeout (fencing the producer).
-pub fn timeout(cur: &TxnMetadata, now: i64) -> Option<Decision> {
-    if cur.state != TxnState::Ongoing
-        || cur.two_phase
-        || now <= cur.txn_start_ms.saturating_add(i64::from(cur.timeout_ms))
-    {
+/// A 2PC transaction (KIP-939) has none, except Sluice's: until its producer marks it prepared,
+/// one whose producer asked for explicit prepares keeps the timeout it requested. Liveness
+/// (Sluice): `heartbeat` is when the producer's last heartbeat arrived and how many intervals
+/// may pass without one; an unprepared transaction whose heartbeating producer fell silent that
+/// long is aborted however long its timeout.
+pub fn timeout(cur: &TxnMetadata, now: i64, heartbeat: Option<(i64, u32)>) -> Option<Decision> {
+    if cur.state != TxnState::Ongoing || cur.is_prepared() {
+        return None;
+    }
+    let limit = if !cur.two_phase {
+        Some(cur.timeout_ms)
+    } else {
+        (cur.unprepared_timeout_ms > 0).then_some(cur.unprepared_timeout_ms)
+    };
+    let timed_out = limit.is_some_and(|t| now > cur.txn_start_ms.saturating_add(i64::from(t)));
+    let silent = match heartbeat {
+        Some((last, missed)) if cur.heartbeat_interval_ms > 0 => {
+            let since = last.max(cur.txn_start_ms);
+            now > since.saturating_add(i64::from(cur.heartbeat_interval_ms) * i64::from(missed.max(1)))
+        }
+        _ => false,
+    };
+    if !timed_out && !silent {
         return None;
     }
     let (next, markers) = fence_and_abort(cur, now);
     Some(apply(Some(cur), next, Some(markers)))
+}
+
+/// Sluice: the producer marks its ongoing 2PC transaction prepared (everything flushed, its
+/// state handed to the external coordinator): from now on it waits for its outcome, whatever
+/// its timeout or heartbeats.
+pub fn prepare(cur: Option<&TxnMetadata>, pid: i64, epoch: i16, now: i64) -> Decision {
+    let m = match check_producer(cur, pid, epoch) {
+        Ok(m) => m,
+        Err(e) => return Decision::Refuse(e),
+    };
+    match m.state {
+        TxnState::Ongoing if !m.two_phase => Decision::Refuse(TxnError::InvalidTxnState),
+        TxnState::Ongoing if m.prepared_ms >= 0 => Decision::Unchanged,
+        TxnState::Ongoing => {
+            let mut next = m.clone();
+            next.prepared_ms = now;
+            next.last_update_ms = now;
+            apply(Some(m), next, None)
+        }
+        TxnState::PrepareCommit | TxnState::PrepareAbort => Decision::Refuse(TxnError::ConcurrentTransactions),
+        _ => Decision::Refuse(TxnError::InvalidTxnState),
+    }
+}
+
+/// Sluice: a heartbeat from `pid`/`epoch` is its producer's: the current instance.
+pub fn heartbeat_allowed(cur: Option<&TxnMetadata>, pid: i64, epoch: i16) -> Result<(), TxnError> {
+    check_producer(cur, pid, epoch).map(|_| ())
 }
 
 /// `transactional.id.expiration.ms`: an id idle this long with no transaction open is forgotten.
@@ -638,8 +723,8 @@ mod tests {
     fn timeouts_abort_with_a_fence_and_limits_hold() {
         let m = new_txn();
         let m = applied(add_to_txn(Some(&m), 77, 0, &[("t".into(), 0)], None, 1000)).next;
-        assert!(timeout(&m, 61_000).is_none());
-        let t = applied(timeout(&m, 61_001).unwrap());
+        assert!(timeout(&m, 61_000, None).is_none());
+        let t = applied(timeout(&m, 61_001, None).unwrap());
         assert_eq!((t.next.state, t.next.producer_epoch), (TxnState::PrepareAbort, 1));
         assert_eq!(
             init_producer_id(None, 900_001, None, &mut pid(5), LIMITS, 0),
@@ -802,8 +887,10 @@ mod tests {
         assert_eq!((t.next.producer_id, t.next.producer_epoch), (99, 0));
     }
 
-    const KEEP: TwoPhase = TwoPhase { enable: true, keep_prepared: true };
-    const TWO_PHASE: TwoPhase = TwoPhase { enable: true, keep_prepared: false };
+    const KEEP: InitOptions =
+        InitOptions { enable_2pc: true, keep_prepared: true, explicit_prepare: false, heartbeat_interval_ms: 0 };
+    const TWO_PHASE: InitOptions =
+        InitOptions { enable_2pc: true, keep_prepared: false, explicit_prepare: false, heartbeat_interval_ms: 0 };
 
     #[test]
     fn kip939_a_new_instance_keeps_the_prepared_transaction_and_commits_it() {
@@ -812,7 +899,7 @@ mod tests {
         assert_eq!(m.timeout_ms, i32::MAX, "Kafka stores Integer.MAX_VALUE as a 2PC transaction's timeout");
         let open = applied(add_to_txn(Some(&m), 77, 0, &[("t".into(), 0), ("t".into(), 1)], Some("g"), 10)).next;
         assert_eq!(open.ongoing_txn_producer(), (77, 0));
-        assert!(timeout(&open, i64::MAX / 2).is_none(), "a 2PC transaction is never aborted by its timeout");
+        assert!(timeout(&open, i64::MAX / 2, None).is_none(), "a 2PC transaction is never aborted by its timeout");
         // the job restarts: the new instance keeps the transaction, fencing the old one
         let t = applied(init_producer_id_with(Some(&open), 60_000, None, KEEP, &mut no_pid(), LIMITS, 20));
         assert_eq!(t.reply_error, None);
@@ -863,14 +950,14 @@ mod tests {
             applied(init_producer_id(Some(&t.markers.unwrap().complete), 60_000, None, &mut no_pid(), LIMITS, 60)).next;
         assert!(!plain.two_phase);
         let open = applied(add_to_txn(Some(&plain), 77, plain.producer_epoch, &[("t".into(), 0)], None, 70)).next;
-        assert!(timeout(&open, 70 + 60_001).is_some());
+        assert!(timeout(&open, 70 + 60_001, None).is_some());
         // refusals
         assert_eq!(
             init_producer_id_with(
                 None,
                 60_000,
                 None,
-                TwoPhase { enable: false, keep_prepared: true },
+                InitOptions { keep_prepared: true, ..InitOptions::default() },
                 &mut pid(5),
                 LIMITS,
                 0
@@ -892,5 +979,51 @@ mod tests {
             (t.next.state, t.next.producer_epoch, t.next.ongoing_txn_producer()),
             (TxnState::Empty, 1, (-1, -1))
         );
+    }
+
+    #[test]
+    fn explicit_prepares_keep_the_short_timeout_until_prepared_and_missed_heartbeats_abort() {
+        let explicit = InitOptions { explicit_prepare: true, heartbeat_interval_ms: 100, ..TWO_PHASE };
+        let m = applied(init_producer_id_with(None, 1000, None, explicit, &mut pid(77), LIMITS, 0)).next;
+        assert_eq!((m.timeout_ms, m.unprepared_timeout_ms, m.heartbeat_interval_ms), (i32::MAX, 1000, 100));
+        assert_eq!(
+            init_producer_id_with(None, 900_001, None, explicit, &mut pid(77), LIMITS, 0),
+            Decision::Refuse(TxnError::InvalidTransactionTimeout),
+            "the short timeout is an ordinary one"
+        );
+        let open = applied(add_to_txn(Some(&m), 77, 0, &[("t".into(), 0)], None, 10)).next;
+        assert!(!open.is_prepared());
+        assert!(timeout(&open, 1010, Some((1000, 3))).is_none());
+        assert!(timeout(&open, 1011, Some((1000, 3))).is_some(), "unprepared: its own timeout");
+        assert!(timeout(&open, 400, Some((50, 3))).is_some(), "three missed heartbeats (300 ms)");
+        assert!(timeout(&open, 340, Some((50, 3))).is_none());
+        assert_eq!(prepare(Some(&open), 77, 1, 20), Decision::Refuse(TxnError::ProducerFenced));
+        let prepared = applied(prepare(Some(&open), 77, 0, 20)).next;
+        assert!(prepared.is_prepared());
+        assert_eq!(prepare(Some(&prepared), 77, 0, 21), Decision::Unchanged, "a retry");
+        assert!(timeout(&prepared, i64::MAX / 2, Some((0, 3))).is_none(), "prepared: waits, heartbeats or not");
+        // a kept prepared transaction stays prepared; the next one starts unprepared
+        let kept = applied(init_producer_id_with(
+            Some(&prepared),
+            1000,
+            None,
+            InitOptions { keep_prepared: true, ..explicit },
+            &mut no_pid(),
+            LIMITS,
+            30,
+        ))
+        .next;
+        assert!(kept.is_prepared());
+        let done = applied(end_txn(Some(&kept), 77, 1, true, false, &mut no_pid(), 40)).markers.unwrap().complete;
+        assert!(!done.is_prepared());
+        let next = applied(add_to_txn(Some(&done), 77, 1, &[("t".into(), 0)], None, 50)).next;
+        assert!(!next.is_prepared() && timeout(&next, 1051, None).is_some());
+        // not 2PC: nothing to prepare; heartbeats still bound an ordinary transaction
+        let plain = InitOptions { heartbeat_interval_ms: 100, ..InitOptions::default() };
+        let m = applied(init_producer_id_with(None, 60_000, None, plain, &mut pid(78), LIMITS, 0)).next;
+        let open = applied(add_to_txn(Some(&m), 78, 0, &[("t".into(), 0)], None, 0)).next;
+        assert_eq!(prepare(Some(&open), 78, 0, 1), Decision::Refuse(TxnError::InvalidTxnState));
+        assert!(timeout(&open, 301, Some((0, 3))).is_some());
+        assert!(timeout(&open, 301, None).is_none(), "without a heartbeat record only the timeout counts");
     }
 }

@@ -40,6 +40,9 @@ struct Shard {
     /// Replicated: the Raft term this broker leads the shard in — the coordinator epoch its
     /// markers carry (rises with every new leader, so a deposed one is fenced).
     epoch: i32,
+    /// Sluice's liveness: when each heartbeating producer's last heartbeat arrived here (memory
+    /// only; a coordinator that takes over grants a full grace period from its first check).
+    heartbeats: HashMap<String, i64>,
 }
 
 /// What to wait on before acting on a logged transition.
@@ -128,6 +131,7 @@ impl TxnCoordinator {
                 txns: HashMap::new(),
                 state: ShardState::Active,
                 epoch: coordinator_epoch,
+                heartbeats: HashMap::new(),
             };
             for (k, v) in shard.log.read_all()? {
                 match decode(&k, v.as_deref()) {
@@ -228,6 +232,7 @@ impl TxnCoordinator {
             }
         };
         shard.txns.clear();
+        shard.heartbeats.clear();
         for (k, v) in records {
             match decode(&k, v.as_deref()) {
                 Some((id, Some(m))) => {
@@ -257,6 +262,7 @@ impl TxnCoordinator {
         }
         shard.state = to;
         shard.txns.clear();
+        shard.heartbeats.clear();
     }
 
     pub fn limits(&self) -> TxnLimits {
@@ -328,6 +334,17 @@ impl TxnCoordinator {
         if m.state != TxnState::Ongoing || !m.partitions.contains(&(topic.to_string(), partition)) {
             return Err(TxnError::InvalidTxnState);
         }
+        Ok(())
+    }
+
+    /// Sluice's liveness: a heartbeat from `id`'s current producer instance.
+    pub fn heartbeat(&self, id: &str, pid: i64, epoch: i16) -> Result<(), TxnError> {
+        let mut shard = self.shard(id);
+        if !shard.state.is_active() {
+            return Err(TxnError::NotCoordinator);
+        }
+        machine::heartbeat_allowed(shard.txns.get(id), pid, epoch)?;
+        shard.heartbeats.insert(id.to_string(), crate::clock::now_ms());
         Ok(())
     }
 
@@ -447,21 +464,36 @@ impl TxnCoordinator {
                     tracing::info!(txn = %id, "transactional id expired");
                 }
             }
+            let missed = self.settings.missed_heartbeats;
+            let mut due_here = Vec::new();
             for (id, m) in &s.txns {
-                if machine::timeout(m, now).is_some() {
-                    due.push(id.clone());
+                let heartbeat = if m.heartbeat_interval_ms > 0 && m.state == TxnState::Ongoing {
+                    Some((s.heartbeats.get(id).copied(), missed))
+                } else {
+                    None
+                };
+                due_here.push((id.clone(), heartbeat));
+            }
+            for (id, heartbeat) in due_here {
+                // a coordinator that has not heard from the producer yet starts counting now
+                let heartbeat = heartbeat.map(|(last, missed)| (last.unwrap_or(now), missed));
+                if let Some((last, _)) = heartbeat {
+                    s.heartbeats.entry(id.clone()).or_insert(last);
+                }
+                if s.txns.get(&id).is_some_and(|m| machine::timeout(m, now, heartbeat).is_some()) {
+                    due.push((id, heartbeat));
                 }
             }
         }
         for w in waits {
             let _ = wait_logged(w).await;
         }
-        for id in due {
-            tracing::info!(txn = %id, "aborting a transaction open past its timeout");
+        for (id, heartbeat) in due {
+            tracing::info!(txn = %id, "aborting a transaction open past its timeout or whose producer stopped heartbeating");
             let now = crate::clock::now_ms();
             let outcome = self
                 .run(&id, |m| match m {
-                    Some(m) => machine::timeout(m, now).unwrap_or(Decision::Unchanged),
+                    Some(m) => machine::timeout(m, now, heartbeat).unwrap_or(Decision::Unchanged),
                     None => Decision::Unchanged,
                 })
                 .await;
@@ -649,15 +681,21 @@ impl TxnCoordinator {
 
     /// Publish open-transaction gauges.
     pub fn record_gauges(&self, now: i64) {
-        let open: Vec<i64> = self
+        let open: Vec<(i64, bool)> = self
             .all()
             .into_iter()
             .filter(|(_, m)| matches!(m.state, TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort))
-            .map(|(_, m)| m.txn_start_ms)
+            .map(|(_, m)| (m.txn_start_ms, m.two_phase && m.state == TxnState::Ongoing))
             .collect();
+        let oldest = |starts: &mut dyn Iterator<Item = i64>| {
+            starts.filter(|t| *t > 0).map(|t| (now - t).max(0)).max().unwrap_or(0) as f64 / 1000.0
+        };
         ::metrics::gauge!(crate::metrics::OPEN_TRANSACTIONS).set(open.len() as f64);
-        let oldest = open.iter().filter(|t| **t > 0).map(|t| (now - t).max(0)).max().unwrap_or(0);
-        ::metrics::gauge!(crate::metrics::OLDEST_TRANSACTION_SECONDS).set(oldest as f64 / 1000.0);
+        ::metrics::gauge!(crate::metrics::OLDEST_TRANSACTION_SECONDS).set(oldest(&mut open.iter().map(|o| o.0)));
+        let prepared: Vec<i64> = open.iter().filter(|o| o.1).map(|o| o.0).collect();
+        ::metrics::gauge!(crate::metrics::PREPARED_TRANSACTIONS).set(prepared.len() as f64);
+        ::metrics::gauge!(crate::metrics::OLDEST_PREPARED_TRANSACTION_SECONDS)
+            .set(oldest(&mut prepared.iter().copied()));
     }
 
     pub fn close(&self) {

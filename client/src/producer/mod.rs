@@ -132,6 +132,9 @@ pub(crate) struct Settings {
     /// `transaction.two.phase.commit.enable` (KIP-939): transactions are completed by an
     /// external coordinator and never aborted by the transaction timeout.
     pub two_phase_commit: bool,
+    /// `transaction.heartbeat.interval.ms` (Sluice): heartbeat the transaction coordinator this
+    /// often while a transaction is open and unprepared (0: never).
+    pub heartbeat_interval: Duration,
     pub max_request_size: usize,
     pub max_block: Duration,
 }
@@ -149,6 +152,7 @@ const PRODUCER_KEYS: &[&str] = &[
     "transactional.id",
     "transaction.timeout.ms",
     "transaction.two.phase.commit.enable",
+    "transaction.heartbeat.interval.ms",
     "max.request.size",
     "max.block.ms",
 ];
@@ -214,6 +218,7 @@ impl Settings {
             transactional_id,
             transaction_timeout: c.ms("transaction.timeout.ms", 60_000)?,
             two_phase_commit,
+            heartbeat_interval: c.ms("transaction.heartbeat.interval.ms", 0)?,
             max_request_size: c.parse("max.request.size", 1024 * 1024usize)?,
             max_block: c.ms("max.block.ms", 60_000)?,
         };
@@ -304,6 +309,9 @@ pub(crate) struct State {
     /// The prepared transaction this producer must complete (KIP-939): the one it prepared, or
     /// the one an earlier instance left prepared and `init_transactions_keep_prepared` kept.
     pub prepared: Option<PreparedTxnState>,
+    /// The coordinator serves Sluice's explicit prepares and heartbeats (it said so in its
+    /// InitProducerId answer).
+    pub liveness_served: bool,
 }
 
 pub(crate) struct Shared {
@@ -385,6 +393,7 @@ impl Producer {
                 offsets_added: false,
                 txn_seq_gap: false,
                 prepared: None,
+                liveness_served: false,
             }),
             wake: Notify::new(),
             progress: watch::channel(0).0,
@@ -397,6 +406,7 @@ impl Producer {
             st.epoch = epoch;
         }
         tokio::spawn(sender::run(shared.clone()));
+        txn::spawn_heartbeats(&shared);
         Ok(Producer { h: Arc::new(Handle { shared }) })
     }
 

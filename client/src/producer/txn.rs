@@ -14,6 +14,7 @@ use crate::cluster::{by_topic, sb, Broker};
 use crate::error::{Error, ErrorKind, Result};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
+use sluice_protocol::api;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -135,6 +136,7 @@ pub(crate) async fn init_producer_id_with(
     let txn_id = sh.s.transactional_id.clone();
     let timeout_ms = sh.s.transaction_timeout.as_millis().min(i32::MAX as u128) as i32;
     let two_phase = sh.s.two_phase_commit;
+    let heartbeat_ms = sh.s.heartbeat_interval.as_millis().min(i32::MAX as u128) as i32;
     let r = with_coordinator(sh, deadline, |b| {
         let txn_id = txn_id.clone();
         async move {
@@ -159,23 +161,101 @@ pub(crate) async fn init_producer_id_with(
                 r.enable_2_pc = true;
                 r.keep_prepared_txn = keep_prepared;
             }
+            // Sluice's liveness options, in a tag other brokers skip: a 2PC producer marks its
+            // transactions prepared; a heartbeating one says how often
+            if version >= 2 && txn_id.is_some() && (two_phase || heartbeat_ms > 0) {
+                r.unknown_tagged_fields
+                    .insert(api::TXN_LIVENESS_TAG, api::encode_txn_liveness(two_phase, heartbeat_ms));
+            }
             match b.call(ApiKey::InitProducerId, RequestKind::InitProducerId(r)).await? {
                 ResponseKind::InitProducerId(p) => {
                     let ongoing = (p.ongoing_txn_producer_id.0 >= 0).then_some(PreparedTxnState {
                         producer_id: p.ongoing_txn_producer_id.0,
                         epoch: p.ongoing_txn_producer_epoch,
                     });
-                    Ok((p.error_code, (p.producer_id.0, p.producer_epoch, ongoing)))
+                    let served = p.unknown_tagged_fields.get(&api::TXN_LIVENESS_TAG).map(|t| t.as_ref())
+                        == Some(&[api::TXN_LIVENESS_SERVED][..]);
+                    Ok((p.error_code, (p.producer_id.0, p.producer_epoch, ongoing, served)))
                 }
                 _ => Err(Error::invalid("unexpected response to InitProducerId")),
             }
         }
     })
     .await;
-    r.map_err(|e| match e.code() {
-        Some(ResponseError::InvalidProducerEpoch | ResponseError::ProducerFenced) => e.with_kind(ErrorKind::Fatal),
-        _ => e,
+    match r {
+        Ok((pid, epoch, ongoing, served)) => {
+            sh.lock().liveness_served = served;
+            Ok((pid, epoch, ongoing))
+        }
+        Err(e) => Err(match e.code() {
+            Some(ResponseError::InvalidProducerEpoch | ResponseError::ProducerFenced) => e.with_kind(ErrorKind::Fatal),
+            _ => e,
+        }),
+    }
+}
+
+/// Sluice's heartbeat or prepare ([`api::TXN_HEARTBEAT`], [`api::TXN_PREPARE`]): an
+/// AddPartitionsToTxn v3 with no partitions and the action in a tag; the coordinator answers the
+/// outcome's error code in the same tag.
+pub(crate) async fn liveness(sh: &Arc<Shared>, action: u8, deadline: Instant) -> Result<()> {
+    let (pid, epoch) = {
+        let st = sh.lock();
+        (st.pid, st.epoch)
+    };
+    let id = sh.s.transactional_id.clone().unwrap_or_default();
+    with_coordinator(sh, deadline, |b| {
+        let id = id.clone();
+        async move {
+            if b.version(ApiKey::AddPartitionsToTxn)? < 3 {
+                return Err(Error::kafka(ResponseError::UnsupportedVersion, "AddPartitionsToTxn v3 needed"));
+            }
+            let mut r = AddPartitionsToTxnRequest::default();
+            r.v3_and_below_transactional_id = TransactionalId(sb(&id));
+            r.v3_and_below_producer_id = ProducerId(pid);
+            r.v3_and_below_producer_epoch = epoch;
+            r.unknown_tagged_fields.insert(api::TXN_LIVENESS_TAG, bytes::Bytes::copy_from_slice(&[action]));
+            match b.call(ApiKey::AddPartitionsToTxn, RequestKind::AddPartitionsToTxn(r)).await? {
+                ResponseKind::AddPartitionsToTxn(a) => {
+                    let code = a
+                        .unknown_tagged_fields
+                        .get(&api::TXN_LIVENESS_TAG)
+                        .and_then(|t| Some(i16::from_be_bytes(t.get(..2)?.try_into().ok()?)))
+                        .ok_or_else(|| Error::invalid("the coordinator did not answer the liveness request"))?;
+                    Ok((code, ()))
+                }
+                _ => Err(Error::invalid("unexpected response to AddPartitionsToTxn")),
+            }
+        }
     })
+    .await
+}
+
+/// The heartbeat task (`transaction.heartbeat.interval.ms`): while the producer lives, a
+/// heartbeat every interval while a transaction is open and not prepared.
+pub(crate) fn spawn_heartbeats(sh: &Arc<Shared>) {
+    let interval = sh.s.heartbeat_interval;
+    if interval.is_zero() || sh.s.transactional_id.is_none() {
+        return;
+    }
+    let weak = Arc::downgrade(sh);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            let Some(sh) = weak.upgrade() else { return };
+            let beat = {
+                let st = sh.lock();
+                if st.closing || st.fatal.is_some() {
+                    return;
+                }
+                st.liveness_served
+                    && matches!(st.phase, TxnPhase::InTransaction | TxnPhase::Committing | TxnPhase::Aborting)
+            };
+            if beat {
+                // a lost heartbeat is made good by the next one; the coordinator allows several
+                let _ = liveness(&sh, api::TXN_HEARTBEAT, Instant::now() + interval).await;
+            }
+        }
+    });
 }
 
 /// The sender's AddPartitionsToTxn for partitions that have data waiting.
@@ -318,10 +398,16 @@ impl Producer {
             return Err(Error::invalid("prepare_transaction needs transaction.two.phase.commit.enable=true"));
         }
         flush(&sh).await?;
-        let mut st = sh.lock();
-        if let Some(e) = st.abortable.clone() {
+        if let Some(e) = sh.lock().abortable.clone() {
             return Err(e);
         }
+        let served = sh.lock().liveness_served;
+        if served && self.anything_added() {
+            // Sluice: mark it prepared, so it no longer times out (until then it keeps
+            // transaction.timeout.ms, and a forgotten unprepared transaction ends)
+            liveness(&sh, api::TXN_PREPARE, Instant::now() + sh.s.max_block).await.map_err(|e| self.txn_error(e))?;
+        }
+        let mut st = sh.lock();
         let state = PreparedTxnState { producer_id: st.pid, epoch: st.epoch };
         st.prepared = Some(state);
         st.phase = TxnPhase::Prepared;

@@ -13,6 +13,9 @@ pub fn add_partitions(
     }
     let id = req.v3_and_below_transactional_id.to_string();
     let (pid, epoch) = (req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch);
+    if let Some(action) = liveness_action(&req) {
+        return liveness(txns, id, pid, epoch, action, version);
+    }
     let topics: Vec<(TopicName, Vec<i32>)> =
         req.v3_and_below_topics.iter().map(|t| (t.name.clone(), t.partitions.clone())).collect();
     // Unknown partitions fail the whole request (Kafka: the others get OPERATION_NOT_ATTEMPTED).
@@ -48,6 +51,41 @@ pub fn add_partitions(
             }
             resp.results_by_topic_v3_and_below.push(tr);
         }
+        ResponseKind::AddPartitionsToTxn(resp)
+    });
+    Reply::Later(fut)
+}
+
+/// Sluice's heartbeat or prepare (issue 21), carried by an AddPartitionsToTxn with no partitions
+/// and a tagged field only Sluice's client sends.
+fn liveness_action(req: &AddPartitionsToTxnRequest) -> Option<u8> {
+    if !req.v3_and_below_topics.is_empty() {
+        return None;
+    }
+    req.unknown_tagged_fields.get(&sluice_protocol::api::TXN_LIVENESS_TAG).and_then(|b| b.first().copied())
+}
+
+/// Answer a heartbeat (recorded in memory) or a prepare (logged: the transaction then waits for
+/// its outcome). The answer has no partitions; its tag carries the outcome's error code.
+fn liveness(txns: &Arc<TxnCoordinator>, id: String, pid: i64, epoch: i16, action: u8, version: i16) -> Reply {
+    let txns = txns.clone();
+    let fut: LaterReply = Box::pin(async move {
+        let result = match action {
+            sluice_protocol::api::TXN_HEARTBEAT => txns.heartbeat(&id, pid, epoch),
+            sluice_protocol::api::TXN_PREPARE => {
+                let now = now_ms();
+                match txns.run(&id, |m| machine::prepare(m, pid, epoch, now)).await {
+                    Outcome::Done(_) => Ok(()),
+                    Outcome::Refused(e) => Err(e),
+                }
+            }
+            _ => Err(TxnError::InvalidRequest),
+        };
+        // v3 has no top-level error code: the outcome travels in the same tag (i16 big-endian)
+        let c = result.err().map_or(0, |e| code(e, version, 2));
+        let mut resp = AddPartitionsToTxnResponse::default();
+        resp.unknown_tagged_fields
+            .insert(sluice_protocol::api::TXN_LIVENESS_TAG, bytes::Bytes::copy_from_slice(&c.to_be_bytes()));
         ResponseKind::AddPartitionsToTxn(resp)
     });
     Reply::Later(fut)

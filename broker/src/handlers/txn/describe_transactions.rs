@@ -18,6 +18,14 @@ pub fn describe(txns: &TxnCoordinator, req: DescribeTransactionsRequest) -> Desc
                 t.transaction_start_time_ms = m.txn_start_ms;
                 t.producer_id = ProducerId(m.producer_id);
                 t.producer_epoch = m.producer_epoch;
+                if m.is_prepared() {
+                    // Sluice: when the producer marked it prepared (Kafka clients skip the tag;
+                    // for them it stays Ongoing, as it is in Kafka's terms)
+                    t.unknown_tagged_fields.insert(
+                        sluice_protocol::api::TXN_LIVENESS_TAG,
+                        bytes::Bytes::copy_from_slice(&m.prepared_ms.to_be_bytes()),
+                    );
+                }
                 let mut by_topic: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
                 for (topic, p) in &m.partitions {
                     by_topic.entry(topic.clone()).or_default().push(*p);
