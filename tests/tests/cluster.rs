@@ -993,6 +993,53 @@ async fn txn_coordinator(b: &Broker, id: &str) -> i32 {
     find_coordinator(b, id, 1).await
 }
 
+/// The broker coordinating transactional id `id`, waiting up to 30 s for one to be elected.
+async fn wait_txn_coordinator(b: &Broker, id: &str) -> i32 {
+    let t0 = Instant::now();
+    loop {
+        let node = txn_coordinator(b, id).await;
+        if node > 0 {
+            return node;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator for {id}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every value librdkafka's read_committed consumer reads from `topic`'s three partitions from
+/// the start: until `want` arrived (or 60 s passed), then `quiet` more to catch any extra.
+fn read_committed(bootstrap: &str, topic: &str, want: usize, quiet: Duration) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::message::Message;
+    let cons: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("{topic}-check"))
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
+    }
+    cons.assign(&tpl).unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut quiet_until: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if quiet_until.is_some_and(|q| now >= q) || (quiet_until.is_none() && now >= deadline) {
+            return seen;
+        }
+        if quiet_until.is_none() && seen.len() >= want {
+            quiet_until = Some(now + quiet);
+        }
+        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+            seen.push(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
+        }
+    }
+}
+
 /// FindCoordinator for a group (0) or transactional id (1) through `b`; -1 if none.
 async fn find_coordinator(b: &Broker, key: &str, key_type: i8) -> i32 {
     let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
@@ -1012,23 +1059,13 @@ async fn find_coordinator(b: &Broker, key: &str, key_type: i8) -> i32 {
 /// transaction whole and nothing of an aborted one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_transaction_coordinator_fails_over_to_another_broker() {
-    use rdkafka::consumer::{BaseConsumer, Consumer as _};
-    use rdkafka::message::Message;
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer as _, ThreadedProducer};
     let mut c = Cluster::start();
     agreed_controller(&c, &[0, 1, 2], 3, -1).await;
     let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
     admin.create_topic("ledger2", 3, 3, &[]).await.unwrap();
     let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
-    let t0 = Instant::now();
-    let coordinator = loop {
-        let id = txn_coordinator(&c.brokers[0], "failover-txn").await;
-        if id > 0 {
-            break id;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let coordinator = wait_txn_coordinator(&c.brokers[0], "failover-txn").await;
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let b2 = bootstrap.clone();
     let producer = tokio::task::spawn_blocking(move || {
@@ -1082,32 +1119,8 @@ async fn the_transaction_coordinator_fails_over_to_another_broker() {
     let new = txn_coordinator(&c.brokers[(victim + 1) % 3], "failover-txn").await;
     assert!(new > 0 && new != coordinator, "coordinator {coordinator} → {new}");
     // read_committed: committed transactions whole, exactly once; aborted ones invisible
-    let cons: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("group.id", "ledger2-check")
-        .set("isolation.level", "read_committed")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    for p in 0..3 {
-        tpl.add_partition_offset("ledger2", p, rdkafka::Offset::Beginning).unwrap();
-    }
-    cons.assign(&tpl).unwrap();
-    let mut seen: Vec<String> = Vec::new();
     let want = committed.len() * 10;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline && seen.len() < want {
-        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
-            seen.push(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
-        }
-    }
-    let quiet = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < quiet {
-        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
-            seen.push(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
-        }
-    }
+    let seen = read_committed(&bootstrap, "ledger2", want, Duration::from_secs(3));
     let unique: BTreeSet<&String> = seen.iter().collect();
     assert_eq!(unique.len(), seen.len(), "duplicates in read_committed");
     for n in &committed {
@@ -1128,8 +1141,6 @@ async fn the_transaction_coordinator_fails_over_to_another_broker() {
 /// record exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepared_transaction_survives_its_coordinators_kill_and_a_new_instance_commits_it() {
-    use rdkafka::consumer::{BaseConsumer, Consumer as _};
-    use rdkafka::message::Message;
     use sluice_client::{Producer, ProducerRecord};
     let mut c = Cluster::start_with(&[
         "--transaction-two-phase-commit-enable",
@@ -1142,15 +1153,7 @@ async fn a_prepared_transaction_survives_its_coordinators_kill_and_a_new_instanc
     agreed_controller(&c, &[0, 1, 2], 3, -1).await;
     let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
     admin.create_topic("prepared", 3, 3, &[]).await.unwrap();
-    let t0 = Instant::now();
-    let coordinator = loop {
-        let id = txn_coordinator(&c.brokers[0], "2pc-job").await;
-        if id > 0 {
-            break id;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no transaction coordinator");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let coordinator = wait_txn_coordinator(&c.brokers[0], "2pc-job").await;
     let victim = usize::try_from(coordinator - 1).unwrap();
     let config = |bootstrap: String| {
         ClientConfig::new()
@@ -1177,31 +1180,7 @@ async fn a_prepared_transaction_survives_its_coordinators_kill_and_a_new_instanc
     let new = txn_coordinator(&c.brokers[(victim + 1) % 3], "2pc-job").await;
     assert!(new > 0 && new != coordinator, "coordinator {coordinator} -> {new}");
     assert!(recovered.complete_transaction(state).await.unwrap(), "committed");
-    let cons: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &live)
-        .set("group.id", "prepared-check")
-        .set("isolation.level", "read_committed")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    for p in 0..3 {
-        tpl.add_partition_offset("prepared", p, rdkafka::Offset::Beginning).unwrap();
-    }
-    cons.assign(&tpl).unwrap();
-    let mut seen: Vec<String> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline && seen.len() < 30 {
-        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
-            seen.push(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
-        }
-    }
-    let quiet = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < quiet {
-        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
-            seen.push(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
-        }
-    }
+    let mut seen = read_committed(&live, "prepared", 30, Duration::from_secs(2));
     seen.sort();
     let mut want: Vec<String> = (0..30).map(|i| format!("r{i}")).collect();
     want.sort();

@@ -438,8 +438,22 @@ fn transactions_commands_find_and_abort_a_hanging_transaction() {
 #[test]
 fn force_terminate_ends_a_prepared_transaction_that_find_hanging_lists_apart() {
     use sluice_client::{ClientConfig, ErrorKind, Producer, ProducerRecord};
-    let b = Broker::start_with(&["--transaction-two-phase-commit-enable", "true"]);
+    let mport = sluice_tests::free_port();
+    let metrics = format!("127.0.0.1:{mport}");
+    let b = Broker::start_with(&["--transaction-two-phase-commit-enable", "true", "--metrics-listener", &metrics]);
     ctl(&b, &["topics", "create", "ledger", "--partitions", "1"]);
+    let gauge = |series: &str| -> f64 {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", mport)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no series {series} in:\n{body}"))
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let config = ClientConfig::new()
         .set("bootstrap.servers", b.bootstrap())
@@ -464,10 +478,21 @@ fn force_terminate_ends_a_prepared_transaction_that_find_hanging_lists_apart() {
     let text = String::from_utf8_lossy(&ctl_raw(&b, &["transactions", "find-hanging"]).stdout).into_owned();
     assert!(text.contains("Prepared two-phase-commit transactions") && text.contains("lost-job"), "{text}");
 
+    let d = ctl(&b, &["transactions", "describe", "lost-job"]);
+    assert_eq!((d["state"].as_str(), d["two_phase"].as_bool()), (Some("Ongoing"), Some(true)), "{d}");
+    assert!(d["prepared_ms"].as_i64().is_some(), "shown as prepared: {d}");
+    let text = String::from_utf8_lossy(&ctl_raw(&b, &["transactions", "describe", "lost-job"]).stdout).into_owned();
+    assert!(text.contains("TwoPhaseCommit: prepared"), "{text}");
+    std::thread::sleep(std::time::Duration::from_millis(1500)); // gauges update every second
+    assert_eq!(gauge("sluice_prepared_transactions"), 1.0);
+    assert!(gauge("sluice_oldest_prepared_transaction_seconds") > 0.2);
+
     let t = ctl(&b, &["transactions", "force-terminate", "--transactional-id", "lost-job"]);
     assert_eq!(t["producer_id"], state.producer_id, "{t}");
     assert!(t["producer_epoch"].as_i64().unwrap() > i64::from(state.epoch), "{t}");
     assert_eq!(ctl(&b, &["transactions", "find-hanging", "--min-age-ms", "0"]), serde_json::json!([]));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(gauge("sluice_prepared_transactions"), 0.0);
     let d = ctl(&b, &["transactions", "describe", "lost-job"]);
     assert_eq!((d["state"].as_str(), d["partitions"].as_array().map(Vec::len)), (Some("Empty"), Some(0)), "{d}");
     rt.block_on(async {

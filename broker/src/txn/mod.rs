@@ -460,29 +460,28 @@ impl TxnCoordinator {
             for id in expired {
                 if let Ok(w) = self.log_write(i, &mut s, &[encode(&id, None)], now) {
                     s.txns.remove(&id);
+                    s.heartbeats.remove(&id);
                     waits.push(w);
                     tracing::info!(txn = %id, "transactional id expired");
                 }
             }
             let missed = self.settings.missed_heartbeats;
-            let mut due_here = Vec::new();
+            let mut first_heard = Vec::new();
             for (id, m) in &s.txns {
-                let heartbeat = if m.heartbeat_interval_ms > 0 && m.state == TxnState::Ongoing {
-                    Some((s.heartbeats.get(id).copied(), missed))
-                } else {
-                    None
-                };
-                due_here.push((id.clone(), heartbeat));
+                let heartbeat = (m.heartbeat_interval_ms > 0 && m.state == TxnState::Ongoing).then(|| {
+                    // a coordinator that has not heard from the producer yet starts counting now
+                    let last = s.heartbeats.get(id).copied();
+                    if last.is_none() {
+                        first_heard.push(id.clone());
+                    }
+                    (last.unwrap_or(now), missed)
+                });
+                if machine::timeout(m, now, heartbeat).is_some() {
+                    due.push((id.clone(), heartbeat));
+                }
             }
-            for (id, heartbeat) in due_here {
-                // a coordinator that has not heard from the producer yet starts counting now
-                let heartbeat = heartbeat.map(|(last, missed)| (last.unwrap_or(now), missed));
-                if let Some((last, _)) = heartbeat {
-                    s.heartbeats.entry(id.clone()).or_insert(last);
-                }
-                if s.txns.get(&id).is_some_and(|m| machine::timeout(m, now, heartbeat).is_some()) {
-                    due.push((id, heartbeat));
-                }
+            for id in first_heard {
+                s.heartbeats.insert(id, now);
             }
         }
         for w in waits {

@@ -13,6 +13,8 @@ import java.util.function.Function;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.common.message.AddPartitionsToTxnRequestData;
 import org.apache.kafka.common.message.AddPartitionsToTxnResponseData;
+import org.apache.kafka.common.message.EndTxnRequestData;
+import org.apache.kafka.common.message.EndTxnResponseData;
 import org.apache.kafka.common.message.InitProducerIdRequestData;
 import org.apache.kafka.common.message.InitProducerIdResponseData;
 import org.apache.kafka.common.message.RequestHeaderData;
@@ -119,6 +121,19 @@ class TwoPhaseCommitTest {
             InitProducerIdResponseData again = init(s, txnId, true, true);
             assertEquals(2, again.producerEpoch());
             assertEquals(0, again.ongoingTxnProducerEpoch(), "still the same transaction");
+
+            // the kept transaction commits with transaction version 2 (EndTxn v5: a new epoch)
+            EndTxnRequestData end = new EndTxnRequestData().setTransactionalId(txnId)
+                    .setProducerId(again.producerId()).setProducerEpoch(again.producerEpoch()).setCommitted(true);
+            EndTxnResponseData ended = call(s, (short) 26, (short) 5, end, in -> new EndTxnResponseData(in, (short) 5));
+            assertEquals(Errors.NONE.code(), ended.errorCode());
+            assertEquals(3, ended.producerEpoch(), "transaction version 2 bumps the epoch at the end");
+            InitProducerIdResponseData committed = init(s, txnId, true, true);
+            assertEquals(-1L, committed.ongoingTxnProducerId(), "committed: nothing left to keep");
+            assertEquals(4, committed.producerEpoch());
+
+            // a new transaction, and an instance that does not keep it: aborted
+            addPartition(s, txnId, committed.producerId(), committed.producerEpoch(), topic);
 
             InitProducerIdResponseData aborted = initDone(s, txnId, true, false);
             assertEquals(Errors.NONE.code(), aborted.errorCode());
