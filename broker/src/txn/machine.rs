@@ -81,24 +81,25 @@ pub struct TxnMetadata {
     /// KIP-939: the producer uses two-phase commit (InitProducerId `Enable2Pc`): its
     /// transaction may stay prepared while an external coordinator decides, so the timeout never
     /// aborts it (Kafka stores `Integer.MAX_VALUE` as its timeout, as `timeout_ms` here).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub two_phase: bool,
     /// The producer id and epoch that opened the ongoing transaction (KIP-939's
     /// `OngoingTxnProducerId`/`Epoch`): a new instance that keeps the prepared transaction
     /// (`KeepPreparedTxn`) gets a bumped epoch, and this pair still names the transaction the
-    /// external coordinator recorded. (-1, -1) when unknown (records of an earlier version).
-    #[serde(default = "no_producer")]
+    /// external coordinator recorded. (-1, -1) until a new instance keeps the transaction: the
+    /// epoch of an ongoing transaction changes only then, so until then it is the current pair.
+    #[serde(default = "no_producer", skip_serializing_if = "is_no_producer")]
     pub txn_producer: (i64, i16),
     /// Sluice: when the producer marked the ongoing 2PC transaction prepared ([`prepare`]);
     /// -1 when it has not. Meaningful only while the state is Ongoing.
-    #[serde(default = "no_time")]
+    #[serde(default = "no_time", skip_serializing_if = "is_negative")]
     pub prepared_ms: i64,
     /// Sluice: a 2PC producer that marks its transactions prepared keeps this timeout until it
     /// does (0: KIP-939's rule, no timeout at all).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub unprepared_timeout_ms: i32,
     /// Sluice: the producer's heartbeat interval (0: it does not heartbeat).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub heartbeat_interval_ms: i32,
 }
 
@@ -151,14 +152,34 @@ fn no_time() -> i64 {
     -1
 }
 
+// Fields at their defaults are left out of the log records (a record of a transaction that uses
+// none of KIP-939 or Sluice's liveness is as it was before them).
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+
+fn is_no_producer(v: &(i64, i16)) -> bool {
+    *v == (-1, -1)
+}
+
+fn is_negative(v: &i64) -> bool {
+    *v < 0
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+
 impl TxnMetadata {
     /// KIP-939's answer to a `KeepPreparedTxn` InitProducerId: the producer id and epoch of the
     /// ongoing transaction, (-1, -1) when none is ongoing.
     pub fn ongoing_txn_producer(&self) -> (i64, i16) {
-        if self.state == TxnState::Ongoing {
+        if self.state != TxnState::Ongoing {
+            (-1, -1)
+        } else if self.txn_producer.0 >= 0 {
             self.txn_producer
         } else {
-            (-1, -1)
+            (self.producer_id, self.producer_epoch)
         }
     }
 
@@ -419,7 +440,7 @@ pub fn add_to_txn(
         next.txn_start_ms = now;
         next.partitions.clear();
         next.groups.clear();
-        next.txn_producer = (pid, epoch);
+        next.txn_producer = (-1, -1);
         next.prepared_ms = -1;
     }
     next.partitions.extend(partitions.iter().cloned());
