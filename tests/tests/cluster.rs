@@ -1146,7 +1146,7 @@ async fn a_prepared_transaction_survives_its_coordinators_kill_and_a_new_instanc
         "--transaction-two-phase-commit-enable",
         "true",
         "--transaction-max-timeout-ms",
-        "3000",
+        "6000",
         "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
         "200",
     ]);
@@ -1160,7 +1160,7 @@ async fn a_prepared_transaction_survives_its_coordinators_kill_and_a_new_instanc
             .set("bootstrap.servers", bootstrap)
             .set("transactional.id", "2pc-job")
             .set("transaction.two.phase.commit.enable", "true")
-            .set("transaction.timeout.ms", "2500")
+            .set("transaction.timeout.ms", "5000")
     };
     let all = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
     let job = Producer::new(&config(all.clone())).await.unwrap();
@@ -1172,7 +1172,9 @@ async fn a_prepared_transaction_survives_its_coordinators_kill_and_a_new_instanc
     let state = job.prepare_transaction().await.unwrap();
     drop(job); // the job dies with its transaction prepared
     c.brokers[victim].kill9();
-    tokio::time::sleep(Duration::from_secs(5)).await; // past transaction.max.timeout.ms
+    // past transaction.max.timeout.ms (the unprepared-phase timeout of 5 s leaves room for a
+    // slow RF-3 produce before the prepare)
+    tokio::time::sleep(Duration::from_secs(8)).await;
     let live = (0..3).filter(|i| *i != victim).map(|i| c.brokers[i].bootstrap()).collect::<Vec<_>>().join(",");
     let recovered = Producer::new(&config(live.clone())).await.unwrap();
     let ongoing = recovered.init_transactions_keep_prepared().await.unwrap();
