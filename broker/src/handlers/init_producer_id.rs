@@ -58,12 +58,10 @@ pub fn transactional(
     let expected = (version >= 3 && req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
     let timeout = req.transaction_timeout_ms;
     // Sluice's liveness options (a tagged field Kafka clients never send)
-    let (explicit_prepare, heartbeat_interval_ms) = req
-        .unknown_tagged_fields
-        .get(&sluice_protocol::api::TXN_LIVENESS_TAG)
-        .and_then(|b| sluice_protocol::api::decode_txn_liveness(b))
-        .unwrap_or((false, 0));
-    let liveness_asked = req.unknown_tagged_fields.contains_key(&sluice_protocol::api::TXN_LIVENESS_TAG);
+    let liveness = req.unknown_tagged_fields.get(&sluice_protocol::api::TXN_LIVENESS_TAG);
+    let liveness_asked = liveness.is_some();
+    let (explicit_prepare, heartbeat_interval_ms) =
+        liveness.and_then(|b| sluice_protocol::api::decode_txn_liveness(b)).unwrap_or((false, 0));
     let two_phase = machine::InitOptions {
         enable_2pc: req.enable_2_pc,
         keep_prepared: req.keep_prepared_txn,
