@@ -17,14 +17,18 @@ pub enum Failpoint {
     /// Hold a verified transactional batch 1.5 s before its replicated append (the KIP-890
     /// race test: a marker may be ordered in between).
     ProduceDelayAfterVerify,
+    /// Under `log.flush.policy=sync`, acknowledge a produce without waiting for its fsync: the
+    /// bug the power-cut tests (lossyfs) must catch.
+    ProduceAckBeforeFsync,
 }
 
 impl Failpoint {
-    pub const ALL: [Failpoint; 4] = [
+    pub const ALL: [Failpoint; 5] = [
         Failpoint::TxnBeforePrepare,
         Failpoint::TxnAfterPrepare,
         Failpoint::FetchIgnoreLso,
         Failpoint::ProduceDelayAfterVerify,
+        Failpoint::ProduceAckBeforeFsync,
     ];
 
     /// Its name in `testing.failpoints`.
@@ -34,6 +38,7 @@ impl Failpoint {
             Failpoint::TxnAfterPrepare => "txn.after_prepare",
             Failpoint::FetchIgnoreLso => "fetch.ignore_lso",
             Failpoint::ProduceDelayAfterVerify => "produce.delay_after_verify",
+            Failpoint::ProduceAckBeforeFsync => "produce.ack_before_fsync",
         }
     }
 

@@ -11,6 +11,7 @@
 //! No mocks of the broker: every test here runs the real binary.
 
 pub mod jepsen;
+pub mod lossyfs;
 pub mod proxy;
 pub mod raw;
 
@@ -52,6 +53,11 @@ pub fn sluicectl_bin() -> PathBuf {
         Err(_) => build_bin("sluice-tools", "sluicectl"),
     })
     .clone()
+}
+
+/// Build a binary of this crate (`tests/src/bin`).
+pub(crate) fn build_test_bin(bin: &str) -> PathBuf {
+    build_bin("sluice-tests", bin)
 }
 
 /// Path of the `jepsen` fault-test harness binary, built once per test process.
@@ -129,6 +135,21 @@ impl Broker {
             log_filter: log_filter.map(str::to_string),
             child: None,
             _tmp: Some(tmp),
+        };
+        b.spawn();
+        b
+    }
+
+    /// Start a broker on a data directory the caller owns (a lossyfs mount, say); its log goes
+    /// beside it (`<data_dir>.log`).
+    pub fn start_in(data_dir: PathBuf, args: &[&str]) -> Broker {
+        let mut b = Broker {
+            port: free_port(),
+            data_dir,
+            extra_args: args.iter().map(|s| s.to_string()).collect(),
+            log_filter: None,
+            child: None,
+            _tmp: None,
         };
         b.spawn();
         b

@@ -338,7 +338,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "testing.failpoints",
         default: "",
-        help: "tests only: comma-separated failpoints (crash points txn.before_prepare, txn.after_prepare; fetch.ignore_lso makes read_committed ignore the LSO; produce.delay_after_verify holds a verified transactional batch 1.5 s before its replicated append)",
+        help: "tests only: comma-separated failpoints (crash points txn.before_prepare, txn.after_prepare; fetch.ignore_lso makes read_committed ignore the LSO; produce.delay_after_verify holds a verified transactional batch 1.5 s before its replicated append; produce.ack_before_fsync acknowledges produces before their fsync)",
     },
     Setting {
         name: "offsets.retention.check.interval.ms",
