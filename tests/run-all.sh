@@ -66,12 +66,12 @@ log "cargo test"
 # client examples as processes), so features unify once and nothing is built twice
 cargo build --workspace --bins --examples
 # a test that cannot run here (no FUSE for the power-cut tests) says so in this file
-export SLUICE_SKIP_LOG="$ROOT/target/skipped-tests.txt"
-rm -f "$SLUICE_SKIP_LOG"
+export TESTS_SKIP_LOG="$ROOT/target/skipped-tests.txt"
+rm -f "$TESTS_SKIP_LOG"
 cargo test --workspace --no-fail-fast
-if [ -s "$SLUICE_SKIP_LOG" ]; then
+if [ -s "$TESTS_SKIP_LOG" ]; then
   log "TESTS SKIPPED on this machine:"
-  cat "$SLUICE_SKIP_LOG"
+  cat "$TESTS_SKIP_LOG"
 fi
 # issue 19's soak, alone (it saturates the machine): three brokers, RF 3, librdkafka at full speed
 log "replication soak (60 s; 600 s with RUN_ALL_LONG=1)"

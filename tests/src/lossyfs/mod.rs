@@ -87,7 +87,7 @@ pub fn skip_without_fuse(test: &str) -> bool {
         Some(why) => {
             eprintln!("SKIPPED {test}: FUSE is unavailable here: {why}");
             // also where `cargo test` captures stderr: the run-all log greps for it
-            if let Ok(file) = std::env::var("SLUICE_SKIP_LOG") {
+            if let Ok(file) = std::env::var("TESTS_SKIP_LOG") {
                 let _ = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
