@@ -80,6 +80,12 @@ pub const RAFT_BYTES_IN_FLIGHT: &str = "sluice_raft_bytes_in_flight";
 pub const RAFT_SNAPSHOTS_TOTAL: &str = "sluice_raft_snapshots_total";
 pub const RAFT_SNAPSHOTS_INSTALLED_TOTAL: &str = "sluice_raft_snapshots_installed_total";
 
+/// Per partition: 1 while its log is offline (a failed write or fsync, or a batch that failed
+/// its CRC on a read); 0 otherwise.
+pub const PARTITION_OFFLINE: &str = "sluice_partition_offline";
+/// Damaged data found on disk (a batch failing its CRC when read), label `topic`.
+pub const STORAGE_CORRUPTIONS_TOTAL: &str = "sluice_storage_corruptions_total";
+
 /// Install the recorder (once per process) and return the handle that renders it.
 pub fn install() -> Option<PrometheusHandle> {
     let buckets = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];

@@ -435,7 +435,7 @@ impl Log {
             }
         }
         if let Err(e) = finish_swap(&dir, &manifest) {
-            self.offline = true;
+            self.offline.store(true, std::sync::atomic::Ordering::Release);
             return Err(e);
         }
         for g in &cleaned.groups {

@@ -183,7 +183,9 @@ pub struct Log {
     high_watermark: i64,
     flusher: Arc<Flusher>,
     recovery: RecoveryReport,
-    pub(crate) offline: bool,
+    /// Set by a failed write or a corrupt read (a failed fsync sets the flusher's flag): the log
+    /// refuses all further work, reads too.
+    pub(crate) offline: AtomicBool,
     /// The log cleaner's record (`cleaner.checkpoint`).
     pub(crate) cleaner: crate::cleaner::CleanerState,
     /// Reused per append so the hot path does not allocate.
@@ -356,7 +358,7 @@ impl Log {
             high_watermark: leo,
             flusher,
             recovery: report,
-            offline: false,
+            offline: AtomicBool::new(false),
             cleaner,
             scratch_metas: Vec::with_capacity(8),
         };
@@ -420,8 +422,13 @@ impl Log {
         self.segments.values_mut().next_back().expect("log has an active segment")
     }
 
+    /// Whether a failed write or a corrupt read took this log offline.
+    pub fn is_offline(&self) -> bool {
+        self.offline.load(Ordering::Acquire) || self.flusher.failed.load(Ordering::Acquire)
+    }
+
     pub(crate) fn check_online(&self) -> Result<()> {
-        if self.offline {
+        if self.is_offline() {
             return Err(StorageError::Offline(self.dir.clone()));
         }
         Ok(())
@@ -495,7 +502,7 @@ impl Log {
             }
         }
         if let Err(e) = self.active_mut().append(batches, &metas) {
-            self.offline = true;
+            self.offline.store(true, Ordering::Release);
             return Err(e);
         }
         self.flusher.publish(next);
@@ -530,7 +537,7 @@ impl Log {
         }
         let leo = self.log_end_offset();
         if let Err(e) = self.active_mut().seal(false) {
-            self.offline = true;
+            self.offline.store(true, Ordering::Release);
             return Err(e);
         }
         let seg = Segment::open(&self.dir, leo, self.config.index_interval_bytes, self.config.segment_index_bytes)?;
@@ -553,7 +560,11 @@ impl Log {
     /// if `min_one`), not past `max_offset` (exclusive; the LEO if `None`). Zero-copy; empty
     /// when there is nothing to return. Errors with `OffsetOutOfRange` outside
     /// [log start, LEO].
+    ///
+    /// Every batch returned has had its CRC checked: a batch that fails takes the log offline
+    /// (`Corrupt`, then `Offline` for every later call) rather than serve damaged bytes.
     pub fn read(&self, offset: i64, max_bytes: usize, max_offset: Option<i64>, min_one: bool) -> Result<Bytes> {
+        self.check_online()?;
         let leo = self.log_end_offset();
         if offset < self.log_start_offset || offset > leo {
             return Err(StorageError::OffsetOutOfRange { offset, log_start: self.log_start_offset, log_end: leo });
@@ -567,8 +578,15 @@ impl Log {
             if *base >= upper {
                 break;
             }
-            if let Some(b) = seg.read(offset, max_bytes, upper, min_one)? {
-                return Ok(b);
+            match seg.read(offset, max_bytes, upper, min_one) {
+                Ok(Some(b)) => return Ok(b),
+                Ok(None) => {}
+                Err(e) => {
+                    if matches!(e, StorageError::Corrupt { .. }) {
+                        self.offline.store(true, Ordering::Release);
+                    }
+                    return Err(e);
+                }
             }
         }
         Ok(Bytes::new())

@@ -178,3 +178,76 @@ fn a_three_broker_cluster_under_faults_shows_no_anomaly() {
         }
     }
 }
+
+/// Power cuts (issue 22): the broker's data directory is a `lossyfs` mount that forgets every
+/// write not fsynced when the nemesis cuts the power (all of it, a seeded prefix, or a prefix
+/// with a torn last page), and the broker restarts on what was synced. A single broker under
+/// the transactional and idempotent workloads, and one broker at a time of three (in the long
+/// profile with kill -9 and SIGSTOP of others between): no anomaly.
+#[test]
+fn power_cuts_lose_nothing_acknowledged() {
+    if sluice_tests::lossyfs::skip_without_fuse("jepsen::power_cuts_lose_nothing_acknowledged") {
+        return;
+    }
+    let runs: Vec<(&str, &str, &str, &str)> = if long() {
+        vec![
+            ("1", "txn", "41", "120"),
+            ("1", "txn", "42", "120"),
+            ("1", "idempotent", "43", "120"),
+            ("1", "chain", "44", "120"),
+            ("3", "txn", "45", "120"),
+            ("3", "idempotent", "46", "120"),
+        ]
+    } else {
+        vec![("1", "txn", "1", "12"), ("1", "idempotent", "3", "10"), ("3", "txn", "5", "20")]
+    };
+    for (nodes, workload, seed, secs) in runs {
+        // (the seeded schedule picks faults by position and the quick runs see three or four:
+        // mixed with kill -9 they might not include a power cut, so the quick runs cut only)
+        let nemesis = if nodes == "3" && long() { "power-cut,kill,pause" } else { "power-cut" };
+        let (code, out) = jepsen(&[
+            "--nodes",
+            nodes,
+            "--workload",
+            workload,
+            "--seed",
+            seed,
+            "--time-limit",
+            secs,
+            "--fault-interval",
+            if nodes == "1" { "2" } else { "3" },
+            "--nemesis",
+            nemesis,
+        ]);
+        assert_eq!(code, 0, "{nodes} broker(s), {workload} seed {seed}: anomalies or no progress:\n{out}");
+        assert!(out.contains("after powercut:"), "the power was cut:\n{out}");
+    }
+}
+
+/// The power-cut fault can fail: a broker that acknowledges before its fsync (a test-only
+/// failpoint) loses acknowledged records to the cuts, and the checker says so.
+#[test]
+fn the_checker_catches_a_broker_that_acknowledges_before_fsync() {
+    if sluice_tests::lossyfs::skip_without_fuse("jepsen::the_checker_catches_a_broker_that_acknowledges_before_fsync") {
+        return;
+    }
+    let (code, out) = jepsen(&[
+        "--workload",
+        "txn",
+        "--seed",
+        "1",
+        "--time-limit",
+        "12",
+        "--fault-interval",
+        "2",
+        "--nemesis",
+        "power-cut",
+        "--broker-arg=--testing-failpoints",
+        "--broker-arg=produce.ack_before_fsync",
+    ]);
+    assert_eq!(code, 1, "the broker that acknowledges before fsync must fail the check:\n{out}");
+    assert!(
+        count(&out, "lost-write") + count(&out, "inconsistent-offsets") + count(&out, "unseen") > 0,
+        "lost acknowledged records are reported:\n{out}"
+    );
+}

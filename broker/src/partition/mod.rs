@@ -541,9 +541,9 @@ impl Partition {
     /// Publish this partition's offsets and producer count as gauges.
     pub fn record_gauges(&self) {
         let producers = self.producers.lock().or_die().len();
-        let (leo, hw, lso) = {
+        let (leo, hw, lso, offline) = {
             let log = self.log();
-            (log.log_end_offset(), log.high_watermark(), self.last_stable_offset_of(&log))
+            (log.log_end_offset(), log.high_watermark(), self.last_stable_offset_of(&log), log.is_offline())
         };
         let labels = [("topic", self.topic.clone()), ("partition", self.index.to_string())];
         ::metrics::gauge!(crate::metrics::LOG_END_OFFSET, &labels).set(leo as f64);
@@ -551,6 +551,7 @@ impl Partition {
         ::metrics::gauge!(crate::metrics::LAST_STABLE_OFFSET, &labels).set(lso as f64);
         ::metrics::gauge!(crate::metrics::LSO_LAG, &labels).set((hw - lso) as f64);
         ::metrics::gauge!(crate::metrics::PRODUCERS, &labels).set(producers as f64);
+        ::metrics::gauge!(crate::metrics::PARTITION_OFFLINE, &labels).set(if offline { 1.0 } else { 0.0 });
     }
 
     pub fn high_watermark(&self) -> i64 {
@@ -646,7 +647,24 @@ impl Partition {
         let lso = self.last_stable_offset_of(&log);
         let ignore_lso = crate::failpoints::armed(crate::failpoints::Failpoint::FetchIgnoreLso);
         let upper = if read_committed && !ignore_lso { lso } else { hw };
-        let records = log.read(offset, max_bytes, Some(upper), min_one)?;
+        let records = match log.read(offset, max_bytes, Some(upper), min_one) {
+            Ok(r) => r,
+            Err(e) => {
+                if let StorageError::Corrupt { path, position, reason } = &e {
+                    // reported once: the log is offline from now on and answers Offline
+                    tracing::error!(
+                        "partition {}-{} is offline: damaged data in {} at byte {position}: {reason}; \
+                         nothing from it is served (docs/storage.md, \"Damaged data\")",
+                        self.topic,
+                        self.index,
+                        path.display()
+                    );
+                    ::metrics::counter!(crate::metrics::STORAGE_CORRUPTIONS_TOTAL, "topic" => self.topic.clone())
+                        .increment(1);
+                }
+                return Err(e);
+            }
+        };
         let aborted = if read_committed && !records.is_empty() {
             let end = iter_batches(&records).filter_map(|b| b.ok()).map(|(_, v)| v.last_offset() + 1).max();
             log.collect_aborted_txns(offset, end.unwrap_or(upper))

@@ -16,6 +16,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use sluice_client::{ClientConfig, Consumer, Producer, ProducerRecord};
 use sluice_tests::jepsen::checker::{self, Report, ANOMALIES};
 use sluice_tests::jepsen::history::{self, Micro, Op, OpFn, OpType};
+use sluice_tests::lossyfs::Mount;
 use sluice_tests::proxy::{Links, Proxy};
 use sluice_tests::Broker;
 use std::collections::BTreeMap;
@@ -112,6 +113,10 @@ enum Fault {
     /// Cut one broker off from the other brokers (every Raft link to and from it, through
     /// the link proxies); clients still reach it. Cluster runs only.
     Partition,
+    /// Cut one broker's power: kill -9 it, and its data directory (a `lossyfs` FUSE mount)
+    /// forgets every write not fsynced — all of it, a seeded prefix, or a prefix with a torn
+    /// last page — then it restarts on what was synced. Needs FUSE (`/dev/fuse`, fuse3).
+    PowerCut,
 }
 
 #[derive(clap::Args, Clone)]
@@ -248,6 +253,26 @@ impl Recorder {
 struct Node {
     broker: Mutex<Broker>,
     proxy: Proxy,
+    /// The broker's data directory as a `lossyfs` mount (runs with `power-cut`); dropped after
+    /// the broker (field order), unmounting cleanly.
+    fs: Mutex<Option<Mount>>,
+    /// Where the mount's backing directory and mount point live.
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Node {
+    /// kill -9 the broker and cut the power of its disk; mount again on what was synced (the
+    /// heal restarts the broker). Returns what the cut dropped.
+    fn power_cut(&self, mode: &str, seed: u64) -> String {
+        let mut b = self.broker.lock().unwrap_or_else(|e| e.into_inner());
+        b.resume();
+        b.kill9();
+        let mut fs = self.fs.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mut m) = fs.take() else { return "no lossyfs mount".into() };
+        let answer = m.cut(mode, seed);
+        *fs = Some(Mount::start(&m.disk, &m.mnt));
+        format!("{mode}: {answer}")
+    }
 }
 
 /// The brokers, shared by the nemesis and the drain.
@@ -748,6 +773,13 @@ async fn nemesis(
                     l.isolate(i);
                 }
             }
+            Fault::PowerCut => {
+                let mode = ["all", "prefix", "torn"][rng.gen_range(0..3)];
+                let seed = rng.gen::<u64>();
+                let dropped = tokio::task::spawn_blocking(move || c.nodes[i].power_cut(mode, seed)).await;
+                let note = format!("power cut of broker {}: {}", i + 1, dropped.unwrap_or_else(|e| e.to_string()));
+                rec.push(-1, OpType::Info, OpFn::Nemesis, vec![], None, Some(note));
+            }
             Fault::None | Fault::ClientKill | Fault::ClientPause | Fault::Zombie => {}
         }
         tokio::time::sleep(hold).await;
@@ -983,6 +1015,12 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
         args.nemesis.retain(|f| *f != Fault::Partition); // no links between brokers to cut
     }
     let links = if n > 1 { Some(Links::new(n, args.seed).map_err(|e| e.to_string())?) } else { None };
+    let power = args.nemesis.contains(&Fault::PowerCut);
+    if power {
+        if let Some(why) = sluice_tests::lossyfs::unavailable() {
+            return Err(format!("the power-cut fault needs FUSE, unavailable here: {why}"));
+        }
+    }
     let mut nodes = Vec::new();
     for i in 0..n {
         let proxy = Proxy::start(0, args.seed.wrapping_add(i as u64)).map_err(|e| e.to_string())?;
@@ -1006,9 +1044,15 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
         }
         broker_args.extend(args.broker_args.iter().cloned());
         let refs: Vec<&str> = broker_args.iter().map(|s| s.as_str()).collect();
-        let broker = Broker::start_with(&refs);
+        let (broker, fs, tmp) = if power {
+            let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let mount = Mount::start(&tmp.path().join("disk"), &tmp.path().join("data"));
+            (Broker::start_in(mount.mnt.clone(), &refs), Some(mount), Some(tmp))
+        } else {
+            (Broker::start_with(&refs), None, None)
+        };
         proxy.set_target(broker.port);
-        nodes.push(Node { broker: Mutex::new(broker), proxy });
+        nodes.push(Node { broker: Mutex::new(broker), proxy, fs: Mutex::new(fs), _tmp: tmp });
     }
     let cluster = Arc::new(Cluster { nodes, links });
     if n > 1 {

@@ -207,8 +207,9 @@ impl Mount {
             let _ = c.wait();
         }
         // fusermount3's auto-unmount helper takes the mount away a moment after the process
-        // ends; wait for it, then make sure
-        let deadline = Instant::now() + Duration::from_secs(5);
+        // ends, but not always (after a cut it can stay, not connected, for seconds): wait a
+        // moment for it, then unmount lazily
+        let deadline = Instant::now() + Duration::from_millis(300);
         while is_mount_point(&self.mnt) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }

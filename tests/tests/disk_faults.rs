@@ -1,0 +1,249 @@
+//! Disk faults (issue 22) against a real broker process, read by librdkafka:
+//! - a bit flipped at rest in a closed segment (below the recovery point, where nothing re-checks
+//!   at start) is never served: the consumer, checking CRCs itself, gets every record before
+//!   the damaged batch and nothing from it on; the partition goes offline (KAFKA_STORAGE_ERROR),
+//!   the broker logs it once and counts it in its metrics;
+//! - an fsync that fails (EIO, from `lossyfs`) is never followed by an acknowledgement of the
+//!   data it covered: the produce fails, the partition goes offline, and after a power cut the
+//!   unacknowledged records are gone while the acknowledged ones stay.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use sluice_tests::lossyfs::{skip_without_fuse, Mount};
+use sluice_tests::{free_port, Broker};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Counts acknowledged sends.
+struct Count(Arc<AtomicUsize>);
+impl ClientContext for Count {}
+impl ProducerContext for Count {
+    type DeliveryOpaque = ();
+    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+        if r.is_ok() {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn scrape(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+fn metric(body: &str, series: &str) -> Option<f64> {
+    body.lines().find(|l| l.starts_with(series)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
+}
+
+/// Record `i`'s value: 500 bytes, so a few thousand fill more than one 1 MiB segment.
+fn value(i: usize) -> String {
+    format!("v{i:06}-{}", "x".repeat(492))
+}
+
+fn produce(bootstrap: &str, topic: &str, from: usize, n: usize) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "2")
+        .set("batch.num.messages", "20")
+        .create()
+        .unwrap();
+    for i in from..from + n {
+        let v = value(i);
+        let mut rec = BaseRecord::<(), _>::to(topic).partition(0).payload(&v);
+        while let Err((_, r)) = p.send(rec) {
+            rec = r;
+            p.poll(Duration::from_millis(5));
+        }
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// What librdkafka (checking CRCs itself) reads from partition 0 within `wait`, and the errors
+/// it reports.
+fn consume(bootstrap: &str, topic: &str, wait: Duration) -> (Vec<String>, Vec<String>) {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "df")
+        .set("enable.auto.commit", "false")
+        .set("check.crcs", "true")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+    c.assign(&tpl).unwrap();
+    let (mut values, mut errors) = (Vec::new(), Vec::new());
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => values.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned()),
+            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(e)) => errors.push(e.to_string()),
+            None => {}
+        }
+    }
+    (values, errors)
+}
+
+/// The error code of a Fetch of partition 0 at `offset`.
+fn fetch_error(bootstrap: &str, topic: &str, offset: i64) -> i16 {
+    fetch(bootstrap, topic, offset).0
+}
+
+/// A Fetch of partition 0 at `offset`: its error code and how many of the batches served fail
+/// their CRC.
+fn fetch(bootstrap: &str, topic: &str, offset: i64) -> (i16, usize) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conn = sluice_client::Connection::connect(bootstrap, "df", 1).await.unwrap();
+        let mut fp = fetch_request::FetchPartition::default();
+        fp.fetch_offset = offset;
+        fp.partition_max_bytes = 1 << 20;
+        let mut ft = fetch_request::FetchTopic::default();
+        ft.topic = TopicName(StrBytes::from_string(topic.to_string()));
+        ft.partitions = vec![fp];
+        let mut f = FetchRequest::default();
+        f.replica_id = BrokerId(-1);
+        f.max_bytes = 1 << 20;
+        f.topics = vec![ft];
+        match conn.call(ApiKey::Fetch, 11, RequestKind::Fetch(f)).await.unwrap() {
+            ResponseKind::Fetch(r) => {
+                let p = &r.responses[0].partitions[0];
+                let bytes = p.records.clone().unwrap_or_default();
+                let (mut pos, mut bad) = (0, 0);
+                while pos < bytes.len() {
+                    let Ok(b) = sluice_protocol::batch::BatchView::parse_unchecked_crc(&bytes[pos..]) else { break };
+                    bad += usize::from(b.crc() != b.compute_crc());
+                    pos += b.size();
+                }
+                (p.error_code, bad)
+            }
+            other => panic!("{other:?}"),
+        }
+    })
+}
+
+/// Byte positions of the batches in a segment file.
+fn batch_starts(file: &Path) -> Vec<usize> {
+    let bytes = std::fs::read(file).unwrap();
+    let mut starts = Vec::new();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        starts.push(pos);
+        pos += sluice_protocol::batch::claimed_batch_size(&bytes[pos..]).unwrap();
+    }
+    starts
+}
+
+#[test]
+fn a_bit_flipped_at_rest_in_a_closed_segment_is_never_served_and_the_partition_goes_offline() {
+    let mport = free_port();
+    let mut b =
+        Broker::start_with(&["--log-segment-bytes", "1048576", "--metrics-listener", &format!("127.0.0.1:{mport}")]);
+    produce(&b.bootstrap(), "df", 0, 3000);
+    assert_eq!(b.stop(), Some(0), "clean stop: the next start scans nothing");
+    let dir = b.data_dir.join("df-0");
+    let first = dir.join("00000000000000000000.log");
+    let starts = batch_starts(&first);
+    assert!(starts.len() > 4, "the first segment holds several batches: {starts:?}");
+    // a record byte in the middle batch (past its 61-byte header)
+    let victim = starts.len() / 2;
+    let bytes = std::fs::read(&first).unwrap();
+    let header: [u8; 8] = bytes[starts[victim]..starts[victim] + 8].try_into().unwrap();
+    let bad_offset = i64::from_be_bytes(header);
+    sluice_tests::lossyfs::corrupt(&first, "flip", (starts[victim] + 70) as u64, 3).unwrap();
+    b.spawn();
+
+    let (values, errors) = consume(&b.bootstrap(), "df", Duration::from_secs(8));
+    let want: Vec<String> = (0..bad_offset as usize).map(value).collect();
+    assert!(
+        values == want,
+        "exactly the {} records before the damaged batch (offset {bad_offset}); got {} ({:.8?} .. {:.8?}), errors {errors:?}",
+        want.len(),
+        values.len(),
+        values.first(),
+        values.last()
+    );
+    assert!(
+        !errors.iter().any(|e| e.to_lowercase().contains("crc")),
+        "the consumer met a CRC error: the broker served damaged bytes: {errors:?}"
+    );
+    // the damaged batch itself, asked for directly: refused, no damaged byte served
+    assert_eq!(
+        fetch(&b.bootstrap(), "df", bad_offset),
+        (56, 0),
+        "a fetch at the damaged batch: KAFKA_STORAGE_ERROR, nothing served"
+    );
+    assert_eq!(fetch_error(&b.bootstrap(), "df", 0), 56, "KAFKA_STORAGE_ERROR once offline, even below the damage");
+    let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("is offline: damaged data")).collect();
+    assert_eq!(lines.len(), 1, "one log line names the damage: {lines:?}");
+    assert!(lines[0].contains("00000000000000000000.log") && lines[0].contains("df-0"), "{}", lines[0]);
+    std::thread::sleep(Duration::from_millis(1500)); // gauges refresh every second
+    let body = scrape(mport);
+    assert_eq!(metric(&body, "sluice_storage_corruptions_total{topic=\"df\"}"), Some(1.0), "{body}");
+    assert_eq!(metric(&body, "sluice_partition_offline{topic=\"df\",partition=\"0\"}"), Some(1.0));
+    assert!(b.panics().is_empty(), "{}", b.panics());
+}
+
+#[test]
+fn an_fsync_that_fails_is_never_followed_by_an_acknowledgement() {
+    if skip_without_fuse("disk_faults::fsync_eio") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (disk, mnt) = (tmp.path().join("disk"), tmp.path().join("mnt"));
+    let mut fs = Mount::start(&disk, &mnt);
+    let mut b = Broker::start_in(mnt.clone(), &[]);
+    produce(&b.bootstrap(), "eio", 0, 100);
+    fs.command("fail-fsync eio-0/ 1").unwrap();
+    // acks=all: the produce waits for an fsync, which fails
+    let acked = Arc::new(AtomicUsize::new(0));
+    let p: BaseProducer<Count> = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .set("message.timeout.ms", "6000")
+        .create_with_context(Count(acked.clone()))
+        .unwrap();
+    for i in 100..110 {
+        let v = value(i);
+        p.send(BaseRecord::<(), _>::to("eio").partition(0).payload(&v)).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while p.in_flight_count() > 0 && Instant::now() < deadline {
+        p.poll(Duration::from_millis(100));
+    }
+    assert_eq!(p.in_flight_count(), 0, "every send was answered (failed) within its message timeout");
+    assert_eq!(acked.load(Ordering::SeqCst), 0, "no send after the failed fsync was acknowledged");
+    let status = fs.command("status").unwrap();
+    assert!(status.contains("failed_fsyncs=1"), "{status}");
+    assert_eq!(fetch_error(&b.bootstrap(), "eio", 0), 56, "offline after the failed fsync");
+    let (values, _) = consume(&b.bootstrap(), "eio", Duration::from_secs(3));
+    assert!(values.len() <= 100, "nothing written after the failed fsync was served: {}", values.len());
+    // power cut, restart on what was synced
+    b.kill9();
+    fs.cut("all", 1);
+    let _fs = Mount::start(&disk, &mnt);
+    b.spawn();
+    let (values, errors) = consume(&b.bootstrap(), "eio", Duration::from_secs(10));
+    let want: Vec<String> = (0..100).map(value).collect();
+    assert!(
+        values == want,
+        "acknowledged records stay, unacknowledged ones are gone: {} read ({:.8?} .. {:.8?}), errors {errors:?}",
+        values.len(),
+        values.first(),
+        values.last()
+    );
+}
