@@ -787,13 +787,20 @@ impl Log {
         Ok(out)
     }
 
-    /// The newest readable snapshot `(offset, payload)`. Corrupt snapshots are deleted.
+    /// The newest readable snapshot `(offset, payload)`. Corrupt snapshots, and snapshots of a
+    /// version this build does not write, are deleted.
     pub fn latest_producer_snapshot(&self) -> Result<Option<(i64, Vec<u8>)>> {
         for off in self.producer_snapshot_offsets()?.into_iter().rev() {
             let path = self.dir.join(file_name(off, "snapshot"));
             match sidefile::read_framed(&path, SNAPSHOT_MAGIC) {
-                Ok(Some((_, payload))) => return Ok(Some((off, payload))),
+                Ok(Some((SNAPSHOT_VERSION, payload))) => return Ok(Some((off, payload))),
                 Ok(None) => {}
+                // the frame's version is outside its CRC: a version this build never writes
+                // is damage (or a format it cannot read), and the log can rebuild the state
+                Ok(Some((v, _))) => {
+                    tracing::warn!("deleting producer snapshot {} of unknown version {v}", path.display());
+                    let _ = std::fs::remove_file(&path);
+                }
                 Err(e) => {
                     tracing::warn!("deleting unreadable producer snapshot: {e}");
                     let _ = std::fs::remove_file(&path);
