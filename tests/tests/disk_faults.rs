@@ -5,7 +5,9 @@
 //!   the broker logs it once and counts it in its metrics;
 //! - an fsync that fails (EIO, from `lossyfs`) is never followed by an acknowledgement of the
 //!   data it covered: the produce fails, the partition goes offline, and after a power cut the
-//!   unacknowledged records are gone while the acknowledged ones stay.
+//!   unacknowledged records are gone while the acknowledged ones stay;
+//! - a bit flipped in a consumer-offsets shard's log takes that shard offline, not the broker,
+//!   and its group's committed offset is never answered as "none".
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use kafka_protocol::messages::*;
@@ -246,4 +248,71 @@ fn an_fsync_that_fails_is_never_followed_by_an_acknowledgement() {
         values.first(),
         values.last()
     );
+}
+
+/// A consumer with `group` committing `offset` for `topic`/0, then reading it back; the
+/// committed offset it reads, or the error.
+fn commit_and_read_back(bootstrap: &str, group: &str, topic: &str, offset: Option<i64>) -> Result<Offset, String> {
+    use rdkafka::consumer::CommitMode;
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    if let Some(o) = offset {
+        tpl.set_partition_offset(topic, 0, Offset::Offset(o)).unwrap();
+        c.commit(&tpl, CommitMode::Sync).map_err(|e| e.to_string())?;
+    }
+    let got = c.committed_offsets(tpl, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    let e = got.elements_for_topic(topic);
+    match e.first() {
+        Some(e) if e.error().is_err() => Err(format!("{:?}", e.error())),
+        Some(e) => Ok(e.offset()),
+        None => Err("no partition in the answer".into()),
+    }
+}
+
+/// A flipped bit in a consumer-offsets shard's log: the broker still starts (it refused to
+/// before), the damaged shard is offline — its group's committed offset is never answered
+/// wrong or as missing (which would send its consumers back to the start) — every other
+/// shard serves, and one log line names it.
+#[test]
+fn a_damaged_coordinator_log_takes_its_shard_offline_not_the_broker() {
+    let mut b = Broker::start_with(&[]);
+    produce(&b.bootstrap(), "cg", 0, 10);
+    assert_eq!(commit_and_read_back(&b.bootstrap(), "ga", "cg", Some(7)), Ok(Offset::Offset(7)));
+    assert_eq!(b.stop(), Some(0));
+    // the one offsets shard with data is group ga's
+    let shards: Vec<_> = std::fs::read_dir(&b.data_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("__consumer_offsets-"))
+        .filter(|p| std::fs::metadata(p.join("00000000000000000000.log")).is_ok_and(|m| m.len() > 0))
+        .collect();
+    assert_eq!(shards.len(), 1, "{shards:?}");
+    let file = shards[0].join("00000000000000000000.log");
+    let size = std::fs::metadata(&file).unwrap().len() as usize;
+    let starts = batch_starts(&file);
+    let end = starts.get(1).copied().unwrap_or(size);
+    assert!(end > 70, "a batch with records: {end} bytes");
+    sluice_tests::lossyfs::corrupt(&file, "flip", ((61 + end) / 2) as u64, 2).unwrap();
+    b.spawn();
+    // another group, on another shard, commits and reads back
+    let other = (0..20)
+        .map(|i| format!("other-{i}"))
+        .find(|g| commit_and_read_back(&b.bootstrap(), g, "cg", Some(3)) == Ok(Offset::Offset(3)));
+    assert!(other.is_some(), "no other group could commit: {}", b.log_tail());
+    // ga's committed offset: an error, never a wrong one nor "none"
+    let ga = commit_and_read_back(&b.bootstrap(), "ga", "cg", None);
+    let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
+    assert!(ga.is_err(), "the damaged shard answered {ga:?}; broker log:\n{log}");
+    let shard = shards[0].file_name().unwrap().to_string_lossy().trim_start_matches("__consumer_offsets-").to_string();
+    let lines: Vec<&str> =
+        log.lines().filter(|l| l.contains(&format!("offsets-log shard {shard} is offline"))).collect();
+    assert_eq!(lines.len(), 1, "one log line: {lines:?}");
+    assert!(lines[0].contains("00000000000000000000.log"), "it names the file: {}", lines[0]);
+    assert!(b.panics().is_empty(), "{}", b.panics());
 }

@@ -485,8 +485,23 @@ impl GroupCoordinator {
                 sync_waiters: HashMap::new(),
             };
             if dir.exists() {
-                let n = shard.load(now)?;
-                tracing::info!(shard = i, records = n, groups = shard.groups.len(), "loaded group coordinator state");
+                // a log that cannot be read (damaged data: decision 0036) fails its shard, not
+                // the broker: its groups get NOT_COORDINATOR, every other shard serves, and no
+                // committed offset is forgotten (an empty state would send consumers back)
+                match shard.load(now) {
+                    Ok(n) => {
+                        tracing::info!(
+                            shard = i,
+                            records = n,
+                            groups = shard.groups.len(),
+                            "loaded group coordinator state"
+                        )
+                    }
+                    Err(e) => {
+                        tracing::error!(shard = i, "offsets-log shard {i} is offline: cannot load it: {e}");
+                        shard.drop_state(ShardState::Failed);
+                    }
+                }
             }
             shards.push(Mutex::new(shard));
         }
@@ -782,10 +797,20 @@ impl GroupCoordinator {
     }
 
     /// Committed offsets of a group: all of them, or those asked for (missing ones as `None`).
-    pub fn fetch_offsets(&self, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> OffsetRows {
+    /// `NotCoordinator` while its shard is not loaded here (led elsewhere, rolled back, or
+    /// offline because its log is damaged): an empty answer would read as "nothing committed"
+    /// and send the group's consumers to their reset position.
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        wanted: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<OffsetRows, GroupError> {
         let shard = self.shard(group_id);
+        if !shard.state.is_active() {
+            return Err(GroupError::NotCoordinator);
+        }
         let g = shard.groups.get(group_id);
-        match wanted {
+        Ok(match wanted {
             Some(topics) => topics
                 .into_iter()
                 .map(|(t, parts)| {
@@ -806,7 +831,7 @@ impl GroupCoordinator {
                 }
                 by_topic.into_iter().collect()
             }
-        }
+        })
     }
 
     /// OffsetDelete: a group-level error, or per-partition codes (GROUP_SUBSCRIBED_TO_TOPIC for
@@ -1243,6 +1268,7 @@ mod tests {
 
     fn offsets(c: &GroupCoordinator, group: &str) -> Vec<(i32, i64)> {
         c.fetch_offsets(group, None)
+            .expect("loaded")
             .into_iter()
             .flat_map(|(_, rows)| rows.into_iter().map(|(p, o)| (p, o.map(|o| o.offset).unwrap_or(-1))))
             .collect()

@@ -133,7 +133,18 @@ impl TxnCoordinator {
                 epoch: coordinator_epoch,
                 heartbeats: HashMap::new(),
             };
-            for (k, v) in shard.log.read_all()? {
+            // a log that cannot be read (damaged data: decision 0036) fails its shard, not the
+            // broker: its transactional ids get NOT_COORDINATOR, every other shard serves, and
+            // nothing is forgotten (an empty state would let producer epochs go back)
+            let records = match shard.log.read_all() {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(shard = i, "transaction-log shard {i} is offline: cannot load it: {e}");
+                    shard.state = ShardState::Failed;
+                    Vec::new()
+                }
+            };
+            for (k, v) in records {
                 match decode(&k, v.as_deref()) {
                     Some((id, Some(m))) => {
                         shard.txns.insert(id, m);

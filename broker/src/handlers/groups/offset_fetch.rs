@@ -20,7 +20,15 @@ pub fn offset_fetch(groups: &GroupCoordinator, version: i16, req: OffsetFetchReq
                 .map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
             let mut gr = offset_fetch_response::OffsetFetchResponseGroup::default();
             gr.group_id = g.group_id.clone();
-            for (topic, rows) in groups.fetch_offsets(&g.group_id, wanted) {
+            let rows = match groups.fetch_offsets(&g.group_id, wanted) {
+                Ok(rows) => rows,
+                Err(e) => {
+                    gr.error_code = crate::error_map::group_code(e);
+                    resp.groups.push(gr);
+                    continue;
+                }
+            };
+            for (topic, rows) in rows {
                 let mut tr = offset_fetch_response::OffsetFetchResponseTopics::default();
                 tr.name = topic_name(&topic);
                 for (p, o) in rows {
@@ -43,7 +51,14 @@ pub fn offset_fetch(groups: &GroupCoordinator, version: i16, req: OffsetFetchReq
             .topics
             .as_ref()
             .map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
-        for (topic, rows) in groups.fetch_offsets(&req.group_id, wanted) {
+        let rows = match groups.fetch_offsets(&req.group_id, wanted) {
+            Ok(rows) => rows,
+            Err(e) => {
+                resp.error_code = crate::error_map::group_code(e);
+                return resp;
+            }
+        };
+        for (topic, rows) in rows {
             let mut tr = offset_fetch_response::OffsetFetchResponseTopic::default();
             tr.name = topic_name(&topic);
             for (p, o) in rows {
