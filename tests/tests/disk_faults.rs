@@ -7,7 +7,8 @@
 //!   data it covered: the produce fails, the partition goes offline, and after a power cut the
 //!   unacknowledged records are gone while the acknowledged ones stay;
 //! - a bit flipped in a consumer-offsets shard's log takes that shard offline, not the broker,
-//!   and its group's committed offset is never answered as "none".
+//!   and its group's committed offset is never answered as "none"; the same for a transaction
+//!   log shard, whose ids cannot initialize (their epochs would start again).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use kafka_protocol::messages::*;
@@ -314,5 +315,56 @@ fn a_damaged_coordinator_log_takes_its_shard_offline_not_the_broker() {
         log.lines().filter(|l| l.contains(&format!("offsets-log shard {shard} is offline"))).collect();
     assert_eq!(lines.len(), 1, "one log line: {lines:?}");
     assert!(lines[0].contains("00000000000000000000.log"), "it names the file: {}", lines[0]);
+    assert!(b.panics().is_empty(), "{}", b.panics());
+}
+
+/// `InitProducerId` for `id` with librdkafka, then (if `commit`) one committed transaction.
+fn init_and_commit(bootstrap: &str, id: &str, commit: bool) -> Result<(), String> {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("transactional.id", id)
+        .create()
+        .map_err(|e| e.to_string())?;
+    p.init_transactions(Duration::from_secs(8)).map_err(|e| e.to_string())?;
+    if commit {
+        p.begin_transaction().map_err(|e| e.to_string())?;
+        let v = value(0);
+        p.send(BaseRecord::<(), _>::to("tx").partition(0).payload(&v)).map_err(|(e, _)| e.to_string())?;
+        p.commit_transaction(Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The same for the transaction log: a flipped bit in the one shard with data. The broker
+/// starts; another transactional id initializes and commits; the damaged shard's id cannot
+/// initialize (loading an empty state instead would hand it epoch 0 again, and a zombie of it
+/// would no longer be fenced); one log line names the shard.
+#[test]
+fn a_damaged_transaction_log_takes_its_shard_offline_not_the_broker() {
+    let mut b = Broker::start_with(&[]);
+    init_and_commit(&b.bootstrap(), "ta", true).unwrap();
+    assert_eq!(b.stop(), Some(0));
+    let shards: Vec<_> = std::fs::read_dir(&b.data_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("__transaction_state-"))
+        .filter(|p| std::fs::metadata(p.join("00000000000000000000.log")).is_ok_and(|m| m.len() > 0))
+        .collect();
+    assert_eq!(shards.len(), 1, "{shards:?}");
+    let file = shards[0].join("00000000000000000000.log");
+    let size = std::fs::metadata(&file).unwrap().len() as usize;
+    let end = batch_starts(&file).get(1).copied().unwrap_or(size);
+    assert!(end > 70, "a batch with records: {end} bytes");
+    sluice_tests::lossyfs::corrupt(&file, "flip", ((61 + end) / 2) as u64, 5).unwrap();
+    b.spawn();
+    let other = (0..20).map(|i| format!("other-{i}")).find(|id| init_and_commit(&b.bootstrap(), id, true).is_ok());
+    assert!(other.is_some(), "no other transactional id could commit: {}", b.log_tail());
+    let ta = init_and_commit(&b.bootstrap(), "ta", false);
+    let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
+    assert!(ta.is_err(), "the damaged shard initialized its id again; broker log:\n{log}");
+    let shard = shards[0].file_name().unwrap().to_string_lossy().trim_start_matches("__transaction_state-").to_string();
+    let lines: Vec<&str> =
+        log.lines().filter(|l| l.contains(&format!("transaction-log shard {shard} is offline"))).collect();
+    assert_eq!(lines.len(), 1, "one log line: {lines:?}");
     assert!(b.panics().is_empty(), "{}", b.panics());
 }

@@ -566,7 +566,10 @@ fn observe(key: GroupKey, mut rx: tokio::sync::watch::Receiver<openraft::RaftMet
             let followers = lags.as_ref().map(|l| l.iter().map(|(_, lag)| *lag).max().unwrap_or(0));
             // one line when a follower that fell far behind has caught up
             match &lags {
-                None => behind.clear(),
+                // forget the followers only when another broker leads: an election this
+                // broker wins again (a heartbeat missed under load) does not end the episode
+                None if now_leader.is_some_and(|l| l != id) => behind.clear(),
+                None => {}
                 Some(lags) => {
                     for (n, lag) in lags {
                         if *lag > CAUGHT_UP_ENTRIES {
