@@ -251,6 +251,24 @@ fn an_fsync_that_fails_is_never_followed_by_an_acknowledgement() {
     );
 }
 
+/// Flip a bit in the middle of the first batch of the one `prefix`-N shard directory with data
+/// (the broker stopped); that directory.
+fn damage_the_shard_with_data(data_dir: &Path, prefix: &str, seed: u64) -> std::path::PathBuf {
+    let shards: Vec<_> = std::fs::read_dir(data_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .filter(|p| std::fs::metadata(p.join("00000000000000000000.log")).is_ok_and(|m| m.len() > 0))
+        .collect();
+    assert_eq!(shards.len(), 1, "{shards:?}");
+    let file = shards[0].join("00000000000000000000.log");
+    let size = std::fs::metadata(&file).unwrap().len() as usize;
+    let end = batch_starts(&file).get(1).copied().unwrap_or(size);
+    assert!(end > 70, "a batch with records: {end} bytes");
+    sluice_tests::lossyfs::corrupt(&file, "flip", ((61 + end) / 2) as u64, seed).unwrap();
+    shards[0].clone()
+}
+
 /// A consumer with `group` committing `offset` for `topic`/0, then reading it back; the
 /// committed offset it reads, or the error.
 fn commit_and_read_back(bootstrap: &str, group: &str, topic: &str, offset: Option<i64>) -> Result<Offset, String> {
@@ -287,19 +305,7 @@ fn a_damaged_coordinator_log_takes_its_shard_offline_not_the_broker() {
     assert_eq!(commit_and_read_back(&b.bootstrap(), "ga", "cg", Some(7)), Ok(Offset::Offset(7)));
     assert_eq!(b.stop(), Some(0));
     // the one offsets shard with data is group ga's
-    let shards: Vec<_> = std::fs::read_dir(&b.data_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("__consumer_offsets-"))
-        .filter(|p| std::fs::metadata(p.join("00000000000000000000.log")).is_ok_and(|m| m.len() > 0))
-        .collect();
-    assert_eq!(shards.len(), 1, "{shards:?}");
-    let file = shards[0].join("00000000000000000000.log");
-    let size = std::fs::metadata(&file).unwrap().len() as usize;
-    let starts = batch_starts(&file);
-    let end = starts.get(1).copied().unwrap_or(size);
-    assert!(end > 70, "a batch with records: {end} bytes");
-    sluice_tests::lossyfs::corrupt(&file, "flip", ((61 + end) / 2) as u64, 2).unwrap();
+    let shard = damage_the_shard_with_data(&b.data_dir, "__consumer_offsets-", 2);
     b.spawn();
     // another group, on another shard, commits and reads back
     let other = (0..20)
@@ -310,7 +316,7 @@ fn a_damaged_coordinator_log_takes_its_shard_offline_not_the_broker() {
     let ga = commit_and_read_back(&b.bootstrap(), "ga", "cg", None);
     let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
     assert!(ga.is_err(), "the damaged shard answered {ga:?}; broker log:\n{log}");
-    let shard = shards[0].file_name().unwrap().to_string_lossy().trim_start_matches("__consumer_offsets-").to_string();
+    let shard = shard.file_name().unwrap().to_string_lossy().trim_start_matches("__consumer_offsets-").to_string();
     let lines: Vec<&str> =
         log.lines().filter(|l| l.contains(&format!("offsets-log shard {shard} is offline"))).collect();
     assert_eq!(lines.len(), 1, "one log line: {lines:?}");
@@ -344,25 +350,14 @@ fn a_damaged_transaction_log_takes_its_shard_offline_not_the_broker() {
     let mut b = Broker::start_with(&[]);
     init_and_commit(&b.bootstrap(), "ta", true).unwrap();
     assert_eq!(b.stop(), Some(0));
-    let shards: Vec<_> = std::fs::read_dir(&b.data_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("__transaction_state-"))
-        .filter(|p| std::fs::metadata(p.join("00000000000000000000.log")).is_ok_and(|m| m.len() > 0))
-        .collect();
-    assert_eq!(shards.len(), 1, "{shards:?}");
-    let file = shards[0].join("00000000000000000000.log");
-    let size = std::fs::metadata(&file).unwrap().len() as usize;
-    let end = batch_starts(&file).get(1).copied().unwrap_or(size);
-    assert!(end > 70, "a batch with records: {end} bytes");
-    sluice_tests::lossyfs::corrupt(&file, "flip", ((61 + end) / 2) as u64, 5).unwrap();
+    let shard = damage_the_shard_with_data(&b.data_dir, "__transaction_state-", 5);
     b.spawn();
     let other = (0..20).map(|i| format!("other-{i}")).find(|id| init_and_commit(&b.bootstrap(), id, true).is_ok());
     assert!(other.is_some(), "no other transactional id could commit: {}", b.log_tail());
     let ta = init_and_commit(&b.bootstrap(), "ta", false);
     let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
     assert!(ta.is_err(), "the damaged shard initialized its id again; broker log:\n{log}");
-    let shard = shards[0].file_name().unwrap().to_string_lossy().trim_start_matches("__transaction_state-").to_string();
+    let shard = shard.file_name().unwrap().to_string_lossy().trim_start_matches("__transaction_state-").to_string();
     let lines: Vec<&str> =
         log.lines().filter(|l| l.contains(&format!("transaction-log shard {shard} is offline"))).collect();
     assert_eq!(lines.len(), 1, "one log line: {lines:?}");
