@@ -30,6 +30,9 @@ pub enum StorageError {
     /// A configuration value that cannot work.
     #[error("invalid log configuration: {0}")]
     InvalidConfig(String),
+    /// A damaged batch could not be replaced with the copy offered (nothing was written).
+    #[error("cannot repair {path} at byte {position}: {why}")]
+    Unrepairable { path: PathBuf, position: u64, why: String },
     /// An earlier I/O failure left this log in an unknown state; it refuses further work.
     #[error("log at {0} is offline after an earlier I/O error")]
     Offline(PathBuf),

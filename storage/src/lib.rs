@@ -31,6 +31,6 @@ pub mod txnindex;
 pub use config::{FlushPolicy, LogConfig};
 pub use dir::DirLock;
 pub use error::{Result, StorageError};
-pub use log::{AppendInfo, Flusher, Log, RecoveryReport};
+pub use log::{AppendInfo, Damage, Flusher, Log, RecoveryReport};
 pub use snapshot::LinkedSnapshot;
 pub use txnindex::AbortedTxn;

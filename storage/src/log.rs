@@ -186,10 +186,28 @@ pub struct Log {
     /// Set by a failed write or a corrupt read (a failed fsync sets the flusher's flag): the log
     /// refuses all further work, reads too.
     pub(crate) offline: AtomicBool,
+    /// Set by a read that met a batch failing its CRC (decision 0036): the base offset of the
+    /// segment that holds it. The log is offline while it is set; unlike a failed write, a
+    /// replica can repair it from a peer's copy ([`Log::find_damage`], [`Log::repair`]).
+    damaged: std::sync::Mutex<Option<i64>>,
     /// The log cleaner's record (`cleaner.checkpoint`).
     pub(crate) cleaner: crate::cleaner::CleanerState,
     /// Reused per append so the hot path does not allocate.
     scratch_metas: Vec<BatchMeta>,
+}
+
+/// A batch that fails its CRC (or whose header does not parse), found where a read met it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The base offset of the segment that holds it, and that segment's file.
+    pub segment: i64,
+    pub path: PathBuf,
+    /// Its byte position in the segment file.
+    pub position: u64,
+    /// The offset it must start at: one past the last offset of the batch before it (the
+    /// segment's base offset for its first batch). A compacted log may have a gap there, so
+    /// the batch may start later.
+    pub base_offset: i64,
 }
 
 impl std::fmt::Debug for Log {
@@ -279,6 +297,7 @@ impl Log {
         }
         let mut segments = BTreeMap::new();
         let mut truncated_at: Option<usize> = None;
+        let mut damaged: Option<i64> = None;
         for (i, &base) in bases.iter().enumerate() {
             if truncated_at.is_some() {
                 // everything after a corrupt point is gone
@@ -296,19 +315,38 @@ impl Log {
                 report.scanned_from.get_or_insert(base);
                 report.segments_scanned += 1;
                 report.bytes_scanned += seg.size();
-                let outcome = if base < cleaner.gaps_below { seg.recover_allowing_gaps()? } else { seg.recover()? };
-                report.truncated_bytes += outcome.truncated_bytes;
-                seg.sync()?;
-                if outcome.stop_reason.is_some() {
-                    tracing::warn!(
-                        "recovered {}: kept {} bytes, cut {} ({})",
-                        seg.log_path().display(),
-                        outcome.valid_bytes,
-                        outcome.truncated_bytes,
-                        outcome.stop_reason.as_deref().unwrap_or("")
-                    );
-                    report.stop_reason = outcome.stop_reason;
-                    truncated_at = Some(i);
+                let gaps = base < cleaner.gaps_below;
+                // written and synced before (a clean close, or below the recovery point): damage
+                // here is rot at rest, not a torn tail, and every byte was acknowledged: keep it
+                // and take the log offline (decision 0036) instead of cutting it
+                let at_rest = clean || below_recovery_point;
+                if at_rest {
+                    let end = next_base.unwrap_or(recovery_point);
+                    let outcome = seg.reindex_keeping_damage(gaps, end)?;
+                    if let Some(why) = outcome.stop_reason {
+                        tracing::error!(
+                            "{} is damaged at byte {} ({why}): nothing is cut; the log stays offline until it is \
+                             repaired (docs/storage.md, \"Damaged data\")",
+                            seg.log_path().display(),
+                            outcome.valid_bytes
+                        );
+                        damaged.get_or_insert(base);
+                    }
+                } else {
+                    let outcome = if gaps { seg.recover_allowing_gaps()? } else { seg.recover()? };
+                    report.truncated_bytes += outcome.truncated_bytes;
+                    seg.sync()?;
+                    if outcome.stop_reason.is_some() {
+                        tracing::warn!(
+                            "recovered {}: kept {} bytes, cut {} ({})",
+                            seg.log_path().display(),
+                            outcome.valid_bytes,
+                            outcome.truncated_bytes,
+                            outcome.stop_reason.as_deref().unwrap_or("")
+                        );
+                        report.stop_reason = outcome.stop_reason;
+                        truncated_at = Some(i);
+                    }
                 }
             }
             if let Some(nb) = next_base {
@@ -359,6 +397,7 @@ impl Log {
             flusher,
             recovery: report,
             offline: AtomicBool::new(false),
+            damaged: std::sync::Mutex::new(damaged),
             cleaner,
             scratch_metas: Vec::with_capacity(8),
         };
@@ -424,7 +463,94 @@ impl Log {
 
     /// Whether a failed write or a corrupt read took this log offline.
     pub fn is_offline(&self) -> bool {
-        self.offline.load(Ordering::Acquire) || self.flusher.failed.load(Ordering::Acquire)
+        self.offline.load(Ordering::Acquire) || self.flusher.failed.load(Ordering::Acquire) || self.is_damaged()
+    }
+
+    /// Whether a read found damaged data (and nothing else took the log offline): what
+    /// [`Log::repair`] can undo.
+    pub fn is_damaged(&self) -> bool {
+        self.damaged.lock().is_ok_and(|d| d.is_some())
+    }
+
+    /// The first damaged batch of the segment a read found damage in: where it is and the
+    /// offset it must start at. `None` when no read found damage, or when it is gone (its
+    /// segment deleted by retention): then the log is online again unless a write failed.
+    pub fn find_damage(&self) -> Result<Option<Damage>> {
+        let Some(base) = self.damaged.lock().ok().and_then(|d| *d) else { return Ok(None) };
+        let found = match self.segments.get(&base) {
+            Some(seg) => seg.first_damage()?.map(|(position, base_offset)| Damage {
+                segment: base,
+                path: seg.log_path().to_path_buf(),
+                position,
+                base_offset,
+            }),
+            None => None,
+        };
+        if found.is_none() {
+            if let Ok(mut d) = self.damaged.lock() {
+                *d = None;
+            }
+        }
+        Ok(found)
+    }
+
+    /// Replace the damaged batch `d` with `copy`, another replica's copy of it (its first
+    /// batch; replicas store the same bytes). The copy must pass its CRC, start at or after
+    /// the offset the damaged batch must start at, and fit exactly: the next stored batch
+    /// starts right after it (or the segment ends there, before the segment's next offset).
+    /// Written in place and fdatasynced (offsets, positions and indexes are unchanged).
+    /// `Ok(true)`: the segment holds no other damage and the log is online again (unless a
+    /// write failed); `Ok(false)`: another damaged batch follows (call `find_damage` again).
+    pub fn repair(&mut self, d: &Damage, copy: &[u8]) -> Result<bool> {
+        let refuse = |why: String| Err(StorageError::Unrepairable { path: d.path.clone(), position: d.position, why });
+        let Some(seg) = self.segments.get(&d.segment) else { return refuse("its segment is gone".into()) };
+        if seg.first_damage()? != Some((d.position, d.base_offset)) {
+            return refuse("the damage is no longer where it was found".into());
+        }
+        let b = match batch::BatchView::parse(copy) {
+            Ok((b, _)) => b,
+            Err(e) => return refuse(format!("the copy is not a valid batch: {e}")),
+        };
+        let size = b.size();
+        if b.base_offset() < d.base_offset {
+            return refuse(format!("the copy starts at offset {}, before {}", b.base_offset(), d.base_offset));
+        }
+        let end = d.position + size as u64;
+        if end > seg.size() {
+            return refuse(format!("the copy ({size} bytes) runs past the segment's end"));
+        }
+        if end < seg.size() {
+            match seg.base_offset_at(end) {
+                Some(next) if next > b.last_offset() => {}
+                next => {
+                    return refuse(format!(
+                        "the copy (offsets {}..={}, {size} bytes) does not fit: the next batch here starts at {next:?}",
+                        b.base_offset(),
+                        b.last_offset()
+                    ))
+                }
+            }
+        } else if b.last_offset() >= seg.next_offset() {
+            return refuse(format!("the copy ends at offset {}, past the segment's end", b.last_offset()));
+        }
+        seg.overwrite(d.position, &copy[..size])?;
+        if seg.first_damage()?.is_some() {
+            return Ok(false);
+        }
+        // the indexes of a segment found damaged at open stop at the damage: whole again
+        let gaps = d.segment < self.cleaner.gaps_below;
+        let active = self.segments.keys().next_back() == Some(&d.segment);
+        if let Some(seg) = self.segments.get_mut(&d.segment) {
+            let end = seg.next_offset();
+            seg.reindex_keeping_damage(gaps, end)?;
+            if !active {
+                seg.seal(true)?;
+            }
+        }
+        if let Ok(mut g) = self.damaged.lock() {
+            *g = None;
+        }
+        Ok(!self.is_offline())
     }
 
     pub(crate) fn check_online(&self) -> Result<()> {
@@ -583,7 +709,9 @@ impl Log {
                 Ok(None) => {}
                 Err(e) => {
                     if matches!(e, StorageError::Corrupt { .. }) {
-                        self.offline.store(true, Ordering::Release);
+                        if let Ok(mut d) = self.damaged.lock() {
+                            d.get_or_insert(*base);
+                        }
                     }
                     return Err(e);
                 }

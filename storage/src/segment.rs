@@ -185,7 +185,27 @@ impl Segment {
         self.recover_with(true)
     }
 
+    /// Rebuild the indexes of a segment whose bytes were all written and synced before (closed
+    /// cleanly, or below the recovery point) but whose indexes did not check out: like
+    /// [`Segment::recover`], but damage found on the way is *not* cut off. Everything in the
+    /// file was acknowledged, so cutting it would lose acknowledged records (decision 0036).
+    /// The segment keeps its bytes and ends at `end` (the next segment's base, or the recovery
+    /// point); the outcome's `stop_reason` says where the damage is.
+    pub fn reindex_keeping_damage(&mut self, allow_gaps: bool, end: i64) -> Result<ScanOutcome> {
+        let file_len = self.file.metadata().at(&self.log_path)?.len();
+        let outcome = self.scan(allow_gaps, false)?;
+        if outcome.stop_reason.is_some() {
+            self.size = file_len;
+            self.next_offset = self.next_offset.max(end);
+        }
+        Ok(ScanOutcome { truncated_bytes: 0, ..outcome })
+    }
+
     fn recover_with(&mut self, allow_gaps: bool) -> Result<ScanOutcome> {
+        self.scan(allow_gaps, true)
+    }
+
+    fn scan(&mut self, allow_gaps: bool, truncate: bool) -> Result<ScanOutcome> {
         self.index.clear();
         self.time_index.clear();
         self.next_offset = self.base_offset;
@@ -229,12 +249,14 @@ impl Segment {
         }
         drop(map);
         let valid = pos as u64;
-        if valid < file_len {
+        if valid < file_len && truncate {
             self.file.set_len(valid).at(&self.log_path)?;
             self.file.sync_all().at(&self.log_path)?;
         }
         self.size = valid;
-        self.txn_index.truncate_from(self.next_offset)?;
+        if truncate {
+            self.txn_index.truncate_from(self.next_offset)?;
+        }
         Ok(ScanOutcome { valid_bytes: valid, truncated_bytes: file_len - valid, stop_reason })
     }
 
@@ -353,6 +375,38 @@ impl Segment {
             return Ok(None);
         }
         Ok(Some(map.slice(begin..pos)))
+    }
+
+    /// The first batch that fails its CRC or whose header does not parse: its byte position
+    /// and the offset it must start at (one past the batch before it). `None` if every batch
+    /// passes. Reads the whole segment.
+    pub fn first_damage(&self) -> Result<Option<(u64, i64)>> {
+        let map = self.view_from(0)?;
+        let (mut pos, mut expected) = (0usize, self.base_offset);
+        while pos < map.len() {
+            match BatchView::parse_unchecked_crc(&map[pos..]) {
+                Ok(b) if b.crc() == b.compute_crc() && b.base_offset() >= expected => {
+                    expected = b.last_offset() + 1;
+                    pos += b.size();
+                }
+                _ => return Ok(Some((pos as u64, expected))),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The base offset stored in the batch header at byte `position`, if one parses there.
+    pub fn base_offset_at(&self, position: u64) -> Option<i64> {
+        let map = self.view_from(position).ok()?;
+        BatchView::parse_unchecked_crc(&map).ok().map(|b| b.base_offset())
+    }
+
+    /// Write `bytes` over the file at `position` (inside what it holds) and fdatasync: a
+    /// damaged batch replaced by a replica's copy of the same size.
+    pub fn overwrite(&self, position: u64, bytes: &[u8]) -> Result<()> {
+        debug_assert!(position + bytes.len() as u64 <= self.size);
+        self.file.write_all_at(bytes, position).at(&self.log_path)?;
+        self.sync()
     }
 
     /// The first batch whose max timestamp is ≥ `timestamp`: its view bytes (zero-copy), or

@@ -521,6 +521,77 @@ fn a_flipped_bit_in_a_closed_segment_is_never_served_and_takes_the_log_offline()
     }
 }
 
+/// A damaged batch is repaired with another replica's copy (issue 22, decision 0036): the log
+/// finds where the damage is and the offset the batch must start at, refuses copies that are
+/// not that batch (a neighbour, a copy that fails its CRC), and takes the right one in place:
+/// the segment is byte for byte what it was, every batch reads back and the log is online.
+/// Flips anywhere in a batch but its base offset and leader epoch (outside the CRC).
+#[test]
+fn a_damaged_batch_is_replaced_by_a_replicas_copy_and_the_log_comes_back() {
+    let root = tempfile::tempdir().unwrap();
+    let pristine = root.path().join("pristine");
+    let model = build(&pristine, 30);
+    Log::open(&pristine, small_config()).unwrap().close().unwrap();
+    copy_dir(&pristine, &root.path().join("replica"));
+    let replica = Log::open(&root.path().join("replica"), small_config()).unwrap();
+    let first = pristine.join(file_name(0, "log"));
+    let bytes = fs::read(&first).unwrap();
+    let mut starts = Vec::new();
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        starts.push(pos);
+        pos += sluice_protocol::batch::claimed_batch_size(&bytes[pos..]).unwrap();
+    }
+    assert!(starts.len() >= 3);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(22);
+    for trial in 0..60 {
+        let batch = rng.gen_range(0..starts.len());
+        let end = starts.get(batch + 1).copied().unwrap_or(bytes.len());
+        // batchLength (8..12) or anything from the CRC field on
+        let at = if rng.gen_bool(0.1) {
+            starts[batch] + rng.gen_range(8..12)
+        } else {
+            rng.gen_range(starts[batch] + 17..end)
+        };
+        let dir = root.path().join(format!("r{trial}"));
+        copy_dir(&pristine, &dir);
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 1 << rng.gen_range(0..8);
+        fs::write(dir.join(file_name(0, "log")), &damaged).unwrap();
+        let mut log = Log::open(&dir, small_config()).unwrap();
+        let bad_offset = model[batch].0;
+        // found at open when an index entry names the damaged batch (its header no longer
+        // parses), or by the first read that meets it
+        if !log.is_damaged() {
+            assert_eq!(log.find_damage().unwrap(), None, "trial {trial}: nothing found before a read meets it");
+            let read = log.read(bad_offset, 1 << 20, None, true);
+            assert!(matches!(read, Err(StorageError::Corrupt { .. })), "trial {trial}: byte {at}: {read:?}");
+        }
+        assert!(log.is_offline() && log.is_damaged());
+        let d = log.find_damage().unwrap().unwrap_or_else(|| panic!("trial {trial}: damage not found"));
+        assert_eq!((d.position, d.base_offset), (starts[batch] as u64, bad_offset), "trial {trial}: byte {at}");
+        // copies that are not the damaged batch are refused, and nothing is written
+        let neighbour = model[if batch + 1 < model.len() { batch + 1 } else { batch - 1 }].0;
+        let wrong = replica.read(neighbour, 1, None, true).unwrap();
+        assert!(matches!(log.repair(&d, &wrong), Err(StorageError::Unrepairable { .. })), "trial {trial}: neighbour");
+        let mut rotten = replica.read(bad_offset, 1, None, true).unwrap().to_vec();
+        let last = rotten.len() - 1;
+        rotten[last] ^= 0x10;
+        assert!(matches!(log.repair(&d, &rotten), Err(StorageError::Unrepairable { .. })), "trial {trial}: rotten");
+        assert!(log.is_offline());
+        // the replica's copy of it is taken
+        let copy = replica.read(bad_offset, 1, None, true).unwrap();
+        assert!(log.repair(&d, &copy).unwrap(), "trial {trial}: repaired and online");
+        assert!(!log.is_offline() && !log.is_damaged());
+        assert_eq!(fs::read(dir.join(file_name(0, "log"))).unwrap(), bytes, "trial {trial}: the segment as it was");
+        for (base, want) in &model {
+            assert_eq!(&log.read(*base, 1, None, true).unwrap()[..], &want[..], "trial {trial}: batch at {base}");
+        }
+        let mut b = make_batch(1, 10, 7, 9000);
+        log.append(&mut b, 9000, None).unwrap();
+    }
+}
+
 /// A single flipped bit in a closed segment's offset index (which can keep the entries in
 /// order, so the check at open passes) never makes a read skip, repeat or refuse a batch: a
 /// position from the index that does not lead to the batch asked for is not trusted, and the
