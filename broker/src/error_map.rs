@@ -19,9 +19,10 @@ pub fn storage_produce_code(e: &StorageError) -> i16 {
         // A corrupt stored batch or an I/O failure: the partition is unusable here. Kafka
         // answers KAFKA_STORAGE_ERROR, which clients treat as retriable (and the effect of a
         // write that failed in fsync is unknown, which is what "retriable" tells them).
-        StorageError::Io { .. } | StorageError::Corrupt { .. } | StorageError::Offline(_) => {
-            ResponseError::KafkaStorageError.code()
-        }
+        StorageError::Io { .. }
+        | StorageError::Corrupt { .. }
+        | StorageError::Offline(_)
+        | StorageError::Unrepairable { .. } => ResponseError::KafkaStorageError.code(),
         StorageError::DirLocked { .. } | StorageError::InvalidConfig(_) => ResponseError::UnknownServerError.code(),
     }
 }
@@ -150,9 +151,10 @@ pub fn id_error_code(e: IdError) -> i16 {
 pub fn storage_read_code(e: &StorageError) -> i16 {
     match e {
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange.code(),
-        StorageError::Io { .. } | StorageError::Corrupt { .. } | StorageError::Offline(_) => {
-            ResponseError::KafkaStorageError.code()
-        }
+        StorageError::Io { .. }
+        | StorageError::Corrupt { .. }
+        | StorageError::Offline(_)
+        | StorageError::Unrepairable { .. } => ResponseError::KafkaStorageError.code(),
         StorageError::InvalidBatch { .. } | StorageError::BatchTooLarge { .. } => ResponseError::CorruptMessage.code(),
         StorageError::DirLocked { .. } | StorageError::InvalidConfig(_) => ResponseError::UnknownServerError.code(),
     }

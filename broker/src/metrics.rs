@@ -85,6 +85,8 @@ pub const RAFT_SNAPSHOTS_INSTALLED_TOTAL: &str = "sluice_raft_snapshots_installe
 pub const PARTITION_OFFLINE: &str = "sluice_partition_offline";
 /// Damaged data found on disk (a batch failing its CRC when read), label `topic`.
 pub const STORAGE_CORRUPTIONS_TOTAL: &str = "sluice_storage_corruptions_total";
+/// Damaged batches replaced by another replica's copy (cluster mode), label `topic`.
+pub const STORAGE_REPAIRS_TOTAL: &str = "sluice_storage_repairs_total";
 
 /// Install the recorder (once per process) and return the handle that renders it.
 pub fn install() -> Option<PrometheusHandle> {

@@ -1692,14 +1692,29 @@ async fn a_follower_that_fell_far_behind_catches_up() {
     // The leader says so in one line (issue 19 item 6). That line, not the lag gauge, is the
     // signal: the gauge reads 0 on a broker that is not leading, and the resumed follower, its
     // election timer long expired, may make the leader step down for a moment (CI saw it).
+    // (whichever broker leads by then: an election may move the leadership meanwhile)
     let said = format!("replica {} caught up through the log", follower + 1);
-    let log = || std::fs::read_to_string(c.brokers[leader].data_dir.with_extension("log")).unwrap_or_default();
+    let logs = || -> Vec<String> {
+        c.brokers
+            .iter()
+            .map(|b| std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap_or_default())
+            .collect()
+    };
     let t0 = Instant::now();
-    while !log().contains(&said) {
+    while !logs().iter().any(|l| l.contains(&said)) {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
-            "the leader did not log '{said}': {}",
-            log().lines().filter(|l| l.contains("backlog")).collect::<Vec<_>>().join("\n")
+            "no leader logged '{said}': {}",
+            logs()
+                .iter()
+                .enumerate()
+                .map(|(i, l)| format!(
+                    "broker {}:\n{}",
+                    i + 1,
+                    l.lines().filter(|l| l.contains("backlog")).collect::<Vec<_>>().join("\n")
+                ))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -2594,4 +2609,83 @@ async fn every_replica_of_a_compacted_topic_is_cleaned_and_a_wiped_one_catches_u
     let records = produce_round(&mut expected, 60);
     produce_at_one_of(&c, &[leader, 0, 1, 2], &records).await;
     wait_compacted(dirs, expected).await;
+}
+
+/// Issue 22: a bit that rots at rest in the leader's copy of a replicated partition is found by
+/// the first read that meets it (the partition goes offline there: KAFKA_STORAGE_ERROR, one
+/// log line), and the replica replaces the damaged batch with another replica's copy of it
+/// (decision 0037): the file is byte for byte what it was, the consumer — librdkafka with
+/// `check.crcs` — reads every record once and in order, and the partition takes writes again.
+/// Without the repair the partition stays offline and the consumer never gets past the damage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_replica_repairs_itself_from_its_peers() {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::message::Message;
+    let (c, ports) = Cluster::start_with_metrics_logging(&[], Some("info,openraft=warn"));
+    let leader = replicated_topic(&c, "mended").await;
+    for i in 0..40 {
+        let record = sluice_protocol::batch::NewRecord {
+            timestamp: 1,
+            value: Some(bytes::Bytes::from(format!("record-{i}"))),
+            ..Default::default()
+        };
+        assert_eq!(produce_batch(&c.brokers[leader], "mended", record, 30_000).await, 0, "record {i}");
+    }
+    // every replica holds the same bytes (the followers apply a moment later)
+    let dirs: Vec<_> = c.brokers.iter().map(|b| b.data_dir.join("mended-0")).collect();
+    let t0 = Instant::now();
+    while !dirs.iter().all(|d| batches_from(d, 0) == batches_from(&dirs[leader], 0)) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the replicas differ");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let file = segments(&dirs[leader])[&0].clone();
+    let pristine = std::fs::read(&file).unwrap();
+    let mut starts = Vec::new();
+    let mut pos = 0usize;
+    while pos < pristine.len() {
+        starts.push(pos);
+        pos += sluice_protocol::batch::claimed_batch_size(&pristine[pos..]).unwrap();
+    }
+    assert_eq!(starts.len(), 40);
+    // a bit in the 21st batch's record (past the 61-byte header)
+    sluice_tests::lossyfs::corrupt(&file, "flip", (starts[20] + 64) as u64, 5).unwrap();
+    assert_ne!(std::fs::read(&file).unwrap(), pristine);
+
+    let cons: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", c.brokers[0].bootstrap())
+        .set("group.id", "mended-check")
+        .set("enable.auto.commit", "false")
+        .set("check.crcs", "true")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset("mended", 0, rdkafka::Offset::Beginning).unwrap();
+    cons.assign(&tpl).unwrap();
+    let mut seen: Vec<(i64, String)> = Vec::new();
+    let t0 = Instant::now();
+    while seen.len() < 40 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "read {} of 40 records: {seen:?}", seen.len());
+        match cons.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                seen.push((m.offset(), String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned()))
+            }
+            Some(Err(e)) => eprintln!("consumer: {e}"),
+            None => {}
+        }
+    }
+    let want: Vec<(i64, String)> = (0..40).map(|i| (i, format!("record-{i}"))).collect();
+    assert_eq!(seen, want, "every record once, in order");
+    // the read found the damage, the replica repaired it: the file is what it was
+    let log = std::fs::read_to_string(c.brokers[leader].data_dir.with_extension("log")).unwrap_or_default();
+    assert!(log.contains("partition mended-0 is offline: damaged data"), "the damage was found by a read");
+    assert!(log.contains("was replaced by broker"), "the repair is logged");
+    assert_eq!(std::fs::read(&file).unwrap(), pristine, "the segment holds what it held");
+    let t0 = Instant::now();
+    while scrape_value(ports[leader], "sluice_partition_offline{topic=\"mended\",partition=\"0\"}") != Some(0.0) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the partition is reported offline");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(scrape_value(ports[leader], "sluice_storage_repairs_total{topic=\"mended\"}"), Some(1.0));
+    // and it takes writes again, wherever it is led now
+    acknowledged_by_one_of(&c, &[0, 1, 2], "mended", "after the repair").await;
 }

@@ -6,6 +6,9 @@
 //! - an fsync that fails (EIO, from `lossyfs`) is never followed by an acknowledgement of the
 //!   data it covered: the produce fails, the partition goes offline, and after a power cut the
 //!   unacknowledged records are gone while the acknowledged ones stay;
+//! - a zeroed page in a closed segment is never served either, and nothing is cut; a rotted
+//!   length field under an index entry, found at start, keeps every byte (it used to cut the
+//!   segment and delete every later one) and starts the partition offline;
 //! - a bit flipped in a consumer-offsets shard's log takes that shard offline, not the broker,
 //!   and its group's committed offset is never answered as "none"; the same for a transaction
 //!   log shard, whose ids cannot initialize (their epochs would start again).
@@ -200,6 +203,104 @@ fn a_bit_flipped_at_rest_in_a_closed_segment_is_never_served_and_the_partition_g
     assert_eq!(metric(&body, "sluice_storage_corruptions_total{topic=\"df\"}"), Some(1.0), "{body}");
     assert_eq!(metric(&body, "sluice_partition_offline{topic=\"df\",partition=\"0\"}"), Some(1.0));
     assert!(b.panics().is_empty(), "{}", b.panics());
+}
+
+/// The `.log` files of a partition directory with their sizes, by name.
+fn segment_sizes(dir: &Path) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// A zeroed 4 KiB page in a closed segment (page-aligned, as a lost or unwritten page reads
+/// back). Wherever it falls it is never served: the consumer gets at most the records before
+/// the first damaged batch, never a CRC error, a fetch there gets KAFKA_STORAGE_ERROR, the
+/// broker says so in one line, and nothing is cut: every segment keeps its size.
+#[test]
+fn a_zeroed_page_in_a_closed_segment_is_never_served_and_nothing_is_cut() {
+    let mut b = Broker::start_with(&["--log-segment-bytes", "1048576"]);
+    produce(&b.bootstrap(), "zp", 0, 3000);
+    assert_eq!(b.stop(), Some(0));
+    let dir = b.data_dir.join("zp-0");
+    let first = dir.join("00000000000000000000.log");
+    let starts = batch_starts(&first);
+    let bytes = std::fs::read(&first).unwrap();
+    let page = (bytes.len() / 2) / 4096 * 4096;
+    let victim = starts.iter().rposition(|s| *s <= page).unwrap();
+    let header: [u8; 8] = bytes[starts[victim]..starts[victim] + 8].try_into().unwrap();
+    let bad_offset = i64::from_be_bytes(header);
+    let sizes = segment_sizes(&dir);
+    assert!(sizes.len() >= 2, "a closed segment and a later one: {sizes:?}");
+    sluice_tests::lossyfs::corrupt(&first, "zero", page as u64, 4096).unwrap();
+    b.spawn();
+    let (values, errors) = consume(&b.bootstrap(), "zp", Duration::from_secs(8));
+    let before: Vec<String> = (0..bad_offset as usize).map(value).collect();
+    assert!(
+        values.len() <= before.len() && values[..] == before[..values.len()],
+        "only records before the damaged batch (offset {bad_offset}): got {} ({:.8?} .. {:.8?})",
+        values.len(),
+        values.first(),
+        values.last()
+    );
+    assert!(!errors.iter().any(|e| e.to_lowercase().contains("crc")), "damaged bytes served: {errors:?}");
+    assert_eq!(fetch(&b.bootstrap(), "zp", bad_offset), (56, 0), "a fetch at the damaged batch");
+    let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
+    let said: Vec<&str> =
+        log.lines().filter(|l| l.contains("is offline: damaged data") || l.contains("nothing is cut")).collect();
+    assert_eq!(said.len(), 1, "one line names the damage: {said:?}");
+    assert!(said[0].contains("00000000000000000000.log"), "{}", said[0]);
+    assert!(b.panics().is_empty(), "{}", b.panics());
+    assert_eq!(b.stop(), Some(0));
+    assert_eq!(segment_sizes(&dir), sizes, "nothing cut, no segment deleted");
+}
+
+/// A rotted length field in the batch a closed segment's offset index names: the clean start's
+/// index check fails there. The start used to recover the segment like a torn tail — cut at the
+/// damage, every later segment deleted: all 3,000 acknowledged records gone. Now the broker
+/// keeps every byte and starts with the partition offline (decision 0037); once the byte is
+/// restored (as an operator restores a copy), every record is served again.
+#[test]
+fn a_damaged_header_found_at_start_keeps_every_byte_and_the_partition_offline() {
+    let mut b = Broker::start_with(&["--log-segment-bytes", "1048576"]);
+    produce(&b.bootstrap(), "dh", 0, 3000);
+    assert_eq!(b.stop(), Some(0));
+    let dir = b.data_dir.join("dh-0");
+    let first = dir.join("00000000000000000000.log");
+    let sizes = segment_sizes(&dir);
+    assert!(sizes.len() >= 2, "{sizes:?}");
+    // a batch the offset index names (entries: relative offset, position; 4 bytes each, big
+    // endian); bit 6 of its length's top byte
+    let index = std::fs::read(dir.join("00000000000000000000.index")).unwrap();
+    let at = index
+        .chunks_exact(8)
+        .map(|e| u32::from_be_bytes(e[4..8].try_into().unwrap()) as u64)
+        .find(|p| *p > 0)
+        .expect("an index entry past the first batch");
+    sluice_tests::lossyfs::corrupt(&first, "flip", at + 8, 6).unwrap();
+    b.spawn();
+    assert_eq!(fetch_error(&b.bootstrap(), "dh", 0), 56, "offline from the start");
+    let (values, errors) = consume(&b.bootstrap(), "dh", Duration::from_secs(5));
+    assert!(values.is_empty(), "nothing served: {} records", values.len());
+    assert!(!errors.iter().any(|e| e.to_lowercase().contains("crc")), "{errors:?}");
+    let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
+    assert!(
+        log.contains(&format!("is damaged at byte {at}")) && log.contains("nothing is cut"),
+        "the start names the damage: {}",
+        log.lines().filter(|l| l.contains("dh-0") || l.contains("ERROR")).collect::<Vec<_>>().join("\n")
+    );
+    assert!(b.panics().is_empty(), "{}", b.panics());
+    assert_eq!(b.stop(), Some(0));
+    assert_eq!(segment_sizes(&dir), sizes, "nothing cut, no segment deleted");
+    // the operator restores the byte: everything is there
+    sluice_tests::lossyfs::corrupt(&first, "flip", at + 8, 6).unwrap();
+    b.spawn();
+    let (values, _) = consume(&b.bootstrap(), "dh", Duration::from_secs(8));
+    assert_eq!(values, (0..3000).map(value).collect::<Vec<_>>(), "every acknowledged record");
 }
 
 #[test]

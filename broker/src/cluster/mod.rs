@@ -15,6 +15,7 @@
 //! Where requests must go is `routing`; the gate that sends them there is `pipeline::route`.
 
 pub mod failover;
+pub mod mend;
 pub mod network;
 pub mod reassign;
 pub mod reconcile;

@@ -87,6 +87,9 @@ pub enum Rpc {
     /// A peer broker's Kafka request frame (without its size prefix) for this broker's request
     /// pipeline (`interbroker.rs`): answered `Ok(response frame)`.
     Kafka(Vec<u8>),
+    /// This broker's copy of the batch holding an offset of a partition it replicates, for a
+    /// replica that repairs its own (`mend.rs`): answered `Ok(batch bytes)`.
+    PartCopy(GroupKey, i64),
 }
 
 /// A kind of Raft group carried by [`GroupNetwork`]: how its three RPCs are framed.
@@ -345,6 +348,78 @@ pub async fn elect(node: &ClusterNode, target: NodeId, topic: &str, partition: i
     answer.map_err(|e| anyhow::anyhow!("broker {target}: {e}"))
 }
 
+/// A partition's other replicas as its repair reaches them (`mend.rs`): over each one's
+/// cluster port.
+pub struct PartPeers {
+    pub node: std::sync::Weak<ClusterNode>,
+    pub key: GroupKey,
+}
+
+impl PartPeers {
+    /// The group's voters other than this broker, and this broker's node.
+    fn others(&self) -> Option<(Arc<ClusterNode>, Vec<NodeId>)> {
+        let node = self.node.upgrade()?;
+        let rep = node.replica(&self.key)?;
+        let voters: Vec<NodeId> = {
+            let m = rep.raft.metrics();
+            let m = m.borrow();
+            m.membership_config.voter_ids().filter(|v| *v != node.node_id).collect()
+        };
+        Some((node, voters))
+    }
+}
+
+impl super::mend::Peers for PartPeers {
+    fn copies(&self, offset: i64) -> super::mend::BoxFuture<super::mend::Copies> {
+        let others = self.others();
+        let key = self.key.clone();
+        Box::pin(async move {
+            let Some((node, voters)) = others else { return Vec::new() };
+            let mut out = Vec::new();
+            for v in voters {
+                let Some(addr) = node.addr_of(v) else {
+                    out.push((v, Err("no Raft address".to_string())));
+                    continue;
+                };
+                let mut conn = None;
+                let rpc = Rpc::PartCopy(key.clone(), offset);
+                let answer: Result<Vec<u8>, String> =
+                    match exchange(&mut conn, &addr, &rpc, Duration::from_secs(5)).await {
+                        Ok(a) => a,
+                        Err(e) => Err(e.to_string()),
+                    };
+                out.push((v, answer));
+            }
+            out
+        })
+    }
+
+    fn hand_over(&self) -> super::mend::BoxFuture<()> {
+        let others = self.others();
+        let key = self.key.clone();
+        Box::pin(async move {
+            let Some((node, voters)) = others else { return };
+            for v in voters {
+                if let Err(e) = elect(&node, v, &key.0, key.1).await {
+                    tracing::debug!("hand over {}-{} to broker {v}: {e}", key.0, key.1);
+                    continue;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let still =
+                    node.replica(&key).is_some_and(|r| r.raft.metrics().borrow().current_leader == Some(node.node_id));
+                if !still {
+                    tracing::info!(
+                        "{}-{}: leadership handed to another replica while this one is damaged",
+                        key.0,
+                        key.1
+                    );
+                    return;
+                }
+            }
+        })
+    }
+}
+
 /// A Kafka request frame (without its size prefix) to the broker whose cluster port is `addr`,
 /// on `conn` (opened if needed, dropped if the exchange fails): its response frame.
 pub async fn kafka(conn: &mut Option<Conn>, addr: &str, frame: Vec<u8>, ttl: Duration) -> anyhow::Result<Vec<u8>> {
@@ -461,6 +536,16 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     }
                     Rpc::DropFromCoordinators(id) => {
                         let r: Result<(), String> = node.drop_from_coordinators(id).await.map_err(|e| e.to_string());
+                        bincode::serialize(&r)
+                    }
+                    Rpc::PartCopy(g, offset) => {
+                        let r: Result<Vec<u8>, String> = match node.replica(&g).and_then(|r| r.copies.clone()) {
+                            Some(p) => tokio::task::spawn_blocking(move || p.copy_of(offset))
+                                .await
+                                .map_err(|e| e.to_string())
+                                .and_then(|r| r.map(|b| b.to_vec()).map_err(|e| e.to_string())),
+                            None => Err(format!("no replica of {}-{} here", g.0, g.1)),
+                        };
                         bincode::serialize(&r)
                     }
                     Rpc::Kafka(frame) => {

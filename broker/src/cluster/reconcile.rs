@@ -207,8 +207,9 @@ impl Reconciler {
             };
             let addresses = node.addresses();
             let network = super::network::PartNetwork::new(&spec.key, &addresses);
+            let peers = Arc::new(super::network::PartPeers { node: Arc::downgrade(node), key: key.clone() });
             let started =
-                handle.block_on(super::replica::start(node.node_id, spec, &addresses, network, partition, dir));
+                handle.block_on(super::replica::start(node.node_id, spec, &addresses, network, partition, peers, dir));
             match started {
                 Ok(r) => {
                     node.replicas.write().or_die().insert(key, r.clone());

@@ -27,6 +27,7 @@
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
 
+use super::mend::{Mender, Peers};
 use crate::replication::log_store::{io_err, LogStore, Logged};
 use crate::replication::snapshot::{unpack, FilesStream, SnapshotData, SnapshotHeader};
 use crate::replication::types::{
@@ -62,6 +63,9 @@ pub struct Replica<C: Logged = PartConfig> {
     budgets: [Budget; 2],
     /// A leader found gone (`failover`): reported as no leader until the group moves on.
     pub lost: Lost,
+    /// A partition's log, for peers that repair their copy from this one (`mend.rs`); `None`
+    /// for a coordinator shard.
+    pub copies: Option<Arc<dyn PartitionLog>>,
 }
 
 /// A leader this replica found gone (`cluster/failover.rs`), with the term it led: while the group's metrics still
@@ -345,16 +349,18 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     addresses: &BTreeMap<NodeId, String>,
     network: N,
     partition: Arc<dyn PartitionLog>,
+    peers: Arc<dyn Peers>,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
     std::fs::create_dir_all(&dir)?;
-    let sm = ReplicaSm::open(&dir, partition)?;
+    let mender = Arc::new(Mender::new(partition.clone(), peers));
+    let sm = ReplicaSm::open(&dir, partition)?.with_mender(mender.clone());
     let progress = sm.progress.clone();
     let every = spec.snapshot_bytes.max(1);
     let budget = spec.budgets[0].clone();
     let partition = sm.partition.clone();
-    let replica = start_group(me, spec, addresses, network, sm, dir).await?;
-    maintain(replica.raft.clone(), progress, every, budget, replica.key.clone(), partition);
+    let replica = start_group(me, spec, addresses, network, sm, dir, Some(partition.clone())).await?;
+    maintain(replica.raft.clone(), progress, every, budget, replica.key.clone(), partition, mender);
     Ok(replica)
 }
 
@@ -371,6 +377,7 @@ fn maintain(
     budget: Budget,
     key: GroupKey,
     partition: Arc<dyn PartitionLog>,
+    mender: Arc<Mender>,
 ) {
     use std::sync::atomic::Ordering;
     tokio::spawn(async move {
@@ -388,6 +395,21 @@ fn maintain(
                 return; // the group shut down
             }
             ::metrics::gauge!(crate::metrics::RAFT_BYTES_IN_FLIGHT, &labels).set(budget.in_use() as f64);
+            // damaged data found by a read: repaired from the other replicas now (the state
+            // machine would, before its next entry, but a leader serves reads meanwhile); a
+            // leader that cannot repair lets another replica lead
+            if partition.is_damaged() {
+                if let Err(e) = mender.mend().await {
+                    tracing::warn!(partition = partition.name(), "{e}");
+                    let leading = {
+                        let m = rx.borrow();
+                        m.current_leader == Some(m.id)
+                    };
+                    if leading {
+                        mender.peers.hand_over().await;
+                    }
+                }
+            }
             // openraft requires each snapshot to end at a later entry than the one before
             let (applied, snap_index, leading) = {
                 let m = rx.borrow();
@@ -465,7 +487,7 @@ pub async fn start_kv<N: RaftNetworkFactory<ShardConfig>>(
 ) -> anyhow::Result<Arc<ShardReplica>> {
     std::fs::create_dir_all(&dir)?;
     let sm = KvSm::open(&dir, store)?;
-    start_group(me, spec, addresses, network, sm, dir).await
+    start_group(me, spec, addresses, network, sm, dir, None).await
 }
 
 /// Start a group over `network`, the transport the caller gives it (the cluster's RPC port,
@@ -477,6 +499,7 @@ async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C
     network: N,
     sm: SM,
     dir: PathBuf,
+    copies: Option<Arc<dyn PartitionLog>>,
 ) -> anyhow::Result<Arc<Replica<C>>>
 where
     C::D: Clone,
@@ -531,12 +554,24 @@ where
         }
     }
     observe(key.clone(), raft.metrics());
-    Ok(Arc::new(Replica { key, topic_id, raft, dir, sync: Default::default(), budgets, lost: Default::default() }))
+    Ok(Arc::new(Replica {
+        key,
+        topic_id,
+        raft,
+        dir,
+        sync: Default::default(),
+        budgets,
+        lost: Default::default(),
+        copies,
+    }))
 }
 
 /// Follow a group's Raft metrics while it runs: one INFO line when its leader changes and when
 /// this replica stands for election, and the group's gauges (refreshed at most once a second:
 /// the metrics change with every applied entry).
+/// How many times (a second apart) a replica tries to repair damaged data before it stops.
+const MEND_ATTEMPTS: u32 = 60;
+
 /// A follower more than this many Raft entries behind its leader for at least [`BEHIND_FOR`] is
 /// reported (one line) once it is back within them.
 const CAUGHT_UP_ENTRIES: u64 = 10;
@@ -844,6 +879,8 @@ pub struct ReplicaSm {
     snapshot: Option<StoredSnapshot>,
     /// Shared with the group's maintenance task ([`maintain`]).
     progress: Arc<SmProgress>,
+    /// Repairs damaged batches from the other replicas (none in unit tests).
+    mender: Option<Arc<Mender>>,
 }
 
 /// What the state machine tells the task that decides when to snapshot and purge.
@@ -904,7 +941,61 @@ impl ReplicaSm {
             saved_at: Instant::now(),
             snapshot,
             progress,
+            mender: None,
         })
+    }
+
+    fn with_mender(mut self, mender: Arc<Mender>) -> ReplicaSm {
+        self.mender = Some(mender);
+        self
+    }
+
+    /// Apply one committed entry's command, never skipping it: a replica that skipped one
+    /// would differ from the others for good. `None`: a read found damaged data (before or
+    /// during this apply, which then refused to write anything): repair it
+    /// ([`ReplicaSm::mend`]) and apply the same command again. A storage failure no repair can
+    /// undo (a failed write or fsync) stops the group on this broker; the others go on.
+    fn apply_entry(&mut self, cmd: &mut PartCommand) -> Result<Option<(PartResult, i64)>, StorageError<NodeId>> {
+        if self.partition.is_damaged() {
+            return Ok(None);
+        }
+        let failure = match self.apply_one(cmd) {
+            Ok((PartResult::Failed(f), _)) => f.to_string(),
+            Ok(done) => return Ok(Some(done)),
+            Err(e) => e.to_string(),
+        };
+        if self.partition.is_damaged() {
+            return Ok(None);
+        }
+        Err(io_err(std::io::Error::other(format!(
+            "{}: cannot apply a committed entry, stopping this replica: {failure}",
+            self.partition.name()
+        ))))
+    }
+
+    /// Repair the partition's damaged data from the other replicas, trying every second until
+    /// a copy fits or [`MEND_ATTEMPTS`] failed (then the group stops here). Nothing is applied
+    /// meanwhile; this replica's Raft log still takes entries, and a leader that cannot repair
+    /// hands its leadership over (`maintain`).
+    async fn mend(&self) -> Result<(), StorageError<NodeId>> {
+        let name = self.partition.name();
+        let Some(mender) = self.mender.clone() else {
+            return Err(io_err(std::io::Error::other(format!("{name}: damaged data, no peers to repair it"))));
+        };
+        let mut last = String::new();
+        for attempt in 0..MEND_ATTEMPTS {
+            match mender.mend().await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    if attempt == 0 {
+                        tracing::warn!(partition = name.as_str(), "{e}; trying again every second");
+                    }
+                    last = e;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        Err(io_err(std::io::Error::other(format!("{name}: stopping this replica: {last}"))))
     }
 
     /// The newest complete snapshot under `dir` (others, and any left half made, are removed).
@@ -974,15 +1065,15 @@ impl ReplicaSm {
     /// holds what it wrote, after the last `applied.json`): then the stored batch at the cursor
     /// is matched and passed, and a command not found there was refused (or a duplicate) the
     /// first time.
-    fn apply_one(&mut self, cmd: PartCommand) -> (PartResult, i64) {
+    fn apply_one(&mut self, cmd: &mut PartCommand) -> Result<(PartResult, i64), sluice_storage::StorageError> {
         // writes no batch: applied again when replayed (moving the log start is idempotent)
         if self.cursor >= self.replay_end || matches!(cmd, PartCommand::DeleteRecords { .. }) {
             if let PartCommand::Produce { batch, .. } = &cmd {
                 self.progress.bytes_since_snapshot.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
             }
-            return self.partition.apply(cmd);
+            return Ok(self.partition.apply(cmd));
         }
-        let out = match self.partition.stored(self.cursor, &cmd) {
+        let out = match self.partition.stored(self.cursor, cmd)? {
             Some((result, next)) => {
                 self.cursor = next;
                 (result, 0)
@@ -992,7 +1083,7 @@ impl ReplicaSm {
         if self.cursor >= self.replay_end {
             self.progress.replaying.store(false, std::sync::atomic::Ordering::Release);
         }
-        out
+        Ok(out)
     }
 }
 
@@ -1070,41 +1161,55 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
         I: IntoIterator<Item = Entry<PartConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let entries: Vec<_> = entries.into_iter().collect();
+        let mut entries: Vec<_> = entries.into_iter().collect();
         let mut out = Vec::with_capacity(entries.len());
         let mut end = 0i64;
-        tokio::task::block_in_place(|| {
-            for e in entries {
-                self.applied.last_applied = Some(e.log_id);
-                out.push(match e.payload {
-                    EntryPayload::Blank => PartResult::Done,
-                    EntryPayload::Normal(c) => {
-                        let (r, written_end) = self.apply_one(c);
-                        end = end.max(written_end);
-                        r
-                    }
-                    EntryPayload::Membership(m) => {
-                        self.applied.membership = StoredMembership::new(Some(e.log_id), m);
-                        PartResult::Done
-                    }
-                });
+        let mut next = 0usize;
+        loop {
+            // damaged data is repaired (awaiting the other replicas) before anything more is
+            // applied; the entry a read's damage refused is applied again after it
+            if self.partition.is_damaged() {
+                self.mend().await?;
             }
-            // committed = on a majority's fsynced Raft logs: visible (and acknowledged) now;
-            // this copy is fsynced by the next `save`, and replayed from the Raft log if lost
-            if end > 0 {
-                self.partition.publish_committed();
+            let refused = tokio::task::block_in_place(|| {
+                while let Some(e) = entries.get_mut(next) {
+                    let r = match &mut e.payload {
+                        EntryPayload::Blank => PartResult::Done,
+                        EntryPayload::Normal(c) => match self.apply_entry(c)? {
+                            Some((r, written_end)) => {
+                                end = end.max(written_end);
+                                r
+                            }
+                            None => return Ok(true),
+                        },
+                        EntryPayload::Membership(m) => {
+                            self.applied.membership = StoredMembership::new(Some(e.log_id), m.clone());
+                            PartResult::Done
+                        }
+                    };
+                    self.applied.last_applied = Some(e.log_id);
+                    out.push(r);
+                    next += 1;
+                }
+                // committed = on a majority's fsynced Raft logs: visible (and acknowledged) now;
+                // this copy is fsynced by the next `save`, and replayed from the Raft log if lost
+                if end > 0 {
+                    self.partition.publish_committed();
+                }
+                self.applied.log_end = self.partition.offsets().1.max(self.cursor);
+                if self.cursor < self.replay_end {
+                    // still replaying: record only what is known to be matched
+                    self.applied.log_end = self.cursor;
+                }
+                if self.saved_at.elapsed() >= APPLIED_EVERY {
+                    self.save()?;
+                }
+                Ok::<bool, StorageError<NodeId>>(false)
+            })?;
+            if !refused {
+                return Ok(out);
             }
-            self.applied.log_end = self.partition.offsets().1.max(self.cursor);
-            if self.cursor < self.replay_end {
-                // still replaying: record only what is known to be matched
-                self.applied.log_end = self.cursor;
-            }
-            if self.saved_at.elapsed() >= APPLIED_EVERY {
-                self.save()?;
-            }
-            Ok::<(), StorageError<NodeId>>(())
-        })?;
-        Ok(out)
+        }
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

@@ -62,12 +62,12 @@ impl PartitionLog for Partition {
         (log.log_start_offset(), log.log_end_offset())
     }
 
-    fn apply(&self, cmd: PartCommand) -> (PartResult, i64) {
+    fn apply(&self, cmd: &mut PartCommand) -> (PartResult, i64) {
         let failed = |e: StorageError| (PartResult::Failed(ApplyFailure::Storage(Arc::new(e))), 0);
         match cmd {
-            PartCommand::Produce { mut batch, now_ms, verified, verified_from } => {
-                let guard = TxnGuard::Carried { verified, from: verified_from };
-                match apply_batch(self, &mut batch, now_ms, guard) {
+            PartCommand::Produce { batch, now_ms, verified, verified_from } => {
+                let guard = TxnGuard::Carried { verified: *verified, from: *verified_from };
+                match apply_batch(self, batch, *now_ms, guard) {
                     Ok(Appended::New { info, log_start, .. }) => (
                         PartResult::Appended { first: info.first_offset, last: info.last_offset, log_start },
                         info.last_offset + 1,
@@ -80,8 +80,13 @@ impl PartitionLog for Partition {
                 }
             }
             PartCommand::Marker { producer_id, epoch, coordinator_epoch, commit, now_ms } => {
-                let header = MarkerHeader { epoch, coordinator_epoch, commit, timestamp: now_ms };
-                match apply_marker(self, producer_id, &header, now_ms) {
+                let header = MarkerHeader {
+                    epoch: *epoch,
+                    coordinator_epoch: *coordinator_epoch,
+                    commit: *commit,
+                    timestamp: *now_ms,
+                };
+                match apply_marker(self, *producer_id, &header, *now_ms) {
                     Ok(w) => (PartResult::Appended { first: w.offset, last: w.offset, log_start: 0 }, w.offset + 1),
                     Err(AppendError::Refused(r)) => (PartResult::Refused(r), 0),
                     Err(AppendError::Storage(e)) => failed(e),
@@ -93,7 +98,7 @@ impl PartitionLog for Partition {
                 // everything applied is committed (the batches before this one in its apply run
                 // are not yet published)
                 log.set_high_watermark(end);
-                match log.delete_records(offset.clamp(0, end)) {
+                match log.delete_records((*offset).clamp(0, end)) {
                     Ok(start) => (PartResult::LogStart(start), 0),
                     Err(e) => failed(e),
                 }
@@ -101,27 +106,40 @@ impl PartitionLog for Partition {
         }
     }
 
-    fn stored(&self, offset: i64, cmd: &PartCommand) -> Option<(PartResult, i64)> {
-        let stored = self.log().read(offset, 1, None, true).ok()?;
-        let (_, view) = iter_batches(&stored).next()?.ok()?;
-        let same = match cmd {
-            PartCommand::DeleteRecords { .. } => return None,
-            PartCommand::Marker { producer_id, .. } => view.is_control() && view.producer_id() == *producer_id,
-            PartCommand::Produce { batch, .. } => {
-                let ours = BatchView::parse_unchecked_crc(batch).ok()?;
-                !view.is_control()
-                    && view.producer_id() == ours.producer_id()
-                    && view.base_sequence() == ours.base_sequence()
-                    && view.last_offset_delta() == ours.last_offset_delta()
-                    && view.records_bytes() == ours.records_bytes()
-            }
+    fn stored(&self, offset: i64, cmd: &PartCommand) -> Result<Option<(PartResult, i64)>, StorageError> {
+        let stored = match self.log().read(offset, 1, None, true) {
+            Ok(b) => b,
+            Err(StorageError::OffsetOutOfRange { .. }) => return Ok(None),
+            Err(e) => return Err(e),
         };
-        if !same || view.base_offset() != offset {
-            return None;
-        }
-        let log_start = self.log().log_start_offset();
-        let result = PartResult::Appended { first: view.base_offset(), last: view.last_offset(), log_start };
-        Some((result, view.last_offset() + 1))
+        Ok(self.stored_matches(offset, cmd, &stored))
+    }
+
+    fn is_damaged(&self) -> bool {
+        self.log().is_damaged()
+    }
+
+    fn find_damage(&self) -> Result<Option<sluice_storage::Damage>, StorageError> {
+        self.log().find_damage()
+    }
+
+    fn repair(&self, d: &sluice_storage::Damage, copy: &[u8], from: u64) -> Result<bool, StorageError> {
+        let whole = self.log().repair(d, copy)?;
+        tracing::info!(
+            "partition {}-{}: the damaged batch at offset {} (byte {} of {}) was replaced by broker {from}'s copy{}",
+            self.topic,
+            self.index,
+            d.base_offset,
+            d.position,
+            d.path.display(),
+            if whole { "; the partition is online again" } else { "" }
+        );
+        ::metrics::counter!(crate::metrics::STORAGE_REPAIRS_TOTAL, "topic" => self.topic.clone()).increment(1);
+        Ok(whole)
+    }
+
+    fn copy_of(&self, offset: i64) -> Result<bytes::Bytes, StorageError> {
+        self.log().read(offset, 1, None, true)
     }
 
     fn publish_committed(&self) {
@@ -147,5 +165,31 @@ impl PartitionLog for Partition {
 
     fn cleaner_held_back(&self) -> bool {
         Partition::cleaner_held_back(self)
+    }
+}
+
+impl Partition {
+    /// Whether `stored` (read at `offset`) is the batch `cmd` wrote there: what applying it did
+    /// and the offset after it.
+    fn stored_matches(&self, offset: i64, cmd: &PartCommand, stored: &[u8]) -> Option<(PartResult, i64)> {
+        let (_, view) = iter_batches(stored).next()?.ok()?;
+        let same = match cmd {
+            PartCommand::DeleteRecords { .. } => return None,
+            PartCommand::Marker { producer_id, .. } => view.is_control() && view.producer_id() == *producer_id,
+            PartCommand::Produce { batch, .. } => {
+                let ours = BatchView::parse_unchecked_crc(batch).ok()?;
+                !view.is_control()
+                    && view.producer_id() == ours.producer_id()
+                    && view.base_sequence() == ours.base_sequence()
+                    && view.last_offset_delta() == ours.last_offset_delta()
+                    && view.records_bytes() == ours.records_bytes()
+            }
+        };
+        if !same || view.base_offset() != offset {
+            return None;
+        }
+        let log_start = self.log().log_start_offset();
+        let result = PartResult::Appended { first: view.base_offset(), last: view.last_offset(), log_start };
+        Some((result, view.last_offset() + 1))
     }
 }

@@ -118,10 +118,13 @@ pub trait PartitionLog: Send + Sync + 'static {
     fn offsets(&self) -> (i64, i64);
     /// Apply one committed command: what it did, and the log end it wrote up to (0: nothing
     /// written).
-    fn apply(&self, cmd: PartCommand) -> (PartResult, i64);
+    /// Takes the command by reference so a write refused because a read found damaged data
+    /// (nothing written) can be applied again after the repair.
+    fn apply(&self, cmd: &mut PartCommand) -> (PartResult, i64);
     /// Replay after a restart: is the stored batch at `offset` the one `cmd` wrote there before
     /// the crash? Then what applying it did, and the offset after it.
-    fn stored(&self, offset: i64, cmd: &PartCommand) -> Option<(PartResult, i64)>;
+    /// `Err` when the stored batch cannot be read (damaged: see [`PartitionLog::find_damage`]).
+    fn stored(&self, offset: i64, cmd: &PartCommand) -> Result<Option<(PartResult, i64)>, StorageError>;
     /// Make everything applied so far visible (committed on a majority: the high watermark).
     fn publish_committed(&self);
     /// Make everything applied so far durable (fsync).
@@ -138,7 +141,21 @@ pub trait PartitionLog: Send + Sync + 'static {
     /// The log cleaner would clean more if the replay point moved up (a compacted partition
     /// with batches past it).
     fn cleaner_held_back(&self) -> bool;
+    /// Whether a read found a batch that fails its CRC (the log is offline until it is
+    /// repaired: decision 0036).
+    fn is_damaged(&self) -> bool;
+    /// The first damaged batch, if a read found one and it is still there.
+    fn find_damage(&self) -> Result<Option<sluice_storage::Damage>, StorageError>;
+    /// Replace the damaged batch `d` with broker `from`'s copy of it: `Ok(true)` when the log
+    /// is whole and online again.
+    fn repair(&self, d: &sluice_storage::Damage, copy: &[u8], from: NodeIdOf) -> Result<bool, StorageError>;
+    /// This replica's copy of the batch holding `offset` (its CRC checked), for a peer that
+    /// repairs its own.
+    fn copy_of(&self, offset: i64) -> Result<bytes::Bytes, StorageError>;
 }
+
+/// A broker's node id as the replication layer names it.
+pub type NodeIdOf = u64;
 
 /// Why a committed command could not be applied to a partition.
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]

@@ -117,6 +117,12 @@ enum Fault {
     /// forgets every write not fsynced — all of it, a seeded prefix, or a prefix with a torn
     /// last page — then it restarts on what was synced. Needs FUSE (`/dev/fuse`, fuse3).
     PowerCut,
+    /// Flip one bit at rest in a stored batch of one broker's copy of a partition (inside the
+    /// bytes its CRC covers). Never served: on three brokers the damaged replica repairs the
+    /// batch from another replica's copy (decision 0037); on one broker the partition goes
+    /// offline, and the heal restores the bit and restarts the broker (an operator restoring a
+    /// copy).
+    Corrupt,
 }
 
 #[derive(clap::Args, Clone)]
@@ -261,6 +267,43 @@ struct Node {
 }
 
 impl Node {
+    /// Flip one bit inside the CRC-covered bytes (past the first 17: base offset, length,
+    /// leader epoch and magic are outside the CRC) of a whole stored batch of a random segment
+    /// of this broker's workload partitions; the file, byte and bit flipped.
+    fn corrupt(&self, rng: &mut StdRng) -> Option<(PathBuf, u64, u64)> {
+        let dir = self.broker.lock().unwrap_or_else(|e| e.into_inner()).data_dir.clone();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(TOPIC))
+            .filter_map(|e| std::fs::read_dir(e.path()).ok())
+            .flatten()
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        files.sort();
+        for _ in 0..8 {
+            let file = files.get(rng.gen_range(0..files.len().max(1)))?.clone();
+            let bytes = std::fs::read(&file).ok()?;
+            let mut batches = Vec::new();
+            let mut pos = 0usize;
+            while let Some(size) = sluice_protocol::batch::claimed_batch_size(&bytes[pos..]) {
+                if size <= 17 || pos + size > bytes.len() {
+                    break;
+                }
+                batches.push((pos, size));
+                pos += size;
+            }
+            let Some(&(start, size)) = batches.get(rng.gen_range(0..batches.len().max(1))) else { continue };
+            let at = (start + 17 + rng.gen_range(0..size - 17)) as u64;
+            let bit = rng.gen_range(0..8u64);
+            sluice_tests::lossyfs::corrupt(&file, "flip", at, bit).ok()?;
+            return Some((file, at, bit));
+        }
+        None
+    }
+
     /// kill -9 the broker and cut the power of its disk; mount again on what was synced (the
     /// heal restarts the broker). Returns what the cut dropped.
     fn power_cut(&self, mode: &str, seed: u64) -> String {
@@ -732,6 +775,7 @@ async fn nemesis(
     }
     let interval = Duration::from_secs(args.fault_interval.max(1));
     tokio::time::sleep(interval).await;
+    let mut single_corrupted: Option<(PathBuf, u64, u64)> = None;
     while !stop.load(Ordering::Relaxed) {
         let fault = faults[rng.gen_range(0..faults.len())];
         let hold = Duration::from_millis(rng.gen_range(300..=interval.as_millis() as u64));
@@ -780,9 +824,32 @@ async fn nemesis(
                 let note = format!("power cut of broker {}: {}", i + 1, dropped.unwrap_or_else(|e| e.to_string()));
                 rec.push(-1, OpType::Info, OpFn::Nemesis, vec![], None, Some(note));
             }
+            Fault::Corrupt => {
+                let flipped = node.corrupt(&mut rng);
+                let note = match &flipped {
+                    Some((f, at, bit)) => {
+                        format!("corrupt broker {}: bit {bit} of byte {at} of {}", i + 1, f.display())
+                    }
+                    None => format!("corrupt broker {}: no stored batch to damage", i + 1),
+                };
+                rec.push(-1, OpType::Info, OpFn::Nemesis, vec![], None, Some(note));
+                if cluster.nodes.len() == 1 {
+                    single_corrupted = flipped;
+                }
+            }
             Fault::None | Fault::ClientKill | Fault::ClientPause | Fault::Zombie => {}
         }
         tokio::time::sleep(hold).await;
+        // one broker: no other copy to repair from; the operator's repair is to restore the
+        // bytes and restart it (the partition stays offline until then)
+        if let Some((file, at, bit)) = single_corrupted.take() {
+            let _ = sluice_tests::lossyfs::corrupt(&file, "flip", at, bit);
+            let c = cluster.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                c.nodes[0].broker.lock().unwrap_or_else(|e| e.into_inner()).kill9()
+            })
+            .await;
+        }
         if let (Fault::ClientPause | Fault::Zombie, Some((_, pid, _))) = (fault, target) {
             Workers::signal(pid, "-CONT");
         }
