@@ -270,7 +270,9 @@ impl Node {
     /// Flip one bit inside the CRC-covered bytes (past the first 17: base offset, length,
     /// leader epoch and magic are outside the CRC) of a whole stored batch of a random segment
     /// of this broker's workload partitions; the file, byte and bit flipped.
-    fn corrupt(&self, rng: &mut StdRng) -> Option<(PathBuf, u64, u64)> {
+    /// `newest`: always among the newest three batches (one broker: the final drain comes after
+    /// the heal restored the bit, so only readers at the tail can meet it).
+    fn corrupt(&self, rng: &mut StdRng, newest: bool) -> Option<(PathBuf, u64, u64)> {
         let dir = self.broker.lock().unwrap_or_else(|e| e.into_inner()).data_dir.clone();
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
             .ok()?
@@ -295,7 +297,10 @@ impl Node {
                 batches.push((pos, size));
                 pos += size;
             }
-            let Some(&(start, size)) = batches.get(rng.gen_range(0..batches.len().max(1))) else { continue };
+            // half the time one of the newest three batches, which readers at the tail have
+            // yet to read; otherwise any (the final drain reads them all)
+            let from = if rng.gen_bool(0.5) || newest { batches.len().saturating_sub(3) } else { 0 };
+            let Some(&(start, size)) = batches.get(rng.gen_range(from..batches.len().max(1))) else { continue };
             let at = (start + 17 + rng.gen_range(0..size - 17)) as u64;
             let bit = rng.gen_range(0..8u64);
             sluice_tests::lossyfs::corrupt(&file, "flip", at, bit).ok()?;
@@ -825,7 +830,7 @@ async fn nemesis(
                 rec.push(-1, OpType::Info, OpFn::Nemesis, vec![], None, Some(note));
             }
             Fault::Corrupt => {
-                let flipped = node.corrupt(&mut rng);
+                let flipped = node.corrupt(&mut rng, cluster.nodes.len() == 1);
                 let note = match &flipped {
                     Some((f, at, bit)) => {
                         format!("corrupt broker {}: bit {bit} of byte {at} of {}", i + 1, f.display())
@@ -1237,6 +1242,34 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
         }
     }
     println!("  acked sends {}, reads {}, committed ops {}", report.acked_sends, report.reads, report.committed_txns);
+    if args.nemesis.contains(&Fault::Corrupt) {
+        // what the brokers said of the damage (decisions 0036, 0037)
+        let said = |what: &str| {
+            cluster
+                .nodes
+                .iter()
+                .map(|n| {
+                    let dir = n.broker.lock().unwrap_or_else(|e| e.into_inner()).data_dir.clone();
+                    let log = std::fs::read_to_string(dir.with_extension("log")).unwrap_or_default();
+                    log.lines().filter(|l| l.contains(what)).count()
+                })
+                .sum::<usize>()
+        };
+        println!(
+            "  damaged batches found by reads {}, repaired from another replica {}",
+            said("is offline: damaged data"),
+            said("was replaced by broker")
+        );
+        if std::env::var_os("JEPSEN_SHOW_DAMAGE").is_some() {
+            for n in &cluster.nodes {
+                let dir = n.broker.lock().unwrap_or_else(|e| e.into_inner()).data_dir.clone();
+                let log = std::fs::read_to_string(dir.with_extension("log")).unwrap_or_default();
+                for l in log.lines().filter(|l| l.contains("damage") || l.contains("repair")) {
+                    println!("    {l}");
+                }
+            }
+        }
+    }
     if let Err(e) = &drained {
         println!("  drain: {e}");
     }
