@@ -1,4 +1,4 @@
-//! Periodic work: the log cleaner's loop (`cleaner`), interval flushes (`log.flush.policy=interval`), recovery-point checkpoints,
+//! Periodic work: the log cleaner's loop (`cleaner`), the scrubber's (`scrubber`), interval flushes (`log.flush.policy=interval`), recovery-point checkpoints,
 //! retention (`log.retention.check.interval.ms`), group timers (at each deadline: join/sync
 //! deadlines, session expiry), offset expiry with offsets-log compaction
 //! (`offsets.retention.check.interval.ms`), and transaction timeouts with transaction-log
@@ -38,6 +38,8 @@ pub struct Settings {
     pub offsets_check_interval_ms: u64,
     /// `log.cleaner.*`
     pub cleaner: crate::config::CleanerSettings,
+    /// `log.scrub.bytes.per.second`
+    pub scrub_bytes_per_second: u64,
 }
 
 impl Settings {
@@ -49,6 +51,7 @@ impl Settings {
             txn_check_interval_ms: config.txns.abort_check_interval_ms,
             offsets_check_interval_ms: config.offsets_retention_check_interval_ms,
             cleaner: config.cleaner.clone(),
+            scrub_bytes_per_second: config.scrub_bytes_per_second,
         }
     }
 }
@@ -77,6 +80,7 @@ pub async fn run(state: Background, mut stop: watch::Receiver<bool>) {
     // compaction) never makes one late
     tokio::spawn(group_timers(state.groups.clone(), stop.clone()));
     tokio::spawn(crate::cleaner::run(state.topics.clone(), state.settings.cleaner.clone(), stop.clone()));
+    tokio::spawn(crate::scrubber::run(state.topics.clone(), state.settings.scrub_bytes_per_second, stop.clone()));
     tokio::spawn({
         let txns = state.txns.clone();
         async move { txns.recover().await }

@@ -63,6 +63,7 @@ pub mod pipeline;
 pub mod producer_ids;
 pub mod replication;
 pub mod routing;
+pub mod scrubber;
 pub mod security;
 pub mod server;
 pub mod services;

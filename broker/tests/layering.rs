@@ -35,6 +35,7 @@ const LAYERS: &[(&str, u8)] = &[
     // partition, topics, routing, metadata, inter-broker calls
     ("partition", 3),
     ("cleaner", 3),
+    ("scrubber", 3),
     ("partition_handle", 3),
     ("topics", 3),
     ("kvlog", 3),

@@ -472,6 +472,29 @@ impl Log {
         self.damaged.lock().is_ok_and(|d| d.is_some())
     }
 
+    /// Scrub: check the CRCs of segment `segment`'s whole batches from byte `position`, about
+    /// `max_bytes` of them. `Ok(Some(next))`: where to go on; `Ok(None)`: the segment is done
+    /// (or gone). A damaged batch takes the log offline as a read that met it would
+    /// (`Corrupt`, then damaged: [`Log::find_damage`]). An offline log is not scrubbed.
+    pub fn scrub(&self, segment: i64, position: u64, max_bytes: usize) -> Result<Option<u64>> {
+        self.check_online()?;
+        let Some(seg) = self.segments.get(&segment) else { return Ok(None) };
+        if position >= seg.size() {
+            return Ok(None);
+        }
+        match seg.check_from(position, max_bytes) {
+            Ok(next) => Ok(Some(next)),
+            Err(e) => {
+                if matches!(e, StorageError::Corrupt { .. }) {
+                    if let Ok(mut d) = self.damaged.lock() {
+                        d.get_or_insert(segment);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// The first damaged batch of the segment a read found damage in: where it is and the
     /// offset it must start at. `None` when no read found damage, or when it is gone (its
     /// segment deleted by retention): then the log is online again unless a write failed.

@@ -395,6 +395,32 @@ impl Segment {
         Ok(None)
     }
 
+    /// Check the CRC of the whole batches from byte `position` on, up to `max_bytes` (at least
+    /// one batch): the position after the last one checked. A batch that fails (or whose
+    /// header does not parse) is `Corrupt` at its position.
+    pub fn check_from(&self, position: u64, max_bytes: usize) -> Result<u64> {
+        let map = self.view_from(position)?;
+        let mut pos = 0usize;
+        while pos < map.len() && (pos == 0 || pos < max_bytes) {
+            let corrupt = |reason: String| StorageError::Corrupt {
+                path: self.log_path.clone(),
+                position: position + pos as u64,
+                reason,
+            };
+            let b = BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| corrupt(e.to_string()))?;
+            let computed = b.compute_crc();
+            if b.crc() != computed {
+                return Err(corrupt(format!(
+                    "batch at offset {} fails its CRC (stored {:#010x}, computed {computed:#010x})",
+                    b.base_offset(),
+                    b.crc()
+                )));
+            }
+            pos += b.size();
+        }
+        Ok(position + pos as u64)
+    }
+
     /// The base offset stored in the batch header at byte `position`, if one parses there.
     pub fn base_offset_at(&self, position: u64) -> Option<i64> {
         let map = self.view_from(position).ok()?;

@@ -129,6 +129,11 @@ pub const SETTINGS: &[Setting] = &[
     Setting { name: "log.retention.ms", default: "604800000", help: "delete segments older than this (-1: never)" },
     Setting { name: "log.retention.bytes", default: "-1", help: "delete oldest segments beyond this size (-1: never)" },
     Setting { name: "log.retention.check.interval.ms", default: "300000", help: "how often retention runs" },
+    Setting {
+        name: "log.scrub.bytes.per.second",
+        default: "4194304",
+        help: "bytes per second the background scrubber reads to check stored batches' CRCs (0: off)",
+    },
     Setting { name: "log.index.size.max.bytes", default: "10485760", help: "preallocated index size" },
     Setting { name: "log.index.interval.bytes", default: "4096", help: "bytes between offset-index entries" },
     Setting {
@@ -387,6 +392,8 @@ pub struct Config {
     pub request_bytes_max: usize,
     pub log: LogConfig,
     pub retention_check_interval_ms: u64,
+    /// `log.scrub.bytes.per.second` (0: no scrubber)
+    pub scrub_bytes_per_second: u64,
     pub cleaner: CleanerSettings,
     pub max_connections: usize,
     pub producer_id_expiration_ms: i64,
@@ -790,6 +797,11 @@ pub fn resolve(
             "log.retention.check.interval.ms",
             get("log.retention.check.interval.ms"),
             positive,
+        )? as u64,
+        scrub_bytes_per_second: parse::<i64>(
+            "log.scrub.bytes.per.second",
+            get("log.scrub.bytes.per.second"),
+            |x: &i64| if *x >= 0 { Ok(()) } else { Err("must be >= 0".into()) },
         )? as u64,
         max_connections: parse::<i64>("max.connections", get("max.connections"), positive)? as usize,
         producer_id_expiration_ms: parse("producer.id.expiration.ms", get("producer.id.expiration.ms"), positive)?,

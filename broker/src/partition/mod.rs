@@ -650,18 +650,7 @@ impl Partition {
         let records = match log.read(offset, max_bytes, Some(upper), min_one) {
             Ok(r) => r,
             Err(e) => {
-                if let StorageError::Corrupt { path, position, reason } = &e {
-                    // reported once: the log is offline from now on and answers Offline
-                    tracing::error!(
-                        "partition {}-{} is offline: damaged data in {} at byte {position}: {reason}; \
-                         nothing from it is served (docs/storage.md, \"Damaged data\")",
-                        self.topic,
-                        self.index,
-                        path.display()
-                    );
-                    ::metrics::counter!(crate::metrics::STORAGE_CORRUPTIONS_TOTAL, "topic" => self.topic.clone())
-                        .increment(1);
-                }
+                self.report_damage(&e, "");
                 return Err(e);
             }
         };
@@ -681,6 +670,33 @@ impl Partition {
             log_start_offset: log.log_start_offset(),
             aborted,
         })
+    }
+}
+
+impl Partition {
+    /// One log line and the corruption counter for damaged data a read or the scrubber met
+    /// (reported once: the log is offline from then on and answers `Offline`).
+    fn report_damage(&self, e: &StorageError, found_by: &str) {
+        if let StorageError::Corrupt { path, position, reason } = e {
+            tracing::error!(
+                "partition {}-{} is offline: damaged data in {} at byte {position}: {reason}; \
+                 nothing from it is served{found_by} (docs/storage.md, \"Damaged data\")",
+                self.topic,
+                self.index,
+                path.display()
+            );
+            ::metrics::counter!(crate::metrics::STORAGE_CORRUPTIONS_TOTAL, "topic" => self.topic.clone()).increment(1);
+        }
+    }
+
+    /// The scrubber's step: check about `max_bytes` of segment `segment` from byte `position`
+    /// (`sluice_storage::Log::scrub`); damage is reported as a read's is.
+    pub fn scrub(&self, segment: i64, position: u64, max_bytes: usize) -> Result<Option<u64>, StorageError> {
+        let result = self.log().scrub(segment, position, max_bytes);
+        if let Err(e) = &result {
+            self.report_damage(e, " (found by the scrubber)");
+        }
+        result
     }
 }
 
