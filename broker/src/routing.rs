@@ -89,6 +89,13 @@ pub trait ShardPlacement {
     fn shard_leader(&self, shard: i32) -> Option<i32>;
     /// The coordinator's log is replicated (one Raft group per shard).
     fn replicated(&self) -> bool;
+    /// This broker's copy of shard `shard` is `Failed`: its log could not be read (damaged
+    /// data, decision 0036) or a rollback is reloading it. FindCoordinator then answers
+    /// COORDINATOR_NOT_AVAILABLE, as Kafka does for a coordinator partition it cannot serve,
+    /// instead of naming a broker that answers NOT_COORDINATOR.
+    fn shard_failed(&self, _shard: i32) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

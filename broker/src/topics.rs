@@ -896,7 +896,8 @@ impl TopicRegistry {
     /// Who coordinates `shard` of a coordinator placed by `placement`: here on one node; in a
     /// cluster the shard's Raft leader (replicated log), or the brokers in id order otherwise.
     pub fn coordinator_route(&self, placement: &dyn ShardPlacement, shard: i32) -> Route {
-        let Some(c) = self.cluster.get() else { return Route::Here };
+        let here = || if placement.shard_failed(shard) { Route::Electing } else { Route::Here };
+        let Some(c) = self.cluster.get() else { return here() };
         let image = c.image();
         let owner = if placement.replicated() {
             placement.shard_leader(shard)
@@ -905,7 +906,7 @@ impl TopicRegistry {
             usize::try_from(shard).ok().and_then(|i| ids.get(i % ids.len().max(1))).map(|b| b.node_id)
         };
         match owner.and_then(|o| image.brokers.get(&o)) {
-            Some(b) if b.node_id == self.config.node_id => Route::Here,
+            Some(b) if b.node_id == self.config.node_id => here(),
             Some(b) => Route::Broker(BrokerAddr { node_id: b.node_id, host: b.host.clone(), port: b.port }),
             None => Route::Electing,
         }

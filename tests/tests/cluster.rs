@@ -2842,3 +2842,134 @@ async fn the_scrubber_finds_damage_in_a_followers_copy_and_the_follower_repairs_
     let seen = read_numbered(&c.brokers[follower].bootstrap(), "scrubbed", 40);
     assert_eq!(seen, (0..40).map(|i| (i as i64, format!("record-{i}"))).collect::<Vec<_>>());
 }
+
+/// The entry indexes of a Raft group directory's log, in file order (`sluice raft-log-dump`).
+fn raft_log_indexes(dir: &std::path::Path) -> Vec<u64> {
+    let dump = std::process::Command::new(sluice_tests::sluice_bin()).arg("raft-log-dump").arg(dir).output().unwrap();
+    String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["log_id"]["index"].as_u64())
+        .collect()
+}
+
+/// The records of a Raft group directory's log files, in order: (file, byte offset, length of
+/// the payload after its 8-byte header).
+fn raft_log_records(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64, usize)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().unwrap().to_string_lossy().starts_with("raft-log")
+                && p.extension().is_some_and(|x| x == "bin")
+        })
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap();
+        let mut pos = 0usize;
+        while pos + 8 <= bytes.len() {
+            let len = u32::from_be_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+            if pos + 8 + len > bytes.len() {
+                break;
+            }
+            out.push((f.clone(), pos as u64, len));
+            pos += 8 + len;
+        }
+    }
+    out
+}
+
+/// Issue 22, decision 0037: a replica whose Raft log was cut at damage lost entries it had
+/// acknowledged — entries a majority committed with it. Here the leader L and follower B
+/// commit records 20..60 while follower C is down; B is killed before it records them as
+/// applied, and the Raft record of the first such entry rots. Then L dies and B and C start.
+/// Were B to vote, C (whose log ends before them) could not win, but B could — with C's vote,
+/// its cut log being the longer — and lead without records it had acknowledged: when L
+/// returns, its entries from the older term would be overwritten. B must neither vote nor
+/// stand until it holds its lost entries again, so no leader is elected until L is back,
+/// and every acknowledged record is served once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_raft_log_lost_acknowledged_entries_does_not_vote_until_it_has_them_again() {
+    let (mut c, _ports) = Cluster::start_with_metrics_logging(&[], Some("info,openraft=warn"));
+    let leader = replicated_topic(&c, "cutvote").await;
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let (b, cc) = (others[0], others[1]);
+    produce_numbered(&c, &[leader], "cutvote", 0..20).await;
+    let dirs: Vec<_> = c.brokers.iter().map(|x| x.data_dir.join("cutvote-0")).collect();
+    let t0 = Instant::now();
+    while !dirs.iter().all(|d| batches_from(d, 0) == batches_from(&dirs[leader], 0)) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the replicas differ");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(c.brokers[cc].stop(), Some(0));
+    produce_numbered(&c, &[leader], "cutvote", 20..60).await;
+    c.brokers[b].kill9();
+    // the first entry past what B's applied.json records: its Raft record rots
+    let rdir = replica_dir(&c.brokers[b]);
+    let applied: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(rdir.join("applied.json")).unwrap()).unwrap();
+    let applied_index = applied["last_applied"]["index"].as_u64().unwrap_or(0);
+    let indexes = raft_log_indexes(&rdir);
+    let records = raft_log_records(&rdir);
+    assert_eq!(records.len(), indexes.len(), "records and entries line up");
+    // (late in the log: B's cut log stays longer than C's, so C would vote for B)
+    let k = indexes
+        .iter()
+        .position(|i| *i > applied_index)
+        .map(|first| first.max(indexes.len().saturating_sub(6)))
+        .unwrap_or_else(|| panic!("no entry past applied.json ({applied_index}): B recorded everything (timing)"));
+    eprintln!("B applied.json at {applied_index}, its log ends at {:?}; damaging entry {}", indexes.last(), indexes[k]);
+    let (file, offset, len) = records[k].clone();
+    sluice_tests::lossyfs::corrupt(&file, "flip", offset + 8 + (len as u64) / 2, 3).unwrap();
+    c.brokers[leader].kill9();
+    c.brokers[b].spawn();
+    c.brokers[cc].spawn();
+    // L is gone: whatever B and C acknowledge now must survive too
+    let mut acked = Vec::new();
+    let t0 = Instant::now();
+    for i in 60..72 {
+        let record = sluice_protocol::batch::NewRecord {
+            timestamp: 1,
+            value: Some(bytes::Bytes::from(format!("record-{i}"))),
+            ..Default::default()
+        };
+        for x in [b, cc] {
+            if produce_batch(&c.brokers[x], "cutvote", record.clone(), 1_000).await == 0 {
+                acked.push(i);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("acknowledged while L was down: {acked:?} ({:?})", t0.elapsed());
+    let log = std::fs::read_to_string(c.brokers[b].data_dir.with_extension("log")).unwrap_or_default();
+    assert!(
+        log.contains("neither votes nor stands for election"),
+        "B says it will not vote:\n{}",
+        log.lines()
+            .filter(|l| l.contains("raft-log") || l.contains("damaged") || l.contains("cutvote"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    c.brokers[leader].spawn();
+    produce_numbered(&c, &[0, 1, 2], "cutvote", 80..81).await;
+    let want: Vec<String> = (0..60).chain(acked.iter().copied()).chain([80]).map(|i| format!("record-{i}")).collect();
+    let unacked: Vec<String> = (60..72).filter(|i| !acked.contains(i)).map(|i| format!("record-{i}")).collect();
+    let t0 = Instant::now();
+    loop {
+        let seen: Vec<String> = read_numbered(&c.brokers[leader].bootstrap(), "cutvote", want.len())
+            .into_iter()
+            .map(|(_, v)| v)
+            .filter(|v| !unacked.contains(v))
+            .collect();
+        if seen == want {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "acknowledged records lost or repeated: read {seen:?}");
+    }
+    let log = std::fs::read_to_string(c.brokers[b].data_dir.with_extension("log")).unwrap_or_default();
+    assert!(log.contains("votes and stands again"), "B caught up and votes again:\n{}", c.brokers[b].log_tail());
+}

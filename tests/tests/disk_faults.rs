@@ -142,6 +142,21 @@ fn fetch(bootstrap: &str, topic: &str, offset: i64) -> (i16, usize) {
     })
 }
 
+/// FindCoordinator (v3, one key) for a group (0) or transactional id (1): its error code.
+fn find_coordinator_error(bootstrap: &str, key: &str, key_type: i8) -> i16 {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conn = sluice_client::Connection::connect(bootstrap, "df", 1).await.unwrap();
+        let mut r = FindCoordinatorRequest::default();
+        r.key = StrBytes::from_string(key.to_string());
+        r.key_type = key_type;
+        match conn.call(ApiKey::FindCoordinator, 3, RequestKind::FindCoordinator(r)).await.unwrap() {
+            ResponseKind::FindCoordinator(r) => r.error_code,
+            other => panic!("{other:?}"),
+        }
+    })
+}
+
 /// Byte positions of the batches in a segment file.
 fn batch_starts(file: &Path) -> Vec<usize> {
     let bytes = std::fs::read(file).unwrap();
@@ -422,6 +437,10 @@ fn a_damaged_coordinator_log_takes_its_shard_offline_not_the_broker() {
         .find(|g| commit_and_read_back(&b.bootstrap(), g, "cg", Some(3)) == Ok(Offset::Offset(3)));
     assert!(other.is_some(), "no other group could commit: {}", b.log_tail());
     // ga's committed offset: an error, never a wrong one nor "none"
+    // FindCoordinator does not name a broker that cannot serve the group:
+    // COORDINATOR_NOT_AVAILABLE (15), as Kafka answers for an offline coordinator partition
+    assert_eq!(find_coordinator_error(&b.bootstrap(), "ga", 0), 15);
+    assert_eq!(find_coordinator_error(&b.bootstrap(), other.as_deref().unwrap_or_default(), 0), 0);
     let ga = commit_and_read_back(&b.bootstrap(), "ga", "cg", None);
     let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
     assert!(ga.is_err(), "the damaged shard answered {ga:?}; broker log:\n{log}");
@@ -463,6 +482,8 @@ fn a_damaged_transaction_log_takes_its_shard_offline_not_the_broker() {
     b.spawn();
     let other = (0..20).map(|i| format!("other-{i}")).find(|id| init_and_commit(&b.bootstrap(), id, true).is_ok());
     assert!(other.is_some(), "no other transactional id could commit: {}", b.log_tail());
+    assert_eq!(find_coordinator_error(&b.bootstrap(), "ta", 1), 15, "COORDINATOR_NOT_AVAILABLE");
+    assert_eq!(find_coordinator_error(&b.bootstrap(), other.as_deref().unwrap_or_default(), 1), 0);
     let ta = init_and_commit(&b.bootstrap(), "ta", false);
     let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
     assert!(ta.is_err(), "the damaged shard initialized its id again; broker log:\n{log}");

@@ -42,12 +42,13 @@ pub fn connection_ended(node: Arc<ClusterNode>, carried: Carried) {
                 elect_without(&node, &node.raft, leader, None, "the metadata quorum".to_string()).await
             }
             Carried::Partition(key, leader) => {
-                let Some(rep) = node.replica(&key) else { return };
+                // (a replica healing a damaged Raft log never stands: `replica::heal`)
+                let Some(rep) = node.replica(&key).filter(|r| !r.is_healing()) else { return };
                 let what = format!("{}-{}", key.0, key.1);
                 elect_without(&node, &rep.raft, leader, Some(&rep.lost), what).await
             }
             Carried::Shard(key, leader) => {
-                let Some(rep) = node.shard_replica(&key) else { return };
+                let Some(rep) = node.shard_replica(&key).filter(|r| !r.is_healing()) else { return };
                 let what = format!("coordinator shard {}-{}", key.0, key.1);
                 elect_without(&node, &rep.raft, leader, Some(&rep.lost), what).await
             }

@@ -340,6 +340,9 @@ pub async fn elect(node: &ClusterNode, target: NodeId, topic: &str, partition: i
     let key: GroupKey = (topic.to_string(), partition);
     if target == node.node_id {
         let rep = node.replica(&key).ok_or_else(|| anyhow::anyhow!("no replica of {topic}-{partition} here"))?;
+        if rep.is_healing() {
+            anyhow::bail!("{topic}-{partition}: healing a damaged Raft log");
+        }
         return rep.raft.trigger().elect().await.map_err(|e| anyhow::anyhow!("{e}"));
     }
     let addr = node.addr_of(target).ok_or_else(|| anyhow::anyhow!("broker {target} has no Raft address"))?;
@@ -499,9 +502,11 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                         Some(rep) => bincode::serialize(&rep.raft.append_entries(r).await),
                         None => return, // not (yet) a replica here: the caller sees a network error
                     },
+                    // a replica healing a damaged Raft log does not vote (`replica::heal`): the
+                    // candidate sees no answer
                     Rpc::PartVote(g, r) => match node.replica(&g) {
-                        Some(rep) => bincode::serialize(&rep.raft.vote(r).await),
-                        None => return,
+                        Some(rep) if !rep.is_healing() => bincode::serialize(&rep.raft.vote(r).await),
+                        _ => return,
                     },
                     Rpc::PartSnapshot(g, r) => match node.replica(&g) {
                         Some(rep) => bincode::serialize(&rep.raft.install_snapshot(r).await),
@@ -512,8 +517,8 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                         None => return,
                     },
                     Rpc::ShardVote(g, r) => match node.shard_replica(&g) {
-                        Some(rep) => bincode::serialize(&rep.raft.vote(r).await),
-                        None => return,
+                        Some(rep) if !rep.is_healing() => bincode::serialize(&rep.raft.vote(r).await),
+                        _ => return,
                     },
                     Rpc::ShardSnapshot(g, r) => match node.shard_replica(&g) {
                         Some(rep) => bincode::serialize(&rep.raft.install_snapshot(r).await),
@@ -521,6 +526,9 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     },
                     Rpc::PartElect(g) => {
                         let r: Result<(), String> = match node.replica(&g) {
+                            Some(rep) if rep.is_healing() => {
+                                Err(format!("{}-{}: healing a damaged Raft log", g.0, g.1))
+                            }
                             Some(rep) => rep.raft.trigger().elect().await.map_err(|e| e.to_string()),
                             None => Err(format!("no replica of {}-{} here", g.0, g.1)),
                         };

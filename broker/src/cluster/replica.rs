@@ -66,6 +66,16 @@ pub struct Replica<C: Logged = PartConfig> {
     /// A partition's log, for peers that repair their copy from this one (`mend.rs`); `None`
     /// for a coordinator shard.
     pub copies: Option<Arc<dyn PartitionLog>>,
+    /// Non-zero while this replica's Raft log, cut at damage, lacks entries it had (see
+    /// [`heal`]): the entry it must hold again before it votes or stands.
+    pub healing: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<C: Logged> Replica<C> {
+    /// See [`heal`].
+    pub fn is_healing(&self) -> bool {
+        self.healing.load(std::sync::atomic::Ordering::Acquire) != 0
+    }
 }
 
 /// A leader this replica found gone (`cluster/failover.rs`), with the term it led: while the group's metrics still
@@ -323,6 +333,47 @@ impl<C: Logged> PendingWrite<C> {
     }
 }
 
+/// A replica whose Raft log was cut at damage (`LogStore::damaged_until`) lost entries it had
+/// acknowledged: counted in a majority, they may be on only one other replica. Were it to vote
+/// (or stand) now, a candidate lacking them could win, and committed entries would be lost.
+/// So until its log holds entry `until` again (sent by a leader, or in a snapshot) it neither
+/// stands for election (openraft's timer off; `failover` and `PartElect` ask
+/// [`Replica::is_healing`]) nor answers vote requests (`network.rs`). Decision 0037.
+fn heal<C: Logged>(key: &GroupKey, raft: &openraft::Raft<C>, until: u64, healing: Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::Ordering;
+    healing.store(until, Ordering::Release);
+    raft.runtime_config().elect(false);
+    tracing::warn!(
+        group = key.0.as_str(),
+        partition = key.1,
+        "the Raft log was damaged and cut before entry {until}: this replica neither votes nor stands for election \
+         until it holds entry {until} again"
+    );
+    let (raft, key) = (raft.clone(), key.clone());
+    tokio::spawn(async move {
+        let mut rx = raft.metrics();
+        loop {
+            let held = {
+                let m = rx.borrow_and_update();
+                m.last_log_index.unwrap_or(0).max(m.snapshot.map_or(0, |s| s.index))
+            };
+            if held >= until {
+                healing.store(0, Ordering::Release);
+                raft.runtime_config().elect(true);
+                tracing::info!(
+                    group = key.0.as_str(),
+                    partition = key.1,
+                    "the Raft log holds entry {until} again: this replica votes and stands again"
+                );
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return; // the group shut down
+            }
+        }
+    });
+}
+
 /// Which partition a replica is of, as the image assigns it.
 pub struct ReplicaSpec {
     pub key: GroupKey,
@@ -540,6 +591,7 @@ where
     // deletes files (decision 0030)
     log.roll_at((snapshot_bytes / 4).clamp(1 << 20, 16 << 20));
     let initialized = log.has_vote_or_entries();
+    let damaged_until = log.damaged_until();
     let raft =
         openraft::Raft::<C>::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
     if initialize && !initialized && replicas.first().and_then(|r| NodeId::try_from(*r).ok()) == Some(me) {
@@ -554,6 +606,10 @@ where
         }
     }
     observe(key.clone(), raft.metrics());
+    let healing = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    if let Some(until) = damaged_until {
+        heal(&key, &raft, until, healing.clone());
+    }
     Ok(Arc::new(Replica {
         key,
         topic_id,
@@ -563,6 +619,7 @@ where
         budgets,
         lost: Default::default(),
         copies,
+        healing,
     }))
 }
 

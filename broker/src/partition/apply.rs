@@ -124,7 +124,7 @@ impl PartitionLog for Partition {
     }
 
     fn repair(&self, d: &sluice_storage::Damage, copy: &[u8], from: u64) -> Result<bool, StorageError> {
-        let whole = self.log().repair(d, copy)?;
+        let whole = Partition::repair(self, d, copy)?;
         // a warning: the data was restored, but the disk under it lost bytes
         tracing::warn!(
             "partition {}-{}: the damaged batch at offset {} (byte {} of {}) was replaced by broker {from}'s copy{}",

@@ -76,6 +76,9 @@ pub struct Partition {
     /// this up as it records what it applied, and a partition not replicated is released
     /// (`i64::MAX`, the single-broker default).
     clean_limit: AtomicI64,
+    /// The log was damaged when opened (decision 0037): the producer-state replay stopped at
+    /// its first read, so the state is rebuilt once the log is repaired.
+    replay_incomplete: std::sync::atomic::AtomicBool,
     /// Cluster mode, coordinator on another broker: (producer id, epoch) whose transaction that
     /// coordinator confirmed holds this partition (KIP-890 verification). Cleared for a
     /// producer by its next marker (under the producer-state lock), so a batch arriving after
@@ -114,6 +117,7 @@ pub struct ReadOutcome {
 impl Partition {
     pub fn new(topic: String, index: i32, mut log: Log, hw_changed: Arc<tokio::sync::Notify>) -> Partition {
         let flusher = log.flusher();
+        let replay_incomplete = std::sync::atomic::AtomicBool::new(log.is_damaged());
         let mut producers = rebuild_producer_state(&mut log);
         // After a restart every producer gets a full expiration window again.
         let now = crate::clock::now_ms();
@@ -133,6 +137,7 @@ impl Partition {
             hw_changed,
             first_unstable,
             clean_limit: AtomicI64::new(i64::MAX),
+            replay_incomplete,
         }
     }
 
@@ -484,6 +489,7 @@ impl Partition {
         sluice_storage::snapshot::swap_in(&dir, staged)?;
         let mut new = Log::open(&dir, config)?;
         *producers = rebuild_producer_state(&mut new);
+        self.replay_incomplete.store(new.is_damaged(), Ordering::Release);
         let leo = new.log_end_offset();
         new.set_high_watermark(leo);
         let offsets = (new.log_start_offset(), leo);
@@ -687,6 +693,25 @@ impl Partition {
             );
             ::metrics::counter!(crate::metrics::STORAGE_CORRUPTIONS_TOTAL, "topic" => self.topic.clone()).increment(1);
         }
+    }
+
+    /// Replace the damaged batch `d` with a peer's `copy` (`Log::repair`); once the log is
+    /// whole again, the producer state is rebuilt if the damage was there at open (its replay
+    /// stopped then). No append ran while the log was damaged: it refuses them.
+    pub fn repair(&self, d: &sluice_storage::Damage, copy: &[u8]) -> Result<bool, StorageError> {
+        let mut producers = self.producers.lock().or_die();
+        let mut log = self.log();
+        let whole = log.repair(d, copy)?;
+        if whole && self.replay_incomplete.swap(false, Ordering::AcqRel) {
+            let mut rebuilt = rebuild_producer_state(&mut log);
+            let now = crate::clock::now_ms();
+            for e in rebuilt.values_mut() {
+                e.last_timestamp = e.last_timestamp.max(now);
+            }
+            self.first_unstable.store(first_unstable(&rebuilt), Ordering::Release);
+            *producers = rebuilt;
+        }
+        Ok(whole)
     }
 
     /// The scrubber's step: check about `max_bytes` of segment `segment` from byte `position`

@@ -54,6 +54,20 @@ fn record_payload(record: &[u8]) -> Option<&[u8]> {
     (crc32c::crc32c(payload) == crc).then_some(payload)
 }
 
+/// The highest entry index in the whole records of the log file at `path` (`None` if none).
+fn highest_index(path: &Path) -> Option<u64> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut record = Vec::new();
+    let mut highest = None;
+    while let Ok(Some(())) = next_record(&mut reader, &mut record) {
+        if let Some(id) = record_payload(&record).and_then(|p| bincode::deserialize::<LogId<NodeId>>(p).ok()) {
+            highest = highest.max(Some(id.index));
+        }
+    }
+    highest
+}
+
 /// Read the next record from `r`: its bytes (header included), `None` at a clean end, `Err`
 /// with the reason for a torn or corrupt one.
 fn next_record(r: &mut impl std::io::Read, buf: &mut Vec<u8>) -> Result<Option<()>, String> {
@@ -183,6 +197,11 @@ struct LogInner<C: Logged> {
     /// The bytes of records one bounded read returns at most (at least one entry): see
     /// [`LogStore::limit_reads`].
     read_bytes_max: usize,
+    /// Opening cut the log at a damaged record that whole records followed (rot at rest, not a
+    /// torn end): the highest entry index those records held. The log lost entries it had
+    /// acknowledged, so this replica must neither vote nor stand until it holds that entry
+    /// again (`cluster/replica.rs`, decision 0037).
+    damaged_until: Option<u64>,
     _entries: std::marker::PhantomData<C>,
 }
 
@@ -327,8 +346,13 @@ where
         // nothing later was durably part of the log
         let mut ended = false;
         let mut removed = false;
+        // the highest entry index found in whole records past a damaged one
+        let mut past_damage: Option<u64> = None;
         for path in log_files(dir)? {
             if ended {
+                if past_damage.is_some() {
+                    past_damage = past_damage.max(highest_index(&path));
+                }
                 tracing::warn!("{}: removed: it follows the end of the log", path.display());
                 std::fs::remove_file(&path)?;
                 removed = true;
@@ -347,6 +371,18 @@ where
                         // a torn or corrupt record is the end of what was durably written: stop
                         Err(why) => {
                             tracing::warn!("{}: {why} at byte {good}", path.display());
+                            // whole records after it: not a torn end but damage at rest
+                            let mut later = Vec::new();
+                            while let Ok(Some(())) = next_record(&mut reader, &mut later) {
+                                let id =
+                                    record_payload(&later).and_then(|p| bincode::deserialize::<LogId<NodeId>>(p).ok());
+                                if let Some(id) = id {
+                                    past_damage = past_damage.max(Some(id.index));
+                                }
+                            }
+                            // (a damaged record's frame may hide what follows: a later file
+                            // tells as well)
+                            past_damage = past_damage.or(Some(0));
                             break;
                         }
                         Ok(Some(())) => {}
@@ -394,8 +430,26 @@ where
             meta,
             segment_bytes: SEGMENT_BYTES,
             read_bytes_max: usize::MAX,
+            damaged_until: None,
             _entries: std::marker::PhantomData,
         };
+        let last_kept = inner.entries.keys().next_back().copied().unwrap_or(0);
+        inner.damaged_until = past_damage.filter(|until| *until > last_kept);
+        if inner.damaged_until.is_some() {
+            // entries known committed but cut away cannot be applied from this log: openraft
+            // would try at start and fail. Committed here means "known committed": the leader
+            // sends them, and the commit index, again (the replica does not vote meanwhile)
+            let kept = inner.entries.get(&last_kept).map(|s| s.log_id).or(inner.meta.last_purged);
+            if inner.meta.committed.is_some_and(|c| Some(c.index) > kept.map(|k| k.index)) {
+                tracing::warn!(
+                    "{}: the committed entry {:?} was cut away with the damage; committed is now {:?}",
+                    dir.display(),
+                    inner.meta.committed.map(|c| c.index),
+                    kept.map(|k| k.index)
+                );
+                inner.meta.committed = kept;
+            }
+        }
         // a purge deletes its files after recording how far it went: finish one a crash cut
         if let Some(p) = inner.meta.last_purged {
             inner.entries.retain(|i, _| *i > p.index);
@@ -498,6 +552,11 @@ where
     }
 
     /// Has this node ever voted or held an entry (i.e. been part of an initialized group)?
+    /// See `LogInner::damaged_until`.
+    pub fn damaged_until(&self) -> Option<u64> {
+        self.lock().damaged_until
+    }
+
     pub fn has_vote_or_entries(&self) -> bool {
         let g = self.lock();
         g.meta.vote.is_some() || !g.entries.is_empty() || g.meta.last_purged.is_some()

@@ -782,6 +782,15 @@ impl crate::routing::ShardPlacement for TxnCoordinator {
     fn shard_leader(&self, shard: i32) -> Option<i32> {
         self.replication.get()?.leader(shard)
     }
+
+    /// (a shard busy loading is not asked: its lock is held for as long as that takes)
+    fn shard_failed(&self, shard: i32) -> bool {
+        usize::try_from(shard)
+            .ok()
+            .and_then(|i| self.shards.get(i))
+            .and_then(|s| s.try_lock().ok().map(|s| s.state == ShardState::Failed))
+            .unwrap_or(false)
+    }
 }
 
 #[cfg(test)]
