@@ -52,6 +52,16 @@ impl ShardState {
     }
 }
 
+/// Whether shard `shard` of `shards` is `Failed` (`ShardPlacement::shard_failed`); a shard
+/// busy loading is not asked: its lock is held for as long as that takes.
+pub fn shard_failed<S>(shards: &[std::sync::Mutex<S>], shard: i32, state: impl Fn(&S) -> ShardState) -> bool {
+    usize::try_from(shard)
+        .ok()
+        .and_then(|i| shards.get(i))
+        .and_then(|s| s.try_lock().ok().map(|s| state(&s) == ShardState::Failed))
+        .unwrap_or(false)
+}
+
 /// A write to a coordinator shard's log under way (a local append's fsync, or a Raft commit).
 /// Await [`ShardWrite::wait`]: when the write fails or its outcome is unknown, the shard it was
 /// made to is rolled back before the error is returned.

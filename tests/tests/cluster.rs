@@ -2611,6 +2611,33 @@ async fn every_replica_of_a_compacted_topic_is_cleaned_and_a_wiped_one_catches_u
     wait_compacted(dirs, expected).await;
 }
 
+/// Each broker's directory of `topic`/0, once all three hold the same batches (the followers
+/// apply a moment after the leader acknowledges).
+async fn same_on_every_replica(c: &Cluster, topic: &str, leader: usize) -> Vec<std::path::PathBuf> {
+    let dirs: Vec<_> = c.brokers.iter().map(|b| b.data_dir.join(format!("{topic}-0"))).collect();
+    let t0 = Instant::now();
+    while !dirs.iter().all(|d| batches_from(d, 0) == batches_from(&dirs[leader], 0)) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the replicas differ");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    dirs
+}
+
+/// Flip a bit in the record of batch `n` (past its 61-byte header, inside what its CRC covers)
+/// of segment `file`; the file's bytes before, and its batches' byte positions.
+fn flip_in_batch(file: &std::path::Path, n: usize, bit: u64) -> (Vec<u8>, Vec<usize>) {
+    let pristine = std::fs::read(file).unwrap();
+    let mut starts = Vec::new();
+    let mut pos = 0usize;
+    while pos < pristine.len() {
+        starts.push(pos);
+        pos += sluice_protocol::batch::claimed_batch_size(&pristine[pos..]).unwrap();
+    }
+    sluice_tests::lossyfs::corrupt(file, "flip", (starts[n] + 64) as u64, bit).unwrap();
+    assert_ne!(std::fs::read(file).unwrap(), pristine);
+    (pristine, starts)
+}
+
 /// Issue 22: a bit that rots at rest in the leader's copy of a replicated partition is found by
 /// the first read that meets it (the partition goes offline there: KAFKA_STORAGE_ERROR, one
 /// log line), and the replica replaces the damaged batch with another replica's copy of it
@@ -2623,33 +2650,12 @@ async fn a_damaged_replica_repairs_itself_from_its_peers() {
     use rdkafka::message::Message;
     let (c, ports) = Cluster::start_with_metrics_logging(&[], Some("info,openraft=warn"));
     let leader = replicated_topic(&c, "mended").await;
-    for i in 0..40 {
-        let record = sluice_protocol::batch::NewRecord {
-            timestamp: 1,
-            value: Some(bytes::Bytes::from(format!("record-{i}"))),
-            ..Default::default()
-        };
-        assert_eq!(produce_batch(&c.brokers[leader], "mended", record, 30_000).await, 0, "record {i}");
-    }
-    // every replica holds the same bytes (the followers apply a moment later)
-    let dirs: Vec<_> = c.brokers.iter().map(|b| b.data_dir.join("mended-0")).collect();
-    let t0 = Instant::now();
-    while !dirs.iter().all(|d| batches_from(d, 0) == batches_from(&dirs[leader], 0)) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the replicas differ");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    produce_numbered(&c, &[leader], "mended", 0..40).await;
+    let dirs = same_on_every_replica(&c, "mended", leader).await;
     let file = segments(&dirs[leader])[&0].clone();
-    let pristine = std::fs::read(&file).unwrap();
-    let mut starts = Vec::new();
-    let mut pos = 0usize;
-    while pos < pristine.len() {
-        starts.push(pos);
-        pos += sluice_protocol::batch::claimed_batch_size(&pristine[pos..]).unwrap();
-    }
+    // a bit in the 21st batch's record
+    let (pristine, starts) = flip_in_batch(&file, 20, 5);
     assert_eq!(starts.len(), 40);
-    // a bit in the 21st batch's record (past the 61-byte header)
-    sluice_tests::lossyfs::corrupt(&file, "flip", (starts[20] + 64) as u64, 5).unwrap();
-    assert_ne!(std::fs::read(&file).unwrap(), pristine);
 
     let cons: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", c.brokers[0].bootstrap())
@@ -2748,12 +2754,7 @@ async fn a_damaged_raft_log_is_cut_at_the_damage_and_the_replica_catches_up() {
     let leader = replicated_topic(&c, "raftrot").await;
     let follower = (0..3).find(|i| *i != leader).unwrap();
     produce_numbered(&c, &[leader], "raftrot", 0..40).await;
-    let dirs: Vec<_> = c.brokers.iter().map(|b| b.data_dir.join("raftrot-0")).collect();
-    let t0 = Instant::now();
-    while !dirs.iter().all(|d| batches_from(d, 0) == batches_from(&dirs[leader], 0)) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the replicas differ");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let dirs = same_on_every_replica(&c, "raftrot", leader).await;
     assert_eq!(c.brokers[follower].stop(), Some(0));
     let rdir = replica_dir(&c.brokers[follower]);
     let mut files: Vec<_> = std::fs::read_dir(&rdir)
@@ -2809,22 +2810,10 @@ async fn the_scrubber_finds_damage_in_a_followers_copy_and_the_follower_repairs_
     let leader = replicated_topic(&c, "scrubbed").await;
     let follower = (0..3).find(|i| *i != leader).unwrap();
     produce_numbered(&c, &[leader], "scrubbed", 0..40).await;
-    let dirs: Vec<_> = c.brokers.iter().map(|b| b.data_dir.join("scrubbed-0")).collect();
-    let t0 = Instant::now();
-    while !dirs.iter().all(|d| batches_from(d, 0) == batches_from(&dirs[leader], 0)) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the replicas differ");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let dirs = same_on_every_replica(&c, "scrubbed", leader).await;
     let file = segments(&dirs[follower])[&0].clone();
-    let pristine = std::fs::read(&file).unwrap();
     // a bit of the 21st batch's record (inside its CRC: a base offset's is not)
-    let mut starts = Vec::new();
-    let mut pos = 0usize;
-    while pos < pristine.len() {
-        starts.push(pos);
-        pos += sluice_protocol::batch::claimed_batch_size(&pristine[pos..]).unwrap();
-    }
-    sluice_tests::lossyfs::corrupt(&file, "flip", (starts[20] + 64) as u64, 1).unwrap();
+    let (pristine, _) = flip_in_batch(&file, 20, 1);
     let t0 = Instant::now();
     while std::fs::read(&file).unwrap() != pristine {
         assert!(
@@ -2898,12 +2887,7 @@ async fn a_replica_whose_raft_log_lost_acknowledged_entries_does_not_vote_until_
     let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     let (b, cc) = (others[0], others[1]);
     produce_numbered(&c, &[leader], "cutvote", 0..20).await;
-    let dirs: Vec<_> = c.brokers.iter().map(|x| x.data_dir.join("cutvote-0")).collect();
-    let t0 = Instant::now();
-    while !dirs.iter().all(|d| batches_from(d, 0) == batches_from(&dirs[leader], 0)) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the replicas differ");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    same_on_every_replica(&c, "cutvote", leader).await;
     assert_eq!(c.brokers[cc].stop(), Some(0));
     produce_numbered(&c, &[leader], "cutvote", 20..60).await;
     c.brokers[b].kill9();

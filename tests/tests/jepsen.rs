@@ -201,10 +201,20 @@ fn power_cuts_lose_nothing_acknowledged() {
     } else {
         vec![("1", "txn", "1", "12"), ("1", "idempotent", "3", "10"), ("3", "txn", "5", "20")]
     };
-    for (nodes, workload, seed, secs) in runs {
-        // (the seeded schedule picks faults by position and the quick runs see three or four:
-        // mixed with kill -9 they might not include a power cut, so the quick runs cut only)
-        let nemesis = if nodes == "3" && long() { "power-cut,kill,pause" } else { "power-cut" };
+    // (the seeded schedule picks faults by position and the quick runs see three or four:
+    // mixed with kill -9 they might not include a power cut, so the quick runs cut only)
+    for (_, out) in fault_runs(&runs, "power-cut") {
+        assert!(out.contains("after powercut:"), "the power was cut:\n{out}");
+    }
+}
+
+/// Each of `runs` (brokers, workload, seed, seconds) with `fault` (on three brokers in the long
+/// profile, with kill -9 and SIGSTOP too; one or two seconds between faults): each must end
+/// with no anomaly. The run's name and output, in order.
+fn fault_runs(runs: &[(&str, &str, &str, &str)], fault: &str) -> Vec<(String, String)> {
+    let mut outs = Vec::new();
+    for &(nodes, workload, seed, secs) in runs {
+        let nemesis = if nodes == "3" && long() { format!("{fault},kill,pause") } else { fault.to_string() };
         let (code, out) = jepsen(&[
             "--nodes",
             nodes,
@@ -217,11 +227,13 @@ fn power_cuts_lose_nothing_acknowledged() {
             "--fault-interval",
             if nodes == "1" { "2" } else { "3" },
             "--nemesis",
-            nemesis,
+            &nemesis,
         ]);
-        assert_eq!(code, 0, "{nodes} broker(s), {workload} seed {seed}: anomalies or no progress:\n{out}");
-        assert!(out.contains("after powercut:"), "the power was cut:\n{out}");
+        let name = format!("{nodes} broker(s), {workload} seed {seed}");
+        assert_eq!(code, 0, "{name}: anomalies or no progress:\n{out}");
+        outs.push((name, out));
     }
+    outs
 }
 
 /// Issue 22, the `corrupt` fault: a bit flipped at rest in a stored batch of one broker's copy
@@ -243,28 +255,12 @@ fn damaged_data_is_never_served_and_a_replica_repairs_it() {
         vec![("1", "txn", "9", "12"), ("3", "txn", "7", "20")]
     };
     let mut found = 0usize;
-    for (nodes, workload, seed, secs) in runs {
-        let nemesis = if nodes == "3" && long() { "corrupt,kill,pause" } else { "corrupt" };
-        let (code, out) = jepsen(&[
-            "--nodes",
-            nodes,
-            "--workload",
-            workload,
-            "--seed",
-            seed,
-            "--time-limit",
-            secs,
-            "--fault-interval",
-            if nodes == "1" { "2" } else { "3" },
-            "--nemesis",
-            nemesis,
-        ]);
-        assert_eq!(code, 0, "{nodes} broker(s), {workload} seed {seed}: anomalies or no progress:\n{out}");
+    for (name, out) in fault_runs(&runs, "corrupt") {
         let line = out.lines().find(|l| l.contains("damaged batches found by reads")).unwrap_or_default();
-        eprintln!("{nodes} broker(s), {workload} seed {seed}: {}", line.trim());
+        eprintln!("{name}: {}", line.trim());
         let counts: Vec<usize> = line.split_whitespace().filter_map(|w| w.trim_end_matches(',').parse().ok()).collect();
         found += counts.first().copied().unwrap_or(0);
-        if nodes == "3" {
+        if name.starts_with('3') {
             // (a repair of damage found at a restart counts too: at least as many)
             assert!(counts.get(1) >= counts.first(), "every damaged batch a read found was repaired:\n{out}");
         }

@@ -1179,13 +1179,8 @@ impl crate::routing::ShardPlacement for GroupCoordinator {
         self.replication.get()?.leader(shard)
     }
 
-    /// (a shard busy loading is not asked: its lock is held for as long as that takes)
     fn shard_failed(&self, shard: i32) -> bool {
-        usize::try_from(shard)
-            .ok()
-            .and_then(|i| self.shards.get(i))
-            .and_then(|s| s.try_lock().ok().map(|s| s.state == ShardState::Failed))
-            .unwrap_or(false)
+        crate::coordinator::shard_failed(&self.shards, shard, |s| s.state)
     }
 }
 
