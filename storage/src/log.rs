@@ -186,15 +186,19 @@ pub struct Log {
     /// Set by a failed write or a corrupt read (a failed fsync sets the flusher's flag): the log
     /// refuses all further work, reads too.
     pub(crate) offline: AtomicBool,
-    /// Set by a read that met a batch failing its CRC (decision 0036): the base offset of the
-    /// segment that holds it. The log is offline while it is set; unlike a failed write, a
-    /// replica can repair it from a peer's copy ([`Log::find_damage`], [`Log::repair`]).
-    damaged: std::sync::Mutex<Option<i64>>,
+    /// Set by a read (or the scrubber, or the open) that met a batch failing its CRC (decision
+    /// 0036): the base offset of the segment that holds it; [`NOT_DAMAGED`] otherwise. The log
+    /// is offline while it is set; unlike a failed write, a replica can repair it from a
+    /// peer's copy ([`Log::find_damage`], [`Log::repair`]).
+    damaged: std::sync::atomic::AtomicI64,
     /// The log cleaner's record (`cleaner.checkpoint`).
     pub(crate) cleaner: crate::cleaner::CleanerState,
     /// Reused per append so the hot path does not allocate.
     scratch_metas: Vec<BatchMeta>,
 }
+
+/// `Log::damaged` when no damage is known (segment base offsets are never negative).
+const NOT_DAMAGED: i64 = -1;
 
 /// A batch that fails its CRC (or whose header does not parse), found where a read met it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -397,7 +401,7 @@ impl Log {
             flusher,
             recovery: report,
             offline: AtomicBool::new(false),
-            damaged: std::sync::Mutex::new(damaged),
+            damaged: std::sync::atomic::AtomicI64::new(damaged.unwrap_or(NOT_DAMAGED)),
             cleaner,
             scratch_metas: Vec::with_capacity(8),
         };
@@ -469,7 +473,15 @@ impl Log {
     /// Whether a read found damaged data (and nothing else took the log offline): what
     /// [`Log::repair`] can undo.
     pub fn is_damaged(&self) -> bool {
-        self.damaged.lock().is_ok_and(|d| d.is_some())
+        self.damaged.load(Ordering::Acquire) != NOT_DAMAGED
+    }
+
+    /// After a read or scrub of segment `segment` failed with `e`: damaged data marks the log
+    /// damaged (the first segment found is the one repaired first).
+    fn note_damage(&self, e: &StorageError, segment: i64) {
+        if matches!(e, StorageError::Corrupt { .. }) {
+            let _ = self.damaged.compare_exchange(NOT_DAMAGED, segment, Ordering::AcqRel, Ordering::Acquire);
+        }
     }
 
     /// Scrub: check the CRCs of segment `segment`'s whole batches from byte `position`, about
@@ -482,24 +494,18 @@ impl Log {
         if position >= seg.size() {
             return Ok(None);
         }
-        match seg.check_from(position, max_bytes) {
-            Ok(next) => Ok(Some(next)),
-            Err(e) => {
-                if matches!(e, StorageError::Corrupt { .. }) {
-                    if let Ok(mut d) = self.damaged.lock() {
-                        d.get_or_insert(segment);
-                    }
-                }
-                Err(e)
-            }
-        }
+        let next = seg.check_from(position, max_bytes).inspect_err(|e| self.note_damage(e, segment))?;
+        Ok(Some(next))
     }
 
     /// The first damaged batch of the segment a read found damage in: where it is and the
     /// offset it must start at. `None` when no read found damage, or when it is gone (its
     /// segment deleted by retention): then the log is online again unless a write failed.
     pub fn find_damage(&self) -> Result<Option<Damage>> {
-        let Some(base) = self.damaged.lock().ok().and_then(|d| *d) else { return Ok(None) };
+        let base = self.damaged.load(Ordering::Acquire);
+        if base == NOT_DAMAGED {
+            return Ok(None);
+        }
         let found = match self.segments.get(&base) {
             Some(seg) => seg.first_damage()?.map(|(position, base_offset)| Damage {
                 segment: base,
@@ -510,9 +516,7 @@ impl Log {
             None => None,
         };
         if found.is_none() {
-            if let Ok(mut d) = self.damaged.lock() {
-                *d = None;
-            }
+            self.damaged.store(NOT_DAMAGED, Ordering::Release);
         }
         Ok(found)
     }
@@ -557,22 +561,20 @@ impl Log {
             return refuse(format!("the copy ends at offset {}, past the segment's end", b.last_offset()));
         }
         seg.overwrite(d.position, &copy[..size])?;
-        if seg.first_damage()?.is_some() {
-            return Ok(false);
-        }
-        // the indexes of a segment found damaged at open stop at the damage: whole again
+        // indexes rebuilt (a segment found damaged at open has them only up to the damage); the
+        // same scan says whether more damage follows
         let gaps = d.segment < self.cleaner.gaps_below;
         let active = self.segments.keys().next_back() == Some(&d.segment);
         if let Some(seg) = self.segments.get_mut(&d.segment) {
             let end = seg.next_offset();
-            seg.reindex_keeping_damage(gaps, end)?;
+            if seg.reindex_keeping_damage(gaps, end)?.stop_reason.is_some() {
+                return Ok(false);
+            }
             if !active {
                 seg.seal(true)?;
             }
         }
-        if let Ok(mut g) = self.damaged.lock() {
-            *g = None;
-        }
+        self.damaged.store(NOT_DAMAGED, Ordering::Release);
         Ok(!self.is_offline())
     }
 
@@ -731,11 +733,7 @@ impl Log {
                 Ok(Some(b)) => return Ok(b),
                 Ok(None) => {}
                 Err(e) => {
-                    if matches!(e, StorageError::Corrupt { .. }) {
-                        if let Ok(mut d) = self.damaged.lock() {
-                            d.get_or_insert(*base);
-                        }
-                    }
+                    self.note_damage(&e, *base);
                     return Err(e);
                 }
             }

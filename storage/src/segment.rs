@@ -13,7 +13,7 @@ use crate::index::{OffsetIndex, TimeIndex};
 use crate::mmap;
 use crate::txnindex::TxnIndex;
 use bytes::Bytes;
-use sluice_protocol::batch::BatchView;
+use sluice_protocol::batch::{iter_batches, BatchView};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -382,14 +382,14 @@ impl Segment {
     /// passes. Reads the whole segment.
     pub fn first_damage(&self) -> Result<Option<(u64, i64)>> {
         let map = self.view_from(0)?;
-        let (mut pos, mut expected) = (0usize, self.base_offset);
-        while pos < map.len() {
-            match BatchView::parse_unchecked_crc(&map[pos..]) {
-                Ok(b) if b.crc() == b.compute_crc() && b.base_offset() >= expected => {
+        let (mut end, mut expected) = (0usize, self.base_offset);
+        for item in iter_batches(&map) {
+            match item {
+                Ok((at, b)) if b.base_offset() >= expected => {
                     expected = b.last_offset() + 1;
-                    pos += b.size();
+                    end = at + b.size();
                 }
-                _ => return Ok(Some((pos as u64, expected))),
+                _ => return Ok(Some((end as u64, expected))),
             }
         }
         Ok(None)
@@ -400,25 +400,23 @@ impl Segment {
     /// header does not parse) is `Corrupt` at its position.
     pub fn check_from(&self, position: u64, max_bytes: usize) -> Result<u64> {
         let map = self.view_from(position)?;
-        let mut pos = 0usize;
-        while pos < map.len() && (pos == 0 || pos < max_bytes) {
-            let corrupt = |reason: String| StorageError::Corrupt {
-                path: self.log_path.clone(),
-                position: position + pos as u64,
-                reason,
-            };
-            let b = BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| corrupt(e.to_string()))?;
-            let computed = b.compute_crc();
-            if b.crc() != computed {
-                return Err(corrupt(format!(
-                    "batch at offset {} fails its CRC (stored {:#010x}, computed {computed:#010x})",
-                    b.base_offset(),
-                    b.crc()
-                )));
+        let mut end = 0usize;
+        for item in iter_batches(&map) {
+            if end > 0 && end >= max_bytes {
+                break;
             }
-            pos += b.size();
+            match item {
+                Ok((at, b)) => end = at + b.size(),
+                Err(e) => {
+                    return Err(StorageError::Corrupt {
+                        path: self.log_path.clone(),
+                        position: position + end as u64,
+                        reason: e.to_string(),
+                    })
+                }
+            }
         }
-        Ok(position + pos as u64)
+        Ok(position + end as u64)
     }
 
     /// The base offset stored in the batch header at byte `position`, if one parses there.

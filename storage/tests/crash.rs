@@ -468,12 +468,7 @@ fn a_flipped_bit_in_a_closed_segment_is_never_served_and_takes_the_log_offline()
     let first = pristine.join(file_name(0, "log"));
     let bytes = fs::read(&first).unwrap();
     // batch boundaries of the first segment
-    let mut starts = Vec::new();
-    let mut pos = 0usize;
-    while pos < bytes.len() {
-        starts.push(pos);
-        pos += sluice_protocol::batch::claimed_batch_size(&bytes[pos..]).unwrap();
-    }
+    let starts: Vec<usize> = sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(36);
     for trial in 0..120 {
         let batch = rng.gen_range(0..starts.len());
@@ -536,12 +531,7 @@ fn a_damaged_batch_is_replaced_by_a_replicas_copy_and_the_log_comes_back() {
     let replica = Log::open(&root.path().join("replica"), small_config()).unwrap();
     let first = pristine.join(file_name(0, "log"));
     let bytes = fs::read(&first).unwrap();
-    let mut starts = Vec::new();
-    let mut pos = 0usize;
-    while pos < bytes.len() {
-        starts.push(pos);
-        pos += sluice_protocol::batch::claimed_batch_size(&bytes[pos..]).unwrap();
-    }
+    let starts: Vec<usize> = sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect();
     assert!(starts.len() >= 3);
     let mut rng = rand::rngs::StdRng::seed_from_u64(22);
     for trial in 0..60 {

@@ -2627,12 +2627,7 @@ async fn same_on_every_replica(c: &Cluster, topic: &str, leader: usize) -> Vec<s
 /// of segment `file`; the file's bytes before, and its batches' byte positions.
 fn flip_in_batch(file: &std::path::Path, n: usize, bit: u64) -> (Vec<u8>, Vec<usize>) {
     let pristine = std::fs::read(file).unwrap();
-    let mut starts = Vec::new();
-    let mut pos = 0usize;
-    while pos < pristine.len() {
-        starts.push(pos);
-        pos += sluice_protocol::batch::claimed_batch_size(&pristine[pos..]).unwrap();
-    }
+    let starts: Vec<usize> = sluice_protocol::batch::iter_batches(&pristine).map(|b| b.unwrap().0).collect();
     sluice_tests::lossyfs::corrupt(file, "flip", (starts[n] + 64) as u64, bit).unwrap();
     assert_ne!(std::fs::read(file).unwrap(), pristine);
     (pristine, starts)

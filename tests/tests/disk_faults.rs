@@ -160,13 +160,7 @@ fn find_coordinator_error(bootstrap: &str, key: &str, key_type: i8) -> i16 {
 /// Byte positions of the batches in a segment file.
 fn batch_starts(file: &Path) -> Vec<usize> {
     let bytes = std::fs::read(file).unwrap();
-    let mut starts = Vec::new();
-    let mut pos = 0;
-    while pos < bytes.len() {
-        starts.push(pos);
-        pos += sluice_protocol::batch::claimed_batch_size(&bytes[pos..]).unwrap();
-    }
-    starts
+    sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect()
 }
 
 #[test]

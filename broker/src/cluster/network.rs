@@ -407,10 +407,10 @@ impl super::mend::Peers for PartPeers {
                     tracing::debug!("hand over {}-{} to broker {v}: {e}", key.0, key.1);
                     continue;
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let still =
-                    node.replica(&key).is_some_and(|r| r.raft.metrics().borrow().current_leader == Some(node.node_id));
-                if !still {
+                let Some(rep) = node.replica(&key) else { return };
+                let me = node.node_id;
+                let wait = rep.raft.wait(Some(Duration::from_millis(500)));
+                if wait.metrics(|m| m.current_leader != Some(me), "handed over").await.is_ok() {
                     tracing::info!(
                         "{}-{}: leadership handed to another replica while this one is damaged",
                         key.0,

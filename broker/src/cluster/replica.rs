@@ -1013,9 +1013,6 @@ impl ReplicaSm {
     /// ([`ReplicaSm::mend`]) and apply the same command again. A storage failure no repair can
     /// undo (a failed write or fsync) stops the group on this broker; the others go on.
     fn apply_entry(&mut self, cmd: &mut PartCommand) -> Result<Option<(PartResult, i64)>, StorageError<NodeId>> {
-        if self.partition.is_damaged() {
-            return Ok(None);
-        }
         let failure = match self.apply_one(cmd) {
             Ok((PartResult::Failed(f), _)) => f.to_string(),
             Ok(done) => return Ok(Some(done)),

@@ -288,15 +288,11 @@ impl Node {
         for _ in 0..8 {
             let file = files.get(rng.gen_range(0..files.len().max(1)))?.clone();
             let bytes = std::fs::read(&file).ok()?;
-            let mut batches = Vec::new();
-            let mut pos = 0usize;
-            while let Some(size) = sluice_protocol::batch::claimed_batch_size(&bytes[pos..]) {
-                if size <= 17 || pos + size > bytes.len() {
-                    break;
-                }
-                batches.push((pos, size));
-                pos += size;
-            }
+            // whole batches that pass their CRC (a tail being written, or damaged, ends them)
+            let batches: Vec<(usize, usize)> = sluice_protocol::batch::iter_batches(&bytes)
+                .map_while(Result::ok)
+                .map(|(at, b)| (at, b.size()))
+                .collect();
             // half the time one of the newest three batches, which readers at the tail have
             // yet to read; otherwise any (the final drain reads them all)
             let from = if rng.gen_bool(0.5) || newest { batches.len().saturating_sub(3) } else { 0 };
