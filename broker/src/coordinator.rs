@@ -10,7 +10,8 @@
 //!   shard (this broker leads it and has applied every entry of its log, its own term's too, so
 //!   the state loaded is exactly what the log holds) and when to drop it (it no longer leads) —
 //!   re-checked at least every second, so a shard dropped after a failed write is reloaded once
-//!   its log is applied;
+//!   its log is applied — and replaces a log a read found damaged with another replica's copy
+//!   (`cluster/mend.rs`: a leader that cannot hands its leadership over);
 //! - [`ShardReplicas`] answers who leads a shard (both coordinators' `ShardPlacement`);
 //! - [`ShardState`] is where a shard is in that life, the same for both coordinators, and
 //!   [`ShardWrite`] is a write to a shard's log: when it fails or its outcome is unknown, the
@@ -24,7 +25,7 @@
 
 use crate::cluster::replica::{start_kv, KvStore, ReplicaSpec, ShardReplica};
 use crate::cluster::ClusterNode;
-use crate::kvlog::{KvRecord, LogWait};
+use crate::kvlog::{KvLog, KvRecord, LogWait};
 use crate::sync::OrDie as _;
 use sluice_storage::StorageError;
 use std::path::Path;
@@ -144,14 +145,40 @@ pub trait ShardOwner: Send + Sync + 'static {
     fn shard_count(&self) -> usize;
     /// The wanted replication factor (capped at the number of voters).
     fn replication_factor(&self) -> i32;
+    /// Run `f` on shard `shard`'s key/value log under the shard's lock; `false` if there is no
+    /// such shard.
+    fn with_log(&self, shard: usize, f: &mut dyn FnMut(&mut KvLog)) -> bool;
     /// Applied on every replica of shard `shard` (its Raft state machine): append durably.
-    fn apply(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String>;
+    /// Blocking.
+    fn apply(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String> {
+        on_log(self, shard, |log| match log.append(records, now).map_err(|e| e.to_string())? {
+            Some((flusher, end)) => flusher.sync_to(end).map(|_| ()).map_err(|e| e.to_string()),
+            None => Ok(()),
+        })
+    }
     /// Shard `shard`'s live records (the newest value of each key, deleted keys dropped): its
     /// Raft snapshot. Blocking (reads the shard's log).
-    fn live(&self, shard: usize) -> Result<Vec<KvRecord>, String>;
+    fn live(&self, shard: usize) -> Result<Vec<KvRecord>, String> {
+        on_log(self, shard, |log| log.live().map_err(|e| e.to_string()))
+    }
     /// Make shard `shard`'s log hold exactly `records`, durably: a snapshot installed on a
-    /// replica that does not lead it. Blocking.
-    fn replace(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String>;
+    /// replica that does not lead it, or another replica's copy replacing a damaged log
+    /// (rebuilt whole: nothing of it can be read). Blocking.
+    fn replace(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String> {
+        on_log(self, shard, |log| {
+            if log.is_damaged() { log.rebuild(records, now) } else { log.compact(records, now) }
+                .map_err(|e| e.to_string())
+        })
+    }
+    /// Whether a read found damaged data in shard `shard`'s log (it is offline until replaced).
+    fn damaged(&self, shard: usize) -> bool {
+        on_log(self, shard, |log| Ok(log.is_damaged())).unwrap_or(false)
+    }
+    /// Replicated: hold shard `shard`'s log damaged if its open cut bytes off its end
+    /// (`KvLog::suspect_cut`); why, if so.
+    fn suspect_cut(&self, shard: usize) -> Option<String> {
+        on_log(self, shard, |log| Ok(log.suspect_cut())).ok().flatten()
+    }
     /// Are the shards replicated (cluster mode, a Raft group each)?
     fn replicated(&self) -> bool;
     /// Where shard `shard` is (see [`ShardState`]).
@@ -163,6 +190,17 @@ pub trait ShardOwner: Send + Sync + 'static {
     /// Drop shard `shard`'s state, leaving it `to` (`Unloaded`: this broker no longer leads it;
     /// `Failed`: it no longer follows its log). Parked requests are answered NOT_COORDINATOR.
     fn unload(&self, shard: usize, to: ShardState);
+}
+
+/// `f`'s answer on shard `shard`'s log (`ShardOwner::with_log`).
+fn on_log<O: ShardOwner + ?Sized, T>(
+    owner: &O,
+    shard: usize,
+    f: impl FnOnce(&mut KvLog) -> Result<T, String>,
+) -> Result<T, String> {
+    let (mut f, mut out) = (Some(f), None);
+    owner.with_log(shard, &mut |log| out = f.take().map(|f| f(log)));
+    out.unwrap_or_else(|| Err(format!("no shard {shard}")))
 }
 
 /// One shard of a coordinator as its Raft state machine sees it: its key/value log.
@@ -182,8 +220,12 @@ fn to_kv(records: Vec<crate::replication::types::KvEntry>) -> Vec<KvRecord> {
 }
 
 impl<O: ShardOwner> KvStore for OwnerShard<O> {
-    fn apply(&self, records: Vec<crate::replication::types::KvEntry>, now_ms: i64) -> Result<(), String> {
-        self.owner()?.apply(self.shard, &to_kv(records), now_ms)
+    fn apply(&self, records: &[crate::replication::types::KvEntry], now_ms: i64) -> Result<(), String> {
+        let records: Vec<KvRecord> = records
+            .iter()
+            .map(|r| (bytes::Bytes::copy_from_slice(&r.key), r.value.as_deref().map(bytes::Bytes::copy_from_slice)))
+            .collect();
+        self.owner()?.apply(self.shard, &records, now_ms)
     }
 
     fn live(&self) -> Result<Vec<crate::replication::types::KvEntry>, String> {
@@ -196,6 +238,14 @@ impl<O: ShardOwner> KvStore for OwnerShard<O> {
 
     fn replace(&self, records: Vec<crate::replication::types::KvEntry>, now_ms: i64) -> Result<(), String> {
         self.owner()?.replace(self.shard, &to_kv(records), now_ms)
+    }
+
+    fn damaged(&self) -> bool {
+        self.owner().is_ok_and(|o| o.damaged(self.shard))
+    }
+
+    fn suspect_cut(&self) -> Option<String> {
+        self.owner().ok().and_then(|o| o.suspect_cut(self.shard))
     }
 }
 
@@ -259,7 +309,13 @@ pub async fn replicate<O: ShardOwner>(
             budgets: node.budgets(),
         };
         let network = crate::cluster::network::ShardNetwork::new(&spec.key, &node.voters);
-        let g = start_kv(node.node_id, spec, &node.voters, network, store, dir.join(format!("{topic}-{i}"))).await?;
+        let peers = Arc::new(crate::cluster::network::GroupPeers {
+            node: Arc::downgrade(node),
+            key: spec.key.clone(),
+            kind: crate::cluster::network::GroupKind::Shard,
+        });
+        let g =
+            start_kv(node.node_id, spec, &node.voters, network, store, peers, dir.join(format!("{topic}-{i}"))).await?;
         node.shards.write().or_die().insert(g.key.clone(), g.clone());
         groups.push(Some(g));
     }
@@ -275,6 +331,8 @@ pub fn watch_leadership<O: ShardOwner>(owner: &Arc<O>, replicas: &ShardReplicas)
         let weak = Arc::downgrade(owner);
         tokio::spawn(async move {
             let mut rx = g.raft.metrics();
+            // the last repair failure logged (once while it stays the same)
+            let mut warned: Option<String> = None;
             loop {
                 let (is_leader, ready, term) = {
                     let m = rx.borrow();
@@ -284,8 +342,21 @@ pub fn watch_leadership<O: ShardOwner>(owner: &Arc<O>, replicas: &ShardReplicas)
                     (m.current_leader == Some(m.id), all_applied && this_term, m.current_term)
                 };
                 let Some(owner) = weak.upgrade() else { return };
+                // a damaged log (found by a read: a load, a snapshot, a compaction) is replaced
+                // by another replica's copy; a leader that cannot repair it lets another lead
+                if let Some(mender) = g.kv_mender().filter(|m| m.is_damaged()) {
+                    if let Err(e) = mender.mend().await {
+                        if warned.as_ref() != Some(&e) {
+                            tracing::warn!("{e}; trying again every second");
+                            warned = Some(e);
+                        }
+                        if is_leader {
+                            mender.peers.hand_over().await;
+                        }
+                    }
+                }
                 let state = owner.state(i);
-                if is_leader && ready && !state.is_active() {
+                if is_leader && ready && !state.is_active() && !owner.damaged(i) {
                     let epoch = i32::try_from(term).unwrap_or(i32::MAX);
                     tokio::task::block_in_place(|| owner.load(i, Some(epoch)));
                 } else if !is_leader && state != ShardState::Unloaded {
@@ -294,6 +365,11 @@ pub fn watch_leadership<O: ShardOwner>(owner: &Arc<O>, replicas: &ShardReplicas)
                 // re-checked at least every second (a shard rolled back after a failed write is
                 // reloaded once its log is applied)
                 if let Ok(Err(_)) = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await {
+                    // the replica stopped (a storage failure it cannot apply past, or the
+                    // broker's shutdown): this broker no longer coordinates the shard
+                    if let Some(owner) = weak.upgrade() {
+                        owner.unload(i, ShardState::Unloaded);
+                    }
                     return;
                 }
             }

@@ -75,6 +75,9 @@ pub struct KvLog {
     config: LogConfig,
     log: Option<Log>,
     records_since_compaction: u64,
+    /// Why the log is held damaged though no read failed ([`KvLog::suspect_cut`]): nothing is
+    /// read from it or written to it until it is rebuilt.
+    suspect: Option<String>,
     /// Live keys found by the last fold ([`KvLog::compact_folding`]).
     live_at_last_fold: u64,
     /// Test code: appends write nothing, as if lost before they reached the disk.
@@ -86,6 +89,7 @@ impl KvLog {
     /// A log in `dir`, opened on first use. Always fsynced before acknowledging (`sync`), never
     /// trimmed by time or size: only compaction moves its start.
     pub fn new(dir: PathBuf, base: &LogConfig, segment_bytes: u64) -> KvLog {
+        finish_rebuild(&dir);
         let mut config = base.clone();
         config.segment_bytes = segment_bytes;
         config.retention_ms = -1;
@@ -96,6 +100,7 @@ impl KvLog {
             config,
             log: None,
             records_since_compaction: 0,
+            suspect: None,
             live_at_last_fold: 0,
             #[cfg(test)]
             drop_appends: false,
@@ -107,6 +112,9 @@ impl KvLog {
     }
 
     fn log(&mut self) -> Result<&mut Log, StorageError> {
+        if self.suspect.is_some() {
+            return Err(StorageError::Offline(self.dir.clone()));
+        }
         if self.log.is_none() {
             self.log = Some(Log::open(&self.dir, self.config.clone())?);
         }
@@ -128,14 +136,7 @@ impl KvLog {
         let log = self.log()?;
         let mut end = log.log_end_offset();
         for chunk in records.chunks(RECORDS_PER_BATCH) {
-            let recs: Vec<NewRecord> = chunk
-                .iter()
-                .map(|(k, v)| NewRecord { timestamp: now, key: Some(k.clone()), value: v.clone(), headers: Vec::new() })
-                .collect();
-            let batch = BatchBuilder::default()
-                .build(&recs)
-                .map_err(|e| StorageError::InvalidConfig(format!("internal log batch: {e}")))?;
-            let mut buf = batch.to_vec();
+            let mut buf = kv_batch(chunk, now)?;
             let info = log.append(&mut buf, now, Some(0))?;
             end = info.last_offset + 1;
         }
@@ -237,6 +238,64 @@ impl KvLog {
         Ok(())
     }
 
+    /// Whether a read found damaged data in the log (it is offline until rebuilt:
+    /// [`KvLog::rebuild`]).
+    pub fn is_damaged(&self) -> bool {
+        self.suspect.is_some() || self.log.as_ref().is_some_and(|l| l.is_damaged())
+    }
+
+    /// A replicated log (cluster mode) whose open cut bytes off its end: held damaged, to be
+    /// rebuilt from another replica's copy. Every record in it was fsynced before its entry
+    /// counted as applied, so a cut is either a write torn by a crash before that (the entry
+    /// is applied again) or damage in acknowledged records — which look alike, and whose loss
+    /// the Raft state would not notice (its `applied.json` is past them). A needless repair
+    /// costs one copy of the shard's live records. Returns why, if so.
+    pub fn suspect_cut(&mut self) -> Option<String> {
+        if !self.dir.exists() {
+            return None;
+        }
+        let cut = self.log().ok().map(|l| l.recovery_report().truncated_bytes).unwrap_or(0);
+        if cut > 0 {
+            self.suspect = Some(format!("its open cut {cut} bytes off its end"));
+        }
+        self.suspect.clone()
+    }
+
+    /// Replace the whole log with one holding exactly `records` (another replica's live records:
+    /// a damaged replica's repair, decision 0037). Unlike [`KvLog::compact`] nothing of the old
+    /// log is read or kept, so it works on a damaged log. Crash-safe: the new log is written and
+    /// fsynced in `<dir>.rebuild`, then swapped in by two renames ([`finish_rebuild`] completes a
+    /// swap a crash interrupted). Blocking.
+    pub fn rebuild(&mut self, records: &[KvRecord], now: i64) -> Result<(), StorageError> {
+        let (fresh, old) = (sibling(&self.dir, REBUILD_SUFFIX), sibling(&self.dir, DAMAGED_SUFFIX));
+        remove_dir_if_any(&fresh)?;
+        {
+            let mut log = Log::open(&fresh, self.config.clone())?;
+            for chunk in records.chunks(RECORDS_PER_BATCH) {
+                let mut buf = kv_batch(chunk, now)?;
+                log.append(&mut buf, now, Some(0))?;
+            }
+            let end = log.log_end_offset();
+            log.flusher().sync_to(end)?;
+            log.close()?;
+        }
+        // the damaged log is not flushed: it is dropped whole
+        self.log = None;
+        self.suspect = None;
+        remove_dir_if_any(&old)?;
+        if self.dir.exists() {
+            std::fs::rename(&self.dir, &old).map_err(|e| io_at(&self.dir, e))?;
+        }
+        std::fs::rename(&fresh, &self.dir).map_err(|e| io_at(&fresh, e))?;
+        if let Some(parent) = self.dir.parent() {
+            sluice_storage::sidefile::sync_dir(parent)?;
+        }
+        remove_dir_if_any(&old)?;
+        self.records_since_compaction = records.len() as u64;
+        self.live_at_last_fold = records.len() as u64;
+        Ok(())
+    }
+
     /// Flush and close (clean shutdown).
     pub fn close(&mut self) -> Result<(), StorageError> {
         match self.log.take() {
@@ -253,6 +312,57 @@ impl KvLog {
     #[cfg(test)]
     pub fn log_start_and_segments(&self) -> Option<(i64, usize)> {
         self.log.as_ref().map(|l| (l.log_start_offset(), l.segment_count()))
+    }
+}
+
+/// One batch of `records` written at `now`, as the log stores it.
+fn kv_batch(records: &[KvRecord], now: i64) -> Result<Vec<u8>, StorageError> {
+    let recs: Vec<NewRecord> = records
+        .iter()
+        .map(|(k, v)| NewRecord { timestamp: now, key: Some(k.clone()), value: v.clone(), headers: Vec::new() })
+        .collect();
+    let batch = BatchBuilder::default()
+        .build(&recs)
+        .map_err(|e| StorageError::InvalidConfig(format!("internal log batch: {e}")))?;
+    Ok(batch.to_vec())
+}
+
+/// `<dir>.rebuild`: a rebuilt log being written; `<dir>.damaged`: the log it replaces.
+const REBUILD_SUFFIX: &str = "rebuild";
+const DAMAGED_SUFFIX: &str = "damaged";
+
+fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let mut name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".");
+    name.push(suffix);
+    dir.with_file_name(name)
+}
+
+fn io_at(path: &Path, source: std::io::Error) -> StorageError {
+    StorageError::Io { path: path.to_path_buf(), source }
+}
+
+fn remove_dir_if_any(dir: &Path) -> Result<(), StorageError> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_at(dir, e)),
+        _ => Ok(()),
+    }
+}
+
+/// Complete or undo a [`KvLog::rebuild`] a crash interrupted: with `dir` gone, the rebuilt log
+/// (fsynced before the first rename) takes its place; with `dir` still there, the swap never
+/// began and the half-written rebuild is dropped (the repair runs again). Best effort: a
+/// failure here leaves the log as it is, to be found damaged again.
+fn finish_rebuild(dir: &Path) {
+    let (fresh, old) = (sibling(dir, REBUILD_SUFFIX), sibling(dir, DAMAGED_SUFFIX));
+    if fresh.exists() {
+        let done = if dir.exists() { remove_dir_if_any(&fresh).is_ok() } else { std::fs::rename(&fresh, dir).is_ok() };
+        if !done {
+            tracing::warn!(dir = %dir.display(), "cannot complete an interrupted rebuild of the log");
+        }
+    }
+    if dir.exists() {
+        let _ = remove_dir_if_any(&old);
     }
 }
 
@@ -306,5 +416,65 @@ mod tests {
         state.sort();
         let want: Vec<KvRecord> = (0..9).map(|k| rec(&format!("id-{k}"), Some(&format!("v{}", 4990 + k)))).collect();
         assert_eq!(state, want);
+    }
+
+    /// A damaged log (a flipped bit: the read fails its CRC) is rebuilt whole from live
+    /// records: readable again, holding exactly them, and it takes new appends.
+    #[test]
+    fn a_damaged_log_is_rebuilt_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = LogConfig::default();
+        let path = dir.path().join("kv");
+        let mut log = KvLog::new(path.clone(), &base, 1 << 20);
+        for i in 0..20u32 {
+            let (f, end) = log.append(&[rec(&format!("k{i}"), Some("v"))], 0).unwrap().unwrap();
+            f.sync_to(end).unwrap();
+        }
+        log.close().unwrap(); // closed cleanly: damage found later is kept, not cut as a torn tail
+        let file = path.join("00000000000000000000.log");
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes[70] ^= 1;
+        std::fs::write(&file, bytes).unwrap();
+        let mut log = KvLog::new(path.clone(), &base, 1 << 20);
+        assert!(log.read_all().is_err());
+        assert!(log.is_damaged());
+        let live = vec![rec("a", Some("1")), rec("b", Some("2"))];
+        log.rebuild(&live, 0).unwrap();
+        assert!(!log.is_damaged());
+        assert_eq!(log.read_all().unwrap(), live);
+        let (f, end) = log.append(&[rec("c", Some("3"))], 0).unwrap().unwrap();
+        f.sync_to(end).unwrap();
+        drop(log);
+        let mut log = KvLog::new(path.clone(), &base, 1 << 20);
+        assert_eq!(log.read_all().unwrap().len(), 3);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(leftovers, vec![std::ffi::OsString::from("kv")]);
+    }
+
+    /// A rebuild cut short by a crash: before the swap the old log stays (the half-written
+    /// rebuild is dropped); between the two renames the rebuilt log takes its place.
+    #[test]
+    fn an_interrupted_rebuild_is_undone_or_completed() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = LogConfig::default();
+        let path = dir.path().join("kv");
+        let write = |p: &Path, k: &str| {
+            let mut log = KvLog::new(p.to_path_buf(), &base, 1 << 20);
+            let (f, end) = log.append(&[rec(k, Some("v"))], 0).unwrap().unwrap();
+            f.sync_to(end).unwrap();
+        };
+        write(&path, "old");
+        write(&sibling(&path, REBUILD_SUFFIX), "new");
+        // crashed before the swap: the old log stays
+        let mut log = KvLog::new(path.clone(), &base, 1 << 20);
+        assert_eq!(log.read_all().unwrap(), vec![rec("old", Some("v"))]);
+        drop(log);
+        assert!(!sibling(&path, REBUILD_SUFFIX).exists());
+        // crashed between the renames: the rebuilt log takes its place
+        write(&sibling(&path, REBUILD_SUFFIX), "new");
+        std::fs::rename(&path, sibling(&path, DAMAGED_SUFFIX)).unwrap();
+        let mut log = KvLog::new(path.clone(), &base, 1 << 20);
+        assert_eq!(log.read_all().unwrap(), vec![rec("new", Some("v"))]);
+        assert!(!sibling(&path, REBUILD_SUFFIX).exists() && !sibling(&path, DAMAGED_SUFFIX).exists());
     }
 }

@@ -6,7 +6,7 @@
 use super::failover::Carried;
 use super::{ClusterNode, Command, CommandResult, NodeId, TypeConfig};
 use crate::replication::log_store::Logged;
-use crate::replication::types::{GroupKey, PartConfig, ShardConfig};
+use crate::replication::types::{GroupKey, KvEntry, PartConfig, ShardConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -90,6 +90,12 @@ pub enum Rpc {
     /// This broker's copy of the batch holding an offset of a partition it replicates, for a
     /// replica that repairs its own (`mend.rs`): answered `Ok(batch bytes)`.
     PartCopy(GroupKey, i64),
+    /// This broker's live records of a coordinator shard it replicates and the last entry they
+    /// include, for a replica that replaces its damaged log (`mend.rs`): answered
+    /// `Ok((index, records))`.
+    ShardCopy(GroupKey),
+    /// Stand for election in a coordinator shard's group now (a damaged leader hands over).
+    ShardElect(GroupKey),
 }
 
 /// A kind of Raft group carried by [`GroupNetwork`]: how its three RPCs are framed.
@@ -337,45 +343,82 @@ pub async fn drop_from_coordinators(addr: &str, id: NodeId) -> anyhow::Result<()
 
 /// Ask broker `target` to stand for election in `topic`/`partition`'s Raft group.
 pub async fn elect(node: &ClusterNode, target: NodeId, topic: &str, partition: i32) -> anyhow::Result<()> {
-    let key: GroupKey = (topic.to_string(), partition);
-    if target == node.node_id {
-        let rep = node.replica(&key).ok_or_else(|| anyhow::anyhow!("no replica of {topic}-{partition} here"))?;
-        if rep.is_healing() {
-            anyhow::bail!("{topic}-{partition}: healing a damaged Raft log");
+    elect_in(node, target, (topic.to_string(), partition), GroupKind::Partition).await
+}
+
+/// Which kind of Raft group a key names: a partition's or a coordinator shard's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum GroupKind {
+    Partition,
+    Shard,
+}
+
+/// Stand for election in this broker's replica of group `key` now, unless it heals a damaged
+/// Raft log (`replica::heal`).
+async fn elect_here(node: &ClusterNode, key: &GroupKey, kind: GroupKind) -> Result<(), String> {
+    let missing = || format!("no replica of {}-{} here", key.0, key.1);
+    let healing = || format!("{}-{}: healing a damaged Raft log", key.0, key.1);
+    match kind {
+        GroupKind::Partition => {
+            let rep = node.replica(key).ok_or_else(missing)?;
+            if rep.is_healing() {
+                return Err(healing());
+            }
+            rep.raft.trigger().elect().await.map_err(|e| e.to_string())
         }
-        return rep.raft.trigger().elect().await.map_err(|e| anyhow::anyhow!("{e}"));
+        GroupKind::Shard => {
+            let rep = node.shard_replica(key).ok_or_else(missing)?;
+            if rep.is_healing() {
+                return Err(healing());
+            }
+            rep.raft.trigger().elect().await.map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Ask broker `target` to stand for election in group `key`.
+async fn elect_in(node: &ClusterNode, target: NodeId, key: GroupKey, kind: GroupKind) -> anyhow::Result<()> {
+    if target == node.node_id {
+        return elect_here(node, &key, kind).await.map_err(|e| anyhow::anyhow!("{e}"));
     }
     let addr = node.addr_of(target).ok_or_else(|| anyhow::anyhow!("broker {target} has no Raft address"))?;
+    let rpc = match kind {
+        GroupKind::Partition => Rpc::PartElect(key),
+        GroupKind::Shard => Rpc::ShardElect(key),
+    };
     let mut conn = None;
-    let answer: Result<(), String> = exchange(&mut conn, &addr, &Rpc::PartElect(key), Duration::from_secs(5)).await?;
+    let answer: Result<(), String> = exchange(&mut conn, &addr, &rpc, Duration::from_secs(5)).await?;
     answer.map_err(|e| anyhow::anyhow!("broker {target}: {e}"))
 }
 
-/// A partition's other replicas as its repair reaches them (`mend.rs`): over each one's
-/// cluster port.
-pub struct PartPeers {
+/// A group's other replicas as its repair reaches them (`mend.rs`): over each one's cluster
+/// port. A partition's group asks for copies of batches ([`super::mend::Peers`]), a
+/// coordinator shard's for live records ([`super::mend::ShardPeers`]).
+pub struct GroupPeers {
     pub node: std::sync::Weak<ClusterNode>,
     pub key: GroupKey,
+    pub kind: GroupKind,
 }
 
-impl PartPeers {
+impl GroupPeers {
     /// The group's voters other than this broker, and this broker's node.
     fn others(&self) -> Option<(Arc<ClusterNode>, Vec<NodeId>)> {
         let node = self.node.upgrade()?;
-        let rep = node.replica(&self.key)?;
-        let voters: Vec<NodeId> = {
-            let m = rep.raft.metrics();
-            let m = m.borrow();
-            m.membership_config.voter_ids().filter(|v| *v != node.node_id).collect()
+        let metrics = match self.kind {
+            GroupKind::Partition => node.replica(&self.key)?.raft.metrics(),
+            GroupKind::Shard => node.shard_replica(&self.key)?.raft.metrics(),
         };
+        let voters: Vec<NodeId> =
+            metrics.borrow().membership_config.voter_ids().filter(|v| *v != node.node_id).collect();
         Some((node, voters))
     }
-}
 
-impl super::mend::Peers for PartPeers {
-    fn copies(&self, offset: i64) -> super::mend::BoxFuture<super::mend::Copies> {
+    /// Each other voter's answer to `rpc`.
+    fn ask<T: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+        rpc: impl Fn() -> Rpc + Send + 'static,
+    ) -> super::mend::BoxFuture<Vec<(NodeId, Result<T, String>)>> {
         let others = self.others();
-        let key = self.key.clone();
         Box::pin(async move {
             let Some((node, voters)) = others else { return Vec::new() };
             let mut out = Vec::new();
@@ -385,31 +428,33 @@ impl super::mend::Peers for PartPeers {
                     continue;
                 };
                 let mut conn = None;
-                let rpc = Rpc::PartCopy(key.clone(), offset);
-                let answer: Result<Vec<u8>, String> =
-                    match exchange(&mut conn, &addr, &rpc, Duration::from_secs(5)).await {
-                        Ok(a) => a,
-                        Err(e) => Err(e.to_string()),
-                    };
+                let answer: Result<T, String> = match exchange(&mut conn, &addr, &rpc(), Duration::from_secs(5)).await {
+                    Ok(a) => a,
+                    Err(e) => Err(e.to_string()),
+                };
                 out.push((v, answer));
             }
             out
         })
     }
 
-    fn hand_over(&self) -> super::mend::BoxFuture<()> {
+    /// Ask the other voters to lead instead of this replica, one after another, until one does.
+    fn hand_over_now(&self) -> super::mend::BoxFuture<()> {
         let others = self.others();
-        let key = self.key.clone();
+        let (key, kind) = (self.key.clone(), self.kind);
         Box::pin(async move {
             let Some((node, voters)) = others else { return };
             for v in voters {
-                if let Err(e) = elect(&node, v, &key.0, key.1).await {
+                if let Err(e) = elect_in(&node, v, key.clone(), kind).await {
                     tracing::debug!("hand over {}-{} to broker {v}: {e}", key.0, key.1);
                     continue;
                 }
-                let Some(rep) = node.replica(&key) else { return };
                 let me = node.node_id;
-                let wait = rep.raft.wait(Some(Duration::from_millis(500)));
+                let wait = match kind {
+                    GroupKind::Partition => node.replica(&key).map(|r| r.raft.wait(Some(Duration::from_millis(500)))),
+                    GroupKind::Shard => node.shard_replica(&key).map(|r| r.raft.wait(Some(Duration::from_millis(500)))),
+                };
+                let Some(wait) = wait else { return };
                 if wait.metrics(|m| m.current_leader != Some(me), "handed over").await.is_ok() {
                     tracing::info!(
                         "{}-{}: leadership handed to another replica while this one is damaged",
@@ -420,6 +465,28 @@ impl super::mend::Peers for PartPeers {
                 }
             }
         })
+    }
+}
+
+impl super::mend::Peers for GroupPeers {
+    fn copies(&self, offset: i64) -> super::mend::BoxFuture<super::mend::Copies> {
+        let key = self.key.clone();
+        self.ask(move || Rpc::PartCopy(key.clone(), offset))
+    }
+
+    fn hand_over(&self) -> super::mend::BoxFuture<()> {
+        self.hand_over_now()
+    }
+}
+
+impl super::mend::ShardPeers for GroupPeers {
+    fn copies(&self) -> super::mend::BoxFuture<super::mend::KvCopies> {
+        let key = self.key.clone();
+        self.ask(move || Rpc::ShardCopy(key.clone()))
+    }
+
+    fn hand_over(&self) -> super::mend::BoxFuture<()> {
+        self.hand_over_now()
     }
 }
 
@@ -524,16 +591,8 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                         Some(rep) => bincode::serialize(&rep.raft.install_snapshot(r).await),
                         None => return,
                     },
-                    Rpc::PartElect(g) => {
-                        let r: Result<(), String> = match node.replica(&g) {
-                            Some(rep) if rep.is_healing() => {
-                                Err(format!("{}-{}: healing a damaged Raft log", g.0, g.1))
-                            }
-                            Some(rep) => rep.raft.trigger().elect().await.map_err(|e| e.to_string()),
-                            None => Err(format!("no replica of {}-{} here", g.0, g.1)),
-                        };
-                        bincode::serialize(&r)
-                    }
+                    Rpc::PartElect(g) => bincode::serialize(&elect_here(&node, &g, GroupKind::Partition).await),
+                    Rpc::ShardElect(g) => bincode::serialize(&elect_here(&node, &g, GroupKind::Shard).await),
                     Rpc::Join(id, addr) => {
                         let r: Result<(), String> = node.add_broker(id, &addr).await.map_err(|e| e.to_string());
                         bincode::serialize(&r)
@@ -547,13 +606,24 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                         bincode::serialize(&r)
                     }
                     Rpc::PartCopy(g, offset) => {
-                        let r: Result<Vec<u8>, String> = match node.replica(&g).and_then(|r| r.copies.clone()) {
+                        let r: Result<Vec<u8>, String> = match node.replica(&g).and_then(|r| r.partition_log()) {
                             Some(p) => tokio::task::spawn_blocking(move || p.copy_of(offset))
                                 .await
                                 .map_err(|e| e.to_string())
                                 .and_then(|r| r.map(|b| b.to_vec()).map_err(|e| e.to_string())),
                             None => Err(format!("no replica of {}-{} here", g.0, g.1)),
                         };
+                        bincode::serialize(&r)
+                    }
+                    Rpc::ShardCopy(g) => {
+                        let r: Result<(u64, Vec<KvEntry>), String> =
+                            match node.shard_replica(&g).and_then(|r| r.kv_mender()) {
+                                Some(m) => tokio::task::spawn_blocking(move || m.gate.copy())
+                                    .await
+                                    .map_err(|e| e.to_string())
+                                    .and_then(|r| r),
+                                None => Err(format!("no replica of {}-{} here", g.0, g.1)),
+                            };
                         bincode::serialize(&r)
                     }
                     Rpc::Kafka(frame) => {

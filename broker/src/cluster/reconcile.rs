@@ -207,7 +207,11 @@ impl Reconciler {
             };
             let addresses = node.addresses();
             let network = super::network::PartNetwork::new(&spec.key, &addresses);
-            let peers = Arc::new(super::network::PartPeers { node: Arc::downgrade(node), key: key.clone() });
+            let peers = Arc::new(super::network::GroupPeers {
+                node: Arc::downgrade(node),
+                key: key.clone(),
+                kind: super::network::GroupKind::Partition,
+            });
             let started =
                 handle.block_on(super::replica::start(node.node_id, spec, &addresses, network, partition, peers, dir));
             match started {

@@ -27,7 +27,8 @@
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
 
-use super::mend::{Mender, Peers};
+pub use super::mend::KvStore;
+use super::mend::{KvGate, KvMender, Mender, Peers, ShardPeers};
 use crate::replication::log_store::{io_err, LogStore, Logged};
 use crate::replication::snapshot::{unpack, FilesStream, SnapshotData, SnapshotHeader};
 use crate::replication::types::{
@@ -63,15 +64,41 @@ pub struct Replica<C: Logged = PartConfig> {
     budgets: [Budget; 2],
     /// A leader found gone (`failover`): reported as no leader until the group moves on.
     pub lost: Lost,
-    /// A partition's log, for peers that repair their copy from this one (`mend.rs`); `None`
-    /// for a coordinator shard.
-    pub copies: Option<Arc<dyn PartitionLog>>,
+    /// What peers that repair their copy read from this one (`mend.rs`).
+    pub copies: Copies,
     /// Non-zero while this replica's Raft log, cut at damage, lacks entries it had (see
     /// [`heal`]): the entry it must hold again before it votes or stands.
     pub healing: Arc<std::sync::atomic::AtomicU64>,
 }
 
+/// What a replica offers the other replicas of its group to repair a damaged copy from, and
+/// repairs its own with (`mend.rs`).
+#[derive(Clone)]
+pub enum Copies {
+    /// A partition's log: a damaged batch is replaced by another replica's identical copy.
+    Part(Arc<dyn PartitionLog>),
+    /// A coordinator shard's key/value log: a damaged log is replaced whole by another
+    /// replica's live records.
+    Kv(Arc<KvMender>),
+}
+
 impl<C: Logged> Replica<C> {
+    /// A partition replica's log (peers read their copies of its batches).
+    pub fn partition_log(&self) -> Option<Arc<dyn PartitionLog>> {
+        match &self.copies {
+            Copies::Part(p) => Some(p.clone()),
+            Copies::Kv(_) => None,
+        }
+    }
+
+    /// A coordinator shard replica's repair (peers read its live records through its gate).
+    pub fn kv_mender(&self) -> Option<Arc<KvMender>> {
+        match &self.copies {
+            Copies::Kv(m) => Some(m.clone()),
+            Copies::Part(_) => None,
+        }
+    }
+
     /// See [`heal`].
     pub fn is_healing(&self) -> bool {
         self.healing.load(std::sync::atomic::Ordering::Acquire) != 0
@@ -410,7 +437,7 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     let every = spec.snapshot_bytes.max(1);
     let budget = spec.budgets[0].clone();
     let partition = sm.partition.clone();
-    let replica = start_group(me, spec, addresses, network, sm, dir, Some(partition.clone())).await?;
+    let replica = start_group(me, spec, addresses, network, sm, dir, Copies::Part(partition.clone())).await?;
     maintain(replica.raft.clone(), progress, every, budget, replica.key.clone(), partition, mender);
     Ok(replica)
 }
@@ -527,18 +554,22 @@ const SHARD_ENTRY_BYTES: u64 = 16 * 1024;
 const KEPT_SNAPSHOTS: usize = 8;
 
 /// A coordinator shard's replica: its state machine appends to the shard's key/value log
-/// through `store` (which makes the records durable before returning).
+/// through `store` (which makes the records durable before returning); a damaged log is
+/// replaced by a copy from `peers`.
 pub async fn start_kv<N: RaftNetworkFactory<ShardConfig>>(
     me: NodeId,
     spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
     network: N,
     store: Arc<dyn KvStore>,
+    peers: Arc<dyn ShardPeers>,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<ShardReplica>> {
     std::fs::create_dir_all(&dir)?;
     let sm = KvSm::open(&dir, store)?;
-    start_group(me, spec, addresses, network, sm, dir, None).await
+    let name = format!("{}-{}", spec.key.0, spec.key.1);
+    let mender = Arc::new(KvMender::new(sm.gate.clone(), peers, name, spec.key.0.clone()));
+    start_group(me, spec, addresses, network, sm, dir, Copies::Kv(mender)).await
 }
 
 /// Start a group over `network`, the transport the caller gives it (the cluster's RPC port,
@@ -550,7 +581,7 @@ async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C
     network: N,
     sm: SM,
     dir: PathBuf,
-    copies: Option<Arc<dyn PartitionLog>>,
+    copies: Copies,
 ) -> anyhow::Result<Arc<Replica<C>>>
 where
     C::D: Clone,
@@ -623,9 +654,6 @@ where
     }))
 }
 
-/// Follow a group's Raft metrics while it runs: one INFO line when its leader changes and when
-/// this replica stands for election, and the group's gauges (refreshed at most once a second:
-/// the metrics change with every applied entry).
 /// How many times (a second apart) a replica tries to repair damaged data before it stops.
 const MEND_ATTEMPTS: u32 = 60;
 
@@ -634,6 +662,9 @@ const MEND_ATTEMPTS: u32 = 60;
 const CAUGHT_UP_ENTRIES: u64 = 10;
 const BEHIND_FOR: Duration = Duration::from_secs(1);
 
+/// Follow a group's Raft metrics while it runs: one INFO line when its leader changes and when
+/// this replica stands for election, and the group's gauges (refreshed at most once a second:
+/// the metrics change with every applied entry).
 fn observe(key: GroupKey, mut rx: tokio::sync::watch::Receiver<openraft::RaftMetrics<NodeId, BasicNode>>) {
     use crate::metrics::{RAFT_APPLY_LAG, RAFT_LEADER_CHANGES_TOTAL, RAFT_REPLICATION_LAG, RAFT_TERM};
     tokio::spawn(async move {
@@ -722,27 +753,23 @@ fn observe(key: GroupKey, mut rx: tokio::sync::watch::Receiver<openraft::RaftMet
     });
 }
 
-/// A coordinator shard's key/value log as its Raft state machine uses it (`coordinator.rs`
-/// implements it over the shard's log).
-pub trait KvStore: Send + Sync + 'static {
-    /// Append `records` durably (every replica applies every committed entry).
-    fn apply(&self, records: Vec<KvEntry>, now_ms: i64) -> Result<(), String>;
-    /// The log's live records — the newest value of each key, deleted keys dropped, in the
-    /// order they were last written: the shard's snapshot.
-    fn live(&self) -> Result<Vec<KvEntry>, String>;
-    /// Make the log hold exactly `records`, durably (a snapshot installed).
-    fn replace(&self, records: Vec<KvEntry>, now_ms: i64) -> Result<(), String>;
-}
-
 /// A coordinator shard's snapshot as taken: its meta and the live records in bincode.
 type KvTaken = (SnapshotMeta<NodeId, BasicNode>, Arc<Vec<u8>>);
 
 /// The state machine of a coordinator shard's group: its key/value log. Applying a record twice
 /// (after a crash before `applied.json`) is harmless: the latest value per key is the state.
-/// A snapshot is the log's live records, read when openraft asks for one (decision 0031).
+/// A snapshot is the log's live records, read when openraft asks for one (decision 0031), and
+/// kept in `kv-snapshot.bin` to hand over again should the log not be readable.
+///
+/// A damaged log (a read failed its CRC) is written nothing until it is replaced by another
+/// replica's copy (`mend.rs`, by the shard's leadership watcher in `coordinator.rs`): the
+/// entries applied meanwhile are kept by its [`KvGate`] and written after the copy. So nothing
+/// waits on the other replicas here, not even at start (openraft applies the committed entries
+/// before any peer can be asked).
 pub struct KvSm {
     dir: PathBuf,
     store: Arc<dyn KvStore>,
+    gate: Arc<KvGate>,
     applied: Applied,
     saved_at: Instant,
     /// The newest snapshot handed over (again, should reading the log for the next fail).
@@ -757,7 +784,25 @@ impl KvSm {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Applied::default(),
             Err(e) => return Err(e.into()),
         };
-        Ok(KvSm { dir: dir.to_path_buf(), store, applied, saved_at: Instant::now(), last: None, built: 0 })
+        if let Some(why) = store.suspect_cut() {
+            tracing::warn!(
+                "coordinator log {}: {why}; acknowledged records may be among them: it is replaced by another \
+                 replica's copy",
+                shard_name(dir)
+            );
+        }
+        let gate = Arc::new(KvGate::new(store.clone(), applied.last_applied.map_or(0, |l| l.index)));
+        let last = match sluice_storage::sidefile::read_framed(&dir.join(KV_SNAPSHOT_FILE), KV_SNAPSHOT_MAGIC) {
+            Ok(Some((_, payload))) => bincode::deserialize::<(SnapshotMeta<NodeId, BasicNode>, Vec<u8>)>(&payload)
+                .ok()
+                .map(|(meta, data)| (meta, Arc::new(data))),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), "the last coordinator shard snapshot is unreadable: {e}");
+                None
+            }
+        };
+        Ok(KvSm { dir: dir.to_path_buf(), store, gate, applied, saved_at: Instant::now(), last, built: 0 })
     }
 
     /// Record the last applied entry. The records themselves are durable when `apply` returns,
@@ -774,20 +819,22 @@ impl KvSm {
     /// and encoded in bincode, on a blocking thread.
     async fn take_snapshot(&mut self) -> Result<KvTaken, String> {
         let Some(last) = self.applied.last_applied else { return Err("nothing applied yet".into()) };
-        let (dir, applied, store) = (self.dir.clone(), self.applied.clone(), self.store.clone());
+        let meta = SnapshotMeta {
+            last_log_id: Some(last),
+            last_membership: self.applied.membership.clone(),
+            snapshot_id: format!("{}-{}-{}", last.leader_id.term, last.index, self.built + 1),
+        };
+        let (dir, applied, store, m) = (self.dir.clone(), self.applied.clone(), self.store.clone(), meta.clone());
         let data = tokio::task::spawn_blocking(move || {
             write_kv_applied(&dir, &applied)?;
-            bincode::serialize(&store.live()?).map_err(|e| e.to_string())
+            let data = bincode::serialize(&store.live()?).map_err(|e| e.to_string())?;
+            keep_kv_snapshot(&dir, &m, &data)?;
+            Ok::<Vec<u8>, String>(data)
         })
         .await
         .map_err(|e| e.to_string())??;
         self.saved_at = Instant::now();
         self.built += 1;
-        let meta = SnapshotMeta {
-            last_log_id: Some(last),
-            last_membership: self.applied.membership.clone(),
-            snapshot_id: format!("{}-{}-{}", last.leader_id.term, last.index, self.built),
-        };
         let taken = (meta, Arc::new(data));
         self.last = Some(taken.clone());
         Ok(taken)
@@ -812,20 +859,23 @@ impl RaftStateMachine<ShardConfig> for KvSm {
         let mut out = Vec::with_capacity(entries.len());
         tokio::task::block_in_place(|| {
             for e in entries {
-                self.applied.last_applied = Some(e.log_id);
-                out.push(match e.payload {
+                match e.payload {
                     EntryPayload::Normal(ShardCommand::Kv { records, now_ms }) => {
-                        match self.store.apply(records, now_ms) {
-                            Ok(()) => ShardResult::Done,
-                            Err(message) => ShardResult::Failed(message),
-                        }
+                        self.gate.apply(e.log_id.index, &records, now_ms).map_err(|why| {
+                            io_err(std::io::Error::other(format!(
+                                "{}: cannot apply a committed entry, stopping this replica: {why}",
+                                shard_name(&self.dir)
+                            )))
+                        })?
                     }
-                    EntryPayload::Blank => ShardResult::Done,
+                    EntryPayload::Blank => self.gate.advance(e.log_id.index),
                     EntryPayload::Membership(m) => {
                         self.applied.membership = StoredMembership::new(Some(e.log_id), m);
-                        ShardResult::Done
+                        self.gate.advance(e.log_id.index);
                     }
-                });
+                }
+                self.applied.last_applied = Some(e.log_id);
+                out.push(ShardResult::Done);
             }
             if self.saved_at.elapsed() >= APPLIED_EVERY {
                 self.save()?;
@@ -865,10 +915,14 @@ impl RaftStateMachine<ShardConfig> for KvSm {
         let mut applied = self.applied.clone();
         applied.last_applied = meta.last_log_id;
         applied.membership = meta.last_membership.clone();
-        let (dir, store, done) = (self.dir.clone(), self.store.clone(), applied.clone());
+        let (dir, gate, done, m, kept) =
+            (self.dir.clone(), self.gate.clone(), applied.clone(), meta.clone(), data.clone());
         tokio::task::spawn_blocking(move || {
-            store.replace(records, crate::clock::now_ms())?;
-            write_kv_applied(&dir, &done)
+            // under the gate: a repair from a peer's copy never swaps in an older state after it
+            gate.install(last_index(&done), records, || {
+                write_kv_applied(&dir, &done)?;
+                keep_kv_snapshot(&dir, &m, &kept)
+            })
         })
         .await
         .map_err(io_err)?
@@ -892,6 +946,8 @@ impl RaftStateMachine<ShardConfig> for KvSm {
             Ok(taken) => taken,
             Err(why) => match self.last.clone() {
                 Some(last) => last,
+                // a damaged log, no snapshot kept: none to hand over until it is replaced
+                None if self.store.damaged() => return Ok(None),
                 None => return Err(io_err(std::io::Error::other(why))),
             },
         };
@@ -905,9 +961,26 @@ fn write_kv_applied(dir: &Path, applied: &Applied) -> Result<(), String> {
     sluice_storage::sidefile::write_atomic(&dir.join(APPLIED_FILE), &bytes).map_err(|e| e.to_string())
 }
 
+/// `kv-snapshot.bin`: a coordinator shard replica's newest snapshot (meta and live records),
+/// handed over again after a restart when its log cannot be read (openraft needs one at
+/// start once the Raft log was purged).
+const KV_SNAPSHOT_FILE: &str = "kv-snapshot.bin";
+const KV_SNAPSHOT_MAGIC: [u8; 4] = *b"SKVS";
+
+/// Keep snapshot `meta` with `data` in `kv-snapshot.bin` (atomically, CRC-framed). Blocking.
+fn keep_kv_snapshot(dir: &Path, meta: &SnapshotMeta<NodeId, BasicNode>, data: &[u8]) -> Result<(), String> {
+    let payload = bincode::serialize(&(meta, data)).map_err(|e| e.to_string())?;
+    let framed = sluice_storage::sidefile::encode(KV_SNAPSHOT_MAGIC, 1, &payload);
+    sluice_storage::sidefile::write_atomic(&dir.join(KV_SNAPSHOT_FILE), &framed).map_err(|e| e.to_string())
+}
+
 /// A shard replica's directory name (`__consumer_offsets-3`), for metrics.
 fn shard_name(dir: &Path) -> String {
     dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn last_index(applied: &Applied) -> u64 {
+    applied.last_applied.map_or(0, |l| l.index)
 }
 
 /// `applied.json`: the last applied entry and the partition log's end right after it.

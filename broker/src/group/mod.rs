@@ -518,16 +518,6 @@ impl GroupCoordinator {
         Ok(c)
     }
 
-    /// Applied on every replica of shard `i` (its Raft state machine): append durably. The
-    /// groups are loaded from this log when the replica becomes the shard's leader.
-    pub fn apply_replicated(&self, i: usize, records: &[KvRecord], now: i64) -> Result<(), String> {
-        let mut shard = self.shards.get(i).ok_or("no such shard")?.lock().or_die();
-        match shard.log.append(records, now).map_err(|e| e.to_string())? {
-            Some((flusher, end)) => flusher.sync_to(end).map(|_| ()).map_err(|e| e.to_string()),
-            None => Ok(()),
-        }
-    }
-
     /// Replicate the offsets log (cluster mode): one Raft group per shard over
     /// `min(offsets.topic.replication.factor, voters)` voters (the shared shard runtime,
     /// `coordinator.rs`); each shard's coordinator is its group's leader, which reloads the
@@ -1128,18 +1118,10 @@ impl crate::coordinator::ShardOwner for GroupCoordinator {
         self.settings.replication_factor
     }
 
-    fn apply(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String> {
-        self.apply_replicated(shard, records, now)
-    }
-
-    fn live(&self, shard: usize) -> Result<Vec<KvRecord>, String> {
-        let mut shard = self.shards.get(shard).ok_or("no such shard")?.lock().or_die();
-        shard.log.live().map_err(|e| e.to_string())
-    }
-
-    fn replace(&self, shard: usize, records: &[KvRecord], now: i64) -> Result<(), String> {
-        let mut shard = self.shards.get(shard).ok_or("no such shard")?.lock().or_die();
-        shard.log.compact(records, now).map_err(|e| e.to_string())
+    fn with_log(&self, shard: usize, f: &mut dyn FnMut(&mut crate::kvlog::KvLog)) -> bool {
+        let Some(s) = self.shards.get(shard) else { return false };
+        f(&mut s.lock().or_die().log);
+        true
     }
 
     fn replicated(&self) -> bool {

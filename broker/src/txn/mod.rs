@@ -221,16 +221,6 @@ impl TxnCoordinator {
             .map_err(|_| TxnError::NotCoordinator)
     }
 
-    /// Applied on every replica of shard `i` (the Raft state machine): append durably. The
-    /// in-memory state is loaded from this log when the replica becomes the shard's leader.
-    pub fn apply_replicated(&self, i: usize, records: &[crate::kvlog::KvRecord], now: i64) -> Result<(), String> {
-        let mut shard = self.shards.get(i).ok_or("no such shard")?.lock().or_die();
-        match shard.log.append(records, now).map_err(|e| e.to_string())? {
-            Some((flusher, end)) => flusher.sync_to(end).map(|_| ()).map_err(|e| e.to_string()),
-            None => Ok(()),
-        }
-    }
-
     /// Replicated: this broker now leads shard `i` in `term`, with every earlier entry applied:
     /// load its state from the log. Returns the ids whose transactions await their markers.
     fn load_shard(&self, i: usize, term: i32) -> Vec<String> {
@@ -732,18 +722,10 @@ impl crate::coordinator::ShardOwner for TxnCoordinator {
         self.settings.replication_factor
     }
 
-    fn apply(&self, shard: usize, records: &[crate::kvlog::KvRecord], now: i64) -> Result<(), String> {
-        self.apply_replicated(shard, records, now)
-    }
-
-    fn live(&self, shard: usize) -> Result<Vec<crate::kvlog::KvRecord>, String> {
-        let mut shard = self.shards.get(shard).ok_or("no such shard")?.lock().or_die();
-        shard.log.live().map_err(|e| e.to_string())
-    }
-
-    fn replace(&self, shard: usize, records: &[crate::kvlog::KvRecord], now: i64) -> Result<(), String> {
-        let mut shard = self.shards.get(shard).ok_or("no such shard")?.lock().or_die();
-        shard.log.compact(records, now).map_err(|e| e.to_string())
+    fn with_log(&self, shard: usize, f: &mut dyn FnMut(&mut crate::kvlog::KvLog)) -> bool {
+        let Some(s) = self.shards.get(shard) else { return false };
+        f(&mut s.lock().or_die().log);
+        true
     }
 
     fn replicated(&self) -> bool {
