@@ -1711,7 +1711,10 @@ async fn a_follower_that_fell_far_behind_catches_up() {
                 .map(|(i, l)| format!(
                     "broker {}:\n{}",
                     i + 1,
-                    l.lines().filter(|l| l.contains("backlog")).collect::<Vec<_>>().join("\n")
+                    l.lines()
+                        .filter(|l| l.contains("backlog") || l.contains("WARN") || l.contains("ERROR"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
                 ))
                 .collect::<Vec<_>>()
                 .join("\n")
@@ -2966,7 +2969,7 @@ async fn a_replica_whose_raft_log_lost_acknowledged_entries_does_not_vote_until_
 /// reached, and the next one ends with the epoch after it. Without the repair, the follower's
 /// log stays damaged and the test fails waiting for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_damaged_coordinator_log_is_replaced_by_another_replicas_copy() {
+async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
     use sluice_tests::raw;
     let (mut c, ports) = Cluster::start_with_metrics_logging(
         &["--transaction-state-log-num-partitions", "1"],
