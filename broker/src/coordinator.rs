@@ -333,6 +333,8 @@ pub fn watch_leadership<O: ShardOwner>(owner: &Arc<O>, replicas: &ShardReplicas)
             let mut rx = g.raft.metrics();
             // the last repair failure logged (once while it stays the same)
             let mut warned: Option<String> = None;
+            // no repair is tried again within a second of one that failed
+            let mut retry_at = tokio::time::Instant::now();
             loop {
                 let (is_leader, ready, term) = {
                     let m = rx.borrow();
@@ -344,8 +346,11 @@ pub fn watch_leadership<O: ShardOwner>(owner: &Arc<O>, replicas: &ShardReplicas)
                 let Some(owner) = weak.upgrade() else { return };
                 // a damaged log (found by a read: a load, a snapshot, a compaction) is replaced
                 // by another replica's copy; a leader that cannot repair it lets another lead
-                if let Some(mender) = g.kv_mender().filter(|m| m.is_damaged()) {
+                if let Some(mender) =
+                    g.kv_mender().filter(|m| m.is_damaged() && tokio::time::Instant::now() >= retry_at)
+                {
                     if let Err(e) = mender.mend().await {
+                        retry_at = tokio::time::Instant::now() + Duration::from_secs(1);
                         if warned.as_ref() != Some(&e) {
                             tracing::warn!("{e}; trying again every second");
                             warned = Some(e);
