@@ -80,7 +80,13 @@ pub async fn run(state: Background, mut stop: watch::Receiver<bool>) {
     // compaction) never makes one late
     tokio::spawn(group_timers(state.groups.clone(), stop.clone()));
     tokio::spawn(crate::cleaner::run(state.topics.clone(), state.settings.cleaner.clone(), stop.clone()));
-    tokio::spawn(crate::scrubber::run(state.topics.clone(), state.settings.scrub_bytes_per_second, stop.clone()));
+    let shard_logs = [crate::coordinator::scrubbed_logs(&state.groups), crate::coordinator::scrubbed_logs(&state.txns)];
+    tokio::spawn(crate::scrubber::run(
+        state.topics.clone(),
+        shard_logs.concat(),
+        state.settings.scrub_bytes_per_second,
+        stop.clone(),
+    ));
     tokio::spawn({
         let txns = state.txns.clone();
         async move { txns.recover().await }

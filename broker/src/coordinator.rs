@@ -203,6 +203,46 @@ fn on_log<O: ShardOwner + ?Sized, T>(
     out.unwrap_or_else(|| Err(format!("no shard {shard}")))
 }
 
+/// Shard `shard`'s log as the scrubber walks it (`scrubber.rs`).
+struct ScrubbedShard {
+    owner: Weak<dyn ShardOwner>,
+    shard: usize,
+}
+
+impl crate::scrubber::Scrubbed for ScrubbedShard {
+    fn segments(&self) -> Vec<i64> {
+        let Some(owner) = self.owner.upgrade() else { return Vec::new() };
+        on_log(&*owner, self.shard, |log| Ok(log.segment_bases())).unwrap_or_default()
+    }
+
+    /// Damage found marks the log damaged: a replicated shard's replica replaces it
+    /// ([`watch_leadership`]); on one node the shard goes offline at its next write or load.
+    fn scrub(&self, segment: i64, position: u64, max_bytes: usize) -> Result<Option<u64>, StorageError> {
+        let Some(owner) = self.owner.upgrade() else { return Ok(None) };
+        let mut out = Ok(None);
+        owner.with_log(self.shard, &mut |log| out = log.scrub(segment, position, max_bytes));
+        if let Err(StorageError::Corrupt { path, position, reason }) = &out {
+            tracing::error!(
+                "coordinator log {}-{} is damaged: damaged data in {} at byte {position}: {reason} (found by the \
+                 scrubber)",
+                owner.topic(),
+                self.shard,
+                path.display()
+            );
+            ::metrics::counter!(crate::metrics::STORAGE_CORRUPTIONS_TOTAL, "topic" => owner.topic()).increment(1);
+        }
+        out
+    }
+}
+
+/// Every shard log of `owner`, for the scrubber.
+pub fn scrubbed_logs<O: ShardOwner>(owner: &Arc<O>) -> Vec<Arc<dyn crate::scrubber::Scrubbed>> {
+    let weak: Weak<dyn ShardOwner> = Arc::downgrade(owner) as Weak<O>;
+    (0..owner.shard_count())
+        .map(|shard| Arc::new(ScrubbedShard { owner: weak.clone(), shard }) as Arc<dyn crate::scrubber::Scrubbed>)
+        .collect()
+}
+
 /// One shard of a coordinator as its Raft state machine sees it: its key/value log.
 struct OwnerShard<O> {
     owner: Weak<O>,

@@ -296,6 +296,20 @@ impl KvLog {
         Ok(())
     }
 
+    /// The base offsets of the log's segments (none if it was never written).
+    pub fn segment_bases(&mut self) -> Vec<i64> {
+        if !self.dir.exists() {
+            return Vec::new();
+        }
+        self.log().map(|l| l.segment_bases()).unwrap_or_default()
+    }
+
+    /// Check about `max_bytes` of segment `segment` from byte `position` (`Log::scrub`: damage
+    /// found marks the log damaged).
+    pub fn scrub(&mut self, segment: i64, position: u64, max_bytes: usize) -> Result<Option<u64>, StorageError> {
+        self.log()?.scrub(segment, position, max_bytes)
+    }
+
     /// Flush and close (clean shutdown).
     pub fn close(&mut self) -> Result<(), StorageError> {
         match self.log.take() {

@@ -1676,7 +1676,13 @@ async fn produce_big(b: &Broker, topic: &'static str, bytes: usize) -> i16 {
 /// the heartbeat interval openraft allows an append. Sent whole (openraft's 300 entries, here
 /// 80 MB), every append timed out and was sent again for ever. The leader logs one line when
 /// it has caught up.
+///
+/// Run alone: beside other three-broker tests on two cores it failed 4 of 6 suite runs on
+/// 2026-12-04 — the resumed follower stood for election every ~9 s and the re-elected leader
+/// sent it nothing it heard in between (issue 19: data starving heartbeats under CPU
+/// contention, not understood yet). Alone it passed every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "CPU contention from parallel tests starves its catch-up (issue 19): tests/run-all.sh runs it alone"]
 async fn a_follower_that_fell_far_behind_catches_up() {
     let (c, ports) = Cluster::start_with_metrics_logging(&[], Some("info,openraft=warn"));
     let leader = replicated_topic(&c, "backlog").await;
@@ -2967,7 +2973,9 @@ async fn a_replica_whose_raft_log_lost_acknowledged_entries_does_not_vote_until_
 /// write, but may have taken acknowledged records). Made to lead (the other coordinators killed in turn),
 /// it carries on from that state: the id's last transaction aborted at the epoch the others
 /// reached, and the next one ends with the epoch after it. Without the repair, the follower's
-/// log stays damaged and the test fails waiting for it.
+/// log stays damaged and the test fails waiting for it. Last, a bit rots in the leading
+/// replica's log while it runs: the scrubber finds it, the leader replaces its log with a
+/// follower's copy and serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
     use sluice_tests::raw;
@@ -3071,6 +3079,7 @@ async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
         }
         c.brokers[killed].spawn();
     }
+    let before_scrub = scrape_value(ports[damaged], repairs).unwrap_or(0.0);
     let conn = Connection::connect(&c.brokers[damaged].bootstrap(), "txn-test", 1).await.unwrap();
     let t0 = Instant::now();
     let described = loop {
@@ -3083,4 +3092,34 @@ async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
     assert_eq!(described, ("CompleteAbort".into(), pid, epoch), "the repaired coordinator's state");
     let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
     assert_eq!((err, next), (0, epoch + 1), "the repaired coordinator carries on");
+
+    // a bit rots in the leader's own log while it runs: nobody reads it, the scrubber finds
+    // it, and the leader replaces its log with a follower's copy while it goes on serving
+    let others: Vec<usize> = (0..3).filter(|i| *i != damaged).collect();
+    let t0 = Instant::now();
+    while !others.iter().all(|&i| folded_kv(&kv_dir(&c.brokers[i])) == folded_kv(&kv_dir(&c.brokers[damaged]))) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the followers differ from the leader");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let file = segments(&kv_dir(&c.brokers[damaged])).into_values().next().unwrap();
+    flip_in_batch(&file, 0, 6);
+    let t0 = Instant::now();
+    while scrape_value(ports[damaged], repairs).unwrap_or(0.0) < 1.0 + before_scrub {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the scrubber did not find the damage in the leader's log: repairs {:?}\n{}",
+            scrape_value(ports[damaged], repairs),
+            c.brokers[damaged].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let log = std::fs::read_to_string(c.brokers[damaged].data_dir.with_extension("log")).unwrap_or_default();
+    assert!(log.contains("(found by the scrubber)"), "the scrubber's find is logged");
+    let (err, _, after) = raw::end_txn(&conn, 5, txn, pid, next, false).await.unwrap();
+    assert_eq!((err, after), (0, next + 1), "the leader serves on");
+    let t0 = Instant::now();
+    while !others.iter().all(|&i| folded_kv(&kv_dir(&c.brokers[i])) == folded_kv(&kv_dir(&c.brokers[damaged]))) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the repaired leader's log differs from its followers'");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
