@@ -255,17 +255,9 @@ impl<O> OwnerShard<O> {
     }
 }
 
-fn to_kv(records: Vec<crate::replication::types::KvEntry>) -> Vec<KvRecord> {
-    records.into_iter().map(|r| (bytes::Bytes::from(r.key), r.value.map(bytes::Bytes::from))).collect()
-}
-
 impl<O: ShardOwner> KvStore for OwnerShard<O> {
-    fn apply(&self, records: &[crate::replication::types::KvEntry], now_ms: i64) -> Result<(), String> {
-        let records: Vec<KvRecord> = records
-            .iter()
-            .map(|r| (bytes::Bytes::copy_from_slice(&r.key), r.value.as_deref().map(bytes::Bytes::copy_from_slice)))
-            .collect();
-        self.owner()?.apply(self.shard, &records, now_ms)
+    fn apply(&self, records: &[KvRecord], now_ms: i64) -> Result<(), String> {
+        self.owner()?.apply(self.shard, records, now_ms)
     }
 
     fn live(&self) -> Result<Vec<crate::replication::types::KvEntry>, String> {
@@ -277,7 +269,7 @@ impl<O: ShardOwner> KvStore for OwnerShard<O> {
     }
 
     fn replace(&self, records: Vec<crate::replication::types::KvEntry>, now_ms: i64) -> Result<(), String> {
-        self.owner()?.replace(self.shard, &to_kv(records), now_ms)
+        self.owner()?.replace(self.shard, &crate::cluster::mend::to_pairs(records), now_ms)
     }
 
     fn damaged(&self) -> bool {

@@ -2962,6 +2962,15 @@ async fn a_replica_whose_raft_log_lost_acknowledged_entries_does_not_vote_until_
     assert!(log.contains("votes and stands again"), "B caught up and votes again:\n{}", c.brokers[b].log_tail());
 }
 
+/// Wait up to 30 s for `done`, checking every 200 ms; `what` names the failure.
+async fn until(done: impl Fn() -> bool, what: &str) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Issue 22, a coordinator log (decision 0037): a bit rots in a follower's copy of the
 /// transaction log (one shard, three replicas) while it is down, and the others go on. The
 /// follower finds the damage when it starts (its log is read to load the shard: the CRC
@@ -2992,11 +3001,7 @@ async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
     let same_as_leader =
         |c: &Cluster, i: usize| folded_kv(&kv_dir(&c.brokers[i])) == folded_kv(&kv_dir(&c.brokers[leader]));
     let damaged = (leader + 1) % 3;
-    let t0 = Instant::now();
-    while !same_as_leader(&c, damaged) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the follower's transaction log differs");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until(|| same_as_leader(&c, damaged), "the follower's transaction log differs").await;
     c.brokers[damaged].stop();
     let file = segments(&kv_dir(&c.brokers[damaged])).into_values().next().unwrap();
     flip_in_batch(&file, 0, 3);
@@ -3019,11 +3024,7 @@ async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
     assert!(log.contains("the damaged log was replaced by broker"), "the repair is logged");
     // it takes new entries
     let epoch = raw::abort_empty(&conn, txn, pid, epoch, 10).await.unwrap();
-    let t0 = Instant::now();
-    while !same_as_leader(&c, damaged) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the repaired log does not follow the leader's");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until(|| same_as_leader(&c, damaged), "the repaired log does not follow the leader's").await;
     // killed, with the end of its last batch cut away (as a torn tail looks, but acknowledged:
     // its applied.json is past it): the start cuts that batch, holds the log damaged and
     // replaces it too. The last batch is another id's first state, written a second after the
@@ -3032,11 +3033,7 @@ async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let (err, _, _) = raw::init_producer_id(&conn, 4, Some("kv-mend-other"), None).await.unwrap();
     assert_eq!(err, 0);
-    let t0 = Instant::now();
-    while !same_as_leader(&c, damaged) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the repaired log does not follow the leader's");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until(|| same_as_leader(&c, damaged), "the repaired log does not follow the leader's").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     c.brokers[damaged].kill9();
     let file = segments(&kv_dir(&c.brokers[damaged])).into_values().last().unwrap();
@@ -3096,11 +3093,11 @@ async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
     // a bit rots in the leader's own log while it runs: nobody reads it, the scrubber finds
     // it, and the leader replaces its log with a follower's copy while it goes on serving
     let others: Vec<usize> = (0..3).filter(|i| *i != damaged).collect();
-    let t0 = Instant::now();
-    while !others.iter().all(|&i| folded_kv(&kv_dir(&c.brokers[i])) == folded_kv(&kv_dir(&c.brokers[damaged]))) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the followers differ from the leader");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until(
+        || others.iter().all(|&i| folded_kv(&kv_dir(&c.brokers[i])) == folded_kv(&kv_dir(&c.brokers[damaged]))),
+        "the followers differ from the leader",
+    )
+    .await;
     let file = segments(&kv_dir(&c.brokers[damaged])).into_values().next().unwrap();
     flip_in_batch(&file, 0, 6);
     let t0 = Instant::now();
@@ -3117,9 +3114,9 @@ async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
     assert!(log.contains("(found by the scrubber)"), "the scrubber's find is logged");
     let (err, _, after) = raw::end_txn(&conn, 5, txn, pid, next, false).await.unwrap();
     assert_eq!((err, after), (0, next + 1), "the leader serves on");
-    let t0 = Instant::now();
-    while !others.iter().all(|&i| folded_kv(&kv_dir(&c.brokers[i])) == folded_kv(&kv_dir(&c.brokers[damaged]))) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the repaired leader's log differs from its followers'");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until(
+        || others.iter().all(|&i| folded_kv(&kv_dir(&c.brokers[i])) == folded_kv(&kv_dir(&c.brokers[damaged]))),
+        "the repaired leader's log differs from its followers'",
+    )
+    .await;
 }

@@ -108,7 +108,7 @@ impl Mender {
 /// (`coordinator.rs` implements it over the shard's log).
 pub trait KvStore: Send + Sync + 'static {
     /// Append `records` durably (every replica applies every committed entry).
-    fn apply(&self, records: &[KvEntry], now_ms: i64) -> Result<(), String>;
+    fn apply(&self, records: &[KvPair], now_ms: i64) -> Result<(), String>;
     /// The log's live records — the newest value of each key, deleted keys dropped, in the
     /// order they were last written: the shard's snapshot.
     fn live(&self) -> Result<Vec<KvEntry>, String>;
@@ -120,6 +120,14 @@ pub trait KvStore: Send + Sync + 'static {
     /// Hold the log damaged if its open cut bytes off its end (acknowledged records may be
     /// among them); why, if so.
     fn suspect_cut(&self) -> Option<String>;
+}
+
+/// A key and its value (`None`: deleted) as the log stores them (`kvlog::KvRecord`).
+pub type KvPair = (bytes::Bytes, Option<bytes::Bytes>);
+
+/// An entry's records as the log stores them (their bytes moved, not copied).
+pub fn to_pairs(records: Vec<KvEntry>) -> Vec<KvPair> {
+    records.into_iter().map(|r| (bytes::Bytes::from(r.key), r.value.map(bytes::Bytes::from))).collect()
 }
 
 /// A coordinator shard replica's log and the entries applied to it, read and changed together
@@ -144,7 +152,7 @@ struct GateState {
     /// (the log may hold later ones, applied again: harmless).
     applied: u64,
     /// Entries applied while the log was damaged, not written (index, records, time).
-    kept: Vec<(u64, Vec<KvEntry>, i64)>,
+    kept: Vec<(u64, Vec<KvPair>, i64)>,
     kept_bytes: usize,
     /// Whether `kept` holds every entry applied while the log was damaged.
     complete: bool,
@@ -163,10 +171,10 @@ impl KvGate {
     /// Apply entry `index`'s records: written, or kept while the log is damaged. `Err` when
     /// writing failed otherwise (the group must stop here: a replica that skipped an entry
     /// would hold another state for good). Blocking.
-    pub fn apply(&self, index: u64, records: &[KvEntry], now_ms: i64) -> Result<(), String> {
+    pub fn apply(&self, index: u64, records: Vec<KvPair>, now_ms: i64) -> Result<(), String> {
         let mut st = self.state.lock().or_die();
         if !self.store.damaged() {
-            match self.store.apply(records, now_ms) {
+            match self.store.apply(&records, now_ms) {
                 Ok(()) => {}
                 Err(e) if !self.store.damaged() => return Err(e),
                 // the write found the damage: nothing was written
@@ -236,18 +244,18 @@ impl KvGate {
 }
 
 impl GateState {
-    fn keep(&mut self, index: u64, records: &[KvEntry], now_ms: i64) {
+    fn keep(&mut self, index: u64, records: Vec<KvPair>, now_ms: i64) {
         if !self.complete {
             return;
         }
-        let bytes: usize = records.iter().map(|r| r.key.len() + r.value.as_ref().map_or(0, |v| v.len())).sum();
+        let bytes: usize = records.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len())).sum();
         if self.kept_bytes + bytes > KEPT_WHILE_DAMAGED {
             self.kept.clear();
             self.kept_bytes = 0;
             self.complete = false;
             return;
         }
-        self.kept.push((index, records.to_vec(), now_ms));
+        self.kept.push((index, records, now_ms));
         self.kept_bytes += bytes;
     }
 
@@ -368,11 +376,13 @@ mod tests {
     }
 
     impl KvStore for MemStore {
-        fn apply(&self, records: &[KvEntry], _now_ms: i64) -> Result<(), String> {
+        fn apply(&self, records: &[KvPair], _now_ms: i64) -> Result<(), String> {
             if self.damaged() {
                 return Err("damaged".into());
             }
-            self.log.lock().unwrap().extend_from_slice(records);
+            let entries =
+                records.iter().map(|(k, v)| KvEntry { key: k.to_vec(), value: v.as_ref().map(|v| v.to_vec()) });
+            self.log.lock().unwrap().extend(entries);
             Ok(())
         }
         fn live(&self) -> Result<Vec<KvEntry>, String> {
@@ -409,7 +419,7 @@ mod tests {
         let p = Arc::new(MemStore::default());
         let g = KvGate::new(p.clone(), 0);
         for i in 1..=n {
-            g.apply(i, &entry(i), 0).unwrap();
+            g.apply(i, to_pairs(entry(i)), 0).unwrap();
         }
         g.copy().unwrap()
     }
@@ -431,7 +441,7 @@ mod tests {
                         if i == damaged_after + 1 {
                             store.damaged.store(true, Ordering::SeqCst);
                         }
-                        gate.apply(i, &entry(i), 0).unwrap();
+                        gate.apply(i, to_pairs(entry(i)), 0).unwrap();
                     }
                     if repair_at == damaged_after {
                         store.damaged.store(true, Ordering::SeqCst);
@@ -444,7 +454,7 @@ mod tests {
                             assert!(copy_at >= damaged_after, "taken: {case}");
                             // the rest arrive (openraft applies each entry once, in order)
                             for i in repair_at + 1..=total {
-                                gate.apply(i, &entry(i), 0).unwrap();
+                                gate.apply(i, to_pairs(entry(i)), 0).unwrap();
                             }
                             assert_eq!(store.state(), whole, "{case}");
                         }
@@ -461,11 +471,11 @@ mod tests {
     fn past_the_bound_only_a_copy_of_every_applied_entry_will_do() {
         let store = Arc::new(MemStore::default());
         let gate = KvGate::new(store.clone(), 0);
-        gate.apply(1, &entry(1), 0).unwrap();
+        gate.apply(1, to_pairs(entry(1)), 0).unwrap();
         store.damaged.store(true, Ordering::SeqCst);
         let big = vec![KvEntry { key: b"big".to_vec(), value: Some(vec![0; KEPT_WHILE_DAMAGED]) }];
-        gate.apply(2, &big, 0).unwrap();
-        gate.apply(3, &entry(3), 0).unwrap();
+        gate.apply(2, to_pairs(big.clone()), 0).unwrap();
+        gate.apply(3, to_pairs(entry(3)), 0).unwrap();
         assert!(gate.replace_with(2, vec![]).is_err(), "entry 3 would be lost");
         let (index, mut records) = peer(3);
         assert_eq!(index, 3);

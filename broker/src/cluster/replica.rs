@@ -861,7 +861,7 @@ impl RaftStateMachine<ShardConfig> for KvSm {
             for e in entries {
                 match e.payload {
                     EntryPayload::Normal(ShardCommand::Kv { records, now_ms }) => {
-                        self.gate.apply(e.log_id.index, &records, now_ms).map_err(|why| {
+                        self.gate.apply(e.log_id.index, super::mend::to_pairs(records), now_ms).map_err(|why| {
                             io_err(std::io::Error::other(format!(
                                 "{}: cannot apply a committed entry, stopping this replica: {why}",
                                 shard_name(&self.dir)
