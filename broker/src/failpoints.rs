@@ -20,15 +20,19 @@ pub enum Failpoint {
     /// Under `log.flush.policy=sync`, acknowledge a produce without waiting for its fsync: the
     /// bug the power-cut tests (lossyfs) must catch.
     ProduceAckBeforeFsync,
+    /// A coordinator shard replica repairing a damaged log refuses every peer's copy: a leader
+    /// that cannot repair must hand the shard over (the hand-over test).
+    KvMendRefusesCopies,
 }
 
 impl Failpoint {
-    pub const ALL: [Failpoint; 5] = [
+    pub const ALL: [Failpoint; 6] = [
         Failpoint::TxnBeforePrepare,
         Failpoint::TxnAfterPrepare,
         Failpoint::FetchIgnoreLso,
         Failpoint::ProduceDelayAfterVerify,
         Failpoint::ProduceAckBeforeFsync,
+        Failpoint::KvMendRefusesCopies,
     ];
 
     /// Its name in `testing.failpoints`.
@@ -39,6 +43,7 @@ impl Failpoint {
             Failpoint::FetchIgnoreLso => "fetch.ignore_lso",
             Failpoint::ProduceDelayAfterVerify => "produce.delay_after_verify",
             Failpoint::ProduceAckBeforeFsync => "produce.ack_before_fsync",
+            Failpoint::KvMendRefusesCopies => "kv.mend_refuses_copies",
         }
     }
 

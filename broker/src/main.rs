@@ -66,14 +66,26 @@ fn raft_log_dump(m: &clap::ArgMatches) -> ExitCode {
 /// e.g. `SLUICE_LOG=info,openraft=info`.
 const DEFAULT_LOG_FILTER: &str = "info,openraft=warn";
 
+/// openraft's lines that each repeat one failed Raft RPC (four or five per failure: 2,600 lines
+/// in 10 s with one peer stopped) are left out: `cluster::rpc_health` logs one line per failing
+/// peer every 10 s instead. A `SLUICE_LOG` that names `openraft` keeps them.
 fn init_logs(json: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let given = std::env::var("SLUICE_LOG").ok();
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let keep_per_rpc = given.is_some_and(|g| g.contains("openraft"));
+    let per_rpc = tracing_subscriber::filter::filter_fn(move |m| {
+        keep_per_rpc || !sluice_broker::cluster::rpc_health::is_per_rpc_noise(m)
+    });
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter);
     if json {
-        builder.json().init();
+        registry.with(fmt.json().with_filter(per_rpc)).init();
     } else {
-        builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
+        registry.with(fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_filter(per_rpc)).init();
     }
 }
 

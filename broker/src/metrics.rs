@@ -78,6 +78,9 @@ pub const RAFT_REPLICATION_LAG: &str = "sluice_raft_replication_lag";
 /// (bounded by `replication.partition.in.flight.max.bytes`).
 pub const RAFT_BYTES_IN_FLIGHT: &str = "sluice_raft_bytes_in_flight";
 pub const RAFT_SNAPSHOTS_TOTAL: &str = "sluice_raft_snapshots_total";
+/// Raft RPCs this broker sent (AppendEntries, Vote, InstallSnapshot of every group), labels
+/// `peer` (its node id) and `outcome` (answered, timed_out, refused, failed).
+pub const RAFT_RPCS_TOTAL: &str = "sluice_raft_rpcs_total";
 pub const RAFT_SNAPSHOTS_INSTALLED_TOTAL: &str = "sluice_raft_snapshots_installed_total";
 
 /// Per partition: 1 while its log is offline (a failed write or fsync, or a batch that failed

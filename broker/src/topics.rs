@@ -264,13 +264,14 @@ impl TopicRegistry {
     }
 
     /// The cluster id clients see: the quorum's (the first registered broker's) in cluster
-    /// mode, this broker's own otherwise.
-    pub fn effective_cluster_id(&self) -> String {
-        self.cluster
-            .get()
-            .map(|c| c.image().cluster_id.clone())
-            .filter(|id| !id.is_empty())
-            .unwrap_or_else(|| self.cluster_id.clone())
+    /// mode — none until the quorum has named the cluster (a broker's own id meanwhile would
+    /// differ from broker to broker, and librdkafka warns that it is connected to two
+    /// clusters) — this broker's own otherwise.
+    pub fn effective_cluster_id(&self) -> Option<String> {
+        match self.cluster.get() {
+            Some(c) => Some(c.image().cluster_id.clone()).filter(|id| !id.is_empty()),
+            None => Some(self.cluster_id.clone()),
+        }
     }
 
     pub fn data_dir(&self) -> &Path {
@@ -856,12 +857,23 @@ impl TopicRegistry {
         }
     }
 
-    /// Flush every partition and close the logs cleanly (SIGTERM). Partitions still shared by
-    /// in-flight requests are flushed but not marked clean.
+    /// Flush every partition and close the logs cleanly (SIGTERM). Partitions (or topics)
+    /// still shared by in-flight requests are flushed but not marked clean.
     pub fn shutdown(self) {
         let topics = std::mem::take(&mut *self.topics.write().or_die());
+        let flush = |p: &Partition| {
+            if let Err(e) = p.flush() {
+                tracing::error!(topic = %p.topic, partition = p.index, "flush at shutdown failed: {e}");
+            }
+        };
         for (_, topic) in topics {
-            let Ok(topic) = Arc::try_unwrap(topic) else { continue };
+            let topic = match Arc::try_unwrap(topic) {
+                Ok(topic) => topic,
+                Err(shared) => {
+                    shared.partitions.iter().for_each(|p| flush(p));
+                    continue;
+                }
+            };
             for p in topic.partitions {
                 match Arc::try_unwrap(p) {
                     Ok(p) => {
@@ -869,9 +881,7 @@ impl TopicRegistry {
                             tracing::error!("clean close failed: {e}");
                         }
                     }
-                    Err(p) => {
-                        let _ = p.flush();
-                    }
+                    Err(p) => flush(&p),
                 }
             }
         }
@@ -944,6 +954,37 @@ fn base64ish(u: Uuid) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The recovery point in a partition's checkpoint file (`sluice_storage::log`'s format).
+    fn recovery_point(dir: &Path) -> i64 {
+        let framed = sluice_storage::sidefile::read_framed(&dir.join(sluice_storage::log::CHECKPOINT_FILE), *b"SLCP");
+        let (_, payload) = framed.expect("readable").expect("a checkpoint");
+        i64::from_be_bytes(payload[..8].try_into().expect("8 bytes"))
+    }
+
+    /// SIGTERM while a request still holds a topic: its partitions are flushed all the same.
+    /// With `log.flush.policy=interval`, acknowledged records that were not yet synced reach
+    /// the disk, and the recovery point covers them.
+    #[test]
+    fn shutdown_flushes_the_partitions_of_a_topic_still_in_use() {
+        use sluice_protocol::batch::{BatchBuilder, NewRecord};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut flags = BTreeMap::new();
+        flags.insert("log.dirs".to_string(), dir.path().display().to_string());
+        flags.insert("log.flush.policy".to_string(), "interval".to_string());
+        flags.insert("log.flush.interval.ms".to_string(), "3600000".to_string());
+        let config = Arc::new(crate::config::resolve(&flags, &BTreeMap::new(), None).expect("config"));
+        let topics = TopicRegistry::open(config).expect("open");
+        let topic = topics.create_topic_with_id("held", None, 1, 1, BTreeMap::new(), false).expect("topic");
+        let records = vec![NewRecord { timestamp: crate::clock::now_ms(), ..Default::default() }; 3];
+        let mut batch = BatchBuilder::default().build(&records).expect("batch").to_vec();
+        topic.partitions[0].append_batch(&mut batch, 0).expect("append");
+        let partition_dir = dir.path().join("held-0");
+        assert_eq!(recovery_point(&partition_dir), 0, "nothing synced yet");
+        topics.shutdown();
+        assert_eq!(recovery_point(&partition_dir), 3, "flushed at shutdown although still in use");
+        drop(topic);
+    }
 
     #[test]
     fn topic_names() {

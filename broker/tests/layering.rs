@@ -48,6 +48,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("cluster/reassign", 3),
     ("cluster/network", 3),
     ("cluster/failover", 3),
+    ("cluster/rpc_health", 3),
     // replication (openraft glue)
     ("cluster/replica", 2),
     ("cluster/mend", 2),

@@ -197,6 +197,7 @@ pub struct CleanJob {
     segment_bytes: u64,
     index_interval_bytes: u64,
     index_max_bytes: usize,
+    leader_epoch: Option<i32>,
 }
 
 impl CleanJob {
@@ -403,6 +404,7 @@ impl Log {
             segment_bytes: self.config().segment_bytes,
             index_interval_bytes: self.config().index_interval_bytes,
             index_max_bytes: self.config().segment_index_bytes,
+            leader_epoch: self.config().leader_epoch,
         }))
     }
 
@@ -439,8 +441,13 @@ impl Log {
             return Err(e);
         }
         for g in &cleaned.groups {
-            let mut seg =
-                Segment::open(&dir, g.base, self.config().index_interval_bytes, self.config().segment_index_bytes)?;
+            let mut seg = Segment::open(
+                &dir,
+                g.base,
+                self.config().index_interval_bytes,
+                self.config().segment_index_bytes,
+                self.config().leader_epoch,
+            )?;
             if !seg.load_clean()? {
                 seg.recover_allowing_gaps()?;
                 seg.seal(true)?;
@@ -694,7 +701,7 @@ pub fn clean(job: &mut CleanJob, opts: &CleanOptions) -> Result<Cleaned> {
             if let Some(o) = outputs.last_mut() {
                 o.write_out(&mut throttle)?;
             }
-            let seg = Segment::open(&staging, s.base, job.index_interval_bytes, job.index_max_bytes)?;
+            let seg = Segment::open(&staging, s.base, job.index_interval_bytes, job.index_max_bytes, job.leader_epoch)?;
             outputs.push(Output {
                 seg,
                 buf: Vec::new(),

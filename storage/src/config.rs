@@ -51,6 +51,12 @@ pub struct LogConfig {
     /// `min.cleanable.dirty.ratio`: the dirty share of the cleanable bytes at which the cleaner
     /// takes the log (default 0.5).
     pub min_cleanable_dirty_ratio: f64,
+    /// The partition leader epoch every stored batch carries: appends stamp it, and reads, the
+    /// scrubber, recovery and repairs treat a batch with another as damaged — the field is
+    /// outside the batch CRC, so this is how a flipped bit there is found (decision 0043).
+    /// Sluice writes epoch 0 everywhere (default `Some(0)`); `None` stamps nothing and checks
+    /// nothing.
+    pub leader_epoch: Option<i32>,
 }
 
 impl Default for LogConfig {
@@ -70,6 +76,7 @@ impl Default for LogConfig {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
             min_cleanable_dirty_ratio: 0.5,
+            leader_epoch: Some(0),
         }
     }
 }

@@ -18,7 +18,7 @@ pub struct DirLock {
 impl DirLock {
     /// Create `dir` if needed and take an exclusive, non-blocking lock on `dir/.lock`.
     pub fn acquire(dir: &Path) -> Result<DirLock> {
-        std::fs::create_dir_all(dir).at(dir)?;
+        crate::sidefile::create_dir_durable(dir)?;
         let path = dir.join(LOCK_FILE);
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).at(&path)?;
         match file.try_lock() {

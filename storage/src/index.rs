@@ -182,6 +182,18 @@ impl OffsetIndex {
         }
     }
 
+    /// The last entry whose relative base offset is ≤ `relative_offset`: (relative offset,
+    /// position) of the batch it names.
+    pub fn floor_entry(&self, relative_offset: u32) -> Option<(u32, u32)> {
+        self.floor_by(i64::from(relative_offset), |e| i64::from(u32_at(e, 0))).map(|i| self.get(i))
+    }
+
+    /// The last entry whose position is ≤ `position` (positions grow with offsets).
+    pub fn floor_by_position(&self, position: u64) -> Option<(u32, u32)> {
+        let target = i64::try_from(position).unwrap_or(i64::MAX);
+        self.floor_by(target, |e| i64::from(u32_at(e, 4))).map(|i| self.get(i))
+    }
+
     /// Entries strictly increasing and positions inside the log file.
     pub fn validate(&self, log_bytes: u64) -> bool {
         let mut prev: Option<(u32, u32)> = None;

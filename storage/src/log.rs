@@ -20,7 +20,7 @@
 
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{IoContext, Result, StorageError};
-use crate::segment::{file_name, BatchMeta, Segment};
+use crate::segment::{file_name, BatchMeta, Segment, TailGap};
 use crate::sidefile;
 use crate::sync::OrDie as _;
 use crate::txnindex::AbortedTxn;
@@ -191,6 +191,10 @@ pub struct Log {
     /// is offline while it is set; unlike a failed write, a replica can repair it from a
     /// peer's copy ([`Log::find_damage`], [`Log::repair`]).
     damaged: std::sync::atomic::AtomicI64,
+    /// Offsets below the recovery point whose bytes the open found gone from the end of the
+    /// last segment (its base, and where they belong): the log is damaged until a replica's
+    /// repair appends its peers' copies of them ([`Log::repair`]).
+    tail_gap: Option<(i64, TailGap)>,
     /// The log cleaner's record (`cleaner.checkpoint`).
     pub(crate) cleaner: crate::cleaner::CleanerState,
     /// Reused per append so the hot path does not allocate.
@@ -252,7 +256,7 @@ impl Log {
     pub fn open(dir: &Path, config: LogConfig) -> Result<Log> {
         config.validate()?;
         crate::snapshot::recover_swap(dir)?;
-        std::fs::create_dir_all(dir).at(dir)?;
+        sidefile::create_dir_durable(dir)?;
         crate::cleaner::recover(dir)?;
         let cleaner = crate::cleaner::CleanerState::load(dir);
         let mut bases = Vec::new();
@@ -302,19 +306,31 @@ impl Log {
         let mut segments = BTreeMap::new();
         let mut truncated_at: Option<usize> = None;
         let mut damaged: Option<i64> = None;
+        let mut tail_gap: Option<(i64, TailGap)> = None;
         for (i, &base) in bases.iter().enumerate() {
             if truncated_at.is_some() {
                 // everything after a corrupt point is gone
-                let seg = Segment::open(dir, base, config.index_interval_bytes, config.segment_index_bytes)?;
+                let seg = Segment::open(
+                    dir,
+                    base,
+                    config.index_interval_bytes,
+                    config.segment_index_bytes,
+                    config.leader_epoch,
+                )?;
                 report.truncated_bytes += seg.size();
                 report.segments_deleted += 1;
                 seg.delete_files()?;
                 continue;
             }
-            let mut seg = Segment::open(dir, base, config.index_interval_bytes, config.segment_index_bytes)?;
+            let mut seg =
+                Segment::open(dir, base, config.index_interval_bytes, config.segment_index_bytes, config.leader_epoch)?;
             let next_base = bases.get(i + 1).copied();
             let below_recovery_point = next_base.is_some_and(|nb| nb <= recovery_point);
-            let trusted = (clean || below_recovery_point) && seg.load_clean()?;
+            // the last segment must also reach the recovery point: a file that lost its synced
+            // end can still look whole
+            let trusted = (clean || below_recovery_point)
+                && seg.load_clean()?
+                && (next_base.is_some() || seg.next_offset() >= recovery_point);
             if !trusted {
                 report.scanned_from.get_or_insert(base);
                 report.segments_scanned += 1;
@@ -323,7 +339,7 @@ impl Log {
                 // written and synced before (a clean close, or below the recovery point): damage
                 // here is rot at rest, not a torn tail, and every byte was acknowledged: keep it
                 // and take the log offline (decision 0036) instead of cutting it
-                let at_rest = clean || below_recovery_point;
+                let at_rest = (clean && next_base.is_some()) || below_recovery_point;
                 if at_rest {
                     let end = next_base.unwrap_or(recovery_point);
                     let outcome = seg.reindex_keeping_damage(gaps, end)?;
@@ -335,6 +351,44 @@ impl Log {
                             outcome.valid_bytes
                         );
                         damaged.get_or_insert(base);
+                    }
+                } else if base < recovery_point {
+                    // the segment holds the recovery point: damage before it is at rest (every
+                    // byte there was synced and acknowledged), only a tear after it is cut
+                    let last = next_base.is_none();
+                    let r =
+                        seg.recover_keeping_synced(gaps, recovery_point, last, next_base.unwrap_or(recovery_point))?;
+                    report.truncated_bytes += r.outcome.truncated_bytes;
+                    seg.sync()?;
+                    if let Some((at, offset)) = r.damage {
+                        tracing::error!(
+                            "{} is damaged at byte {at} (offset {offset}, below the recovery point {recovery_point}: {}): \
+                             nothing synced is cut; the log stays offline until it is repaired (docs/storage.md, \
+                             \"Damaged data\")",
+                            seg.log_path().display(),
+                            r.outcome.stop_reason.as_deref().unwrap_or("")
+                        );
+                        damaged.get_or_insert(base);
+                    }
+                    if let Some(g) = r.gap {
+                        tracing::error!(
+                            "{}: offsets {}..{} below the recovery point are missing from byte {} on (the file was \
+                             cut or zeroed after they were synced)",
+                            seg.log_path().display(),
+                            g.next,
+                            g.to,
+                            g.position
+                        );
+                        tail_gap = Some((base, g));
+                    }
+                    if r.cut {
+                        tracing::warn!(
+                            "recovered {}: cut {} bytes of a torn tail past the recovery point {recovery_point}",
+                            seg.log_path().display(),
+                            r.outcome.truncated_bytes
+                        );
+                        report.stop_reason = r.outcome.stop_reason;
+                        truncated_at = Some(i);
                     }
                 } else {
                     let outcome = if gaps { seg.recover_allowing_gaps()? } else { seg.recover()? };
@@ -354,6 +408,22 @@ impl Log {
                 }
             }
             if let Some(nb) = next_base {
+                // a rolled segment's batches end exactly where the next one starts (unless the
+                // cleaner removed its last records): one that ends before lost its end — cut or
+                // zeroed after it was synced. Its missing offsets are held as damage (never
+                // skipped by a read) and filled from a replica's copies (`Log::repair`).
+                let gaps = base < cleaner.gaps_below;
+                if truncated_at.is_none() && !gaps && seg.next_offset() < nb {
+                    tracing::error!(
+                        "{}: offsets {}..{nb} are missing from byte {} on (the file lost its end after it was \
+                         synced); the log stays offline until it is repaired (docs/storage.md, \"Damaged data\")",
+                        seg.log_path().display(),
+                        seg.next_offset(),
+                        seg.size()
+                    );
+                    seg.hold_missing_end(nb);
+                    damaged.get_or_insert(base);
+                }
                 if truncated_at.is_none() && seg.next_offset() > nb {
                     return Err(StorageError::Corrupt {
                         path: seg.log_path().to_path_buf(),
@@ -402,6 +472,7 @@ impl Log {
             recovery: report,
             offline: AtomicBool::new(false),
             damaged: std::sync::atomic::AtomicI64::new(damaged.unwrap_or(NOT_DAMAGED)),
+            tail_gap,
             cleaner,
             scratch_metas: Vec::with_capacity(8),
         };
@@ -494,7 +565,8 @@ impl Log {
         if position >= seg.size() {
             return Ok(None);
         }
-        let next = seg.check_from(position, max_bytes).inspect_err(|e| self.note_damage(e, segment))?;
+        let gaps = segment < self.cleaner.gaps_below;
+        let next = seg.check_from(position, max_bytes, gaps).inspect_err(|e| self.note_damage(e, segment))?;
         Ok(Some(next))
     }
 
@@ -507,16 +579,22 @@ impl Log {
             return Ok(None);
         }
         let found = match self.segments.get(&base) {
-            Some(seg) => seg.first_damage()?.map(|(position, base_offset)| Damage {
-                segment: base,
-                path: seg.log_path().to_path_buf(),
-                position,
-                base_offset,
-            }),
+            Some(seg) => {
+                // damage kept in place comes first; the missing tail after it last
+                let gap = self.tail_gap.filter(|(b, _)| *b == base).map(|(_, g)| g);
+                let (position, base_offset) = match seg.first_damage(base < self.cleaner.gaps_below)? {
+                    Some((at, offset)) if gap.is_none_or(|g| at < g.position) => (at, offset),
+                    _ => match gap {
+                        Some(g) => (g.position, g.next),
+                        None => return self.not_damaged(),
+                    },
+                };
+                Some(Damage { segment: base, path: seg.log_path().to_path_buf(), position, base_offset })
+            }
             None => None,
         };
         if found.is_none() {
-            self.damaged.store(NOT_DAMAGED, Ordering::Release);
+            return self.not_damaged();
         }
         Ok(found)
     }
@@ -530,32 +608,58 @@ impl Log {
     /// write failed); `Ok(false)`: another damaged batch follows (call `find_damage` again).
     pub fn repair(&mut self, d: &Damage, copy: &[u8]) -> Result<bool> {
         let refuse = |why: String| Err(StorageError::Unrepairable { path: d.path.clone(), position: d.position, why });
+        if let Some((base, g)) = self.tail_gap {
+            if base == d.segment && g.position == d.position && g.next == d.base_offset {
+                return self.fill_gap(d, g, copy);
+            }
+        }
         let Some(seg) = self.segments.get(&d.segment) else { return refuse("its segment is gone".into()) };
-        if seg.first_damage()? != Some((d.position, d.base_offset)) {
+        if seg.first_damage(d.segment < self.cleaner.gaps_below)? != Some((d.position, d.base_offset)) {
             return refuse("the damage is no longer where it was found".into());
         }
         let b = match batch::BatchView::parse(copy) {
             Ok((b, _)) => b,
             Err(e) => return refuse(format!("the copy is not a valid batch: {e}")),
         };
+        if let Some(why) = seg.wrong_epoch(&b) {
+            return refuse(format!("the copy {why}"));
+        }
         let size = b.size();
         if b.base_offset() < d.base_offset {
             return refuse(format!("the copy starts at offset {}, before {}", b.base_offset(), d.base_offset));
         }
         let end = d.position + size as u64;
+        if end > seg.size()
+            && self.tail_gap.is_none()
+            && d.base_offset < seg.next_offset()
+            && seg.next_valid_batch(d.position + 1, d.base_offset.max(1) - 1).is_none()
+        {
+            // nothing valid follows the damage to the file's end, which comes before the
+            // segment's offsets do (its end was cut or zeroed): the copies are written where
+            // the missing batches belong, one after another, and the file ends after the last
+            let g = TailGap { position: d.position, next: d.base_offset, to: seg.next_offset() };
+            return self.fill_gap(d, g, copy);
+        }
         if end > seg.size() {
             return refuse(format!("the copy ({size} bytes) runs past the segment's end"));
         }
         if end < seg.size() {
-            match seg.base_offset_at(end) {
-                Some(next) if next > b.last_offset() => {}
-                next => {
-                    return refuse(format!(
-                        "the copy (offsets {}..={}, {size} bytes) does not fit: the next batch here starts at {next:?}",
-                        b.base_offset(),
-                        b.last_offset()
-                    ))
-                }
+            // the next batch starts right after the copy — or, when damage runs on past the
+            // copy's end (a zeroed page over several batches), the next valid batch is at or
+            // after it and starts past the copy's offsets; the bytes between stay damaged
+            let fits = match seg.base_offset_at(end) {
+                Some(next) if next > b.last_offset() => true,
+                _ => seg
+                    .next_valid_batch(d.position + 1, d.base_offset.max(1) - 1)
+                    .map_or(b.last_offset() < seg.next_offset(), |(at, next)| end <= at && next > b.last_offset()),
+            };
+            if !fits {
+                return refuse(format!(
+                    "the copy (offsets {}..={}, {size} bytes) does not fit: the next batch here starts at {:?}",
+                    b.base_offset(),
+                    b.last_offset(),
+                    seg.base_offset_at(end)
+                ));
             }
         } else if b.last_offset() >= seg.next_offset() {
             return refuse(format!("the copy ends at offset {}, past the segment's end", b.last_offset()));
@@ -565,14 +669,74 @@ impl Log {
         // same scan says whether more damage follows
         let gaps = d.segment < self.cleaner.gaps_below;
         let active = self.segments.keys().next_back() == Some(&d.segment);
+        let gap = self.tail_gap.filter(|(b, _)| *b == d.segment).map(|(_, g)| g);
         if let Some(seg) = self.segments.get_mut(&d.segment) {
             let end = seg.next_offset();
-            if seg.reindex_keeping_damage(gaps, end)?.stop_reason.is_some() {
+            let stopped = seg.reindex_keeping_damage(gaps, end)?.stop_reason.is_some();
+            if let Some(g) = gap {
+                // the missing tail is still to be filled
+                seg.hold_tail_gap(&g);
+                return Ok(false);
+            }
+            if stopped {
                 return Ok(false);
             }
             if !active {
                 seg.seal(true)?;
             }
+        }
+        self.damaged.store(NOT_DAMAGED, Ordering::Release);
+        Ok(!self.is_offline())
+    }
+
+    /// No damage is known any more: online again unless a write failed.
+    fn not_damaged(&self) -> Result<Option<Damage>> {
+        self.damaged.store(NOT_DAMAGED, Ordering::Release);
+        Ok(None)
+    }
+
+    /// [`Log::repair`] of the missing tail `g`: `copy` is the next missing batch (it must start
+    /// exactly at `g.next` and end before `g.to`), written where it belongs and fdatasynced.
+    /// Once the last is written the file ends there (whatever the cut or zeroing left after it
+    /// is removed) and the segment is indexed again.
+    fn fill_gap(&mut self, d: &Damage, mut g: TailGap, copy: &[u8]) -> Result<bool> {
+        let refuse = |why: String| Err(StorageError::Unrepairable { path: d.path.clone(), position: d.position, why });
+        let b = match batch::BatchView::parse(copy) {
+            Ok((b, _)) => b,
+            Err(e) => return refuse(format!("the copy is not a valid batch: {e}")),
+        };
+        if b.base_offset() != g.next || b.last_offset() >= g.to {
+            return refuse(format!(
+                "the copy holds offsets {}..={}; the missing batch starts at {} and ends before {}",
+                b.base_offset(),
+                b.last_offset(),
+                g.next,
+                g.to
+            ));
+        }
+        let size = b.size();
+        let Some(seg) = self.segments.get_mut(&d.segment) else { return refuse("its segment is gone".into()) };
+        if let Some(why) = seg.wrong_epoch(&b) {
+            return refuse(format!("the copy {why}"));
+        }
+        seg.write_synced(g.position, &copy[..size])?;
+        g.position += size as u64;
+        g.next = b.last_offset() + 1;
+        if g.next < g.to {
+            // (the segment now ends after the copy: `first_damage` names the next missing one)
+            seg.hold_tail_gap(&g);
+            self.tail_gap = Some((d.segment, g));
+            return Ok(false);
+        }
+        seg.cut_file(g.position)?;
+        let gaps = d.segment < self.cleaner.gaps_below;
+        let scan = seg.reindex_keeping_damage(gaps, g.to)?;
+        self.tail_gap = None;
+        if scan.stop_reason.is_some() {
+            return Ok(false);
+        }
+        if seg.next_offset() != g.to {
+            return refuse(format!("the filled segment ends at offset {}, not {}", seg.next_offset(), g.to));
         }
         self.damaged.store(NOT_DAMAGED, Ordering::Release);
         Ok(!self.is_offline())
@@ -646,6 +810,8 @@ impl Log {
         if need_roll {
             self.roll()?;
         }
+        // the log's own epoch wins: every batch it stores must carry it (decision 0043)
+        let leader_epoch = self.config.leader_epoch.or(leader_epoch);
         for m in &metas {
             batch::set_base_offset(&mut batches[m.position..], m.base_offset);
             if let Some(e) = leader_epoch {
@@ -691,7 +857,13 @@ impl Log {
             self.offline.store(true, Ordering::Release);
             return Err(e);
         }
-        let seg = Segment::open(&self.dir, leo, self.config.index_interval_bytes, self.config.segment_index_bytes)?;
+        let seg = Segment::open(
+            &self.dir,
+            leo,
+            self.config.index_interval_bytes,
+            self.config.segment_index_bytes,
+            self.config.leader_epoch,
+        )?;
         if !seg.is_empty() {
             return Err(StorageError::Corrupt {
                 path: seg.log_path().to_path_buf(),
@@ -729,7 +901,7 @@ impl Log {
             if *base >= upper {
                 break;
             }
-            match seg.read(offset, max_bytes, upper, min_one) {
+            match seg.read(offset, max_bytes, upper, min_one, *base < self.cleaner.gaps_below) {
                 Ok(Some(b)) => return Ok(b),
                 Ok(None) => {}
                 Err(e) => {

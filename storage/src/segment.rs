@@ -13,7 +13,7 @@ use crate::index::{OffsetIndex, TimeIndex};
 use crate::mmap;
 use crate::txnindex::TxnIndex;
 use bytes::Bytes;
-use sluice_protocol::batch::{iter_batches, BatchView};
+use sluice_protocol::batch::{iter_batches, BatchView, BATCH_HEADER_BYTES};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -32,6 +32,40 @@ pub struct BatchMeta {
     pub base_offset: i64,
     pub last_offset: i64,
     pub max_timestamp: i64,
+}
+
+/// Offsets a segment must hold but whose bytes are gone: the file was cut (or zeroed to its
+/// end) below the recovery point ([`Segment::recover_keeping_synced`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailGap {
+    /// Where the first missing batch belongs in the file, and its offset.
+    pub position: u64,
+    pub next: i64,
+    /// The offset the segment ends at once the gap is filled (the recovery point).
+    pub to: i64,
+}
+
+/// The first valid batch at or after byte `from` of `map` that starts past offset `after`
+/// (its CRC checked): where the scan resumes after damage it cannot step over. Byte by byte:
+/// the damaged batch's own length may be what rotted.
+fn resync(map: &[u8], from: usize, after: i64) -> Option<(usize, i64)> {
+    (from..map.len().saturating_sub(BATCH_HEADER_BYTES - 1)).find_map(|at| match BatchView::parse(&map[at..]) {
+        Ok((b, _)) if b.base_offset() > after => Some((at, b.base_offset())),
+        _ => None,
+    })
+}
+
+/// What [`Segment::recover_keeping_synced`] did.
+#[derive(Debug, Clone)]
+pub struct SyncedRecovery {
+    /// The first scan's (its `truncated_bytes`: what a cut of a torn tail removed).
+    pub outcome: ScanOutcome,
+    /// The first damaged batch kept below the recovery point: its byte position and offset.
+    pub damage: Option<(u64, i64)>,
+    /// Missing offsets at the segment's end (only when allowed).
+    pub gap: Option<TailGap>,
+    /// A torn tail past the recovery point was cut.
+    pub cut: bool,
 }
 
 /// What a full scan of a segment found.
@@ -58,6 +92,9 @@ pub struct Segment {
     bytes_since_index: u64,
     index_interval_bytes: u64,
     index_max_bytes: usize,
+    /// The partition leader epoch every batch here carries (`LogConfig::leader_epoch`): a batch
+    /// with another is damaged (the field is outside the CRC; decision 0043). `None`: unchecked.
+    leader_epoch: Option<i32>,
     pub(crate) index: OffsetIndex,
     pub(crate) time_index: TimeIndex,
     pub(crate) txn_index: TxnIndex,
@@ -75,8 +112,15 @@ impl std::fmt::Debug for Segment {
 
 impl Segment {
     /// Open the segment at `base_offset` in `dir`, creating empty files if absent. The content
-    /// is not yet trusted: call [`Segment::recover`] or [`Segment::load_clean`].
-    pub fn open(dir: &Path, base_offset: i64, index_interval_bytes: u64, index_max_bytes: usize) -> Result<Segment> {
+    /// is not yet trusted: call [`Segment::recover`] or [`Segment::load_clean`]. `leader_epoch`:
+    /// the partition leader epoch every batch in it must carry (`LogConfig::leader_epoch`).
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        index_interval_bytes: u64,
+        index_max_bytes: usize,
+        leader_epoch: Option<i32>,
+    ) -> Result<Segment> {
         let log_path = dir.join(file_name(base_offset, "log"));
         let file =
             OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&log_path).at(&log_path)?;
@@ -96,6 +140,7 @@ impl Segment {
             bytes_since_index: 0,
             index_interval_bytes,
             index_max_bytes,
+            leader_epoch,
             index,
             time_index,
             txn_index,
@@ -205,6 +250,93 @@ impl Segment {
         self.scan(allow_gaps, true)
     }
 
+    /// Recover a segment that holds the recovery point (`synced_to`): bytes before it were
+    /// written and synced, so damage there is rot at rest, not a torn write, and every batch
+    /// there was acknowledged. Like [`Segment::recover`], a batch that fails at or past
+    /// `synced_to` is a torn tail and cut with everything after it; one that fails below it is
+    /// kept (decision 0036), and the scan resumes at the next valid batch after it.
+    ///
+    /// When no valid batch follows the damage (the file was cut or zeroed below `synced_to`)
+    /// and `tail_gap` allows it, the segment ends at `synced_to` with the offsets from the
+    /// damage on missing: the returned [`TailGap`] says where they belong (a replica fills it
+    /// with its peers' copies, [`crate::Log::repair`]). Otherwise the bytes are kept and the
+    /// segment ends at `end`.
+    pub fn recover_keeping_synced(
+        &mut self,
+        allow_gaps: bool,
+        synced_to: i64,
+        tail_gap: bool,
+        end: i64,
+    ) -> Result<SyncedRecovery> {
+        let file_len = self.file.metadata().at(&self.log_path)?.len();
+        let first = self.scan(allow_gaps, false)?;
+        let mut out = SyncedRecovery { outcome: first.clone(), damage: None, gap: None, cut: false };
+        if first.stop_reason.is_none() {
+            if tail_gap && self.next_offset < synced_to {
+                // the file ends cleanly, but before batches it held synced: cut at a boundary
+                out.damage = Some((self.size, self.next_offset));
+                out.gap = Some(TailGap { position: self.size, next: self.next_offset, to: synced_to });
+                self.next_offset = synced_to;
+            } else {
+                // an aborted-transaction entry is synced before its marker: one whose marker
+                // the crash took points past the end
+                self.txn_index.truncate_from(self.next_offset)?;
+            }
+            return Ok(out);
+        }
+        if self.next_offset >= synced_to {
+            out.outcome = self.cut_at(first.valid_bytes, file_len, first.stop_reason)?;
+            out.cut = true;
+            return Ok(out);
+        }
+        out.outcome.truncated_bytes = 0;
+        out.damage = Some((first.valid_bytes, self.next_offset));
+        let map = mmap::map_read(&self.file, file_len as usize).at(&self.log_path)?;
+        let mut damaged_at = first.valid_bytes as usize;
+        loop {
+            let Some((resume, base)) = resync(&map, damaged_at + 1, self.next_offset) else {
+                drop(map);
+                if tail_gap {
+                    out.gap = Some(TailGap { position: damaged_at as u64, next: self.next_offset, to: synced_to });
+                    self.size = damaged_at as u64;
+                    self.next_offset = synced_to;
+                } else {
+                    self.size = file_len;
+                    self.next_offset = self.next_offset.max(end);
+                }
+                return Ok(out);
+            };
+            // the damaged bytes hold offsets [next_offset, base): index the next batch
+            self.next_offset = base;
+            self.bytes_since_index = self.index_interval_bytes;
+            let (pos, stop) = self.scan_run(&map, resume, allow_gaps);
+            if stop.is_none() {
+                self.size = file_len;
+                drop(map);
+                self.txn_index.truncate_from(self.next_offset)?;
+                return Ok(out);
+            }
+            if self.next_offset >= synced_to {
+                drop(map);
+                out.outcome.truncated_bytes = self.cut_at(pos as u64, file_len, stop)?.truncated_bytes;
+                out.cut = true;
+                return Ok(out);
+            }
+            damaged_at = pos;
+        }
+    }
+
+    /// Cut the file after its valid bytes (a torn tail), as [`Segment::recover`] does.
+    fn cut_at(&mut self, valid: u64, file_len: u64, stop_reason: Option<String>) -> Result<ScanOutcome> {
+        if valid < file_len {
+            self.file.set_len(valid).at(&self.log_path)?;
+            self.file.sync_all().at(&self.log_path)?;
+        }
+        self.size = valid;
+        self.txn_index.truncate_from(self.next_offset)?;
+        Ok(ScanOutcome { valid_bytes: valid, truncated_bytes: file_len - valid, stop_reason })
+    }
+
     fn scan(&mut self, allow_gaps: bool, truncate: bool) -> Result<ScanOutcome> {
         self.index.clear();
         self.time_index.clear();
@@ -215,7 +347,23 @@ impl Segment {
         self.bytes_since_index = 0;
         let file_len = self.file.metadata().at(&self.log_path)?.len();
         let map = mmap::map_read(&self.file, file_len as usize).at(&self.log_path)?;
-        let mut pos = 0usize;
+        let (pos, stop_reason) = self.scan_run(&map, 0, allow_gaps);
+        drop(map);
+        let valid = pos as u64;
+        if valid < file_len && truncate {
+            self.file.set_len(valid).at(&self.log_path)?;
+            self.file.sync_all().at(&self.log_path)?;
+        }
+        self.size = valid;
+        if truncate {
+            self.txn_index.truncate_from(self.next_offset)?;
+        }
+        Ok(ScanOutcome { valid_bytes: valid, truncated_bytes: file_len - valid, stop_reason })
+    }
+
+    /// Validate and index batches of `map` from byte `pos` on, the first expected at
+    /// `next_offset`: where the valid batches end, and why there if not at the map's end.
+    fn scan_run(&mut self, map: &[u8], mut pos: usize, allow_gaps: bool) -> (usize, Option<String>) {
         let mut stop_reason = None;
         while pos < map.len() {
             match BatchView::parse(&map[pos..]) {
@@ -238,6 +386,10 @@ impl Segment {
                         ));
                         break;
                     }
+                    if let Some(why) = self.wrong_epoch(&b) {
+                        stop_reason = Some(format!("batch at byte {pos} {why}"));
+                        break;
+                    }
                     self.note_batch(pos as u64, b.base_offset(), b.last_offset(), b.max_timestamp(), size as u64);
                     pos += size;
                 }
@@ -247,17 +399,7 @@ impl Segment {
                 }
             }
         }
-        drop(map);
-        let valid = pos as u64;
-        if valid < file_len && truncate {
-            self.file.set_len(valid).at(&self.log_path)?;
-            self.file.sync_all().at(&self.log_path)?;
-        }
-        self.size = valid;
-        if truncate {
-            self.txn_index.truncate_from(self.next_offset)?;
-        }
-        Ok(ScanOutcome { valid_bytes: valid, truncated_bytes: file_len - valid, stop_reason })
+        (pos, stop_reason)
     }
 
     /// Load a segment that was closed cleanly: trust the file, check the indexes, and find the
@@ -315,11 +457,26 @@ impl Segment {
     /// whole batch when `min_one`), stopping before any batch whose base offset is ≥
     /// `max_offset`. Returns a zero-copy slice of the mapped file, or `None` if nothing
     /// qualifies.
-    pub fn read(&self, offset: i64, max_bytes: usize, max_offset: i64, min_one: bool) -> Result<Option<Bytes>> {
+    ///
+    /// `gaps`: the cleaner has been here, so offsets may skip (otherwise each batch starts
+    /// exactly one past the previous one). A batch whose base offset does not fit is damaged
+    /// like one that fails its CRC: the base offset lies outside the CRC (decision 0040).
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one: bool,
+        gaps: bool,
+    ) -> Result<Option<Bytes>> {
         if self.size == 0 || offset >= self.next_offset {
             return Ok(None);
         }
-        let start = u64::from(self.index.lookup(self.relative(offset.max(self.base_offset))));
+        // an index entry names the base offset of the batch at its position
+        let (start, mut expected) = match self.index.floor_entry(self.relative(offset.max(self.base_offset))) {
+            Some((rel, at)) => (u64::from(at), self.base_offset + i64::from(rel)),
+            None => (0, self.base_offset),
+        };
         let map = self.view_from(start)?;
         let mut pos = 0usize;
         let corrupt = |pos: usize, e: String| StorageError::Corrupt {
@@ -330,10 +487,20 @@ impl Segment {
         // find the first batch whose last offset ≥ offset
         loop {
             if pos >= map.len() {
+                // the batches end before the segment's offsets do: those offsets are missing,
+                // never skipped (a read would go on to the next segment's)
+                if !gaps && expected < self.next_offset {
+                    return Err(corrupt(pos, self.missing_end(expected)));
+                }
                 return Ok(None);
             }
             let b = BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| corrupt(pos, e.to_string()))?;
+            if let Some(why) = self.misplaced(&b, expected, gaps) {
+                return Err(corrupt(pos, why));
+            }
+            expected = b.last_offset() + 1;
             if b.last_offset() >= offset {
+                expected = b.base_offset();
                 break;
             }
             pos += b.size();
@@ -348,6 +515,13 @@ impl Segment {
                 Err(_) if pos > begin => break,
                 Err(e) => return Err(corrupt(pos, e.to_string())),
             };
+            if let Some(why) = self.misplaced(&b, expected, gaps) {
+                if pos > begin {
+                    break;
+                }
+                return Err(corrupt(pos, why));
+            }
+            expected = b.last_offset() + 1;
             if b.base_offset() >= max_offset {
                 break;
             }
@@ -377,46 +551,124 @@ impl Segment {
         Ok(Some(map.slice(begin..pos)))
     }
 
-    /// The first batch that fails its CRC or whose header does not parse: its byte position
-    /// and the offset it must start at (one past the batch before it). `None` if every batch
-    /// passes. Reads the whole segment.
-    pub fn first_damage(&self) -> Result<Option<(u64, i64)>> {
+    /// Why batch `b` cannot be where it is, when the batch before it ended at `expected - 1`:
+    /// its base offset must be `expected` (or past it where the cleaner left gaps), and its
+    /// last offset inside the segment. The base offset is outside the CRC, so this is how a
+    /// flipped one is found.
+    fn misplaced(&self, b: &BatchView<'_>, expected: i64, gaps: bool) -> Option<String> {
+        let fits = if gaps { b.base_offset() >= expected } else { b.base_offset() == expected };
+        if fits && b.last_offset() < self.next_offset {
+            return self.wrong_epoch(b);
+        }
+        Some(format!(
+            "batch has base offset {} (last {}), expected {}{} in a segment ending before {}",
+            b.base_offset(),
+            b.last_offset(),
+            if gaps { "at least " } else { "" },
+            expected,
+            self.next_offset
+        ))
+    }
+
+    /// Why batch `b`'s partition leader epoch cannot be what it is: every batch of this log
+    /// carries the same one (`LogConfig::leader_epoch`), and the field is outside the CRC, so
+    /// this is how a flipped one is found (decision 0043).
+    pub(crate) fn wrong_epoch(&self, b: &BatchView<'_>) -> Option<String> {
+        let want = self.leader_epoch?;
+        (b.partition_leader_epoch() != want).then(|| {
+            format!(
+                "at offset {} has partition leader epoch {}, expected {want}",
+                b.base_offset(),
+                b.partition_leader_epoch()
+            )
+        })
+    }
+
+    /// The first batch that fails its CRC, whose header does not parse, or whose base offset
+    /// does not fit (see [`Segment::read`]'s `gaps`): its byte position and the offset it must
+    /// start at (one past the batch before it). `None` if every batch passes. Reads the whole
+    /// segment.
+    pub fn first_damage(&self, gaps: bool) -> Result<Option<(u64, i64)>> {
         let map = self.view_from(0)?;
         let (mut end, mut expected) = (0usize, self.base_offset);
         for item in iter_batches(&map) {
             match item {
-                Ok((at, b)) if b.base_offset() >= expected => {
+                Ok((at, b)) if self.misplaced(&b, expected, gaps).is_none() => {
                     expected = b.last_offset() + 1;
                     end = at + b.size();
                 }
                 _ => return Ok(Some((end as u64, expected))),
             }
         }
+        // the batches end before the segment's offsets do: the missing end is the damage
+        if !gaps && expected < self.next_offset {
+            return Ok(Some((end as u64, expected)));
+        }
         Ok(None)
+    }
+
+    /// Why the offsets from `expected` to the segment's end are missing.
+    fn missing_end(&self, expected: i64) -> String {
+        format!(
+            "the batches end at offset {expected}, before the segment's end {}: the file lost its end",
+            self.next_offset
+        )
     }
 
     /// Check the CRC of the whole batches from byte `position` on, up to `max_bytes` (at least
     /// one batch): the position after the last one checked. A batch that fails (or whose
     /// header does not parse) is `Corrupt` at its position.
-    pub fn check_from(&self, position: u64, max_bytes: usize) -> Result<u64> {
+    pub fn check_from(&self, position: u64, max_bytes: usize, gaps: bool) -> Result<u64> {
+        let mut expected = self.expected_at(position);
         let map = self.view_from(position)?;
         let mut end = 0usize;
+        let corrupt = |end: usize, reason: String| StorageError::Corrupt {
+            path: self.log_path.clone(),
+            position: position + end as u64,
+            reason,
+        };
         for item in iter_batches(&map) {
             if end > 0 && end >= max_bytes {
                 break;
             }
             match item {
-                Ok((at, b)) => end = at + b.size(),
-                Err(e) => {
-                    return Err(StorageError::Corrupt {
-                        path: self.log_path.clone(),
-                        position: position + end as u64,
-                        reason: e.to_string(),
-                    })
+                Ok((at, b)) => {
+                    if let Some(why) = expected.and_then(|e| self.misplaced(&b, e, gaps)) {
+                        return Err(corrupt(end, why));
+                    }
+                    expected = Some(b.last_offset() + 1);
+                    end = at + b.size();
                 }
+                Err(e) => return Err(corrupt(end, e.to_string())),
+            }
+        }
+        if !gaps && position + end as u64 >= self.size {
+            if let Some(e) = expected.filter(|e| *e < self.next_offset) {
+                return Err(corrupt(end, self.missing_end(e)));
             }
         }
         Ok(position + end as u64)
+    }
+
+    /// The offset the batch at byte `position` must start at: found by hopping over batch
+    /// headers from the last index entry at or before it. `None` if the hops do not land on
+    /// `position` (then the batch there is not checked against its predecessor).
+    fn expected_at(&self, position: u64) -> Option<i64> {
+        let (at, mut expected) = match self.index.floor_by_position(position) {
+            Some((rel, p)) => (u64::from(p), self.base_offset + i64::from(rel)),
+            None => (0, self.base_offset),
+        };
+        if at == position {
+            return Some(expected);
+        }
+        let map = self.view_from(at).ok()?;
+        let mut pos = 0usize;
+        while at + (pos as u64) < position {
+            let b = BatchView::parse_unchecked_crc(map.get(pos..)?).ok()?;
+            expected = b.last_offset() + 1;
+            pos += b.size();
+        }
+        (at + pos as u64 == position).then_some(expected)
     }
 
     /// The base offset stored in the batch header at byte `position`, if one parses there.
@@ -425,8 +677,43 @@ impl Segment {
         BatchView::parse_unchecked_crc(&map).ok().map(|b| b.base_offset())
     }
 
+    /// The first valid batch (its CRC checked) at or after byte `from` whose base offset is past
+    /// `after`: its position and base offset. Steps byte by byte over damaged bytes.
+    pub fn next_valid_batch(&self, from: u64, after: i64) -> Option<(u64, i64)> {
+        let map = self.view_from(0).ok()?;
+        resync(&map, from as usize, after).map(|(at, base)| (at as u64, base))
+    }
+
+    /// Write `bytes` at `position`, past the segment's end if so, and fdatasync (a missing
+    /// tail filled: [`crate::Log::repair`]; the segment is indexed again once it is whole).
+    pub fn write_synced(&self, position: u64, bytes: &[u8]) -> Result<()> {
+        self.file.write_all_at(bytes, position).at(&self.log_path)?;
+        self.sync()
+    }
+
+    /// End the file at byte `len`, durably.
+    pub fn cut_file(&mut self, len: u64) -> Result<()> {
+        self.file.set_len(len).at(&self.log_path)?;
+        self.file.sync_all().at(&self.log_path)?;
+        self.size = self.size.min(len);
+        Ok(())
+    }
+
+    /// The segment's batches end before `end`, the offset its successor starts at (the file
+    /// lost its end): its offsets run to `end`, the missing ones damaged (see `first_damage`).
+    pub fn hold_missing_end(&mut self, end: i64) {
+        self.next_offset = self.next_offset.max(end);
+    }
+
+    /// After a reindex: the segment still ends where its missing tail `g` starts, and its
+    /// offsets run to `g.to`.
+    pub fn hold_tail_gap(&mut self, g: &TailGap) {
+        self.size = g.position;
+        self.next_offset = g.to;
+    }
+
     /// Write `bytes` over the file at `position` (inside what it holds) and fdatasync: a
-    /// damaged batch replaced by a replica's copy of the same size.
+    /// damaged batch replaced by a replica's copy of it.
     pub fn overwrite(&self, position: u64, bytes: &[u8]) -> Result<()> {
         debug_assert!(position + bytes.len() as u64 <= self.size);
         self.file.write_all_at(bytes, position).at(&self.log_path)?;

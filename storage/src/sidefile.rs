@@ -49,6 +49,31 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).at(dir)
 }
 
+/// Create `dir` and any missing parents, durably: each directory created is named in a parent
+/// that is fsynced after it (a new directory's name is only as durable as its parent's fsync
+/// makes it; without one, a power cut can take a new log directory with everything synced in
+/// it — lossyfs found exactly that).
+pub fn create_dir_durable(dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.as_os_str().is_empty() && !at.exists() {
+        missing.push(at.to_path_buf());
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).at(dir)?;
+    for d in missing.iter().rev() {
+        let parent = d.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
 /// Atomically replace `path` with `bytes` (tmp file, fsync, rename, fsync dir).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().ok_or_else(|| StorageError::InvalidConfig(format!("{} has no parent", path.display())))?;

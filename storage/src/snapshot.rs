@@ -32,6 +32,8 @@ impl Log {
     /// the snapshot too (the links share the files): the caller flushes first when the snapshot
     /// must be durable.
     pub fn link_snapshot(&self, into: &Path) -> Result<LinkedSnapshot> {
+        // damaged data (or a missing tail) is never handed to another replica
+        self.check_online()?;
         std::fs::create_dir_all(into).at(into)?;
         let mut files = Vec::new();
         let mut link = |name: String, len: u64| -> Result<()> {

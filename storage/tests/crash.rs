@@ -340,6 +340,38 @@ fn snapshot_and_txn_entries_past_a_truncated_tail_are_dropped() {
     assert_eq!(log.latest_producer_snapshot().unwrap(), None);
 }
 
+/// The aborted-transaction index is fsynced when its entry is added, before the log's marker
+/// is: a power cut between the two leaves an entry whose marker is gone. Recovery drops it
+/// also when the recovery point lies in the same segment (decision 0038's branch once kept
+/// it: a read_committed consumer then skipped the next transaction at those offsets).
+#[test]
+fn a_txn_entry_whose_marker_was_lost_is_dropped_when_the_recovery_point_is_in_its_segment() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("p");
+    let mut log = Log::open(&dir, small_config()).unwrap();
+    for i in 0..3 {
+        let mut b = make_batch(1, 10, i, 1);
+        log.append(&mut b, 0, None).unwrap();
+    }
+    log.flush().unwrap(); // the recovery point is 3
+    drop(log);
+    let (_, seg) = last_segment(&dir);
+    let synced = fs::metadata(&seg).unwrap().len();
+    let mut log = Log::open(&dir, small_config()).unwrap();
+    let mut marker = make_batch(1, 10, 3, 1);
+    log.append(&mut marker, 0, None).unwrap();
+    let t = sluice_storage::AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 3, last_stable_offset: 0 };
+    log.append_aborted_txn(t).unwrap();
+    assert_eq!(log.collect_aborted_txns(0, 10), vec![t]);
+    drop(log);
+    // the power cut takes the unsynced marker; the index entry was synced
+    fs::OpenOptions::new().write(true).open(&seg).unwrap().set_len(synced).unwrap();
+    let log = Log::open(&dir, small_config()).unwrap();
+    assert_eq!(log.log_end_offset(), 3);
+    assert!(!log.is_damaged(), "nothing below the recovery point is missing");
+    assert!(log.collect_aborted_txns(0, 10).is_empty(), "an entry whose marker is gone");
+}
+
 /// Two processes on one directory: the second fails with a clear error. The child is this
 /// test binary re-run with an environment variable.
 #[test]
@@ -516,22 +548,114 @@ fn a_flipped_bit_in_a_closed_segment_is_never_served_and_takes_the_log_offline()
     }
 }
 
+/// A closed log of 30 batches in `root/pristine`, a replica's copy of it opened from
+/// `root/replica`, and its first segment's bytes and batch boundaries.
+struct Closed {
+    pristine: PathBuf,
+    model: Vec<(i64, Vec<u8>)>,
+    replica: Log,
+    bytes: Vec<u8>,
+    starts: Vec<usize>,
+}
+
+fn closed_with_replica(root: &Path) -> Closed {
+    let pristine = root.join("pristine");
+    let model = build(&pristine, 30);
+    Log::open(&pristine, small_config()).unwrap().close().unwrap();
+    copy_dir(&pristine, &root.join("replica"));
+    let replica = Log::open(&root.join("replica"), small_config()).unwrap();
+    let bytes = fs::read(pristine.join(file_name(0, "log"))).unwrap();
+    let starts: Vec<usize> = sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect();
+    Closed { pristine, model, replica, bytes, starts }
+}
+
+/// A batch's base offset lies outside its CRC, so a flipped bit there passes the CRC check.
+/// Every bit of it, in every batch of a closed segment, flipped in turn (decision 0040):
+/// - no read ever returns bytes other than the batch stored at that offset (reads check that
+///   each batch starts one past the previous one, from an index entry);
+/// - the damage is found, by the clean open, a read or the scrubber, and the log goes offline;
+/// - a replica's copy repairs it: the file is byte for byte what it was.
+#[test]
+fn a_flipped_base_offset_is_never_served_and_a_replicas_copy_repairs_it() {
+    // bytes 0..8 of the header, big-endian
+    every_flip_is_found_and_repaired("base offset", 64, |bit| 7 - bit / 8);
+}
+
+/// The partition leader epoch (header bytes 12..16) is outside the CRC too. Every batch of a
+/// log carries the same epoch (`LogConfig::leader_epoch`, decision 0043), so every bit of it,
+/// in every batch of a closed segment, flipped in turn, is found as the base offset's are:
+/// never served, found, repaired byte for byte.
+#[test]
+fn a_flipped_leader_epoch_is_never_served_and_a_replicas_copy_repairs_it() {
+    every_flip_is_found_and_repaired("leader epoch", 32, |bit| 15 - bit / 8);
+}
+
+/// Flip each of `bits` bits of a header field outside the CRC (`byte_of(bit)`: the byte of the
+/// batch it is in; bit `bit % 8` of it), in every batch of a closed segment, one case each.
+fn every_flip_is_found_and_repaired(field: &str, bits: usize, byte_of: impl Fn(usize) -> usize) {
+    let root = tempfile::tempdir().unwrap();
+    let Closed { pristine, model, replica, bytes, starts } = closed_with_replica(root.path());
+    assert!(starts.len() >= 5, "the first segment holds {} batches", starts.len());
+    let in_segment = |base: i64| model.iter().position(|(b, _)| *b == base).is_some_and(|i| i < starts.len());
+    let mut found_by = std::collections::BTreeMap::<&str, usize>::new();
+    for batch in 0..starts.len() {
+        for bit in 0..bits {
+            let case = format!("batch {batch}, {field} bit {bit}");
+            let dir = root.path().join(format!("b{batch}-{bit}"));
+            copy_dir(&pristine, &dir);
+            let mut damaged = bytes.clone();
+            damaged[starts[batch] + byte_of(bit)] ^= 1 << (bit % 8);
+            fs::write(dir.join(file_name(0, "log")), &damaged).unwrap();
+            let mut log = Log::open(&dir, small_config()).unwrap();
+            let mut how = if log.is_damaged() { "open" } else { "" };
+            // the scrubber first for odd bits, reads first for even ones
+            let scrub = |log: &Log, how: &mut &str| {
+                let mut at = Some(0);
+                while let (Some(p), "") = (at, *how) {
+                    match log.scrub(0, p, 1 << 10) {
+                        Ok(next) => at = next,
+                        Err(_) => *how = "scrub",
+                    }
+                }
+            };
+            if bit % 2 == 1 {
+                scrub(&log, &mut how);
+            }
+            for (base, want) in &model {
+                match log.read(*base, 1, None, true) {
+                    Ok(got) => assert_eq!(&got[..], &want[..], "{case}: the read at {base}"),
+                    Err(StorageError::Corrupt { .. }) => {
+                        assert!(in_segment(*base), "{case}: damage reported for {base}, outside the segment");
+                        how = if how.is_empty() { "read" } else { how };
+                    }
+                    Err(StorageError::Offline(_)) => {}
+                    Err(e) => panic!("{case}: {e}"),
+                }
+            }
+            scrub(&log, &mut how);
+            assert!(log.is_damaged(), "{case}: the damage was never found");
+            *found_by.entry(how).or_default() += 1;
+            let d = log.find_damage().unwrap().unwrap();
+            assert_eq!(d.position, starts[batch] as u64, "{case}: where the damage is");
+            repair_from(&mut log, &replica, &case);
+            assert_eq!(fs::read(dir.join(file_name(0, "log"))).unwrap(), bytes, "{case}: the segment as it was");
+            assert_eq!(read_all(&log, 0), model, "{case}");
+            fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+    eprintln!("{field} flips found by: {found_by:?}");
+}
+
 /// A damaged batch is repaired with another replica's copy (issue 22, decision 0036): the log
 /// finds where the damage is and the offset the batch must start at, refuses copies that are
 /// not that batch (a neighbour, a copy that fails its CRC), and takes the right one in place:
 /// the segment is byte for byte what it was, every batch reads back and the log is online.
-/// Flips anywhere in a batch but its base offset and leader epoch (outside the CRC).
+/// Flips anywhere in a batch but its base offset and leader epoch (outside the CRC; their own
+/// tests flip every bit of both).
 #[test]
 fn a_damaged_batch_is_replaced_by_a_replicas_copy_and_the_log_comes_back() {
     let root = tempfile::tempdir().unwrap();
-    let pristine = root.path().join("pristine");
-    let model = build(&pristine, 30);
-    Log::open(&pristine, small_config()).unwrap().close().unwrap();
-    copy_dir(&pristine, &root.path().join("replica"));
-    let replica = Log::open(&root.path().join("replica"), small_config()).unwrap();
-    let first = pristine.join(file_name(0, "log"));
-    let bytes = fs::read(&first).unwrap();
-    let starts: Vec<usize> = sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect();
+    let Closed { pristine, model, replica, bytes, starts } = closed_with_replica(root.path());
     assert!(starts.len() >= 3);
     let mut rng = rand::rngs::StdRng::seed_from_u64(22);
     for trial in 0..60 {
@@ -651,4 +775,169 @@ fn a_flipped_bit_in_a_producer_snapshot_is_never_used() {
             assert_eq!(log.producer_snapshot_offsets().unwrap(), vec![2], "the damaged one is deleted");
         }
     }
+}
+
+/// A log of `n` batches in one segment, synced and checkpointed through the first `synced`
+/// of them (the recovery point), the rest synced after the checkpoint; then "crash". Returns
+/// the model, the segment's bytes and its batches' byte positions.
+/// Batches as read back: (base offset, bytes).
+type Batches = Vec<(i64, Vec<u8>)>;
+
+fn build_past_recovery_point(path: &Path, n: usize, synced: usize) -> (Batches, Vec<u8>, Vec<usize>) {
+    let config = LogConfig { segment_bytes: 1 << 20, ..small_config() };
+    let mut log = Log::open(path, config).unwrap();
+    let mut model = Vec::new();
+    for i in 0..n {
+        if i == synced {
+            log.flush().unwrap();
+        }
+        let mut b = make_batch(1 + i % 3, 40 + (i * 37) % 200, i as u64, 1000 + i as i64);
+        let info = log.append_durable(&mut b, 1000 + i as i64).unwrap();
+        model.push((info.first_offset, b));
+    }
+    drop(log);
+    let bytes = fs::read(path.join(file_name(0, "log"))).unwrap();
+    let starts = sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect();
+    (model, bytes, starts)
+}
+
+fn log_end_of(model: &[(i64, Vec<u8>)]) -> i64 {
+    let (base, last) = model.last().unwrap();
+    base + i64::from(sluice_protocol::batch::BatchView::parse(last).unwrap().0.last_offset_delta()) + 1
+}
+
+/// Repair `log` with `replica`'s copies until it is whole: how many batches it took.
+/// A closed segment that is not the last, damaged from one of its batches to its very end (a
+/// zeroed or lost last page): whichever batch the damage starts in, and the file zeroed to its
+/// end, cut inside the batch or cut exactly where the batch starts (it still parses whole), the
+/// damage is found, no read skips the missing offsets, and a replica's copies make the segment
+/// byte for byte what it was — the segments after it untouched — and every batch reads back.
+#[test]
+fn a_closed_segment_damaged_to_its_end_is_repaired_in_place() {
+    let root = tempfile::tempdir().unwrap();
+    let Closed { pristine, model, replica, bytes, starts } = closed_with_replica(root.path());
+    assert!(model.len() > starts.len(), "segment 0 is not the last");
+    for (k, &start) in starts.iter().enumerate() {
+        for how in ["zeroed", "cut", "cut at the batch's start"] {
+            let case = format!("batch {k} on: {how}");
+            let dir = root.path().join(format!("end{k}-{}", how.len()));
+            copy_dir(&pristine, &dir);
+            let mut damaged = bytes.clone();
+            match how {
+                "zeroed" => damaged[start + 20..].iter_mut().for_each(|b| *b = 0),
+                "cut" => damaged.truncate(start + 20),
+                _ => damaged.truncate(start),
+            }
+            fs::write(dir.join(file_name(0, "log")), &damaged).unwrap();
+            let mut log = Log::open(&dir, small_config()).unwrap();
+            if !log.is_damaged() {
+                // a clean open trusts a closed segment whose indexes still fit: a read finds it
+                assert!(
+                    matches!(log.read(model[k].0, 1 << 20, None, true), Err(StorageError::Corrupt { .. })),
+                    "{case}: the damage is served"
+                );
+            }
+            assert!(log.is_damaged(), "{case}: the damage was never found");
+            repair_from(&mut log, &replica, &case);
+            assert_eq!(fs::read(dir.join(file_name(0, "log"))).unwrap(), bytes, "{case}: the segment as it was");
+            assert_eq!(read_all(&log, 0), model, "{case}");
+            fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+}
+
+fn repair_from(log: &mut Log, replica: &Log, what: &str) -> usize {
+    for n in 1..1000 {
+        let d = log.find_damage().unwrap().unwrap_or_else(|| panic!("{what}: damage not found"));
+        let copy = replica.read(d.base_offset, 1, None, true).unwrap();
+        if log.repair(&d, &copy).unwrap_or_else(|e| panic!("{what}: copy of {} refused: {e}", d.base_offset)) {
+            return n;
+        }
+    }
+    panic!("{what}: never whole");
+}
+
+/// Issue 22: every byte below the recovery point was synced (and acknowledged) before, so
+/// damage there is rot, not a torn write — also in the segment that holds the recovery point,
+/// which the open scans. It used to be cut there like a torn tail, losing acknowledged batches
+/// (and, on a replica, shifting every later offset). Now:
+/// - a flipped bit in any batch below it, or a zeroed page over several: the bytes are kept,
+///   the log is damaged (offline), the scan resumes after the damage, and a replica's copies
+///   make the segment what it was;
+/// - the file cut anywhere below it (a disk that lost synced writes): the log still ends at the
+///   recovery point, damaged, and a replica's copies of the missing batches fill it;
+/// - a cut past the recovery point is a torn tail, cut as before.
+#[test]
+fn damage_below_the_recovery_point_is_kept_and_a_lost_tail_is_filled_from_a_replicas_copies() {
+    let root = tempfile::tempdir().unwrap();
+    let pristine = root.path().join("pristine");
+    let (model, bytes, starts) = build_past_recovery_point(&pristine, 24, 20);
+    let config = LogConfig { segment_bytes: 1 << 20, ..small_config() };
+    copy_dir(&pristine, &root.path().join("replica"));
+    let replica = Log::open(&root.path().join("replica"), config.clone()).unwrap();
+    let end = log_end_of(&model);
+    let recovery_point = model[20].0;
+    let segment = |dir: &Path| dir.join(file_name(0, "log"));
+    let open = |case: &str, damage: &dyn Fn(&mut Vec<u8>)| {
+        let dir = root.path().join(case);
+        let _ = fs::remove_dir_all(&dir);
+        copy_dir(&pristine, &dir);
+        let mut damaged = bytes.clone();
+        damage(&mut damaged);
+        fs::write(segment(&dir), &damaged).unwrap();
+        (Log::open(&dir, config.clone()).unwrap(), dir)
+    };
+    // a flipped bit in each batch below the recovery point
+    for batch in 0..20 {
+        let case = format!("flip in batch {batch}");
+        let (mut log, dir) = open(&case, &|b: &mut Vec<u8>| b[starts[batch] + 40] ^= 0x04);
+        assert!(log.is_damaged(), "{case}: found at open");
+        assert_eq!(log.log_end_offset(), end, "{case}: nothing cut");
+        let d = log.find_damage().unwrap().unwrap();
+        assert_eq!((d.position, d.base_offset), (starts[batch] as u64, model[batch].0), "{case}");
+        assert_eq!(repair_from(&mut log, &replica, &case), 1, "{case}");
+        assert_eq!(fs::read(segment(&dir)).unwrap(), bytes, "{case}: the segment as it was");
+        assert_eq!(read_all(&log, 0), model, "{case}");
+    }
+    // a zeroed run over batches 5..=8 (their headers too)
+    let case = "zeroed run";
+    let (mut log, dir) = open(case, &|b: &mut Vec<u8>| b[starts[5] + 3..starts[8] + 20].fill(0));
+    assert!(log.is_damaged() && log.log_end_offset() == end, "{case}: kept");
+    assert_eq!(repair_from(&mut log, &replica, case), 4, "{case}");
+    assert_eq!(fs::read(segment(&dir)).unwrap(), bytes, "{case}: the segment as it was");
+    // the file cut at every byte of batch 12, and at every batch's start below the recovery point
+    let cuts: Vec<usize> = (starts[12]..starts[13]).chain(starts[..20].iter().copied()).collect();
+    for cut in cuts {
+        let case = format!("cut at byte {cut}");
+        let (mut log, dir) = open(&case, &|b: &mut Vec<u8>| b.truncate(cut));
+        assert!(log.is_damaged(), "{case}: found at open");
+        assert_eq!(log.log_end_offset(), recovery_point, "{case}: the log ends at the recovery point");
+        // the batches from the one the cut is in, up to the recovery point
+        let lost = 20 - starts.iter().filter(|s| **s < cut).count() + usize::from(!starts.contains(&cut));
+        assert_eq!(repair_from(&mut log, &replica, &case), lost, "{case}: one copy per missing batch");
+        assert!(!log.is_offline(), "{case}");
+        assert_eq!(fs::read(segment(&dir)).unwrap(), bytes[..starts[20]], "{case}: the synced batches as they were");
+        assert_eq!(read_all(&log, 0), model[..20], "{case}");
+        let mut b = make_batch(1, 10, 7, 9000);
+        assert_eq!(
+            log.append(&mut b, 9000, None).unwrap().first_offset,
+            recovery_point,
+            "{case}: appends go on after it"
+        );
+    }
+    // after a clean close every byte is below the recovery point: a file cut at a batch's
+    // start (which looks whole to the clean open's checks) is found and filled too
+    let clean = root.path().join("clean");
+    copy_dir(&pristine, &clean);
+    Log::open(&clean, config.clone()).unwrap().close().unwrap();
+    let file = fs::read(segment(&clean)).unwrap();
+    fs::write(segment(&clean), &file[..starts[10]]).unwrap();
+    let mut log = Log::open(&clean, config.clone()).unwrap();
+    assert!(log.is_damaged() && log.log_end_offset() == end, "clean close, cut file: found, nothing lost");
+    assert_eq!(repair_from(&mut log, &replica, "clean close"), 14);
+    assert_eq!(read_all(&log, 0), model);
+    // a torn tail past the recovery point is cut as before
+    let (log, _) = open("torn", &|b: &mut Vec<u8>| b.truncate(starts[22] + 10));
+    assert!(!log.is_damaged() && log.log_end_offset() == model[22].0, "torn tail past the recovery point: cut");
+    assert_eq!(read_all(&log, 0), model[..22]);
 }

@@ -437,3 +437,42 @@ fn random_frames_never_kill_the_broker() {
     alive(&b);
     assert_eq!(latest_offset(&b, "fz"), 5, "stored data unchanged");
 }
+
+/// The partition count of `topic` as Metadata gives it.
+fn partition_count(b: &Broker, topic: &str) -> usize {
+    let mut t = metadata_request::MetadataRequestTopic::default();
+    t.name = Some(TopicName(StrBytes::from_string(topic.to_string())));
+    let mut r = MetadataRequest::default();
+    r.topics = Some(vec![t]);
+    match call(b, ApiKey::Metadata, 9, RequestKind::Metadata(r)) {
+        ResponseKind::Metadata(m) => m.topics[0].partitions.len(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Kafka's ControllerApis: a topic named twice in one CreatePartitions request is refused both
+/// times (INVALID_REQUEST) and keeps its partitions; the request's other topics grow.
+#[test]
+fn create_partitions_naming_a_topic_twice_refuses_both_and_grows_the_rest() {
+    let b = Broker::start_with(&["--num-partitions", "1"]);
+    ensure_topic(&b, "twice");
+    ensure_topic(&b, "once");
+    let topic = |name: &str, count: i32| {
+        let mut t = create_partitions_request::CreatePartitionsTopic::default();
+        t.name = TopicName(StrBytes::from_string(name.to_string()));
+        t.count = count;
+        t
+    };
+    let mut r = CreatePartitionsRequest::default();
+    r.topics = vec![topic("twice", 2), topic("once", 3), topic("twice", 4)];
+    r.timeout_ms = 10_000;
+    let resp = match call(&b, ApiKey::CreatePartitions, 3, RequestKind::CreatePartitions(r)) {
+        ResponseKind::CreatePartitions(resp) => resp,
+        other => panic!("{other:?}"),
+    };
+    let codes: Vec<(String, i16)> = resp.results.iter().map(|r| (r.name.0.to_string(), r.error_code)).collect();
+    let invalid_request = kafka_protocol::error::ResponseError::InvalidRequest.code();
+    assert_eq!(codes, vec![("twice".into(), invalid_request), ("once".into(), 0), ("twice".into(), invalid_request)]);
+    assert_eq!(partition_count(&b, "twice"), 1);
+    assert_eq!(partition_count(&b, "once"), 3);
+}

@@ -1604,6 +1604,72 @@ fn scrape_value(port: u16, series: &str) -> Option<f64> {
     body.lines().find(|l| l.starts_with(series)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
 }
 
+/// A peer whose Raft RPCs fail (issue 19 item 6, decision 0042): its peers log one line each 10 s
+/// saying how many failed and how, then one line when it answers again, and count every RPC in
+/// `sluice_raft_rpcs_total` — instead of openraft's four or five lines per failed RPC, which
+/// are left out (they are named by source line for openraft 0.9.23: an upgrade that moves them
+/// fails this test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_rpc_failures_are_summarized_per_peer() {
+    // (a filter naming openraft would keep its lines; the recovery line is INFO)
+    let (c, ports) = Cluster::start_with_metrics_logging(&[], Some("warn,sluice_broker::cluster::rpc_health=info"));
+    replicated_topic(&c, "quiet").await;
+    let stopped = 1usize; // broker 2
+    c.brokers[stopped].pause();
+    tokio::time::sleep(Duration::from_secs(22)).await;
+    c.brokers[stopped].resume();
+    let log_of = |i: usize| std::fs::read_to_string(c.brokers[i].data_dir.with_extension("log")).unwrap_or_default();
+    let t0 = Instant::now();
+    loop {
+        let log = log_of(0);
+        if log.contains("Raft RPCs to broker 2 are answered again") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(40), "no recovery line for broker 2: {log}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for i in [0, 2] {
+        let log = log_of(i);
+        let failing: Vec<&str> = log.lines().filter(|l| l.contains("Raft RPCs to broker 2 failing")).collect();
+        // 22 s stopped: at least one whole 10 s interval in which every RPC to it timed out
+        assert!(
+            failing.iter().any(|l| l.contains(" answered=0 ") && !l.contains(" timed_out=0 ")),
+            "broker {}: no interval of timed-out RPCs to broker 2: {failing:?}",
+            i + 1
+        );
+        assert!(failing.len() <= 4, "broker {}: more than one line per 10 s: {failing:?}", i + 1);
+        for noise in [
+            "RPCError",
+            "error replication to target",
+            "update progress error",
+            "heartbeat error",
+            "while requesting vote",
+            "A message will be ignored because vote changed",
+        ] {
+            let n = log.lines().filter(|l| l.contains("openraft") && l.contains(noise)).count();
+            assert_eq!(n, 0, "broker {}: openraft's per-RPC line \"{noise}\" logged {n} times", i + 1);
+        }
+        let timed_out = ports_series(ports[i], "sluice_raft_rpcs_total", &["peer=\"2\"", "outcome=\"timed_out\""]);
+        assert!(timed_out > 0.0, "broker {}: no timed-out RPC to broker 2 counted", i + 1);
+        let answered = ports_series(ports[i], "sluice_raft_rpcs_total", &["peer=\"2\"", "outcome=\"answered\""]);
+        assert!(answered > 0.0, "broker {}: no answered RPC to broker 2 counted", i + 1);
+    }
+}
+
+/// The value of the series `name` whose labels include each of `labels` on the Prometheus
+/// endpoint at `port` (0 when absent).
+fn ports_series(port: u16, name: &str, labels: &[&str]) -> f64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return 0.0 };
+    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
 /// Each broker reports its replica's Raft group (issue 19 item 6): the term, the leaders it saw
 /// take over, apply and replication lag. After the leader's kill -9 the survivors report a higher
 /// term and one more leader change.
@@ -2246,8 +2312,12 @@ impl MapMib for Vec<u64> {
 /// with SIGKILL is found gone by its followers at once (its Raft connection ends and its Raft
 /// port refuses connections), they stop naming it as leader, and a new leader is elected well
 /// before any follower's own election timer could fire (a partition follower stands only after
-/// its 2 s lease and a 1–2 s timeout without heartbeats); the new leader takes writes.
+/// its 2 s lease and a 1–2 s timeout without heartbeats, so at the earliest 2.5 s after a kill
+/// that came just before a 500 ms heartbeat); the new leader takes writes. Timed, so run alone:
+/// beside other three-broker tests on two cores, CI once saw both survivors still electing at
+/// 1.27 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "timed failover: tests/run-all.sh runs it alone"]
 async fn a_killed_leader_is_replaced_before_any_election_timer_fires() {
     let mut c = Cluster::start();
     let leader = replicated_topic(&c, "fast").await;
@@ -2270,7 +2340,7 @@ async fn a_killed_leader_is_replaced_before_any_election_timer_fires() {
             assert!(!named.contains(&dead), "a survivor still names the killed broker {dead}: {named:?}");
         }
         assert!(
-            t0.elapsed() < Duration::from_millis(1200),
+            t0.elapsed() < Duration::from_millis(2400),
             "no new leader {:?} after killing broker {dead}: {named:?}",
             t0.elapsed()
         );
@@ -2836,6 +2906,68 @@ async fn the_scrubber_finds_damage_in_a_followers_copy_and_the_follower_repairs_
     assert_eq!(seen, (0..40).map(|i| (i as i64, format!("record-{i}"))).collect::<Vec<_>>());
 }
 
+/// Issue 22: a replica's synced batches damaged or lost while it is down — a bit flipped in a
+/// batch of its active segment, and the file cut further on (a disk that lost writes it had
+/// synced) — all below the end its `applied.json` records. Its start used to take the flip for
+/// a torn tail and cut there: the acknowledged batches after it were gone on that replica, the
+/// entries that wrote them were never applied again, and every batch it wrote afterwards took
+/// other offsets than on the other replicas. Now its start keeps what it has (the partition's
+/// recovery point says those bytes were synced), and the replica restores the damaged batch and
+/// the lost ones from its peers' copies before it applies anything more: every replica holds
+/// the same batches, and the replica serves every record once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicas_synced_batches_damaged_or_lost_at_rest_are_restored_from_its_peers() {
+    let (mut c, ports) = Cluster::start_with_metrics_logging(&[], Some("info,openraft=warn"));
+    let leader = replicated_topic(&c, "synced").await;
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    produce_numbered(&c, &[leader], "synced", 0..40).await;
+    // a second later one more: its apply records everything as applied (and synced)
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    produce_numbered(&c, &[leader], "synced", 40..41).await;
+    let dirs = same_on_every_replica(&c, "synced", leader).await;
+    let applied = replica_dir(&c.brokers[follower]).join("applied.json");
+    let applied_end = || {
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&applied).unwrap_or_default()).unwrap_or(serde_json::Value::Null);
+        json["log_end"].as_i64().unwrap_or(0)
+    };
+    until(|| applied_end() >= 41, "the follower records offset 41 as applied").await;
+    c.brokers[follower].kill9();
+    let file = segments(&dirs[follower])[&0].clone();
+    let (pristine, starts) = flip_in_batch(&file, 10, 3);
+    assert_eq!(starts.len(), 41);
+    let mut damaged = std::fs::read(&file).unwrap();
+    damaged.truncate(starts[30] + 7);
+    std::fs::write(&file, &damaged).unwrap();
+
+    let others: Vec<usize> = (0..3).filter(|i| *i != follower).collect();
+    produce_numbered(&c, &others, "synced", 41..60).await;
+    c.brokers[follower].spawn();
+    let t0 = Instant::now();
+    while batches_from(&dirs[follower], 0) != batches_from(&dirs[leader], 0) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the damaged replica does not hold the leader's batches\npanics: {}\n{}",
+            c.brokers[follower].panics(),
+            c.brokers[follower].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(std::fs::read(&file).unwrap()[..pristine.len()], pristine[..], "its first 41 batches as they were");
+    let log = std::fs::read_to_string(c.brokers[follower].data_dir.with_extension("log")).unwrap_or_default();
+    assert!(
+        log.contains("below the recovery point"),
+        "the start says what it kept:\n{}",
+        c.brokers[follower].log_tail()
+    );
+    assert!(log.contains("the partition is online again"), "the repair is logged");
+    // the flipped batch and the eleven lost ones, each from a peer's copy
+    assert_eq!(scrape_value(ports[follower], "sluice_storage_repairs_total{topic=\"synced\"}"), Some(12.0));
+    let seen = read_numbered(&c.brokers[follower].bootstrap(), "synced", 60);
+    assert_eq!(seen, (0..60).map(|i| (i as i64, format!("record-{i}"))).collect::<Vec<_>>());
+    assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
+}
+
 /// The entry indexes of a Raft group directory's log, in file order (`sluice raft-log-dump`).
 fn raft_log_indexes(dir: &std::path::Path) -> Vec<u64> {
     let dump = std::process::Command::new(sluice_tests::sluice_bin()).arg("raft-log-dump").arg(dir).output().unwrap();
@@ -3077,15 +3209,7 @@ async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
         c.brokers[killed].spawn();
     }
     let before_scrub = scrape_value(ports[damaged], repairs).unwrap_or(0.0);
-    let conn = Connection::connect(&c.brokers[damaged].bootstrap(), "txn-test", 1).await.unwrap();
-    let t0 = Instant::now();
-    let described = loop {
-        match raw::describe_txn(&conn, txn).await {
-            Ok(d) if !d.0.is_empty() => break d,
-            other => assert!(t0.elapsed() < Duration::from_secs(30), "the repaired coordinator answers {other:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (conn, described) = described_at_coordinator(&c.brokers[damaged], txn).await;
     assert_eq!(described, ("CompleteAbort".into(), pid, epoch), "the repaired coordinator's state");
     let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
     assert_eq!((err, next), (0, epoch + 1), "the repaired coordinator carries on");
@@ -3119,4 +3243,119 @@ async fn coordinator_log_damage_is_repaired_from_another_replicas_copy() {
         "the repaired leader's log differs from its followers'",
     )
     .await;
+}
+
+/// A connection to `b`, the coordinator of transactional id `txn`, and the id's state (state,
+/// producer id, epoch) once `b` has loaded it (up to 30 s).
+async fn described_at_coordinator(b: &Broker, txn: &str) -> (Connection, (String, i64, i16)) {
+    let conn = Connection::connect(&b.bootstrap(), "txn-test", 1).await.unwrap();
+    let t0 = Instant::now();
+    loop {
+        match sluice_tests::raw::describe_txn(&conn, txn).await {
+            Ok(d) if !d.0.is_empty() => return (conn, d),
+            other => assert!(t0.elapsed() < Duration::from_secs(30), "broker {} answers {other:?}", b.port),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Issue 22, a coordinator log whose leader cannot repair it (decision 0037): a bit rots in the
+/// transaction-log leader's own log while it runs, and every copy it asks for is refused (the
+/// failpoint `kv.mend_refuses_copies`, armed on every broker). The scrubber finds the damage,
+/// the leader logs that it could not replace its log and hands the shard over: another replica,
+/// whose log is intact, leads and coordinates — the id's state is what it was, and its next
+/// transaction ends with the next epoch — while the damaged one keeps trying and never
+/// coordinates again. Without the hand-over, FindCoordinator names the damaged leader, which
+/// does not load the shard, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_leader_that_cannot_repair_its_log_hands_the_shard_over() {
+    use sluice_tests::raw;
+    let c = Cluster::start_with(&[
+        "--transaction-state-log-num-partitions",
+        "1",
+        "--testing-failpoints",
+        "kv.mend_refuses_copies",
+    ]);
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let txn = "kv-hand-over";
+    let (coordinator, conn, pid, epoch) = init_at_coordinator(&c, txn).await;
+    let leader = usize::try_from(coordinator - 1).unwrap();
+    let epoch = raw::abort_empty(&conn, txn, pid, epoch, 10).await.unwrap();
+    let kv_dir = |b: &Broker| b.data_dir.join("__transaction_state-0");
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    until(
+        || others.iter().all(|&i| folded_kv(&kv_dir(&c.brokers[i])) == folded_kv(&kv_dir(&c.brokers[leader]))),
+        "the followers differ from the leader",
+    )
+    .await;
+    drop(conn);
+    let file = segments(&kv_dir(&c.brokers[leader])).into_values().next().unwrap();
+    flip_in_batch(&file, 0, 6);
+    // the scrubber finds it, the repair fails, and another broker coordinates
+    let t0 = Instant::now();
+    let new = loop {
+        let id = txn_coordinator(&c.brokers[others[0]], txn).await;
+        if id > 0 && id != coordinator {
+            break id;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "the damaged leader (broker {coordinator}) never handed the shard over\n{}",
+            c.brokers[leader].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let log = std::fs::read_to_string(c.brokers[leader].data_dir.with_extension("log")).unwrap_or_default();
+    assert!(log.contains("(found by the scrubber)"), "the scrubber's find is logged");
+    assert!(
+        log.contains("the damaged log was not replaced") && log.contains("trying again every second"),
+        "the failed repair is logged"
+    );
+    // the new coordinator has the id's state and carries on
+    let (conn, described) = described_at_coordinator(&c.brokers[usize::try_from(new - 1).unwrap()], txn).await;
+    assert_eq!(described, ("CompleteAbort".into(), pid, epoch), "the new coordinator's state");
+    let (err, _, next) = raw::end_txn(&conn, 5, txn, pid, epoch, false).await.unwrap();
+    assert_eq!((err, next), (0, epoch + 1), "the new coordinator carries on");
+    // the damaged replica does not coordinate again (it would hand over again if elected)
+    for _ in 0..20 {
+        for i in 0..3 {
+            let id = txn_coordinator(&c.brokers[i], txn).await;
+            assert_ne!(id, coordinator, "broker {} names the damaged replica as coordinator", i + 1);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The cluster id a broker's Metadata (v9) names: None when it names none.
+async fn metadata_cluster_id(b: &Broker) -> Option<String> {
+    let conn = Connection::connect(&b.bootstrap(), "cluster-test", 1).await.expect("connect");
+    let r = kafka_protocol::messages::MetadataRequest::default();
+    match conn.call(ApiKey::Metadata, 9, RequestKind::Metadata(r)).await {
+        Ok(ResponseKind::Metadata(m)) => m.cluster_id.map(|id| id.to_string()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A broker names its cluster only once the metadata quorum has: before, its own id would
+/// differ from its peers' and then from the cluster's (librdkafka warns "reports different
+/// ClusterId … a client must not be simultaneously connected to multiple clusters"). Once the
+/// quorum formed, all three name the same one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_names_no_cluster_before_its_quorum_does() {
+    let raft: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let voters = raft.iter().enumerate().map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1)).collect::<Vec<_>>().join(",");
+    let start = |i: usize| {
+        Broker::start_on(free_port(), &["--node-id", &(i + 1).to_string(), "--controller-quorum-voters", &voters])
+    };
+    let first = start(0);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(metadata_cluster_id(&first).await, None, "a broker alone, no quorum: no cluster yet");
+    let c = Cluster { brokers: vec![first, start(1), start(2)], voters };
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let mut ids = BTreeSet::new();
+    for b in &c.brokers {
+        ids.insert(metadata_cluster_id(b).await);
+    }
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert!(ids.iter().all(Option::is_some), "{ids:?}");
 }

@@ -9,6 +9,8 @@
 //! - a zeroed page in a closed segment is never served either, and nothing is cut; a rotted
 //!   length field under an index entry, found at start, keeps every byte (it used to cut the
 //!   segment and delete every later one) and starts the partition offline;
+//! - a bit flipped in the active segment below its recovery point, found by the start after a
+//!   kill -9, is kept (it used to be cut as a torn tail, with every record after it);
 //! - a bit flipped in a consumer-offsets shard's log takes that shard offline, not the broker,
 //!   and its group's committed offset is never answered as "none"; the same for a transaction
 //!   log shard, whose ids cannot initialize (their epochs would start again).
@@ -318,6 +320,49 @@ fn a_damaged_header_found_at_start_keeps_every_byte_and_the_partition_offline() 
     b.spawn();
     let (values, _) = consume(&b.bootstrap(), "dh", Duration::from_secs(8));
     assert_eq!(values, (0..3000).map(value).collect::<Vec<_>>(), "every acknowledged record");
+}
+
+/// A bit flipped in the *active* segment, below its recovery point, found when the broker
+/// starts after a kill -9. The start scans that segment (it may end in a torn write) and used
+/// to take any damage there for a torn tail: everything from the damaged batch on — records
+/// acknowledged long before the crash — was cut, silently. The recovery point says those bytes
+/// were synced, so now the damage is kept and the partition starts offline (one line); once
+/// the byte is restored, all 1,200 acknowledged records are served.
+#[test]
+fn damage_in_the_active_segment_below_its_recovery_point_is_kept_after_a_crash() {
+    let mut b = Broker::start_with(&["--log-segment-bytes", "1048576", "--log-scrub-bytes-per-second", "0"]);
+    produce(&b.bootstrap(), "ar", 0, 1000);
+    // a clean stop and start: the recovery point is offset 1000
+    assert_eq!(b.stop(), Some(0));
+    b.spawn();
+    produce(&b.bootstrap(), "ar", 1000, 200);
+    b.kill9();
+    let dir = b.data_dir.join("ar-0");
+    let sizes = segment_sizes(&dir);
+    assert_eq!(sizes.len(), 1, "one segment, the active one: {sizes:?}");
+    let active = dir.join(&sizes[0].0);
+    let bytes = std::fs::read(&active).unwrap();
+    let base = |at: usize| i64::from_be_bytes(bytes[at..at + 8].try_into().unwrap());
+    let starts = batch_starts(&active);
+    let victim = starts.iter().rposition(|s| base(*s) <= 500).unwrap();
+    assert!(base(starts[victim + 1]) < 1000, "the damaged batch is well below the recovery point");
+    sluice_tests::lossyfs::corrupt(&active, "flip", (starts[victim] + 70) as u64, 2).unwrap();
+    b.spawn();
+    assert_eq!(fetch_error(&b.bootstrap(), "ar", 0), 56, "offline from the start");
+    let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap();
+    assert!(
+        log.contains(&format!("is damaged at byte {}", starts[victim])) && log.contains("below the recovery point"),
+        "the start names the damage: {}",
+        log.lines().filter(|l| l.contains("ar-0") || l.contains("ERROR")).collect::<Vec<_>>().join("\n")
+    );
+    assert!(b.panics().is_empty(), "{}", b.panics());
+    assert_eq!(b.stop(), Some(0));
+    assert_eq!(segment_sizes(&dir), sizes, "nothing cut");
+    // the operator restores the byte: everything acknowledged is there
+    sluice_tests::lossyfs::corrupt(&active, "flip", (starts[victim] + 70) as u64, 2).unwrap();
+    b.spawn();
+    let (values, _) = consume(&b.bootstrap(), "ar", Duration::from_secs(8));
+    assert_eq!(values, (0..1200).map(value).collect::<Vec<_>>(), "every acknowledged record");
 }
 
 #[test]

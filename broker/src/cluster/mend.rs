@@ -312,6 +312,11 @@ impl KvMender {
         }
         let mut why = Vec::new();
         for (peer, copy) in self.peers.copies().await {
+            let copy = if crate::failpoints::armed(crate::failpoints::Failpoint::KvMendRefusesCopies) {
+                Err("refused (failpoint kv.mend_refuses_copies)".to_string())
+            } else {
+                copy
+            };
             let result = match copy {
                 Ok((index, records)) => {
                     let (gate, n) = (self.gate.clone(), records.len());

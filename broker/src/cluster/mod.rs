@@ -20,6 +20,7 @@ pub mod network;
 pub mod reassign;
 pub mod reconcile;
 pub mod replica;
+pub mod rpc_health;
 pub mod store;
 
 use crate::sync::OrDie as _;
@@ -492,7 +493,7 @@ impl ClusterNode {
                  Raft address) to join a running cluster"
             ),
         };
-        std::fs::create_dir_all(dir)?;
+        sluice_storage::sidefile::create_dir_durable(dir)?;
         let config = openraft::Config {
             cluster_name: "sluice".into(),
             heartbeat_interval: 250,
@@ -529,6 +530,7 @@ impl ClusterNode {
             kafka: std::sync::OnceLock::new(),
         });
         tokio::spawn(network::serve(listener, node.clone()));
+        tokio::spawn(rpc_health::summarize());
         if !initialized && joining {
             // a broker added to a running cluster: ask the voters until the leader adds it
             let n = node.clone();

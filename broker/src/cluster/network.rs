@@ -4,6 +4,7 @@
 //! InstallSnapshot, a follower forwards metadata writes to the leader (`Forward`).
 
 use super::failover::Carried;
+use super::rpc_health::{self, Outcome};
 use super::{ClusterNode, Command, CommandResult, NodeId, TypeConfig};
 use crate::replication::log_store::Logged;
 use crate::replication::types::{GroupKey, KvEntry, PartConfig, ShardConfig};
@@ -150,6 +151,13 @@ pub(crate) async fn read_frame(s: &mut (impl AsyncRead + Unpin + ?Sized)) -> std
 }
 
 /// One request-response exchange on `conn` (opened if needed), bounded by `ttl`.
+///
+/// The connection is taken out of `conn` for the exchange and put back only once its answer
+/// has been read whole: an exchange that fails, times out, or is cancelled (openraft drops an
+/// append's future when its own timer, the heartbeat interval, runs out) leaves `conn` empty.
+/// A connection with an unread answer in it is never used again: the next exchange on it
+/// would read that answer as its own (an earlier heartbeat's success taken for a later
+/// append's, so the leader would count entries the follower had not stored).
 async fn exchange<R: DeserializeOwned>(
     conn: &mut Option<Conn>,
     addr: &str,
@@ -158,22 +166,20 @@ async fn exchange<R: DeserializeOwned>(
 ) -> std::io::Result<R> {
     let body = bincode::serialize(rpc).map_err(std::io::Error::other)?;
     let run = async {
-        if conn.is_none() {
-            *conn = Some(connect(addr).await?);
-        }
-        let s = conn.as_mut().ok_or_else(|| std::io::Error::other("no connection"))?;
-        write_frame(s, &body).await?;
-        let answer = read_frame(s).await?;
-        bincode::deserialize(&answer).map_err(std::io::Error::other)
+        let mut s = match conn.take() {
+            Some(s) => s,
+            None => connect(addr).await?,
+        };
+        write_frame(&mut s, &body).await?;
+        let answer = read_frame(&mut s).await?;
+        let r = bincode::deserialize(&answer).map_err(std::io::Error::other)?;
+        *conn = Some(s);
+        Ok(r)
     };
-    let result = match tokio::time::timeout(ttl, run).await {
+    match tokio::time::timeout(ttl, run).await {
         Ok(r) => r,
         Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr}: RPC timed out"))),
-    };
-    if result.is_err() {
-        *conn = None; // never reuse a connection whose exchange failed midway
     }
-    result
 }
 
 /// Creates connections to peers (openraft calls it per target).
@@ -212,14 +218,35 @@ impl Peer {
         T: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        // counted per peer however it ends, dropped by openraft's timer included (`rpc_health`)
+        let pending = rpc_health::Pending::start(&rpc_health::HEALTH, self.target);
         let answer: Result<Result<T, E>, std::io::Error> = exchange(&mut self.conn, &self.addr, &rpc, ttl).await;
         match answer {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            Ok(Ok(r)) => {
+                pending.finish(Outcome::Answered, None);
+                Ok(r)
+            }
+            Ok(Err(e)) => {
+                // the peer answered: the RPC reached it (its Raft refused it, e.g. a shut-down group)
+                pending.finish(Outcome::Answered, None);
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                pending.finish(Outcome::Refused, Some(&e));
                 Err(RPCError::Unreachable(Unreachable::new(&e)))
             }
-            Err(e) => Err(RPCError::Network(NetworkError::new(&e))),
+            Err(e) => {
+                match e.kind() {
+                    std::io::ErrorKind::TimedOut => pending.finish(Outcome::TimedOut, Some(&e)),
+                    // `serve` closes the connection on an RPC for a group it has no replica of
+                    std::io::ErrorKind::UnexpectedEof => pending.finish(
+                        Outcome::Failed,
+                        Some(&"connection closed before an answer (no replica of the group there yet, or stopping)"),
+                    ),
+                    _ => pending.finish(Outcome::Failed, Some(&e)),
+                }
+                Err(RPCError::Network(NetworkError::new(&e)))
+            }
         }
     }
 }
@@ -648,5 +675,57 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that answers each `Leave(n)` with `n`, the first one only after 300 ms.
+    async fn slow_first_answer() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let mut first = true;
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else { return };
+                let delay = std::mem::take(&mut first);
+                tokio::spawn(async move {
+                    let mut delay = delay;
+                    while let Ok(frame) = read_frame(&mut s).await {
+                        let Ok(Rpc::Leave(n)) = bincode::deserialize(&frame) else { return };
+                        if std::mem::take(&mut delay) {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                        let answer = bincode::serialize(&Ok::<u64, String>(n)).expect("encode");
+                        if write_frame(&mut s, &answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// openraft bounds an append by its own timer and drops the future when it runs out: the
+    /// next exchange must not read the dropped one's answer as its own.
+    #[tokio::test]
+    async fn an_exchange_cancelled_midway_leaves_no_answer_for_the_next() {
+        let addr = slow_first_answer().await;
+        let mut conn = None;
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(100),
+            exchange::<Result<u64, String>>(&mut conn, &addr, &Rpc::Leave(1), Duration::from_secs(5)),
+        )
+        .await;
+        assert!(cancelled.is_err(), "the first exchange was meant to be cancelled: {cancelled:?}");
+        for n in 2..5 {
+            let answer: Result<u64, String> =
+                exchange(&mut conn, &addr, &Rpc::Leave(n), Duration::from_secs(5)).await.expect("exchange");
+            assert_eq!(answer, Ok(n), "exchange {n} read another request's answer");
+        }
+        assert!(conn.is_some(), "a completed exchange keeps its connection");
     }
 }

@@ -430,7 +430,7 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     peers: Arc<dyn Peers>,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
-    std::fs::create_dir_all(&dir)?;
+    sluice_storage::sidefile::create_dir_durable(&dir)?;
     let mender = Arc::new(Mender::new(partition.clone(), peers));
     let sm = ReplicaSm::open(&dir, partition)?.with_mender(mender.clone());
     let progress = sm.progress.clone();
@@ -565,7 +565,7 @@ pub async fn start_kv<N: RaftNetworkFactory<ShardConfig>>(
     peers: Arc<dyn ShardPeers>,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<ShardReplica>> {
-    std::fs::create_dir_all(&dir)?;
+    sluice_storage::sidefile::create_dir_durable(&dir)?;
     let sm = KvSm::open(&dir, store)?;
     let name = format!("{}-{}", spec.key.0, spec.key.1);
     let mender = Arc::new(KvMender::new(sm.gate.clone(), peers, name, spec.key.0.clone()));
@@ -587,12 +587,16 @@ where
     C::D: Clone,
 {
     let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max, snapshot_bytes, budgets } = spec;
-    // coordinator shards (many, mostly idle) heartbeat half as often as partitions. A follower
-    // stands after its lease (the maximum) plus a random timeout: 3-4 s for a partition, so a
-    // follower stalled for a second or two does not depose a live leader when it wakes (openraft
-    // 0.9 has no pre-vote); a gone leader is replaced without waiting (`failover`, decision 0028)
+    // every group heartbeats each 500 ms: openraft bounds each append (heartbeat or entries) by
+    // the heartbeat interval, and at 250 ms a loaded broker's answers came late, every late
+    // answer cost a reconnect and the RPCs piled up until a cluster of ~300 groups per broker
+    // stopped answering (decision 0041). A follower stands after its lease (the maximum) plus
+    // a random timeout: 3-4 s for a partition, 4.5-6 s for a coordinator shard (many, mostly
+    // idle), so a follower stalled for a second or two does not depose a live leader when it
+    // wakes (openraft 0.9 has no pre-vote); a gone leader is replaced without waiting
+    // (`failover`, decision 0028)
     let shard = topic_id.is_nil();
-    let (heartbeat, election) = if shard { (500, 1500) } else { (250, 1000) };
+    let (heartbeat, election) = if shard { (500, 1500) } else { (500, 1000) };
     // a partition's snapshots are taken and its log purged by `maintain` (decision 0025) — by
     // bytes, which openraft's policies do not count; a coordinator shard's entries are small
     // key/value records: openraft snapshots it every `snapshot_bytes / 16 KiB` entries (4,096 at

@@ -12,7 +12,7 @@ pub fn describe_cluster(
     listener: &crate::config::security::ListenerConfig,
 ) -> DescribeClusterResponse {
     let mut r = DescribeClusterResponse::default();
-    r.cluster_id = sb(&topics.effective_cluster_id());
+    r.cluster_id = sb(&topics.effective_cluster_id().unwrap_or_default());
     let (brokers, controller) = topics.cluster_view(listener);
     r.controller_id = BrokerId(controller);
     r.endpoint_type = 1;

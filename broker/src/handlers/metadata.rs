@@ -86,7 +86,7 @@ pub async fn handle(
             b
         })
         .collect();
-    resp.cluster_id = Some(sb(&topics.effective_cluster_id()));
+    resp.cluster_id = topics.effective_cluster_id().map(|id| sb(&id));
     resp.controller_id = BrokerId(controller);
     let all = match &req.topics {
         None => true,

@@ -125,8 +125,9 @@ impl PartitionLog for Partition {
 
     fn repair(&self, d: &sluice_storage::Damage, copy: &[u8], from: u64) -> Result<bool, StorageError> {
         let whole = Partition::repair(self, d, copy)?;
-        // a warning: the data was restored, but the disk under it lost bytes
-        tracing::warn!(
+        // a warning once the log is whole (the data was restored, but the disk under it lost
+        // bytes); each batch before that (a lost tail takes one per batch) at INFO
+        let line = format!(
             "partition {}-{}: the damaged batch at offset {} (byte {} of {}) was replaced by broker {from}'s copy{}",
             self.topic,
             self.index,
@@ -135,6 +136,11 @@ impl PartitionLog for Partition {
             d.path.display(),
             if whole { "; the partition is online again" } else { "" }
         );
+        if whole {
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
         ::metrics::counter!(crate::metrics::STORAGE_REPAIRS_TOTAL, "topic" => self.topic.clone()).increment(1);
         Ok(whole)
     }

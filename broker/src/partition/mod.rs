@@ -117,8 +117,10 @@ pub struct ReadOutcome {
 impl Partition {
     pub fn new(topic: String, index: i32, mut log: Log, hw_changed: Arc<tokio::sync::Notify>) -> Partition {
         let flusher = log.flusher();
-        let replay_incomplete = std::sync::atomic::AtomicBool::new(log.is_damaged());
-        let mut producers = rebuild_producer_state(&mut log);
+        // (damage the replay itself meets — rot in a segment trusted at open — stops it too:
+        // the flag must be read after it, or a repair would not complete it)
+        let (mut producers, complete) = rebuild_producer_state(&mut log);
+        let replay_incomplete = std::sync::atomic::AtomicBool::new(!complete || log.is_damaged());
         // After a restart every producer gets a full expiration window again.
         let now = crate::clock::now_ms();
         for e in producers.values_mut() {
@@ -222,7 +224,7 @@ impl Partition {
 
     /// Write a COMMIT or ABORT marker for producer `pid` (WriteTxnMarkers), closing its open
     /// transaction here. Refused for an older producer or coordinator epoch. Stage 1: the
-    /// caller then waits for durability up to `offset + 1` when `sync`.
+    /// caller then waits for durability up to `offset + 1` (always `sync`).
     pub fn write_marker(&self, pid: i64, m: &MarkerHeader, now_ms: i64) -> Result<MarkerWritten, AppendError> {
         let mut producers = self.producers.lock().or_die();
         self.verified.lock().or_die().retain(|(p, _)| *p != pid);
@@ -238,7 +240,7 @@ impl Partition {
         )
         .map_err(|e| AppendError::Storage(StorageError::InvalidConfig(format!("marker batch: {e}"))))?;
         let mut buf = batch.to_vec();
-        let (info, _log_start, sync) = self.append(&mut buf, now_ms, false).map_err(AppendError::Storage)?;
+        let (info, _log_start, _sync) = self.append(&mut buf, now_ms, false).map_err(AppendError::Storage)?;
         if info.rolled {
             self.snapshot(&producers, info.first_offset);
         }
@@ -254,7 +256,11 @@ impl Partition {
         self.first_unstable.store(first_unstable(&producers), Ordering::Release);
         drop(producers);
         self.hw_changed.notify_waiters();
-        Ok(MarkerWritten { offset: info.first_offset, sync })
+        // fsynced whatever the flush policy (decision 0039): the coordinator's decision that
+        // this marker stands for is fsynced, and once it is, nothing sends the marker again; a
+        // marker lost to a power cut while the records it closed stay would leave them open
+        // for this producer's next transaction to commit
+        Ok(MarkerWritten { offset: info.first_offset, sync: true })
     }
 
     /// Has producer `pid` an open transaction here?
@@ -488,8 +494,9 @@ impl Partition {
         let config = log.config().clone();
         sluice_storage::snapshot::swap_in(&dir, staged)?;
         let mut new = Log::open(&dir, config)?;
-        *producers = rebuild_producer_state(&mut new);
-        self.replay_incomplete.store(new.is_damaged(), Ordering::Release);
+        let (rebuilt, complete) = rebuild_producer_state(&mut new);
+        *producers = rebuilt;
+        self.replay_incomplete.store(!complete || new.is_damaged(), Ordering::Release);
         let leo = new.log_end_offset();
         new.set_high_watermark(leo);
         let offsets = (new.log_start_offset(), leo);
@@ -703,7 +710,9 @@ impl Partition {
         let mut log = self.log();
         let whole = log.repair(d, copy)?;
         if whole && self.replay_incomplete.swap(false, Ordering::AcqRel) {
-            let mut rebuilt = rebuild_producer_state(&mut log);
+            let (mut rebuilt, complete) = rebuild_producer_state(&mut log);
+            // more damage further on stopped it again: completed after that repair
+            self.replay_incomplete.store(!complete, Ordering::Release);
             let now = crate::clock::now_ms();
             for e in rebuilt.values_mut() {
                 e.last_timestamp = e.last_timestamp.max(now);
@@ -731,8 +740,9 @@ fn first_unstable(producers: &HashMap<i64, ProducerEntry>) -> i64 {
 
 /// Rebuild producer state: the newest snapshot, then every idempotent batch and transaction
 /// marker after it applied in offset order, exactly as when it was appended. An ABORT marker
-/// whose aborted-transaction index entry a crash lost gets it back.
-fn rebuild_producer_state(log: &mut Log) -> HashMap<i64, ProducerEntry> {
+/// whose aborted-transaction index entry a crash lost gets it back. `false` with it: a read
+/// failed (damage), so the state is only what came before it.
+fn rebuild_producer_state(log: &mut Log) -> (HashMap<i64, ProducerEntry>, bool) {
     let mut producers: HashMap<i64, ProducerEntry> = HashMap::new();
     let mut offset = log.log_start_offset();
     // Start from the newest readable snapshot (the log already dropped any past its end).
@@ -754,7 +764,7 @@ fn rebuild_producer_state(log: &mut Log) -> HashMap<i64, ProducerEntry> {
             Ok(_) => break,
             Err(e) => {
                 tracing::error!("producer-state replay stopped at offset {offset}: {e}");
-                break;
+                return (producers, false);
             }
         };
         for item in iter_batches(&chunk) {
@@ -787,7 +797,7 @@ fn rebuild_producer_state(log: &mut Log) -> HashMap<i64, ProducerEntry> {
             producers.insert(pid, producer_state::apply(entry, &hdr, v.base_offset(), v.last_offset()));
         }
     }
-    producers
+    (producers, true)
 }
 
 fn replay_marker(log: &mut Log, producers: &mut HashMap<i64, ProducerEntry>, v: &BatchView<'_>) {
@@ -874,6 +884,16 @@ mod tests {
         }
     }
 
+    /// A retry of producer 100's last batch (in `before`) is answered as a duplicate.
+    fn assert_last_retry_is_a_duplicate(p: &Partition, before: &HashMap<i64, ProducerEntry>) {
+        let last = before[&100].batches.back().copied().unwrap();
+        let mut retry = batch(100, 0, last.first_seq, (last.last_seq - last.first_seq + 1) as usize);
+        assert!(matches!(
+            p.append_batch(&mut retry, 0).unwrap(),
+            Appended::Duplicate { first_offset, .. } if first_offset == last.first_offset
+        ));
+    }
+
     #[test]
     fn snapshot_plus_replay_reproduces_the_state_after_a_crash() {
         let dir = tempfile::tempdir().unwrap();
@@ -888,12 +908,7 @@ mod tests {
         let p = open(dir.path());
         assert_eq!(state(&p), before, "newest snapshot + replay after it");
         // a retry of the last batch is still recognised
-        let last = before[&100].batches.back().copied().unwrap();
-        let mut retry = batch(100, 0, last.first_seq, (last.last_seq - last.first_seq + 1) as usize);
-        assert!(matches!(
-            p.append_batch(&mut retry, 0).unwrap(),
-            Appended::Duplicate { first_offset, .. } if first_offset == last.first_offset
-        ));
+        assert_last_retry_is_a_duplicate(&p, &before);
         // clean close: snapshot at the end of the log
         let leo = p.log().log_end_offset();
         p.into_log().close().unwrap();
@@ -944,6 +959,43 @@ mod tests {
         }
         let p = open(dir.path());
         assert_eq!(state(&p), before);
+    }
+
+    /// Issue 22 (decision 0037): rot in a closed segment that only the producer-state replay
+    /// reads (the snapshots are gone, so it replays from the start) stops the replay there and
+    /// takes the log offline; once a replica's copy repairs the batch, the replay is completed:
+    /// the producer state is what it was before the crash, and a retry of the last batch is
+    /// still a duplicate.
+    #[test]
+    fn a_replay_stopped_by_damage_is_completed_once_a_copy_repairs_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path());
+        fill(&p);
+        let before = state(&p);
+        drop(p); // crash: no clean close
+        for off in Log::open(dir.path(), config()).unwrap().producer_snapshot_offsets().unwrap() {
+            std::fs::remove_file(dir.path().join(sluice_storage::segment::file_name(off, "snapshot"))).unwrap();
+        }
+        // another replica's copy: the same bytes
+        let copy_dir = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            std::fs::copy(e.path(), copy_dir.path().join(e.file_name())).unwrap();
+        }
+        let replica = Log::open(copy_dir.path(), config()).unwrap();
+        // a bit rots inside the records of the first segment's second batch (under its CRC)
+        let first = dir.path().join(sluice_storage::segment::file_name(0, "log"));
+        let mut bytes = std::fs::read(&first).unwrap();
+        let starts: Vec<usize> = iter_batches(&bytes).map(|b| b.unwrap().0).collect();
+        bytes[starts[1] + 62] ^= 0x04;
+        std::fs::write(&first, &bytes).unwrap();
+        let p = open(dir.path());
+        assert!(p.log().is_offline(), "the replay met the damage: the log is offline");
+        assert_ne!(state(&p), before, "the replay stopped at the damage");
+        let d = p.log().find_damage().unwrap().expect("the damage is found");
+        let copy = replica.read(d.base_offset, 1, None, true).unwrap();
+        assert!(p.repair(&d, &copy).unwrap(), "repaired and online");
+        assert_eq!(state(&p), before, "the replay is completed after the repair");
+        assert_last_retry_is_a_duplicate(&p, &before);
     }
 
     fn txn_batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {

@@ -29,16 +29,27 @@ fn command(shared: &Shared, disk: &std::path::Path, line: &str) -> (String, bool
             let (bytes, files) = st.pending();
             (
                 format!(
-                    "ok pending_bytes={bytes} pending_files={files} fsyncs={} failed_fsyncs={}",
-                    st.fsyncs, st.failed_fsyncs
+                    "ok pending_bytes={bytes} pending_files={files} pending_names={} fsyncs={} failed_fsyncs={}",
+                    st.names.pending(),
+                    st.fsyncs,
+                    st.failed_fsyncs
                 ),
                 false,
             )
         }
         ["cut", mode, _seed] => match (CutMode::parse(mode), num(2)) {
             (Some(mode), Some(seed)) => {
-                let (lost, kept, files) = shared.lock().cut(mode, seed);
-                (format!("ok lost={lost} kept={kept} files={files}"), true)
+                let mut st = shared.lock();
+                let (lost, kept, files) = st.cut(mode, seed);
+                let undone = &st.names_undone;
+                (
+                    format!(
+                        "ok lost={lost} kept={kept} files={files} names_undone={} undid={}",
+                        undone.len(),
+                        undone.join(",")
+                    ),
+                    true,
+                )
             }
             _ => ("error usage: cut all|prefix|torn SEED".into(), false),
         },

@@ -1,7 +1,10 @@
 //! The FUSE passthrough: every name, directory and metadata change goes straight to the backing
-//! directory (the "disk"); file contents written since a file's last fsync stay in its
-//! [`Overlay`] until an fsync applies them, and a power cut decides what of them survives.
+//! directory (the "disk") — names are journaled until their directory is fsynced ([`Names`]);
+//! file contents written since a file's last fsync stay in its [`Overlay`] until an fsync
+//! applies them, and a power cut decides what of them survives and undoes the names no
+//! directory fsync covered.
 
+use super::names::Names;
 use super::overlay::{Op, Overlay, PAGE};
 use fuser::{
     FileAttr, FileType, Filesystem, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
@@ -62,6 +65,10 @@ pub struct State {
     fail_fsync: Option<(String, u64)>,
     pub fsyncs: u64,
     pub failed_fsyncs: u64,
+    /// Name changes not yet durable.
+    pub names: Names,
+    /// What the power cut undid (`create:PATH`, `rename:FROM->TO`, `remove:PATH`).
+    pub names_undone: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -74,7 +81,8 @@ impl Shared {
             fuser::FUSE_ROOT_ID,
             Node { paths: vec![PathBuf::new()], file: None, opens: 0, overlay: Overlay::default() },
         );
-        Shared(Arc::new(Mutex::new(State { root, nodes, ..State::default() })))
+        let names = Names::new(&root);
+        Shared(Arc::new(Mutex::new(State { root, nodes, names, ..State::default() })))
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
@@ -301,6 +309,7 @@ impl State {
         for node in self.nodes.values_mut() {
             node.overlay = Overlay::default();
         }
+        self.names_undone = self.names.cut();
         self.dead = true;
         (lost, kept, files)
     }
@@ -379,11 +388,15 @@ impl Filesystem for LossyFs {
 
     fn mkdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let mut st = self.0.lock();
-        let Some(p) = st.path_of(parent) else { return reply.error(libc::ENOENT) };
-        let p = p.join(name);
+        if st.dead {
+            return reply.error(libc::EIO);
+        }
+        let Some(rel) = st.rel_of(parent).map(|p| p.join(name)) else { return reply.error(libc::ENOENT) };
+        let p = st.root.join(&rel);
         if let Err(e) = std::fs::create_dir(&p) {
             return reply.error(errno(&e));
         }
+        st.names.created(&rel, true);
         let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode & !umask & 0o7777));
         match st.lookup_child(parent, name) {
             Ok((_, attr)) => reply.entry(&TTL, &attr, 0),
@@ -393,21 +406,35 @@ impl Filesystem for LossyFs {
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let mut st = self.0.lock();
+        if st.dead {
+            return reply.error(libc::EIO);
+        }
         let Some(rel) = st.rel_of(parent).map(|p| p.join(name)) else { return reply.error(libc::ENOENT) };
+        let kept = st.names.before_remove(&rel);
         match std::fs::remove_file(st.root.join(&rel)) {
             Ok(()) => {
+                st.names.removed(&rel, kept);
                 st.unlinked(&rel);
                 reply.ok()
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => {
+                if let Some(k) = kept {
+                    let _ = std::fs::remove_file(k);
+                }
+                reply.error(errno(&e))
+            }
         }
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let mut st = self.0.lock();
+        if st.dead {
+            return reply.error(libc::EIO);
+        }
         let Some(rel) = st.rel_of(parent).map(|p| p.join(name)) else { return reply.error(libc::ENOENT) };
         match std::fs::remove_dir(st.root.join(&rel)) {
             Ok(()) => {
+                st.names.removed(&rel, None);
                 st.unlinked(&rel);
                 reply.ok()
             }
@@ -426,28 +453,42 @@ impl Filesystem for LossyFs {
         reply: ReplyEmpty,
     ) {
         let mut st = self.0.lock();
+        if st.dead {
+            return reply.error(libc::EIO);
+        }
         let (Some(from), Some(to)) =
             (st.rel_of(parent).map(|p| p.join(name)), st.rel_of(newparent).map(|p| p.join(newname)))
         else {
             return reply.error(libc::ENOENT);
         };
+        let replaced = st.names.before_rename(&to);
         match std::fs::rename(st.root.join(&from), st.root.join(&to)) {
             Ok(()) => {
+                st.names.renamed(&from, &to, replaced);
                 st.renamed(&from, &to);
                 reply.ok()
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => {
+                if let Some(k) = replaced {
+                    let _ = std::fs::remove_file(k);
+                }
+                reply.error(errno(&e))
+            }
         }
     }
 
     fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
         let mut st = self.0.lock();
-        let (Some(from), Some(to)) = (st.path_of(ino), st.path_of(newparent).map(|p| p.join(newname))) else {
+        if st.dead {
+            return reply.error(libc::EIO);
+        }
+        let (Some(from), Some(rel)) = (st.path_of(ino), st.rel_of(newparent).map(|p| p.join(newname))) else {
             return reply.error(libc::ENOENT);
         };
-        if let Err(e) = std::fs::hard_link(&from, &to) {
+        if let Err(e) = std::fs::hard_link(&from, st.root.join(&rel)) {
             return reply.error(errno(&e));
         }
+        st.names.created(&rel, false);
         match st.lookup_child(newparent, newname) {
             Ok((_, attr)) => reply.entry(&TTL, &attr, 0),
             Err(e) => reply.error(e),
@@ -478,7 +519,12 @@ impl Filesystem for LossyFs {
         reply: ReplyCreate,
     ) {
         let mut st = self.0.lock();
-        let Some(p) = st.path_of(parent).map(|p| p.join(name)) else { return reply.error(libc::ENOENT) };
+        if st.dead {
+            return reply.error(libc::EIO);
+        }
+        let Some(rel) = st.rel_of(parent).map(|p| p.join(name)) else { return reply.error(libc::ENOENT) };
+        let p = st.root.join(&rel);
+        let existed = std::fs::symlink_metadata(&p).is_ok();
         let mut o = OpenOptions::new();
         o.read(true).write(true).create(true);
         if flags & libc::O_EXCL != 0 {
@@ -492,6 +538,9 @@ impl Filesystem for LossyFs {
             Err(e) => return reply.error(errno(&e)),
         };
         let _ = f.set_permissions(std::fs::Permissions::from_mode(mode & !umask & 0o7777));
+        if !existed {
+            st.names.created(&rel, false);
+        }
         match st.lookup_child(parent, name) {
             Ok((ino, attr)) => {
                 if let Some(n) = st.nodes.get_mut(&ino) {
@@ -597,9 +646,19 @@ impl Filesystem for LossyFs {
         reply.ok()
     }
 
-    fn fsyncdir(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        // names are on the disk as soon as they change (see the module comment)
-        reply.ok()
+    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
+        let mut st = self.0.lock();
+        st.fsyncs += 1;
+        if st.dead {
+            return reply.ok();
+        }
+        match st.rel_of(ino) {
+            Some(rel) => {
+                st.names.dir_synced(&rel);
+                reply.ok()
+            }
+            None => reply.error(libc::ENOENT),
+        }
     }
 
     fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {

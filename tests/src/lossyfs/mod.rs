@@ -5,18 +5,21 @@
 //! what an fsync put on the disk. It can also fail fsyncs with EIO and flip, zero or cut the
 //! synced bytes of a file.
 //!
-//! Semantics, and where they are kinder than a real disk: names (create, rename, unlink, link,
-//! mkdir) reach the disk at once, as if every directory were fsynced after each change; only
-//! file contents (writes, truncations, and mmap writes, which the kernel sends as writes) wait
-//! for an fsync. A process killed without a power cut loses nothing, as on Linux.
+//! Semantics: file contents (writes, truncations, and mmap writes, which the kernel sends as
+//! writes) wait for the file's fsync; names (create, mkdir, link, rename, unlink, rmdir) wait
+//! for their directory's fsync — both directories' for a rename ([`names`]: POSIX's rule,
+//! stricter than ext4's default, which commits a new file's name with the file's own fsync).
+//! A power cut drops or tears the unsynced contents and undoes the unsynced names. A process
+//! killed without a power cut loses nothing, as on Linux. Kinder than a real disk: a killed
+//! `lossyfs` (no `cut`) leaves every name as it was last set.
 //!
 //! The binary (`lossyfs`, `tests/src/bin/lossyfs.rs`) mounts it and takes commands on a Unix
 //! socket, one line each, answered by one line starting `ok` or `error`:
 //!
 //! | command | effect |
 //! |---|---|
-//! | `status` | `ok pending_bytes=N pending_files=N fsyncs=N failed_fsyncs=N` |
-//! | `cut all\|prefix\|torn SEED` | power cut: `ok lost=N kept=N files=N`; the mount then goes away |
+//! | `status` | `ok pending_bytes=N pending_files=N pending_names=N fsyncs=N failed_fsyncs=N` |
+//! | `cut all\|prefix\|torn SEED` | power cut: `ok lost=N kept=N files=N names_undone=N undid=create:PATH,rename:FROM->TO,remove:PATH,…`; the mount then goes away |
 //! | `fail-fsync PATTERN COUNT` | the next COUNT fsyncs of files whose path contains PATTERN fail with EIO; their data stays visible but never reaches the disk |
 //! | `flip PATH OFFSET BIT` | flip one bit of the synced bytes of PATH (relative to the mount) |
 //! | `zero PATH OFFSET LEN` | zero synced bytes |
@@ -26,6 +29,7 @@
 //! missing.
 
 pub mod fs;
+pub mod names;
 pub mod overlay;
 
 use std::io::{BufRead, BufReader, Write};
