@@ -56,16 +56,28 @@ class Broker:
             [TEST_SLUICE_BIN, "--log-dirs", self.data_dir,
              "--listeners", self.listeners, *self.extra],
             stdout=log, stderr=log, env=env)
+        # every listener, not only `port`: a test may go straight to another one (a CI run once
+        # found a SASL listener refusing connections while the PLAINTEXT one accepted)
+        waiting = {self.port} | {int(l.rsplit(":", 1)[1]) for l in self.listeners.split(",")}
         deadline = time.time() + 20
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}: " + open(self.log_path).read()[-2000:])
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            for port in sorted(waiting):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    waiting.discard(port)
+                except OSError:
+                    pass
+            if not waiting:
+                # the ports are ours only if this process is still the one running
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"broker exited with {self.proc.returncode}: "
+                                       + open(self.log_path).read()[-2000:])
                 return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("broker did not start listening")
+            time.sleep(0.05)
+        raise RuntimeError(f"broker did not start listening on {sorted(waiting)} (pid {self.proc.pid}, "
+                           f"running: {self.proc.poll() is None}): " + open(self.log_path).read()[-2000:])
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc and self.proc.poll() is None:

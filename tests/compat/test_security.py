@@ -177,7 +177,8 @@ def test_requests_before_authentication_close_the_connection(secure):
     a = AdminClient({"bootstrap.servers": f"127.0.0.1:{secure.ports['SASL_PLAINTEXT']}", "error_cb": errors.append})
     with pytest.raises(KafkaException):
         a.list_topics(timeout=3)
-    assert "request before SASL authentication" in secure.log()
+    assert "request before SASL authentication" in secure.log(), \
+        f"broker exit status {secure.broker.proc.poll()}, client errors {errors}"
 
 
 def test_anonymous_and_unlisted_users_are_denied(secure):
