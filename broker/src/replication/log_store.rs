@@ -127,6 +127,23 @@ struct Meta {
     vote: Option<Vote<NodeId>>,
     committed: Option<LogId<NodeId>>,
     last_purged: Option<LogId<NodeId>>,
+    /// The highest entry index whose fsync had completed when this file was written (see
+    /// [`Durable`]); absent in files of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    flushed: Option<u64>,
+}
+
+/// How far the log is known durable: the highest entry index an fsync covered. An entry below
+/// it cannot be torn by a crash (its bytes reached the disk), so when opening the log cuts
+/// such an entry, that is damage at rest, not a torn end, even when it is the log's last
+/// record and no whole record follows it to tell. `meta.json` records it each time it is
+/// written (every commit advance, vote and purge). A truncation lowers it and starts a new
+/// generation, so an fsync that completes after the truncation cannot raise it over entries
+/// the truncation removed.
+#[derive(Default)]
+struct Durable {
+    generation: u64,
+    index: u64,
 }
 
 /// Where one entry's record is: in which file of the log (its key in `LogInner::segments`), at
@@ -202,6 +219,8 @@ struct LogInner<C: Logged> {
     /// acknowledged, so this replica must neither vote nor stand until it holds that entry
     /// again (`cluster/replica.rs`, decision 0037).
     damaged_until: Option<u64>,
+    /// See [`Durable`]; shared with the fsync tasks.
+    durable: Arc<Mutex<Durable>>,
     _entries: std::marker::PhantomData<C>,
 }
 
@@ -230,6 +249,8 @@ fn open_log_file(path: &Path) -> std::io::Result<std::fs::File> {
 struct Flush {
     files: Vec<Arc<std::fs::File>>,
     dir: Option<PathBuf>,
+    /// Raised to the append's last index once its fsync completes (if still the generation).
+    durable: Option<(Arc<Mutex<Durable>>, u64, u64)>,
 }
 
 impl Flush {
@@ -245,6 +266,12 @@ impl Flush {
             }
             f.sync_data()?;
         }
+        if let Some((durable, generation, last)) = &self.durable {
+            let mut d = durable.lock().unwrap_or_else(|p| p.into_inner());
+            if d.generation == *generation {
+                d.index = d.index.max(*last);
+            }
+        }
         Ok(())
     }
 }
@@ -253,7 +280,9 @@ impl<C: Logged> LogInner<C>
 where
     Entry<C>: Serialize + serde::de::DeserializeOwned,
 {
-    fn save_meta(&self) -> Result<(), StorageError<NodeId>> {
+    fn save_meta(&mut self) -> Result<(), StorageError<NodeId>> {
+        let flushed = self.durable.lock().unwrap_or_else(|p| p.into_inner()).index;
+        self.meta.flushed = (flushed > 0).then_some(flushed);
         write_atomic(&self.dir.join(META_FILE), &serde_json::to_vec(&self.meta).map_err(io_err)?)
     }
 
@@ -421,6 +450,11 @@ where
         if removed {
             sluice_storage::sidefile::sync_dir(dir)?;
         }
+        // what this open read may be in the page cache only (a process crash, not a power
+        // cut, keeps unsynced writes): make it durable, so that `Durable` starts at its end
+        if let Some(last) = segments.values().next_back() {
+            last.file.sync_data()?;
+        }
         let mut inner = LogInner {
             dir: dir.to_path_buf(),
             entries,
@@ -431,10 +465,22 @@ where
             segment_bytes: SEGMENT_BYTES,
             read_bytes_max: usize::MAX,
             damaged_until: None,
+            durable: Arc::default(),
             _entries: std::marker::PhantomData,
         };
         let last_kept = inner.entries.keys().next_back().copied().unwrap_or(0);
+        // entries an fsync had covered cannot be torn by a crash: if the open cut any, even the
+        // last record with nothing after it to tell, they rotted at rest
+        let kept = last_kept.max(inner.meta.last_purged.map_or(0, |p| p.index));
+        if let Some(flushed) = inner.meta.flushed.filter(|f| *f > kept) {
+            tracing::warn!(
+                "{}: the log ends at entry {kept}, but entries up to {flushed} had been fsynced: damage at rest, not a torn end",
+                dir.display()
+            );
+            past_damage = past_damage.max(Some(flushed));
+        }
         inner.damaged_until = past_damage.filter(|until| *until > last_kept);
+        inner.durable.lock().unwrap_or_else(|p| p.into_inner()).index = kept;
         if inner.damaged_until.is_some() {
             // entries known committed but cut away cannot be applied from this log: openraft
             // would try at start and fail. Committed here means "known committed": the leader
@@ -529,6 +575,9 @@ where
         let base = seg.len;
         seg.len += bytes.len() as u64;
         flush.files.push(seg.file.clone());
+        let last = new.last().map_or(first, |(e, _, _)| e.log_id.index);
+        let generation = g.durable.lock().unwrap_or_else(|p| p.into_inner()).generation;
+        flush.durable = Some((g.durable.clone(), generation, last));
         for (e, pos, len) in new {
             let log_id = e.log_id;
             g.entries.insert(log_id.index, Slot { log_id, seg: key, pos: base + pos as u64, len });
@@ -653,6 +702,16 @@ where
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut g = self.lock();
+        {
+            let mut d = g.durable.lock().unwrap_or_else(|p| p.into_inner());
+            d.generation += 1;
+            d.index = d.index.min(log_id.index.saturating_sub(1));
+        }
+        // lowered on disk before the cut: a crash after it must not find entries "fsynced"
+        // that the log no longer has (they would look rotted away)
+        if g.meta.flushed.is_some_and(|f| f >= log_id.index) {
+            g.save_meta()?;
+        }
         let cut = g.entries.range(log_id.index..).next().map(|(_, s)| *s);
         if let Some(slot) = cut {
             g.entries.retain(|i, _| *i < log_id.index);
@@ -955,6 +1014,60 @@ mod tests {
         std::fs::write(dir.path().join(LOG_FILE), &bytes).unwrap();
         let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
         assert_eq!(log.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(2));
+    }
+
+    /// Flip one bit in the last record of the log in `dir`.
+    fn flip_last_record(dir: &Path) {
+        let path = log_files(dir).unwrap().pop().unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes.len() - 2;
+        bytes[at] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+    }
+
+    /// A flipped bit in the last record of entries an fsync covered (and `meta.json` recorded
+    /// so) is damage at rest, not a torn end, though no whole record follows it: the replica
+    /// must not vote until it holds that entry again. The same flip in an entry written after
+    /// the last record of what was fsynced is a torn end, as before; and a truncation lowers
+    /// the record first, so entries it removed are never taken for damage.
+    #[tokio::test]
+    async fn a_rotted_last_record_of_fsynced_entries_is_damage_not_a_torn_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        log.write_entries(allocations(3)).unwrap().run().unwrap();
+        log.save_committed(Some(LogId::new(CommittedLeaderId::new(1, 1), 2))).await.unwrap();
+        drop(log);
+        flip_last_record(dir.path());
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(log.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(2));
+        assert_eq!(log.damaged_until(), Some(3), "the rotted last entry is damage");
+        // once the entry is back (from the leader), a save records it again
+        log.write_entries([allocations(3).remove(2)]).unwrap().run().unwrap();
+        log.write_entries([entry(4, None)]).unwrap().run().unwrap();
+        log.save_committed(Some(LogId::new(CommittedLeaderId::new(1, 1), 3))).await.unwrap();
+        // entry 5 is written but meta.json not saved after its fsync: a torn end
+        log.write_entries([entry(5, None)]).unwrap().run().unwrap();
+        drop(log);
+        flip_last_record(dir.path());
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(log.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(4));
+        assert_eq!(log.damaged_until(), None, "an entry past the recorded fsync is torn, not rotted");
+        // a truncation of fsynced entries: no damage at the next open, even without a new save
+        log.write_entries([entry(5, None), entry(6, None)]).unwrap().run().unwrap();
+        log.save_committed(Some(LogId::new(CommittedLeaderId::new(1, 1), 4))).await.unwrap();
+        log.truncate(LogId::new(CommittedLeaderId::new(1, 1), 5)).await.unwrap();
+        drop(log);
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(log.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(4));
+        assert_eq!(log.damaged_until(), None, "truncated entries are not damage");
+        // an fsync that completes after a truncation does not count the removed entries
+        let pending = log.write_entries([entry(5, None), entry(6, None)]).unwrap();
+        log.truncate(LogId::new(CommittedLeaderId::new(1, 1), 5)).await.unwrap();
+        pending.run().unwrap();
+        log.save_vote(&Vote::new(2, 1)).await.unwrap();
+        drop(log);
+        let log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(log.damaged_until(), None, "a late fsync of truncated entries is not durable");
     }
 
     /// A log written as JSON lines by an earlier version (bytes in base64) is converted on
