@@ -1,6 +1,8 @@
 //! `sluicectl verify PARTITION_DIR`: an offline exactly-once audit of one partition's files
 //! (read-only: nothing is modified). Findings, each of which makes the exit code 1:
 //! - a batch that fails its CRC or length check, or offsets that are not contiguous;
+//! - a batch whose partition leader epoch is not 0 (Sluice stamps 0 on every batch, and the
+//!   field is outside the CRC: another value is a damaged field; decision 0043);
 //! - per producer id: an epoch that goes backwards, a new epoch not starting at sequence 0, a
 //!   sequence gap, or a sequence range written twice (a duplicate);
 //! - a transactional batch never closed by a COMMIT/ABORT marker, a marker without an open
@@ -82,6 +84,12 @@ pub fn verify(dir: &Path) -> Result<Report> {
             r.batches += 1;
             r.records += b.records_count().max(0) as u64;
             let at = b.base_offset();
+            if b.partition_leader_epoch() != 0 {
+                r.findings.push(format!(
+                    "offset {at}: partition leader epoch {}, not 0: the field is damaged (it is outside the CRC)",
+                    b.partition_leader_epoch()
+                ));
+            }
             match expected {
                 Some(e) if at != e => r.findings.push(format!("offset {at} follows {}: not contiguous", e - 1)),
                 None if at < *base => {
@@ -245,5 +253,25 @@ mod tests {
         log.flush().unwrap();
         let all = verify(dir.path()).unwrap().findings.join("\n");
         assert!(all.contains("no matching ABORT marker"), "{all}");
+    }
+
+    /// A flipped bit in a batch's partition leader epoch (outside the CRC) is a finding.
+    #[test]
+    fn a_damaged_partition_leader_epoch_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        log.append(&mut idem(1, 0, 0, 3, false), 0, None).unwrap();
+        let second = log.log_end_offset();
+        log.append(&mut idem(1, 0, 3, 2, false), 0, None).unwrap();
+        log.flush().unwrap();
+        drop(log);
+        assert!(verify(dir.path()).unwrap().findings.is_empty());
+        let (_, path) = files(dir.path(), "log").unwrap().remove(0);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let (_, first_len) = BatchView::parse(&bytes).unwrap();
+        bytes[first_len + 15] ^= 0x04; // the second batch's epoch (bytes 12..16 of a batch)
+        std::fs::write(&path, &bytes).unwrap();
+        let all = verify(dir.path()).unwrap().findings.join("\n");
+        assert!(all.contains(&format!("offset {second}: partition leader epoch 4, not 0")), "{all}");
     }
 }
