@@ -91,7 +91,9 @@ cargo test -p sluice-tests --test cluster -- --ignored --exact a_killed_leader_i
 log "compatibility suite (kafka-python, confluent-kafka, kcat)"
 export TEST_SLUICE_BIN="$ROOT/target/debug/sluice"
 export TEST_FAULTPROXY_BIN="$ROOT/target/debug/faultproxy"
-"$VENV/bin/python" -m pytest -q tests/compat
+# three workers (pytest-xdist): the suite mostly waits on brokers and clients (about 15% of one
+# core used over 400 s alone); each worker's brokers take ports of their own (conftest.free_port)
+"$VENV/bin/python" -m pytest -q -n 3 tests/compat
 
 # --- JVM: the Java client 4.x and Kafka Streams (exactly_once_v2) against real brokers ---
 log "JVM suite (kafka-clients, kafka-streams; tests/java)"

@@ -20,9 +20,15 @@ def free_port():
     """A free port below Linux's ephemeral range (32768-60999), never the same twice in this
     process: a port the kernel picks (bind to 0) can go to an outgoing connection before the
     broker binds it (tests/src/lib.rs::free_port says more)."""
-    start = (os.getpid() * 7919) % 12000
-    for _ in range(12000):
-        port = 20000 + (start + next(_NEXT_PORT)) % 12000
+    # under pytest-xdist each worker takes its own slice of the range, so two workers never
+    # pick the same port between one's check and its broker's bind
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+    width = 12000 // max(workers, 1)
+    low = 20000 + worker * width
+    start = (os.getpid() * 7919) % width
+    for _ in range(width):
+        port = low + (start + next(_NEXT_PORT)) % width
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
