@@ -930,7 +930,19 @@ async fn drain(cluster: &Cluster, keys: i32, topics: &[&str], rec: &Recorder) ->
             break;
         }
         if Instant::now() > deadline {
-            return Err("drain did not reach the end of every partition within 60 s".into());
+            // which partitions, and where they stood (hw, lso, position): a stuck last stable
+            // offset is an open transaction, a stuck position a fetch that never answered
+            let behind: Vec<String> = tps
+                .iter()
+                .filter_map(|tp| {
+                    let (hw, pos) = (c.watermarks(tp), c.position(tp));
+                    match hw {
+                        Some((hw, lso)) if lso >= hw && pos.unwrap_or(0) >= hw => None,
+                        _ => Some(format!("{}-{} (hw, lso) {hw:?} position {pos:?}", tp.0, tp.1)),
+                    }
+                })
+                .collect();
+            return Err(format!("drain did not reach the end of every partition within 60 s: {}", behind.join("; ")));
         }
     }
     rec.push(2000, OpType::Ok, OpFn::Txn, vec![Micro::Poll { reads, group: None }], None, Some("final drain".into()));
