@@ -312,15 +312,21 @@ fn aborted_txn_index_and_snapshots_survive_reopen() {
     assert_eq!(log.latest_producer_snapshot().unwrap(), Some((5, b"state".to_vec())));
 }
 
-#[test]
-fn snapshot_and_txn_entries_past_a_truncated_tail_are_dropped() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = root.path().join("p");
-    let mut log = Log::open(&dir, small_config()).unwrap();
+/// A log in `dir` (small segments) holding three one-record batches of producer 1, offsets 0..3.
+fn log_of_three_batches(dir: &std::path::Path) -> Log {
+    let mut log = Log::open(dir, small_config()).unwrap();
     for i in 0..3 {
         let mut b = make_batch(1, 10, i, 1);
         log.append(&mut b, 0, None).unwrap();
     }
+    log
+}
+
+#[test]
+fn snapshot_and_txn_entries_past_a_truncated_tail_are_dropped() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("p");
+    let mut log = log_of_three_batches(&dir);
     log.append_aborted_txn(sluice_storage::AbortedTxn {
         producer_id: 1,
         first_offset: 0,
@@ -348,11 +354,7 @@ fn snapshot_and_txn_entries_past_a_truncated_tail_are_dropped() {
 fn a_txn_entry_whose_marker_was_lost_is_dropped_when_the_recovery_point_is_in_its_segment() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("p");
-    let mut log = Log::open(&dir, small_config()).unwrap();
-    for i in 0..3 {
-        let mut b = make_batch(1, 10, i, 1);
-        log.append(&mut b, 0, None).unwrap();
-    }
+    let mut log = log_of_three_batches(&dir);
     log.flush().unwrap(); // the recovery point is 3
     drop(log);
     let (_, seg) = last_segment(&dir);
