@@ -282,6 +282,11 @@ where
 {
     fn save_meta(&mut self) -> Result<(), StorageError<NodeId>> {
         let flushed = self.durable.lock().unwrap_or_else(|p| p.into_inner()).index;
+        // while the log still lacks entries lost to damage, the mark stays at them: a restart
+        // before the replica holds them again finds the damage again and keeps its vote guard
+        let held = self.entries.keys().next_back().copied().or(self.meta.last_purged.map(|p| p.index)).unwrap_or(0);
+        let lost = self.damaged_until.filter(|u| *u > held).unwrap_or(0);
+        let flushed = flushed.max(lost);
         self.meta.flushed = (flushed > 0).then_some(flushed);
         write_atomic(&self.dir.join(META_FILE), &serde_json::to_vec(&self.meta).map_err(io_err)?)
     }
@@ -1041,6 +1046,11 @@ mod tests {
         let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
         assert_eq!(log.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(2));
         assert_eq!(log.damaged_until(), Some(3), "the rotted last entry is damage");
+        // a restart before the entry is back (a vote saved meanwhile) keeps the guard
+        log.save_vote(&Vote::new(2, 1)).await.unwrap();
+        drop(log);
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(log.damaged_until(), Some(3), "the guard outlives a restart");
         // once the entry is back (from the leader), a save records it again
         log.write_entries([allocations(3).remove(2)]).unwrap().run().unwrap();
         log.write_entries([entry(4, None)]).unwrap().run().unwrap();
