@@ -917,31 +917,22 @@ async fn drain(cluster: &Cluster, keys: i32, topics: &[&str], rec: &Recorder) ->
         for r in c.poll(Duration::from_millis(200)).await.map_err(|e| e.to_string())? {
             reads.entry(key_of(&r.topic, r.partition)).or_default().push((r.offset, value_of(&r)));
         }
-        let mut done = true;
-        for tp in &tps {
-            let hw = c.watermarks(tp);
-            let pos = c.position(tp).unwrap_or(0);
-            match hw {
-                Some((hw, lso)) if lso >= hw && pos >= hw => {}
-                _ => done = false,
-            }
-        }
-        if done {
+        // the partitions not read to their end yet, with where they stand (hw, lso, position):
+        // a stuck last stable offset is an open transaction, a stuck position a fetch
+        let behind: Vec<String> = tps
+            .iter()
+            .filter_map(|tp| {
+                let (hw, pos) = (c.watermarks(tp), c.position(tp));
+                match hw {
+                    Some((hw, lso)) if lso >= hw && pos.unwrap_or(0) >= hw => None,
+                    _ => Some(format!("{}-{} (hw, lso) {hw:?} position {pos:?}", tp.0, tp.1)),
+                }
+            })
+            .collect();
+        if behind.is_empty() {
             break;
         }
         if Instant::now() > deadline {
-            // which partitions, and where they stood (hw, lso, position): a stuck last stable
-            // offset is an open transaction, a stuck position a fetch that never answered
-            let behind: Vec<String> = tps
-                .iter()
-                .filter_map(|tp| {
-                    let (hw, pos) = (c.watermarks(tp), c.position(tp));
-                    match hw {
-                        Some((hw, lso)) if lso >= hw && pos.unwrap_or(0) >= hw => None,
-                        _ => Some(format!("{}-{} (hw, lso) {hw:?} position {pos:?}", tp.0, tp.1)),
-                    }
-                })
-                .collect();
             return Err(format!("drain did not reach the end of every partition within 60 s: {}", behind.join("; ")));
         }
     }
