@@ -23,16 +23,20 @@ pub enum Failpoint {
     /// A coordinator shard replica repairing a damaged log refuses every peer's copy: a leader
     /// that cannot repair must hand the shard over (the hand-over test).
     KvMendRefusesCopies,
+    /// The reconciler waits 3 s between creating a replicated partition's local copy and
+    /// starting its replica: the window in which nothing may write the copy directly.
+    ReplicaDelayStart,
 }
 
 impl Failpoint {
-    pub const ALL: [Failpoint; 6] = [
+    pub const ALL: [Failpoint; 7] = [
         Failpoint::TxnBeforePrepare,
         Failpoint::TxnAfterPrepare,
         Failpoint::FetchIgnoreLso,
         Failpoint::ProduceDelayAfterVerify,
         Failpoint::ProduceAckBeforeFsync,
         Failpoint::KvMendRefusesCopies,
+        Failpoint::ReplicaDelayStart,
     ];
 
     /// Its name in `testing.failpoints`.
@@ -44,6 +48,7 @@ impl Failpoint {
             Failpoint::ProduceDelayAfterVerify => "produce.delay_after_verify",
             Failpoint::ProduceAckBeforeFsync => "produce.ack_before_fsync",
             Failpoint::KvMendRefusesCopies => "kv.mend_refuses_copies",
+            Failpoint::ReplicaDelayStart => "replica.delay_start",
         }
     }
 

@@ -61,6 +61,26 @@ impl Topic {
     }
 }
 
+/// Why [`TopicRegistry::handle`] gives no way to write a partition here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unwritable {
+    /// This broker holds no such partition (UNKNOWN_TOPIC_OR_PARTITION).
+    NoSuchPartition,
+    /// Cluster mode: a replicated partition whose replica is not running here yet — only its
+    /// Raft group may write it (NOT_LEADER_OR_FOLLOWER: retriable).
+    NoReplicaYet,
+}
+
+impl Unwritable {
+    /// Its Kafka error code.
+    pub fn code(self) -> i16 {
+        match self {
+            Unwritable::NoSuchPartition => kafka_protocol::error::ResponseError::UnknownTopicOrPartition.code(),
+            Unwritable::NoReplicaYet => kafka_protocol::error::ResponseError::NotLeaderOrFollower.code(),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
     #[error("topic '{0}' already exists")]
@@ -240,14 +260,44 @@ impl TopicRegistry {
     }
 
     /// The partition `topic`/`index` as this broker writes it: through its Raft group when this
-    /// broker holds a replica of it, its local log otherwise. None: no such partition here.
-    pub fn handle(&self, topic: &str, index: i32) -> Option<crate::partition_handle::PartitionHandle> {
+    /// broker holds a replica of it, its local log when it is the partition's only copy.
+    /// Every write (produce, markers, DeleteRecords) goes through this: a partition placed on
+    /// several brokers is never written outside its Raft group — not even in the moment after
+    /// the reconciler created its local copy and before it started the replica (a marker
+    /// written there once left a transaction open for ever on the real log, and the copy
+    /// ahead of its group).
+    pub fn handle(&self, topic: &str, index: i32) -> Result<crate::partition_handle::PartitionHandle, Unwritable> {
+        let partition = self.partition(topic, index).ok_or(Unwritable::NoSuchPartition)?;
+        self.handle_of(topic, index, partition)
+    }
+
+    /// [`TopicRegistry::handle`] for a partition the caller already found.
+    pub fn handle_of(
+        &self,
+        topic: &str,
+        index: i32,
+        partition: Arc<Partition>,
+    ) -> Result<crate::partition_handle::PartitionHandle, Unwritable> {
         use crate::partition_handle::PartitionHandle;
-        let partition = self.partition(topic, index)?;
-        Some(match self.replica(topic, index) {
-            Some(replica) => PartitionHandle::Replicated { partition, replica },
-            None => PartitionHandle::Local(partition),
-        })
+        match self.replica(topic, index) {
+            Some(replica) => Ok(PartitionHandle::Replicated { partition, replica }),
+            None if self.awaits_replica(topic, index) => Err(Unwritable::NoReplicaYet),
+            None => Ok(PartitionHandle::Local(partition)),
+        }
+    }
+
+    /// Cluster mode: is `topic`/`index` placed on several brokers (a Raft group) while this
+    /// broker has no replica of it running — not started yet, or being replaced?
+    pub fn awaits_replica(&self, topic: &str, index: i32) -> bool {
+        let Some(c) = self.cluster.get() else { return false };
+        c.image().replicas_of(topic, index).len() > 1 && c.replica(&(topic.to_string(), index)).is_none()
+    }
+
+    /// Cluster mode: is `topic`/`index` one of the cluster's partitions, as this broker's
+    /// metadata image has it (a broker that lacks it may just not have created it yet)? False
+    /// on one node, where the local registry is the whole truth.
+    pub fn placed_in_cluster(&self, topic: &str, index: i32) -> bool {
+        self.cluster.get().is_some_and(|c| !c.image().replicas_of(topic, index).is_empty())
     }
 
     /// Cluster mode: has every replicated partition of `topic` assigned to this broker a
@@ -898,9 +948,17 @@ impl TopicRegistry {
         if let Some(r) = c.replica(&(topic.to_string(), index)) {
             return Some((r.leader().unwrap_or(-1), r.term()));
         }
-        // not a replica here: the leader its group last published, else the preferred one
+        // not a replica here: the leader its group last published, else the preferred one —
+        // never this broker, whose replica is not running (it could not lead the group)
         let image = c.image();
-        image.published_leader(topic, index).or_else(|| image.leader(topic, index).map(|l| (l, 0)))
+        let led = image.published_leader(topic, index).or_else(|| image.leader(topic, index).map(|l| (l, 0)));
+        led.map(|(l, term)| {
+            if l == self.config.node_id && image.replicas_of(topic, index).len() > 1 {
+                (-1, term)
+            } else {
+                (l, term)
+            }
+        })
     }
 
     /// Who coordinates `shard` of a coordinator placed by `placement`: here on one node; in a

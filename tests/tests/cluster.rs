@@ -648,8 +648,13 @@ async fn replicated_topic(c: &Cluster, topic: &str) -> usize {
 
 /// Produce one record to `topic`/0 at `b` with acks=all and the given timeout; the error code.
 async fn produce_code(b: &Broker, topic: &'static str, timeout_ms: i32) -> i16 {
+    produce_code_at(b.bootstrap(), topic, timeout_ms).await
+}
+
+/// [`produce_code`] to the broker at `bootstrap`.
+async fn produce_code_at(bootstrap: String, topic: &'static str, timeout_ms: i32) -> i16 {
     let record = sluice_protocol::batch::NewRecord { timestamp: 1, ..Default::default() };
-    produce_batch(b, topic, record, timeout_ms).await
+    produce_batch_at(bootstrap, topic, record, timeout_ms).await
 }
 
 /// Produce a batch of the one `record` to `topic`/0 at `b` with acks=all; the error code.
@@ -1592,6 +1597,85 @@ async fn a_batch_verified_before_its_transactions_marker_does_not_reopen_it() {
     };
     assert_eq!(lso, hw, "a transaction reopened after its marker pins the LSO (the batch was answered {produced})");
     assert_ne!(produced, 0, "the batch verified before the marker was appended after it");
+}
+
+/// WriteTxnMarkers of one COMMIT marker for producer `pid` on `topic`/0, sent to the broker at
+/// `bootstrap`: the
+/// partition's error code (-1: no answer).
+async fn marker_code(bootstrap: &str, topic: &str, pid: i64) -> i16 {
+    use kafka_protocol::messages::{write_txn_markers_request as w, ProducerId, TopicName, WriteTxnMarkersRequest};
+    let Ok(conn) = Connection::connect(bootstrap, "cluster-test", 1).await else { return -1 };
+    let mut t = w::WritableTxnMarkerTopic::default();
+    t.name = TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.to_string()));
+    t.partition_indexes = vec![0];
+    let mut m = w::WritableTxnMarker::default();
+    m.producer_id = ProducerId(pid);
+    m.transaction_result = true;
+    m.topics = vec![t];
+    let mut r = WriteTxnMarkersRequest::default();
+    r.markers = vec![m];
+    match conn.call(ApiKey::WriteTxnMarkers, 1, RequestKind::WriteTxnMarkers(r)).await {
+        Ok(ResponseKind::WriteTxnMarkers(resp)) => resp.markers[0].topics[0].partitions[0].error_code,
+        _ => -1,
+    }
+}
+
+/// A replicated partition is written only through its Raft group. Each broker creates the
+/// topic's local copy before it starts its replica of the partition (held 3 s apart here by a
+/// failpoint); in between, a WriteTxnMarkers or a Produce reaching the copy is refused
+/// NOT_LEADER_OR_FOLLOWER (retriable), never written to the copy alone. (A marker written that
+/// way once completed a transaction whose data stayed open on the real log for ever: the Jepsen
+/// chain workload's first transaction, seed 7.) Afterwards the replicas agree on the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_partition_is_not_written_before_its_replica_runs() {
+    const NOT_LEADER: i16 = 6;
+    const UNKNOWN: i16 = 3;
+    let c = Cluster::start_with(&["--testing-failpoints", "replica.delay_start"]);
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    // each broker's first answers once it has the topic: its local copy exists, its replica
+    // waits on the failpoint (all three probed at once, from before the topic exists)
+    let probes: Vec<_> = c
+        .brokers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let bootstrap = b.bootstrap();
+            tokio::spawn(async move {
+                let t0 = Instant::now();
+                let marker = loop {
+                    match marker_code(&bootstrap, "early", 7000 + i as i64).await {
+                        UNKNOWN | -1 => {}
+                        code => break code,
+                    }
+                    assert!(t0.elapsed() < Duration::from_secs(10), "broker {} never had the topic", i + 1);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                };
+                (marker, produce_code_at(bootstrap, "early", 1000).await, t0.elapsed())
+            })
+        })
+        .collect();
+    admin.create_topic("early", 1, 3, &[]).await.unwrap();
+    for (i, p) in probes.into_iter().enumerate() {
+        let (marker, produced, took) = p.await.unwrap();
+        assert_eq!(marker, NOT_LEADER, "broker {}: a marker before the replica runs ({took:?})", i + 1);
+        assert_ne!(produced, 0, "broker {}: a produce before the replica runs was acknowledged", i + 1);
+    }
+    // once the replicas run, the partition takes writes and every replica holds the same log
+    let leader = leader_of(&c, "early").await;
+    acknowledged_by_one_of(&c, &[leader, 0, 1, 2], "early", "after the replicas started").await;
+    let t0 = Instant::now();
+    loop {
+        let mut ends = Vec::new();
+        for b in &c.brokers {
+            ends.push(replica_end(b, "early").await);
+        }
+        if ends.iter().all(|e| *e == ends[0]) && ends[0] >= 1 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the replicas disagree on the log end: {ends:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// One series' value on the Prometheus endpoint at `port` (None when absent).

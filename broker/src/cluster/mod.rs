@@ -427,6 +427,12 @@ impl MetadataImage {
         self.topics.get(topic)?.replicas.get(usize::try_from(p).ok()?)?.first().copied()
     }
 
+    /// The brokers partition `p` of `topic` is placed on (empty if there is no such partition).
+    pub fn replicas_of(&self, topic: &str, p: i32) -> &[i32] {
+        let placed = self.topics.get(topic).and_then(|t| t.replicas.get(usize::try_from(p).ok()?));
+        placed.map_or(&[], |r| r.as_slice())
+    }
+
     /// The leader (and Raft term) partition `p` of `topic` last published, if it is still one
     /// of the partition's replicas.
     pub fn published_leader(&self, topic: &str, p: i32) -> Option<(i32, i32)> {

@@ -186,6 +186,11 @@ impl Reconciler {
             }
             let _ = std::fs::remove_dir_all(&r.dir);
         }
+        if crate::failpoints::armed(crate::failpoints::Failpoint::ReplicaDelayStart)
+            && wanted.keys().any(|k| node.replica(k).is_none())
+        {
+            std::thread::sleep(std::time::Duration::from_secs(3));
+        }
         for (key, (id, replicas, initialize)) in wanted {
             if node.replica(&key).is_some() {
                 continue;

@@ -26,8 +26,8 @@ pub async fn handle(topics: &Arc<TopicRegistry>, req: DeleteRecordsRequest) -> D
             pr.partition_index = p.partition_index;
             pr.low_watermark = -1;
             match topics.handle(&t.name.0, p.partition_index) {
-                None => pr.error_code = ResponseError::UnknownTopicOrPartition.code(),
-                Some(PartitionHandle::Local(part)) => {
+                Err(why) => pr.error_code = why.code(),
+                Ok(PartitionHandle::Local(part)) => {
                     let answer = tokio::task::spawn_blocking(move || {
                         let mut log = part.log();
                         let target = if p.offset == -1 { log.high_watermark() } else { p.offset };
@@ -40,7 +40,7 @@ pub async fn handle(topics: &Arc<TopicRegistry>, req: DeleteRecordsRequest) -> D
                         Err(_) => pr.error_code = ResponseError::UnknownServerError.code(),
                     }
                 }
-                Some(PartitionHandle::Replicated { partition, replica }) => {
+                Ok(PartitionHandle::Replicated { partition, replica }) => {
                     let hw = partition.high_watermark();
                     let target = if p.offset == -1 { hw } else { p.offset };
                     if !(0..=hw).contains(&target) {

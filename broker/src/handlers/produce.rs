@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::error_map;
 use crate::partition::producer_state::Refusal;
 use crate::partition::Partition;
-use crate::partition_handle::{BatchWrite, PartitionHandle, WriteRefused};
+use crate::partition_handle::{BatchWrite, WriteRefused};
 use crate::replication::types::PartResult;
 use crate::routing::{CoordinatorKey, Route, Router};
 use crate::topic_config::TopicSettings;
@@ -330,9 +330,13 @@ pub async fn handle(
                             // transaction verified, `PartCommand::Produce::verified_from`)
                             // (taken once the leader has applied what was committed before
                             // its term: a marker of an earlier transaction is below it)
-                            let handle = match topics.replica(&name, p.index) {
-                                Some(replica) => PartitionHandle::Replicated { partition: partition.clone(), replica },
-                                None => PartitionHandle::Local(partition.clone()),
+                            let handle = match topics.handle_of(&name, p.index, partition.clone()) {
+                                Ok(h) => h,
+                                Err(why) => {
+                                    let msg = "this broker's replica of the partition is not running yet";
+                                    parts.push((p.index, Staged::Error(why.code(), Some(msg.into()))));
+                                    continue;
+                                }
                             };
                             let start = handle.verification_start(txn_id.is_some());
                             let remote = txn_id.as_deref().and_then(|id| remote_coordinator(router, id));

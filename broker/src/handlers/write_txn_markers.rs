@@ -55,8 +55,8 @@ pub fn handle(groups: &GroupCoordinator, registry: &TopicRegistry, req: WriteTxn
             let mut parts = Vec::new();
             for index in t.partition_indexes {
                 let s = match registry.handle(&t.name, index) {
-                    None => Staged::Error(ResponseError::UnknownTopicOrPartition.code()),
-                    Some(h) => match h.write_marker(m.producer_id.0, &header, now) {
+                    Err(why) => Staged::Error(why.code()),
+                    Ok(h) => match h.write_marker(m.producer_id.0, &header, now) {
                         Ok(w) => Staged::Marker(w),
                         Err(e) => Staged::Error(error_map::write_refused_code(&e)),
                     },

@@ -11,7 +11,7 @@ use crate::partition::producer_state::{MarkerHeader, Refusal};
 use crate::partition::Partition;
 use crate::partition_handle::WriteRefused;
 use crate::routing::{shard_for, Route};
-use crate::topics::TopicRegistry;
+use crate::topics::{TopicRegistry, Unwritable};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -80,7 +80,7 @@ impl MarkerWriter for BrokerMarkers {
             let partition = shard_for(group, topics.config.groups.partitions);
             match topics.coordinator_route(groups.as_ref(), partition) {
                 Route::Broker(b) => {
-                    write_remote(b.node_id, txn, crate::topics::OFFSETS_TOPIC, partition, marker).await
+                    write_remote(&topics, b.node_id, txn, crate::topics::OFFSETS_TOPIC, partition, marker).await
                         != MarkerDone::Retry
                 }
                 Route::Electing => false, // its coordinator is being elected
@@ -147,7 +147,7 @@ fn refused_epoch(partition: Option<&Partition>, id: &str, topic: &str, index: i3
 }
 
 /// Send the marker to the partition's leader (WriteTxnMarkers v1).
-async fn write_remote(peer: i32, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
+async fn write_remote(state: &TopicRegistry, peer: i32, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
     let ttl = Duration::from_secs(10);
     let answer = match crate::interbroker::write_marker(
         peer,
@@ -169,6 +169,18 @@ async fn write_remote(peer: i32, id: &str, topic: &str, index: i32, m: Marker) -
     };
     match answer {
         MarkerAnswer::Written => MarkerDone::Written,
+        // Kafka retries UNKNOWN_TOPIC_OR_PARTITION too: a broker just started, or one whose
+        // metadata lags, may not have created a partition that exists — skipping the marker
+        // then would leave the transaction open there for ever
+        MarkerAnswer::NoSuchPartition if state.placed_in_cluster(topic, index) => {
+            tracing::warn!(
+                txn = id,
+                topic,
+                partition = index,
+                "marker: broker {peer} has no such partition yet; retrying"
+            );
+            MarkerDone::Retry
+        }
         MarkerAnswer::NoSuchPartition => {
             tracing::warn!(txn = id, topic, partition = index, "marker skipped: broker {peer} has no such partition");
             MarkerDone::Written
@@ -190,13 +202,20 @@ async fn write_remote(peer: i32, id: &str, topic: &str, index: i32, m: Marker) -
 async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m: Marker) -> MarkerDone {
     let pid = m.producer_id;
     match marker_target(state, topic, index) {
-        MarkerTarget::Remote(peer) => return write_remote(peer, id, topic, index, m).await,
+        MarkerTarget::Remote(peer) => return write_remote(state, peer, id, topic, index, m).await,
         MarkerTarget::Wait => return MarkerDone::Retry,
         MarkerTarget::Here => {}
     }
-    let Some(handle) = state.handle(topic, index) else {
-        tracing::warn!(txn = id, topic, partition = index, "marker skipped: partition is gone");
-        return MarkerDone::Written;
+    let handle = match state.handle(topic, index) {
+        Ok(h) => h,
+        // only the partition's Raft group may write it (its replica here is not running yet)
+        Err(Unwritable::NoReplicaYet) => return MarkerDone::Retry,
+        // the cluster has it, this broker has not created it yet
+        Err(Unwritable::NoSuchPartition) if state.placed_in_cluster(topic, index) => return MarkerDone::Retry,
+        Err(Unwritable::NoSuchPartition) => {
+            tracing::warn!(txn = id, topic, partition = index, "marker skipped: partition is gone");
+            return MarkerDone::Written;
+        }
     };
     let now = crate::clock::now_ms();
     let header = MarkerHeader {
