@@ -5,6 +5,7 @@ use crate::group::error::GroupError;
 use crate::partition_handle::WriteRefused;
 use crate::producer_ids::IdError;
 use crate::replication::types::{ApplyFailure, PartResult, WriteError};
+use crate::topics::Unwritable;
 use crate::txn::error::TxnError;
 use kafka_protocol::error::ResponseError;
 use sluice_protocol::batch::BatchError;
@@ -67,6 +68,16 @@ pub fn part_result_error(r: &PartResult) -> Option<(i16, String)> {
         PartResult::Done | PartResult::Appended { .. } | PartResult::LogStart(_) => None,
         PartResult::Refused(x) => Some((refusal_code(x), format!("{x:?}"))),
         PartResult::Failed(f) => Some((apply_failure_code(f), f.to_string())),
+    }
+}
+
+/// Kafka error code for a partition this broker cannot write (Produce, WriteTxnMarkers,
+/// DeleteRecords): unknown here, or replicated with no replica running here yet (retriable:
+/// clients refresh their metadata and go to the leader).
+pub fn unwritable_code(why: Unwritable) -> i16 {
+    match why {
+        Unwritable::NoSuchPartition => ResponseError::UnknownTopicOrPartition.code(),
+        Unwritable::NoReplicaYet => ResponseError::NotLeaderOrFollower.code(),
     }
 }
 

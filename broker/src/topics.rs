@@ -61,7 +61,8 @@ impl Topic {
     }
 }
 
-/// Why [`TopicRegistry::handle`] gives no way to write a partition here.
+/// Why [`TopicRegistry::handle`] gives no way to write a partition here (its Kafka code:
+/// `error_map::unwritable_code`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unwritable {
     /// This broker holds no such partition (UNKNOWN_TOPIC_OR_PARTITION).
@@ -69,16 +70,6 @@ pub enum Unwritable {
     /// Cluster mode: a replicated partition whose replica is not running here yet — only its
     /// Raft group may write it (NOT_LEADER_OR_FOLLOWER: retriable).
     NoReplicaYet,
-}
-
-impl Unwritable {
-    /// Its Kafka error code.
-    pub fn code(self) -> i16 {
-        match self {
-            Unwritable::NoSuchPartition => kafka_protocol::error::ResponseError::UnknownTopicOrPartition.code(),
-            Unwritable::NoReplicaYet => kafka_protocol::error::ResponseError::NotLeaderOrFollower.code(),
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -328,7 +328,11 @@ const KNOWN_BLOCKING: &[(&str, usize, &str)] = &[
     ("server.rs", 1, "closing the logs at shutdown"),
     ("coordinator.rs", 1, "loading a coordinator shard on leadership, in its watch task"),
     ("cluster/replica.rs", 2, "the replica state machines' apply (openraft's task)"),
-    ("cluster/reconcile.rs", 3, "the reconciler (a background task) starting and stopping replicas"),
+    (
+        "cluster/reconcile.rs",
+        4,
+        "the reconciler (a background task) starting and stopping replicas, and the replica.delay_start failpoint's pause",
+    ),
 ];
 
 /// How often each production file under `dir` blocks (see [`KNOWN_BLOCKING`]), comments and

@@ -508,6 +508,22 @@ async fn exactly_once_zombie_is_fenced_and_stops() {
     assert_eq!(sum_counts(&b, true).await, want, "no loss and no duplicate across the takeover");
 }
 
+/// A produce refused by the broker fails with the broker's own explanation in the error (here
+/// MESSAGE_TOO_LARGE against the topic's `max.message.bytes`), not the bare error code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_produce_carries_the_brokers_message() {
+    use sluice_client::Admin;
+    let b = broker();
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", b.bootstrap())).unwrap();
+    admin.create_topic("small", 1, -1, &[("max.message.bytes", "1000")]).await.unwrap();
+    let p = Producer::new(&producer_config(&b)).await.unwrap();
+    let delivery = p.send(ProducerRecord::new("small", "x".repeat(5000))).await.unwrap();
+    let err = delivery.await.expect_err("larger than max.message.bytes");
+    assert_eq!(err.code(), Some(kafka_protocol::error::ResponseError::MessageTooLarge));
+    assert!(err.to_string().contains("larger than max.message.bytes 1000"), "{err}");
+    p.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_manages_topics_groups_and_transactions() {
     use sluice_client::Admin;

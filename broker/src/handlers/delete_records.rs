@@ -26,7 +26,7 @@ pub async fn handle(topics: &Arc<TopicRegistry>, req: DeleteRecordsRequest) -> D
             pr.partition_index = p.partition_index;
             pr.low_watermark = -1;
             match topics.handle(&t.name.0, p.partition_index) {
-                Err(why) => pr.error_code = why.code(),
+                Err(why) => pr.error_code = error_map::unwritable_code(why),
                 Ok(PartitionHandle::Local(part)) => {
                     let answer = tokio::task::spawn_blocking(move || {
                         let mut log = part.log();

@@ -334,7 +334,10 @@ pub async fn handle(
                                 Ok(h) => h,
                                 Err(why) => {
                                     let msg = "this broker's replica of the partition is not running yet";
-                                    parts.push((p.index, Staged::Error(why.code(), Some(msg.into()))));
+                                    parts.push((
+                                        p.index,
+                                        Staged::Error(error_map::unwritable_code(why), Some(msg.into())),
+                                    ));
                                     continue;
                                 }
                             };

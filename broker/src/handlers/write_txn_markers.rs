@@ -55,7 +55,7 @@ pub fn handle(groups: &GroupCoordinator, registry: &TopicRegistry, req: WriteTxn
             let mut parts = Vec::new();
             for index in t.partition_indexes {
                 let s = match registry.handle(&t.name, index) {
-                    Err(why) => Staged::Error(why.code()),
+                    Err(why) => Staged::Error(error_map::unwritable_code(why)),
                     Ok(h) => match h.write_marker(m.producer_id.0, &header, now) {
                         Ok(w) => Staged::Marker(w),
                         Err(e) => Staged::Error(error_map::write_refused_code(&e)),

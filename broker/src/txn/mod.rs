@@ -49,6 +49,9 @@ struct Shard {
 use crate::coordinator::{ShardOwner, ShardState, ShardWrite as TxnWait};
 use crate::kvlog::LogWait;
 
+/// How long a marker is retried before the coordinator says so (then every 30 s).
+const STILL_RETRYING: Duration = Duration::from_secs(10);
+
 async fn wait_logged(w: TxnWait) -> Result<(), ()> {
     w.wait().await.map_err(|e| tracing::warn!("transaction log write: {e}"))
 }
@@ -599,10 +602,26 @@ impl TxnCoordinator {
         h: (i64, i16, bool),
     ) -> MarkerDone {
         let mut backoff = Duration::from_millis(50);
+        let started = tokio::time::Instant::now();
+        let mut next_report = STILL_RETRYING;
         loop {
             match markers.write(id, topic, index, self.marker(id, h)).await {
                 MarkerDone::Retry => {}
                 done => return done,
+            }
+            // the transaction stays open there (read_committed consumers wait at it) until the
+            // marker is written: say so, every 30 s (some causes retry without a line of
+            // their own: no leader yet, no replica running here yet)
+            let waited = started.elapsed();
+            if waited >= next_report {
+                tracing::warn!(
+                    txn = id,
+                    topic,
+                    partition = index,
+                    waited_s = waited.as_secs(),
+                    "transaction marker not written yet; still retrying"
+                );
+                next_report = waited + Duration::from_secs(30);
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(5));

@@ -255,7 +255,11 @@ async fn send(sh: Arc<Shared>, node: i32, flights: Vec<Flight>) {
         if sh.s.acks == 0 {
             let res = broker.send_oneway(ApiKey::Produce, RequestKind::Produce(r)).await;
             for f in req {
-                complete(&sh, f, res.clone().map(|()| ProduceAnswer { code: 0, base_offset: -1, append_time: -1 }));
+                complete(
+                    &sh,
+                    f,
+                    res.clone().map(|()| ProduceAnswer { code: 0, base_offset: -1, append_time: -1, message: None }),
+                );
             }
             continue;
         }
@@ -289,6 +293,7 @@ async fn send(sh: Arc<Shared>, node: i32, flights: Vec<Flight>) {
                                 code: pr.error_code,
                                 base_offset: pr.base_offset,
                                 append_time: pr.log_append_time_ms,
+                                message: pr.error_message.as_ref().map(|m| m.to_string()).filter(|m| !m.is_empty()),
                             },
                         );
                     }
@@ -307,11 +312,13 @@ async fn send(sh: Arc<Shared>, node: i32, flights: Vec<Flight>) {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct ProduceAnswer {
     code: i16,
     base_offset: i64,
     append_time: i64,
+    /// The broker's error message, if it gave one (carried into the error it explains).
+    message: Option<String>,
 }
 
 /// Apply the answer for one batch.
@@ -350,7 +357,10 @@ fn apply(
     }
     let Some(part) = st.parts.get_mut(&key) else { return };
     part.in_flight = part.in_flight.saturating_sub(1);
-    let what = format!("produce to {topic}-{partition}");
+    let what = match answer.as_ref().ok().and_then(|a| a.message.as_deref()) {
+        Some(m) => format!("produce to {topic}-{partition} (the broker said: {m})"),
+        None => format!("produce to {topic}-{partition}"),
+    };
     let outcome = match (code, &answer) {
         (None, Ok(a)) | (Some(ResponseError::DuplicateSequenceNumber), Ok(a)) => {
             part.recovering = false;
