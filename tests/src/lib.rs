@@ -35,6 +35,20 @@ fn build_bin(package: &str, bin: &str) -> PathBuf {
     target.join("debug").join(bin)
 }
 
+/// A test that cannot run on this machine says so: on stderr, and in the file
+/// `TESTS_SKIP_LOG` names (the run-all script lists that file at its end), never silently.
+pub fn report_skip(test: &str, why: &str) {
+    use std::io::Write as _;
+    eprintln!("SKIPPED {test}: {why}");
+    if let Ok(file) = std::env::var("TESTS_SKIP_LOG") {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+            .and_then(|mut f| writeln!(f, "SKIPPED {test}: {why}"));
+    }
+}
+
 /// Path of the `sluice` binary (`TEST_SLUICE_BIN`, or built once per test process).
 pub fn sluice_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();

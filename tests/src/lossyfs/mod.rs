@@ -89,15 +89,7 @@ pub fn unavailable() -> Option<String> {
 pub fn skip_without_fuse(test: &str) -> bool {
     match unavailable() {
         Some(why) => {
-            eprintln!("SKIPPED {test}: FUSE is unavailable here: {why}");
-            // also where `cargo test` captures stderr: the run-all log greps for it
-            if let Ok(file) = std::env::var("TESTS_SKIP_LOG") {
-                let _ = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(file)
-                    .and_then(|mut f| writeln!(f, "SKIPPED {test}: FUSE is unavailable: {why}"));
-            }
+            crate::report_skip(test, &format!("FUSE is unavailable here: {why}"));
             true
         }
         None => false,
