@@ -26,10 +26,14 @@ pub enum Failpoint {
     /// The reconciler waits 3 s between creating a replicated partition's local copy and
     /// starting its replica: the window in which nothing may write the copy directly.
     ReplicaDelayStart,
+    /// After each produce batch appended to an unreplicated partition, append the control
+    /// batches one log per replica would hold for Raft's own entries (decision 0045's gate:
+    /// every client must skip them).
+    LogRaftControlBatches,
 }
 
 impl Failpoint {
-    pub const ALL: [Failpoint; 7] = [
+    pub const ALL: [Failpoint; 8] = [
         Failpoint::TxnBeforePrepare,
         Failpoint::TxnAfterPrepare,
         Failpoint::FetchIgnoreLso,
@@ -37,6 +41,7 @@ impl Failpoint {
         Failpoint::ProduceAckBeforeFsync,
         Failpoint::KvMendRefusesCopies,
         Failpoint::ReplicaDelayStart,
+        Failpoint::LogRaftControlBatches,
     ];
 
     /// Its name in `testing.failpoints`.
@@ -49,6 +54,7 @@ impl Failpoint {
             Failpoint::ProduceAckBeforeFsync => "produce.ack_before_fsync",
             Failpoint::KvMendRefusesCopies => "kv.mend_refuses_copies",
             Failpoint::ReplicaDelayStart => "replica.delay_start",
+            Failpoint::LogRaftControlBatches => "log.raft_control_batches",
         }
     }
 

@@ -118,7 +118,16 @@ impl PartitionHandle {
     ) -> Result<BatchWrite, WriteRefused> {
         let PartitionHandle::Replicated { replica, .. } = self else {
             let p = self.partition();
-            return match apply_batch(p, &mut batch, now, TxnGuard::Ask(verify)) {
+            let appended = apply_batch(p, &mut batch, now, TxnGuard::Ask(verify));
+            if matches!(appended, Ok(Appended::New { .. }))
+                && crate::failpoints::armed(crate::failpoints::Failpoint::LogRaftControlBatches)
+            {
+                // tests only: Raft's own entries as control batches between the records
+                if let Err(e) = p.append_raft_control_batches(now) {
+                    tracing::error!("failpoint log.raft_control_batches: {e}");
+                }
+            }
+            return match appended {
                 Ok(Appended::New { info, log_start, sync }) => Ok(BatchWrite::Local {
                     partition: p.clone(),
                     first: info.first_offset,

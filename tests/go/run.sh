@@ -41,6 +41,14 @@ status=0
 run_suite "127.0.0.1:$P" 1 10000 "one broker" || status=1
 echo "--- franz-go pkg/kadm"
 go test -count=1 -timeout 5m github.com/twmb/franz-go/pkg/kadm || status=1
+# decision 0045's gate: franz-go reads across the control batches one log per replica would
+# keep for Raft's own entries (a broker whose failpoint writes two after every produce batch)
+PC=$(free_port)
+start --log-dirs "$WORK/control" --listeners "PLAINTEXT://127.0.0.1:$PC" --testing-failpoints log.raft_control_batches \
+  > "$WORK/control.log" 2>&1
+wait_port "$PC"
+echo "--- franz-go across Raft control batches (controlbatch_test.go)"
+SLUICE_CONTROL_BOOTSTRAP="127.0.0.1:$PC" go test -count=1 -timeout 2m -run TestReadsAcrossRaftControlBatches . || status=1
 
 if [ $LONG = 1 ]; then
   ports=() raft=() voters=""
