@@ -15,19 +15,15 @@ if [ -z "${SLUICE_BIN:-}" ]; then
 fi
 CTL=$(dirname "$SLUICE_BIN")/sluicectl
 [ -x "$CTL" ] || CTL=target/release/sluicectl
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+scratch_with_cleanup
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 
-# one run: brokers up, N topics, settle, then CPU per broker (percent of one core, one decimal)
+# one run: brokers up, N topics, settle, then CPU per broker (percent of one core, one decimal).
+# It runs in a subshell ($(run N)): its brokers are its own to kill, on every exit.
 run() {
   local n=$1 ports=() voters="" i p
   PIDS=()
+  trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done' EXIT
   rm -rf "${WORK:?}"/*
   for i in 1 2 3; do
     ports+=("$(free_port)")
@@ -53,7 +49,6 @@ run() {
     out+=("$(awk -v a="${before[$k]}" -v b="$(ticks "$p")" -v s="$MEASURE" -v hz="$hz" 'BEGIN{printf "%.1f", (b-a)*100/hz/s}')")
     k=$((k + 1))
   done
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   echo "${out[*]}"
 }
 

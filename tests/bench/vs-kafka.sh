@@ -28,13 +28,7 @@ case "${1:-}" in
   "") ;;
   *) RECORDS=$1 ;;
 esac
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+scratch_with_cleanup
 
 echo "building: sluice (release), Apache Kafka jars (Maven), rdkafka_performance" >&2
 mvn -B -q -f tests/bench/kafka/pom.xml package >&2

@@ -15,13 +15,7 @@ LONG=0
 # Sluice has no __consumer_offsets topic (offsets live in the group coordinator's own log),
 # and no broker-side regular-expression subscriptions (KIP-848 SubscribedTopicRegex) yet.
 SKIP='^(TestConsumeRegex|Test848RegexBrokerResolves)$'
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+scratch_with_cleanup
 
 # every SLUICE_* variable is a broker setting: pass none of ours
 start() { exec_without_sluice_env "$BIN" "$@" & PIDS+=($!); }
