@@ -77,7 +77,7 @@ pub fn part_result_error(r: &PartResult) -> Option<(i16, String)> {
 pub fn unwritable_code(why: Unwritable) -> i16 {
     match why {
         Unwritable::NoSuchPartition => ResponseError::UnknownTopicOrPartition.code(),
-        Unwritable::NoReplicaYet => ResponseError::NotLeaderOrFollower.code(),
+        Unwritable::NotWrittenHere => ResponseError::NotLeaderOrFollower.code(),
     }
 }
 

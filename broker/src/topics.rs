@@ -67,9 +67,11 @@ impl Topic {
 pub enum Unwritable {
     /// This broker holds no such partition (UNKNOWN_TOPIC_OR_PARTITION).
     NoSuchPartition,
-    /// Cluster mode: a replicated partition whose replica is not running here yet — only its
-    /// Raft group may write it (NOT_LEADER_OR_FOLLOWER: retriable).
-    NoReplicaYet,
+    /// Cluster mode: a partition written elsewhere — a replicated one whose replica is not
+    /// running here (yet), which only its Raft group may write, or one placed on a single other
+    /// broker, of which this broker's copy is an empty placeholder (NOT_LEADER_OR_FOLLOWER:
+    /// retriable; clients go to the leader).
+    NotWrittenHere,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -272,16 +274,21 @@ impl TopicRegistry {
         use crate::partition_handle::PartitionHandle;
         match self.replica(topic, index) {
             Some(replica) => Ok(PartitionHandle::Replicated { partition, replica }),
-            None if self.awaits_replica(topic, index) => Err(Unwritable::NoReplicaYet),
+            None if self.written_elsewhere(topic, index) => Err(Unwritable::NotWrittenHere),
             None => Ok(PartitionHandle::Local(partition)),
         }
     }
 
-    /// Cluster mode: is `topic`/`index` placed on several brokers (a Raft group) while this
-    /// broker has no replica of it running — not started yet, or being replaced?
-    pub fn awaits_replica(&self, topic: &str, index: i32) -> bool {
+    /// Cluster mode, for a partition this broker has no replica of running: is it written
+    /// elsewhere? Yes when the metadata image places it on several brokers (only its Raft group
+    /// writes it) or on one other broker (the reconciler creates every topic's partitions on
+    /// every broker; a copy not placed here stays empty). Only a partition placed on this broker
+    /// alone — or not in the image at all — is this broker's to write directly.
+    pub fn written_elsewhere(&self, topic: &str, index: i32) -> bool {
         let Some(c) = self.cluster.get() else { return false };
-        c.image().replicas_of(topic, index).len() > 1 && c.replica(&(topic.to_string(), index)).is_none()
+        let image = c.image();
+        let placed = image.replicas_of(topic, index);
+        !placed.is_empty() && placed != [self.config.node_id]
     }
 
     /// Cluster mode: is `topic`/`index` one of the cluster's partitions, as this broker's

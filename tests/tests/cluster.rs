@@ -2054,20 +2054,7 @@ async fn delete_records_moves_the_log_start_on_every_replica() {
     for i in 0..10 {
         assert_eq!(produce_code(&c.brokers[leader], "trimmed", 5000).await, 0, "record {i}");
     }
-    let conn = Connection::connect(&c.brokers[leader].bootstrap(), "cluster-test", 1).await.unwrap();
-    let mut p = kafka_protocol::messages::delete_records_request::DeleteRecordsPartition::default();
-    p.partition_index = 0;
-    p.offset = 6;
-    let mut t = kafka_protocol::messages::delete_records_request::DeleteRecordsTopic::default();
-    t.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str("trimmed"));
-    t.partitions = vec![p];
-    let mut req = kafka_protocol::messages::DeleteRecordsRequest::default();
-    req.topics = vec![t];
-    req.timeout_ms = 10_000;
-    let resp = conn.call(ApiKey::DeleteRecords, 2, RequestKind::DeleteRecords(req)).await.unwrap();
-    let ResponseKind::DeleteRecords(r) = resp else { panic!("{resp:?}") };
-    let answer = &r.topics[0].partitions[0];
-    assert_eq!((answer.error_code, answer.low_watermark), (0, 6));
+    assert_eq!(delete_records(&c.brokers[leader], "trimmed", 6).await, (0, 6));
     for b in &c.brokers {
         let t0 = Instant::now();
         loop {
@@ -2079,6 +2066,35 @@ async fn delete_records_moves_the_log_start_on_every_replica() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+    // a partition with one replica: the broker holding it trims it; the two others know it
+    // from the metadata and send the client to its leader (NOT_LEADER_OR_FOLLOWER), as Kafka's
+    // brokers do, rather than calling it unknown
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    admin.create_topic("single", 1, 1, &[]).await.unwrap();
+    let holder = acknowledged_by_one_of(&c, &[0, 1, 2], "single", "on the one replica").await;
+    for (i, b) in c.brokers.iter().enumerate() {
+        let (code, _) = delete_records(b, "single", 1).await;
+        let want = if i == holder { 0 } else { 6 };
+        assert_eq!(code, want, "DeleteRecords at broker {} (the partition is on broker {})", i + 1, holder + 1);
+    }
+}
+
+/// DeleteRecords of `topic`/0 below `offset`, sent to `b`: (error code, low watermark).
+async fn delete_records(b: &Broker, topic: &str, offset: i64) -> (i16, i64) {
+    let conn = Connection::connect(&b.bootstrap(), "cluster-test", 1).await.unwrap();
+    let mut p = kafka_protocol::messages::delete_records_request::DeleteRecordsPartition::default();
+    p.partition_index = 0;
+    p.offset = offset;
+    let mut t = kafka_protocol::messages::delete_records_request::DeleteRecordsTopic::default();
+    t.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.to_string()));
+    t.partitions = vec![p];
+    let mut req = kafka_protocol::messages::DeleteRecordsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 10_000;
+    let resp = conn.call(ApiKey::DeleteRecords, 2, RequestKind::DeleteRecords(req)).await.unwrap();
+    let ResponseKind::DeleteRecords(r) = resp else { panic!("{resp:?}") };
+    let answer = &r.topics[0].partitions[0];
+    (answer.error_code, answer.low_watermark)
 }
 
 /// Issue 19, bounded memory: a produce request for a replicated partition waits for room in the

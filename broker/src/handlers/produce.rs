@@ -333,7 +333,7 @@ pub async fn handle(
                             let handle = match topics.handle_of(&name, p.index, partition.clone()) {
                                 Ok(h) => h,
                                 Err(why) => {
-                                    let msg = "this broker's replica of the partition is not running yet";
+                                    let msg = "not written here: this broker's replica is not running, or another broker holds it";
                                     parts.push((
                                         p.index,
                                         Staged::Error(error_map::unwritable_code(why), Some(msg.into())),

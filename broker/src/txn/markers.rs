@@ -208,8 +208,9 @@ async fn write_once(state: &TopicRegistry, id: &str, topic: &str, index: i32, m:
     }
     let handle = match state.handle(topic, index) {
         Ok(h) => h,
-        // only the partition's Raft group may write it (its replica here is not running yet)
-        Err(Unwritable::NoReplicaYet) => return MarkerDone::Retry,
+        // written elsewhere: by its Raft group (the replica here is not running yet), or by
+        // the one broker that holds it
+        Err(Unwritable::NotWrittenHere) => return MarkerDone::Retry,
         // the cluster has it, this broker has not created it yet
         Err(Unwritable::NoSuchPartition) if state.placed_in_cluster(topic, index) => return MarkerDone::Retry,
         Err(Unwritable::NoSuchPartition) => {
