@@ -76,18 +76,21 @@ pub async fn run(state: Background, mut stop: watch::Receiver<bool>) {
     let mut flush_tick = tokio::time::interval(flush_every);
     let mut retention_tick = tokio::time::interval(Duration::from_millis(state.settings.retention_check_interval_ms));
     let mut gauges_tick = tokio::time::interval(Duration::from_secs(1));
+    // Every task started here holds handles to the services; all of them end before `run`
+    // returns, so that shutdown finds the topics unshared and closes them cleanly.
+    let mut tasks = tokio::task::JoinSet::new();
     // group timers run in their own task, so the disk work below (flushes, retention,
     // compaction) never makes one late
-    tokio::spawn(group_timers(state.groups.clone(), stop.clone()));
-    tokio::spawn(crate::cleaner::run(state.topics.clone(), state.settings.cleaner.clone(), stop.clone()));
+    tasks.spawn(group_timers(state.groups.clone(), stop.clone()));
+    tasks.spawn(crate::cleaner::run(state.topics.clone(), state.settings.cleaner.clone(), stop.clone()));
     let shard_logs = [crate::coordinator::scrubbed_logs(&state.groups), crate::coordinator::scrubbed_logs(&state.txns)];
-    tokio::spawn(crate::scrubber::run(
+    tasks.spawn(crate::scrubber::run(
         state.topics.clone(),
         shard_logs.concat(),
         state.settings.scrub_bytes_per_second,
         stop.clone(),
     ));
-    tokio::spawn({
+    tasks.spawn({
         let txns = state.txns.clone();
         async move { txns.recover().await }
     });
@@ -127,8 +130,9 @@ pub async fn run(state: Background, mut stop: watch::Receiver<bool>) {
                 }).await;
             }
             _ = txn_tick.tick() => {
+                while tasks.try_join_next().is_some() {}
                 let st = state.clone();
-                tokio::spawn(async move { st.txns.check_timeouts().await });
+                tasks.spawn(async move { st.txns.check_timeouts().await });
                 let st = state.clone();
                 let _ = tokio::task::spawn_blocking(move || st.txns.compact_logs(crate::clock::now_ms())).await;
             }
@@ -155,7 +159,18 @@ pub async fn run(state: Background, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => break,
         }
     }
+    // the timers, the cleaner and the scrubber end on `stop`; a transaction timeout check or
+    // the coordinator's recovery may be waiting on a marker: they are cut off (their work is
+    // redone at the next start, as after a crash)
+    let all_ended = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(STOP_GRACE, all_ended).await.is_err() {
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
 }
+
+/// How long shutdown waits for the background tasks before cutting them off.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Group timers fire at their deadline: the task sleeps until the earliest one, waking at least
 /// every 100 ms to pick up deadlines set by requests since (each is a session or rebalance

@@ -96,7 +96,11 @@ fn sigterm_is_a_clean_shutdown_and_metadata_persists() {
     });
     assert_eq!(b.stop(), Some(0), "SIGTERM exits 0");
     for p in 0..3 {
-        assert!(b.data_dir.join(format!("keep-{p}/.clean_shutdown")).exists(), "partition {p} closed cleanly");
+        assert!(
+            b.data_dir.join(format!("keep-{p}/.clean_shutdown")).exists(),
+            "partition {p} closed cleanly; the broker's log ends: {}",
+            b.log_tail()
+        );
     }
     b.spawn();
     for p in 0..3 {
