@@ -414,6 +414,9 @@ async fn elect_here(node: &ClusterNode, key: &GroupKey, kind: GroupKind) -> Resu
             if rep.is_healing() {
                 return Err(healing());
             }
+            // stands with what its leader committed (stands anyway after the wait: no leader,
+            // or one that sends nothing, is no reason to refuse)
+            rep.caught_up_with_leader(STAND_CATCH_UP).await;
             rep.raft.trigger().elect().await.map_err(|e| e.to_string())
         }
         GroupKind::Shard => {
@@ -425,6 +428,10 @@ async fn elect_here(node: &ClusterNode, key: &GroupKey, kind: GroupKind) -> Resu
         }
     }
 }
+
+/// How long a partition replica asked to stand waits to catch up with its leader first
+/// (`Replica::caught_up_with_leader`): four heartbeats (decision 0041: every 500 ms).
+const STAND_CATCH_UP: Duration = Duration::from_secs(2);
 
 /// Ask broker `target` to stand for election in group `key`.
 async fn elect_in(node: &ClusterNode, target: NodeId, key: GroupKey, kind: GroupKind) -> anyhow::Result<()> {
@@ -616,7 +623,11 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     Rpc::Vote(r) => bincode::serialize(&node.raft.vote(r).await),
                     Rpc::Snapshot(r) => bincode::serialize(&node.raft.install_snapshot(r).await),
                     Rpc::PartAppend(g, r) => match node.replica(&g) {
-                        Some(rep) => bincode::serialize(&rep.raft.append_entries(r).await),
+                        Some(rep) => {
+                            let answer = rep.raft.append_entries(r).await;
+                            rep.appends_taken.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                            bincode::serialize(&answer)
+                        }
                         None => return, // not (yet) a replica here: the caller sees a network error
                     },
                     // a replica healing a damaged Raft log does not vote (`replica::heal`): the

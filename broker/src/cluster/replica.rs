@@ -69,6 +69,9 @@ pub struct Replica<C: Logged = PartConfig> {
     /// Non-zero while this replica's Raft log, cut at damage, lacks entries it had (see
     /// [`heal`]): the entry it must hold again before it votes or stands.
     pub healing: Arc<std::sync::atomic::AtomicU64>,
+    /// AppendEntries RPCs this replica has taken from a leader (`network.rs`): a replica asked
+    /// to stand waits for one more, so it stands with what its leader last committed.
+    pub appends_taken: std::sync::atomic::AtomicU64,
 }
 
 /// What a replica offers the other replicas of its group to repair a damaged copy from, and
@@ -102,6 +105,29 @@ impl<C: Logged> Replica<C> {
     /// See [`heal`].
     pub fn is_healing(&self) -> bool {
         self.healing.load(std::sync::atomic::Ordering::Acquire) != 0
+    }
+
+    /// Before a follower stands for election on request (ElectLeaders, moving leadership):
+    /// wait, at most `wait`, until it has taken an AppendEntries sent after the request and
+    /// applied everything in its log — what its leader had committed then. A follower that
+    /// stood without it (say, one just added, lacking the membership entry that made it a
+    /// voter) would be refused by the voters, and its failed election would leave the group
+    /// leaderless until an election timer fires.
+    pub async fn caught_up_with_leader(&self, wait: Duration) -> bool {
+        use std::sync::atomic::Ordering;
+        let seen = self.appends_taken.load(Ordering::Acquire);
+        let deadline = Instant::now() + wait;
+        loop {
+            let m = self.raft.metrics().borrow().clone();
+            let applied_all = m.last_applied.map(|l| l.index) == m.last_log_index;
+            if self.appends_taken.load(Ordering::Acquire) > seen && applied_all {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -655,6 +681,7 @@ where
         lost: Default::default(),
         copies,
         healing,
+        appends_taken: Default::default(),
     }))
 }
 
