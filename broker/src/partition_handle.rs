@@ -8,6 +8,7 @@
 use crate::cluster::replica::{PendingWrite, Replica};
 use crate::partition::apply::{apply_batch, apply_marker, TxnGuard};
 use crate::partition::producer_state::{MarkerHeader, Refusal};
+use crate::partition::tip::{TipGuard, Verdict};
 use crate::partition::{AppendError, Appended, Partition};
 use crate::replication::types::{ApplyFailure, PartCommand, PartResult, WriteError};
 use bytes::BytesMut;
@@ -116,7 +117,7 @@ impl PartitionHandle {
         start: VerificationStart,
         wait: Duration,
     ) -> Result<BatchWrite, WriteRefused> {
-        let PartitionHandle::Replicated { replica, .. } = self else {
+        let PartitionHandle::Replicated { replica, partition } = self else {
             let p = self.partition();
             let appended = apply_batch(p, &mut batch, now, TxnGuard::Ask(verify));
             if matches!(appended, Ok(Appended::New { .. }))
@@ -164,9 +165,12 @@ impl PartitionHandle {
         // room in the partition's and the broker's budgets of bytes in flight: waiting here
         // (stage 1) stops this connection being read, so producers are held back
         let admitted = replica.admit(batch.len(), wait).await.map_err(WriteRefused::Write)?;
+        // judged, then proposed, under the tip's lock (decision 0045, step 2)
+        let mut tip = settled_tip(partition, replica)?;
+        let verdict = tip.batch(&batch, now, verified, start.from);
         // the request's buffer becomes the command (no copy of the records)
         let cmd = PartCommand::Produce { batch: Vec::from(batch), now_ms: now, verified, verified_from: start.from };
-        replica.propose_admitted(cmd, admitted).map(BatchWrite::Replicated).map_err(WriteRefused::Write)
+        propose_judged(replica, tip, cmd, verdict, Some(admitted)).map(BatchWrite::Replicated)
     }
 
     /// Write a COMMIT/ABORT marker for `producer_id`: appended now (local), or proposed to the
@@ -179,7 +183,9 @@ impl PartitionHandle {
                 Err(AppendError::Refused(r)) => Err(WriteRefused::Refused(r)),
                 Err(AppendError::Storage(e)) => Err(WriteRefused::Storage(Arc::new(e))),
             },
-            PartitionHandle::Replicated { replica, .. } => {
+            PartitionHandle::Replicated { replica, partition } => {
+                let mut tip = settled_tip(partition, replica)?;
+                let verdict = tip.marker(producer_id, header);
                 let cmd = PartCommand::Marker {
                     producer_id,
                     epoch: header.epoch,
@@ -187,7 +193,7 @@ impl PartitionHandle {
                     commit: header.commit,
                     now_ms: now,
                 };
-                replica.propose(cmd).map(MarkerWrite::Replicated).map_err(WriteRefused::Write)
+                propose_judged(replica, tip, cmd, Some(verdict), None).map(MarkerWrite::Replicated)
             }
         }
     }
@@ -207,6 +213,49 @@ impl MarkerWrite {
                 Ok(PartResult::Failed(ApplyFailure::Storage(e))) => Err(WriteRefused::Storage(e)),
                 Err(e) => Err(WriteRefused::Write(e)),
             },
+        }
+    }
+}
+
+/// The partition's tip, locked, on a leader that has applied every entry of earlier terms (its
+/// applied state is then everything before its own proposals). A leader not yet there takes
+/// no write: the client or the transaction coordinator retries (NOT_LEADER_OR_FOLLOWER).
+fn settled_tip<'a>(partition: &'a Partition, replica: &Replica) -> Result<TipGuard<'a>, WriteRefused> {
+    let term = replica.term();
+    if !replica.applied_own_term() {
+        return Err(WriteRefused::Write(WriteError::NotLeader));
+    }
+    Ok(partition.tip(term))
+}
+
+/// Propose `cmd` with the leader's `verdict` on it, the tip still locked (so writes reach the
+/// Raft log in the order they were judged); a write not proposed, or not judged, makes the tip
+/// start again from the applied state.
+fn propose_judged(
+    replica: &Replica,
+    tip: TipGuard<'_>,
+    cmd: PartCommand,
+    verdict: Option<Verdict>,
+    admitted: Option<crate::cluster::replica::Admitted>,
+) -> Result<PendingWrite, WriteRefused> {
+    let judged = verdict.is_some();
+    let cmd = match verdict {
+        Some(verdict) => PartCommand::Predicted { cmd: Box::new(cmd), verdict },
+        None => cmd,
+    };
+    let proposed = match admitted {
+        Some(admitted) => replica.propose_admitted(cmd, admitted),
+        None => replica.propose(cmd),
+    };
+    match proposed {
+        Ok(w) if judged => Ok(w),
+        Ok(w) => {
+            tip.abandon();
+            Ok(w)
+        }
+        Err(e) => {
+            tip.abandon();
+            Err(WriteRefused::Write(e))
         }
     }
 }

@@ -16,6 +16,28 @@ struct Cluster {
     voters: String,
 }
 
+/// Every cluster test also checks that no replica judged a write unlike its leader (decision
+/// 0045, step 2: the leader's verdict travels with the write, and each apply compares).
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let differed: Vec<String> = self
+            .brokers
+            .iter()
+            .flat_map(|b| {
+                let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap_or_default();
+                log.lines()
+                    .filter(|l| l.contains("replication verdict differs"))
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(differed.is_empty(), "a replica judged a write unlike its leader: {differed:#?}");
+    }
+}
+
 impl Cluster {
     fn start() -> Cluster {
         Self::start_with(&[])
@@ -414,7 +436,7 @@ async fn transactions_span_partitions_led_by_different_brokers() {
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer as _, ThreadedProducer};
     use rdkafka::{Offset, TopicPartitionList};
 
-    let c = Cluster::start();
+    let (c, ports) = Cluster::start_with_metrics();
     agreed_controller(&c, &[0, 1, 2], 3, -1).await;
     let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
     admin.create_topic("ledger", 6, -1, &[]).await.unwrap();
@@ -484,6 +506,15 @@ async fn transactions_span_partitions_led_by_different_brokers() {
     assert!(committed.iter().all(|v| !v.starts_with("b-")), "an aborted record was read_committed");
     let all = read("read_uncommitted", 90).await.unwrap();
     assert_eq!(all.len(), 90);
+    // every batch and marker was judged by its leader before it was proposed, and every
+    // replica did what the leader judged (decision 0045, step 2)
+    let verdicts = |outcome: &str| -> f64 {
+        ports.iter().map(|p| ports_series(*p, "sluice_replication_verdicts_total", &[outcome])).sum()
+    };
+    // 18 batches (6 partitions, 3 transactions) and 18 markers, on each of three replicas
+    let matched = verdicts("outcome=\"matched\"");
+    assert!(matched >= 3.0 * 36.0, "writes judged and applied as judged: {matched}");
+    assert_eq!(verdicts("outcome=\"differed\""), 0.0);
 }
 
 /// The leader of `topic`/0 as librdkafka's metadata reports it (-1: none yet).

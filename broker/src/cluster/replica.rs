@@ -1226,7 +1226,7 @@ impl ReplicaSm {
     fn apply_one(&mut self, cmd: &mut PartCommand) -> Result<(PartResult, i64), sluice_storage::StorageError> {
         // writes no batch: applied again when replayed (moving the log start is idempotent)
         if self.cursor >= self.replay_end || matches!(cmd, PartCommand::DeleteRecords { .. }) {
-            if let PartCommand::Produce { batch, .. } = &cmd {
+            if let PartCommand::Produce { batch, .. } = cmd.inner() {
                 self.progress.bytes_since_snapshot.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
             }
             return Ok(self.partition.apply(cmd));
@@ -1472,7 +1472,7 @@ impl Drop for ReplicaSm {
 mod tests {
     use super::*;
     use crate::partition::Partition;
-    use crate::replication::types::KvEntry;
+    use crate::replication::types::{KvEntry, Verdict};
     use openraft::CommittedLeaderId;
     use sluice_protocol::batch::{BatchBuilder, NewRecord};
     use sluice_storage::{Log, LogConfig};
@@ -1515,6 +1515,25 @@ mod tests {
         let old = r#"{"Produce":{"batch":"AAEC/w==","now_ms":7,"verified":true}}"#;
         let want = PartCommand::Produce { batch: vec![0, 1, 2, 255], now_ms: 7, verified: true, verified_from: None };
         assert_eq!(serde_json::from_str::<PartCommand>(old).unwrap(), want);
+        // a command with its leader's verdict (decision 0045) is a new variant: the commands
+        // above encode as they did before it existed, and it round-trips in both forms
+        let before: &[u8] = &[0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 255];
+        assert!(bin[8..].starts_with(before), "{bin:?}");
+        let judged = vec![
+            PartCommand::Predicted { cmd: Box::new(cmds[0].clone()), verdict: Verdict::At { first: 3, last: 5 } },
+            PartCommand::Predicted {
+                cmd: Box::new(cmds[1].clone()),
+                verdict: Verdict::Refused(crate::partition::producer_state::Refusal::CoordinatorFenced {
+                    current: 2,
+                    got: 1,
+                }),
+            },
+        ];
+        let bin = bincode::serialize(&judged).unwrap();
+        assert_eq!(bincode::deserialize::<Vec<PartCommand>>(&bin).unwrap(), judged);
+        let json = serde_json::to_string(&judged).unwrap();
+        assert_eq!(serde_json::from_str::<Vec<PartCommand>>(&json).unwrap(), judged);
+        assert_eq!(judged[0].inner(), &cmds[0]);
     }
 
     fn open_partition(dir: &Path) -> Arc<Partition> {

@@ -12,6 +12,7 @@
 
 use super::producer_state::{MarkerHeader, Refusal};
 use super::{AppendError, Appended, MarkerWritten, Partition};
+use crate::replication::types::Verdict;
 use crate::replication::types::{ApplyFailure, PartCommand, PartResult, PartitionLog};
 use sluice_protocol::batch::{iter_batches, BatchView};
 use sluice_storage::StorageError;
@@ -91,6 +92,11 @@ impl PartitionLog for Partition {
                     Err(AppendError::Refused(r)) => (PartResult::Refused(r), 0),
                     Err(AppendError::Storage(e)) => failed(e),
                 }
+            }
+            PartCommand::Predicted { cmd, verdict } => {
+                let (result, end) = self.apply(cmd);
+                self.check_verdict(verdict, &result);
+                (result, end)
             }
             PartCommand::DeleteRecords { offset } => {
                 let mut log = self.log();
@@ -176,12 +182,35 @@ impl PartitionLog for Partition {
 }
 
 impl Partition {
+    /// Was what applying a write did (`result`) what the leader judged it would do? Counted
+    /// either way (`sluice_replication_verdicts_total`); a difference is logged, and the
+    /// leader's tip starts again. A write storage failed is not judged.
+    fn check_verdict(&self, verdict: &Verdict, result: &PartResult) {
+        let got = match result {
+            PartResult::Appended { first, last, .. } => Verdict::At { first: *first, last: *last },
+            PartResult::Refused(r) => Verdict::Refused(*r),
+            PartResult::Done | PartResult::Failed(_) | PartResult::LogStart(_) => return,
+        };
+        let outcome = if got == *verdict {
+            "matched"
+        } else {
+            tracing::warn!(
+                topic = %self.topic,
+                partition = self.index,
+                "replication verdict differs: the leader judged {verdict:?}, applying did {got:?}"
+            );
+            self.tip_went_stale();
+            "differed"
+        };
+        ::metrics::counter!(crate::metrics::REPLICATION_VERDICTS_TOTAL, "outcome" => outcome).increment(1);
+    }
+
     /// Whether `stored` (read at `offset`) is the batch `cmd` wrote there: what applying it did
     /// and the offset after it.
     fn stored_matches(&self, offset: i64, cmd: &PartCommand, stored: &[u8]) -> Option<(PartResult, i64)> {
         let (_, view) = iter_batches(stored).next()?.ok()?;
-        let same = match cmd {
-            PartCommand::DeleteRecords { .. } => return None,
+        let same = match cmd.inner() {
+            PartCommand::DeleteRecords { .. } | PartCommand::Predicted { .. } => return None,
             PartCommand::Marker { producer_id, .. } => view.is_control() && view.producer_id() == *producer_id,
             PartCommand::Produce { batch, .. } => {
                 let ours = BatchView::parse_unchecked_crc(batch).ok()?;

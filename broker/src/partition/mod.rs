@@ -16,6 +16,7 @@
 
 pub mod apply;
 pub mod producer_state;
+pub mod tip;
 
 use crate::sync::OrDie as _;
 use bytes::Bytes;
@@ -86,6 +87,11 @@ pub struct Partition {
     verified: Mutex<std::collections::HashSet<(i64, i16)>>,
     /// Markers written since the partition was opened, for [`Partition::marker_since`].
     markers: Mutex<MarkerHistory>,
+    /// Replicated, on the leader: the log as its proposals will leave it (`tip.rs`). Lock
+    /// order: `tip` before `producers`.
+    tip: Mutex<tip::Tip>,
+    /// An apply found a verdict that differed from the leader's: the tip starts again.
+    tip_stale: std::sync::atomic::AtomicBool,
 }
 
 /// The offset of each producer's last marker written since the partition was opened, and the
@@ -131,6 +137,8 @@ impl Partition {
         Partition {
             verified: Mutex::new(Default::default()),
             markers: Mutex::new(markers),
+            tip: Mutex::new(tip::Tip::default()),
+            tip_stale: std::sync::atomic::AtomicBool::new(false),
             topic,
             index,
             producers: Mutex::new(producers),
@@ -363,19 +371,12 @@ impl Partition {
             }
         };
         let mut producers = self.producers.lock().or_die();
-        let plan = producer_state::check(producers.get(&pid), &hdr);
-        // A transactional batch is verified first (as Kafka verifies before the append), so a
-        // fenced producer is told so whatever this partition knows of it; an exact retry of a
-        // stored batch is still answered as the duplicate it is.
-        if hdr.transactional && !matches!(plan, Plan::Duplicate { .. }) {
-            let Some(verify) = verify else {
-                return Err(AppendError::Refused(Refusal::InvalidTxnState));
-            };
-            if let Err(r) = verify(pid, hdr.epoch) {
-                Self::count_refusal(&r);
-                return Err(AppendError::Refused(r));
-            }
-        }
+        let verify_this = verify.map(|v| move || v(pid, hdr.epoch));
+        let plan = producer_state::decide(
+            producers.get(&pid),
+            &hdr,
+            verify_this.as_ref().map(|v| v as &dyn Fn() -> Result<(), Refusal>),
+        );
         match plan {
             Plan::Reject(r) => {
                 Self::count_refusal(&r);

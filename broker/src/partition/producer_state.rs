@@ -253,6 +253,28 @@ pub fn check(entry: Option<&ProducerEntry>, b: &BatchHeader) -> Plan {
     Plan::Append
 }
 
+/// [`check`], then KIP-890's guard for a transactional batch that is not an exact retry:
+/// `verify` (is the partition in the producer's ongoing transaction?) runs first, as Kafka
+/// verifies before the append, so a fenced producer is told so whatever this partition knows of
+/// it; no `verify` refuses it. The one decision both the append and a leader's prediction of it
+/// (`partition::tip`) make.
+pub fn decide(
+    entry: Option<&ProducerEntry>,
+    b: &BatchHeader,
+    verify: Option<&dyn Fn() -> Result<(), Refusal>>,
+) -> Plan {
+    let plan = check(entry, b);
+    if b.transactional && !matches!(plan, Plan::Duplicate { .. }) {
+        let Some(verify) = verify else {
+            return Plan::Reject(Refusal::InvalidTxnState);
+        };
+        if let Err(r) = verify() {
+            return Plan::Reject(r);
+        }
+    }
+    plan
+}
+
 /// The state after `b` was appended at `[first_offset, last_offset]`. Call only after
 /// [`check`] said [`Plan::Append`] and the append succeeded.
 pub fn apply(entry: Option<ProducerEntry>, b: &BatchHeader, first_offset: i64, last_offset: i64) -> ProducerEntry {

@@ -38,6 +38,31 @@ pub enum PartCommand {
     /// DeleteRecords: move the log start up to `offset` (at most the log end where it is
     /// applied, the same on every replica), deleting the segments wholly below it.
     DeleteRecords { offset: i64 },
+    /// A produce batch or a marker with the leader's verdict on it, judged before it was
+    /// proposed (`partition::tip`, decision 0045 step 2): applied as `cmd`, and what that did
+    /// checked against `verdict` on every replica. (Last, so the logs written before it still
+    /// decode.)
+    Predicted { cmd: Box<PartCommand>, verdict: Verdict },
+}
+
+/// What the leader expects applying a proposed write to do (`partition::tip`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Verdict {
+    /// Written at these offsets — or, an exact retry of a retained batch, answered with the
+    /// offsets it was written at.
+    At { first: i64, last: i64 },
+    /// Refused: nothing written.
+    Refused(Refusal),
+}
+
+impl PartCommand {
+    /// The write itself, without the leader's verdict on it.
+    pub fn inner(&self) -> &PartCommand {
+        match self {
+            PartCommand::Predicted { cmd, .. } => cmd.inner(),
+            other => other,
+        }
+    }
 }
 
 /// What a coordinator shard's Raft log holds (a group of its own type: a partition's command

@@ -1241,6 +1241,19 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
         }
     }
     println!("  acked sends {}, reads {}, committed ops {}", report.acked_sends, report.reads, report.committed_txns);
+    // a replica that judged a write unlike its leader (decision 0045, step 2) fails the run
+    let differed: usize = cluster
+        .nodes
+        .iter()
+        .map(|n| {
+            let dir = n.broker.lock().unwrap_or_else(|e| e.into_inner()).data_dir.clone();
+            let log = std::fs::read_to_string(dir.with_extension("log")).unwrap_or_default();
+            log.lines().filter(|l| l.contains("replication verdict differs")).count()
+        })
+        .sum();
+    if cluster.nodes.len() > 1 {
+        println!("  writes a replica judged unlike its leader {differed}");
+    }
     if args.nemesis.contains(&Fault::Corrupt) {
         // what the brokers said of the damage (decisions 0036, 0037)
         let said = |what: &str| {
@@ -1288,7 +1301,7 @@ fn run(mut args: RunArgs) -> Result<bool, String> {
             println!("  the bad producer reached no broker: the run proves nothing about it");
         }
     }
-    let ok = report.valid() && drained.is_ok() && progress && bad_ok;
+    let ok = report.valid() && drained.is_ok() && progress && bad_ok && differed == 0;
     if !ok {
         broker_evidence(&cluster);
     }
