@@ -29,6 +29,9 @@ command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 # the Go suite (tests/go: franz-go's own tests); Debian's go fetches the toolchain go.mod names
 command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need_apt+=(golang-go)
+# the JavaScript suite (tests/js: kafkajs from npm, run by Node's own test runner)
+command -v node >/dev/null || need_apt+=(nodejs)
+command -v npm >/dev/null || need_apt+=(npm)
 # the power-cut tests (tests/tests/power_cut.rs): lossyfs mounts through fusermount3
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -88,12 +91,17 @@ log "failover without election timers (alone)"
 cargo test -p sluice-tests --test cluster -- --ignored --exact a_killed_leader_is_replaced_before_any_election_timer_fires
 
 # --- Python/kcat compatibility suite against a real broker process ---
-log "compatibility suite (kafka-python, confluent-kafka, kcat)"
+log "compatibility suite (kafka-python, confluent-kafka, aiokafka, kcat)"
 export TEST_SLUICE_BIN="$ROOT/target/debug/sluice"
 export TEST_FAULTPROXY_BIN="$ROOT/target/debug/faultproxy"
 # three workers (pytest-xdist): the suite mostly waits on brokers and clients (about 15% of one
 # core used over 400 s alone); each worker's brokers take ports of their own (conftest.free_port)
 "$VENV/bin/python" -m pytest -q -n 3 tests/compat
+
+# --- JavaScript: kafkajs (the versions in tests/js/package-lock.json) ---
+log "JavaScript suite (kafkajs; tests/js)"
+npm --prefix tests/js ci --no-audit --no-fund --loglevel=error
+(cd tests/js && node --test)
 
 # --- JVM: the Java client 4.x and Kafka Streams (exactly_once_v2) against real brokers ---
 log "JVM suite (kafka-clients, kafka-streams; tests/java)"

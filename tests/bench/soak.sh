@@ -15,12 +15,13 @@ cargo build --release -q -p sluice-broker -p sluice-tools
 cargo build -q -p sluice-tests >/dev/null 2>&1 || true # puts rdkafka-sys's source in the registry
 RDK=$(tests/librdkafka/build.sh | tail -n 1)
 PERF="$RDK/examples/rdkafka_performance"
-BIN=target/release/sluice
+BIN=${SOAK_BIN:-target/release/sluice}
 CTL=target/release/sluicectl
 W=$(mktemp -d)
 PIDS=()
 # SOAK_KEEP=1 keeps the brokers' directories and logs (printed) for a look afterwards
 # SOAK_BROKER_ARGS="..." adds flags to the three brokers (e.g. mutual TLS on the Raft port)
+# SOAK_BIN=path runs another build of the broker (two builds compared on the same machine)
 trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; if [ -n "${SOAK_KEEP:-}" ]; then echo "kept $W"; else rm -rf "$W"; fi' EXIT
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 V="1@127.0.0.1:$(port),2@127.0.0.1:$(port),3@127.0.0.1:$(port)"
