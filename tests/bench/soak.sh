@@ -39,7 +39,10 @@ BS="127.0.0.1:${K[0]},127.0.0.1:${K[1]},127.0.0.1:${K[2]}"
 "$CTL" --bootstrap-server "127.0.0.1:${K[0]}" topics create soak --partitions 1 --replication-factor 3 >/dev/null
 sleep 4
 maxrss=(0 0 0)
-(timeout "$DUR" "$PERF" -P -t soak -b "$BS" -s 1024 -a -1 -c 100000000 -X linger.ms=5 >"$W/perf.log" 2>&1 || true) &
+# SIGINT: rdkafka_performance stops producing, waits for what is in flight and prints its final
+# count (SIGTERM killed it with its last stats lines still in stdout's buffer: the count read
+# was seconds old); line-buffered so the periodic lines reach the file too
+(timeout -s INT -k 30 "$DUR" stdbuf -oL "$PERF" -P -t soak -b "$BS" -s 1024 -a -1 -c 100000000 -X linger.ms=5 >"$W/perf.log" 2>&1 || true) &
 LOAD=$!
 while kill -0 "$LOAD" 2>/dev/null; do
   for j in 0 1 2; do
@@ -72,7 +75,7 @@ PIDS+=($!)
 sleep 4
 "$CTL" --bootstrap-server "127.0.0.1:$SK" topics create soak --partitions 1 --replication-factor 1 >/dev/null
 sleep 1
-timeout "$DUR" "$PERF" -P -t soak -b "127.0.0.1:$SK" -s 1024 -a -1 -c 100000000 -X linger.ms=5 >"$W/perf1.log" 2>&1 || true
+timeout -s INT -k 30 "$DUR" stdbuf -oL "$PERF" -P -t soak -b "127.0.0.1:$SK" -s 1024 -a -1 -c 100000000 -X linger.ms=5 >"$W/perf1.log" 2>&1 || true
 sleep 3
 d3=$(grep -oE '[0-9]+ delivered' "$W/perf.log" | tail -n 1 | cut -d' ' -f1)
 d1=$(grep -oE '[0-9]+ delivered' "$W/perf1.log" | tail -n 1 | cut -d' ' -f1)
