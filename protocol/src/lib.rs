@@ -6,6 +6,7 @@
 //! - `varint`: zig-zag and unsigned varints;
 //! - `compression`: gzip, snappy, lz4, zstd codecs for whoever must encode or decode records;
 //! - `frame`: length-prefixed frames with a size limit;
+//! - `raft_control`: Raft's own entries as control batches of a partition's log (decision 0045);
 //! - `chunked`: an encoder target that keeps record data as shared chunks (zero-copy fetch);
 //! - `scram`: SCRAM-SHA-256/512 and PLAIN message handling for SASL (nonces come from the caller);
 //! - `api`: the one table of supported APIs that drives dispatch and the ApiVersions answer, and
@@ -18,6 +19,7 @@ pub mod batch;
 pub mod chunked;
 pub mod compression;
 pub mod frame;
+pub mod raft_control;
 pub mod scram;
 pub mod varint;
 

@@ -15,6 +15,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_client::{ClientConfig, Consumer, Producer, ProducerRecord};
 use sluice_protocol::batch::{BatchBuilder, NewRecord};
+use sluice_protocol::raft_control::RaftControl;
 use sluice_tests::Broker;
 use std::time::{Duration, Instant};
 
@@ -22,19 +23,14 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
-/// A control batch of `kind` (the key's type field), outside any transaction, as KRaft writes
-/// its LEADER_CHANGE records.
-fn control_batch(kind: i16) -> Vec<u8> {
-    let mut key = Vec::with_capacity(4);
-    key.extend_from_slice(&0i16.to_be_bytes());
-    key.extend_from_slice(&kind.to_be_bytes());
-    let record = NewRecord {
-        timestamp: now_ms(),
-        key: Some(Bytes::from(key)),
-        value: Some(Bytes::from_static(&[0, 0, 0, 0, 0, 1])),
-        headers: vec![],
-    };
-    BatchBuilder { control: true, ..Default::default() }.build(&[record]).unwrap().to_vec()
+/// Raft's own entries as one log per replica will keep them (`sluice_protocol::raft_control`):
+/// a new leader's LEADER_CHANGE (KRaft's type 2) and a membership (Sluice's type 0x5100).
+fn raft_entries() -> [Vec<u8>; 2] {
+    let entries = [
+        RaftControl::LeaderChange { leader: 1, voters: vec![1, 2, 3] },
+        RaftControl::Membership(Bytes::from_static(b"voters 1,2,3")),
+    ];
+    entries.map(|e| e.build(0, now_ms()).unwrap().to_vec())
 }
 
 fn records(values: &[&str]) -> Vec<u8> {
@@ -96,7 +92,8 @@ async fn clients_read_across_control_batches_of_types_they_do_not_know() {
         let dir = b.data_dir.join("gate-0");
         let mut log = sluice_storage::Log::open(&dir, sluice_storage::LogConfig::default()).unwrap();
         assert_eq!(log.log_end_offset(), 3);
-        for mut batch in [control_batch(2), control_batch(0x5100), records(&["b0", "b1"])] {
+        let [leader_change, membership] = raft_entries();
+        for mut batch in [leader_change, membership, records(&["b0", "b1"])] {
             log.append(&mut batch, now_ms(), Some(0)).unwrap();
         }
         log.close().unwrap();

@@ -272,24 +272,20 @@ impl Partition {
     }
 
     /// Tests only (failpoint `log.raft_control_batches`, decision 0045's gate): append the
-    /// control batches one log per replica would keep for Raft's own entries — KRaft's
-    /// LEADER_CHANGE (type 2) and a Sluice type no client knows (0x5100) — outside any
-    /// transaction. Clients must skip them and read on across the offsets they take.
+    /// control batches one log per replica will keep for Raft's own entries
+    /// (`sluice_protocol::raft_control`: KRaft's LEADER_CHANGE, type 2, and a membership, a
+    /// Sluice type no client knows, 0x5100), outside any transaction. Clients must skip them and
+    /// read on across the offsets they take.
     pub fn append_raft_control_batches(&self, now_ms: i64) -> Result<(), StorageError> {
+        use sluice_protocol::raft_control::RaftControl;
         let producers = self.producers.lock().or_die();
-        for kind in [2i16, 0x5100] {
-            let mut key = Vec::with_capacity(4);
-            key.extend_from_slice(&0i16.to_be_bytes());
-            key.extend_from_slice(&kind.to_be_bytes());
-            let record = sluice_protocol::batch::NewRecord {
-                timestamp: now_ms,
-                key: Some(Bytes::from(key)),
-                value: Some(Bytes::from_static(&[0, 0, 0, 0, 0, 1])),
-                headers: vec![],
-            };
-            let batch = BatchBuilder { control: true, ..Default::default() }
-                .build(&[record])
-                .map_err(|e| StorageError::InvalidConfig(format!("control batch: {e}")))?;
+        let entries = [
+            RaftControl::LeaderChange { leader: 1, voters: vec![1] },
+            RaftControl::Membership(Bytes::from_static(b"voters 1")),
+        ];
+        for entry in entries {
+            let batch =
+                entry.build(0, now_ms).map_err(|e| StorageError::InvalidConfig(format!("control batch: {e}")))?;
             let mut buf = batch.to_vec();
             let (info, _, _) = self.append(&mut buf, now_ms, false)?;
             if info.rolled {

@@ -1,5 +1,5 @@
 //! Any bytes as record batches: parse, iterate, decode records (with decompression) and
-//! control markers, validate as produce does. Must never panic.
+//! control markers and Raft's control batches, validate as produce does. Must never panic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
@@ -8,6 +8,7 @@ fuzz_target!(|data: &[u8]| {
         let Ok((_, view)) = b else { break };
         let _ = view.records();
         let _ = view.control_marker();
+        let _ = sluice_protocol::raft_control::RaftControl::parse(&view);
         let _ = view.last_sequence();
     }
     // CRC aside: structurally valid headers over random records
