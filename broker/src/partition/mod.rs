@@ -342,18 +342,7 @@ impl Partition {
         now_ms: i64,
         verify: Option<&dyn Fn(i64, i16) -> Result<(), Refusal>>,
     ) -> Result<Appended, AppendError> {
-        let header = BatchView::parse_unchecked_crc(batch).map(|v| {
-            (
-                v.producer_id(),
-                BatchHeader {
-                    epoch: v.producer_epoch(),
-                    first_seq: v.base_sequence(),
-                    last_seq: v.last_sequence(),
-                    transactional: v.is_transactional(),
-                    max_timestamp: v.max_timestamp(),
-                },
-            )
-        });
+        let header = BatchView::parse_unchecked_crc(batch).map(|v| (v.producer_id(), BatchHeader::of(&v)));
         let (pid, hdr) = match header {
             Ok((pid, hdr)) if pid != NO_PRODUCER_ID => (pid, hdr),
             _ => {
@@ -802,13 +791,7 @@ fn rebuild_producer_state(log: &mut Log) -> (HashMap<i64, ProducerEntry>, bool) 
                 replay_marker(log, &mut producers, &v);
                 continue;
             }
-            let hdr = BatchHeader {
-                epoch: v.producer_epoch(),
-                first_seq: v.base_sequence(),
-                last_seq: v.last_sequence(),
-                transactional: v.is_transactional(),
-                max_timestamp: v.max_timestamp(),
-            };
+            let hdr = BatchHeader::of(&v);
             let pid = v.producer_id();
             let entry = producers.remove(&pid);
             let stale = entry.as_ref().is_some_and(|e| hdr.epoch < e.epoch);

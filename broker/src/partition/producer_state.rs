@@ -47,6 +47,19 @@ pub struct BatchHeader {
     pub max_timestamp: i64,
 }
 
+impl BatchHeader {
+    /// The fields of `v`'s header the check needs.
+    pub fn of(v: &sluice_protocol::batch::BatchView<'_>) -> BatchHeader {
+        BatchHeader {
+            epoch: v.producer_epoch(),
+            first_seq: v.base_sequence(),
+            last_seq: v.last_sequence(),
+            transactional: v.is_transactional(),
+            max_timestamp: v.max_timestamp(),
+        }
+    }
+}
+
 /// Why a batch is refused. Mapped to Kafka codes in `error_map.rs`. (Serializable: it is part
 /// of what a replicated partition's state machine answers, `replication::types::PartResult`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

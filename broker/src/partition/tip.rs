@@ -44,14 +44,7 @@ pub struct TipGuard<'a> {
 /// A produce batch's fields a verdict needs.
 fn header(batch: &[u8]) -> Option<(i64, BatchHeader, i64)> {
     let v = BatchView::parse_unchecked_crc(batch).ok()?;
-    let hdr = BatchHeader {
-        epoch: v.producer_epoch(),
-        first_seq: v.base_sequence(),
-        last_seq: v.last_sequence(),
-        transactional: v.is_transactional(),
-        max_timestamp: v.max_timestamp(),
-    };
-    Some((v.producer_id(), hdr, i64::from(v.last_offset_delta())))
+    Some((v.producer_id(), BatchHeader::of(&v), i64::from(v.last_offset_delta())))
 }
 
 impl Partition {
