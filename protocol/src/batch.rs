@@ -418,23 +418,29 @@ impl<'a> BatchView<'a> {
         Ok(summary)
     }
 
-    /// For a control batch: its marker, decoded from the first record's key and value.
-    pub fn control_marker(&self) -> Result<Option<ControlMarker>, BatchError> {
+    /// For a control batch: its record's type (the key's second field) and its value. `None`
+    /// for a batch of records.
+    pub fn control_record(&self) -> Result<Option<(i16, Option<Bytes>)>, BatchError> {
         if !self.is_control() {
             return Ok(None);
         }
-        let records = self.records()?;
-        let rec = records.first().ok_or(BatchError::MalformedRecord("empty control batch"))?;
+        let rec = self.records()?.into_iter().next().ok_or(BatchError::MalformedRecord("empty control batch"))?;
         let key = rec.key.as_ref().ok_or(BatchError::MalformedRecord("control key missing"))?;
         if key.len() < 4 {
             return Err(BatchError::MalformedRecord("control key too short"));
         }
-        let kind = match i16::from_be_bytes([key[2], key[3]]) {
+        Ok(Some((i16::from_be_bytes([key[2], key[3]]), rec.value)))
+    }
+
+    /// For a control batch: its marker, decoded from the first record's key and value.
+    pub fn control_marker(&self) -> Result<Option<ControlMarker>, BatchError> {
+        let Some((kind, value)) = self.control_record()? else { return Ok(None) };
+        let kind = match kind {
             0 => ControlType::Abort,
             1 => ControlType::Commit,
             _ => return Ok(None),
         };
-        let coordinator_epoch = match &rec.value {
+        let coordinator_epoch = match &value {
             Some(v) if v.len() >= 6 => i32::from_be_bytes([v[2], v[3], v[4], v[5]]),
             _ => -1,
         };

@@ -60,17 +60,9 @@ impl RaftControl {
     /// The Raft entry a batch holds: `None` for a batch that is not a Raft control batch (records,
     /// or a transaction marker); an error for one whose record cannot be read.
     pub fn parse(view: &BatchView<'_>) -> Result<Option<RaftControl>, BatchError> {
-        if !view.is_control() {
-            return Ok(None);
-        }
-        let records = view.records()?;
-        let rec = records.first().ok_or(BatchError::MalformedRecord("empty control batch"))?;
-        let key = rec.key.as_ref().ok_or(BatchError::MalformedRecord("control key missing"))?;
-        if key.len() < 4 {
-            return Err(BatchError::MalformedRecord("control key too short"));
-        }
-        let value = || rec.value.clone().ok_or(BatchError::MalformedRecord("control value missing"));
-        match i16::from_be_bytes([key[2], key[3]]) {
+        let Some((kind, value)) = view.control_record()? else { return Ok(None) };
+        let value = || value.clone().ok_or(BatchError::MalformedRecord("control value missing"));
+        match kind {
             LEADER_CHANGE => {
                 let mut v = value()?;
                 let m = LeaderChangeMessage::decode(&mut v, 0)
