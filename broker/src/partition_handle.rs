@@ -36,7 +36,7 @@ pub enum WriteRefused {
     #[error("{0}")]
     Storage(Arc<StorageError>),
     /// Not proposed, or proposed with an unknown outcome (replicated; a new leader still
-    /// applying its predecessor's entries refuses transactional batches as not the leader).
+    /// applying its predecessor's entries refuses every write as not the leader).
     #[error("{0}")]
     Write(WriteError),
 }
@@ -105,7 +105,9 @@ impl PartitionHandle {
     /// Replicated: verified now — a fenced producer is refused at once; a batch not in a
     /// transaction is proposed unverified and refused when applied, so an exact retry of a
     /// stored batch is still answered as the duplicate it is — and checked again in Raft order
-    /// against `start` when applied; a leader not yet settled refuses transactional batches.
+    /// against `start` when applied; a leader not yet settled refuses every batch. The leader
+    /// judges the batch before proposing it, and the command carries that verdict
+    /// (`partition::tip`, decision 0045 step 2).
     /// The local append takes the partition's locks (no await while held); a proposal waits
     /// (at most `wait`) only for room in the budgets of bytes in flight, then is queued, not
     /// waited for.
