@@ -105,7 +105,8 @@ impl PartitionHandle {
     /// Replicated: verified now — a fenced producer is refused at once; a batch not in a
     /// transaction is proposed unverified and refused when applied, so an exact retry of a
     /// stored batch is still answered as the duplicate it is — and checked again in Raft order
-    /// against `start` when applied; a leader not yet settled refuses every batch. The leader
+    /// against `start` when applied; a leader just elected waits (at most 1 s) until it has
+    /// applied every entry of earlier terms, and refuses the batch if it has not. The leader
     /// judges the batch before proposing it, and the command carries that verdict
     /// (`partition::tip`, decision 0045 step 2).
     /// The local append takes the partition's locks (no await while held); a proposal waits
@@ -167,6 +168,9 @@ impl PartitionHandle {
         // room in the partition's and the broker's budgets of bytes in flight: waiting here
         // (stage 1) stops this connection being read, so producers are held back
         let admitted = replica.admit(batch.len(), wait).await.map_err(WriteRefused::Write)?;
+        // a leader just elected takes the write once its blank entry is applied (a round trip)
+        // rather than refuse it and send the client through a metadata refresh
+        replica.settled(wait.min(SETTLE_WAIT)).await;
         // judged, then proposed, under the tip's lock (decision 0045, step 2)
         let mut tip = settled_tip(partition, replica)?;
         let verdict = tip.batch(&batch, now, verified, start.from);
@@ -218,6 +222,9 @@ impl MarkerWrite {
         }
     }
 }
+
+/// How long a produce batch waits for a leader just elected to apply its blank entry.
+const SETTLE_WAIT: Duration = Duration::from_secs(1);
 
 /// The partition's tip, locked, on a leader that has applied every entry of earlier terms (its
 /// applied state is then everything before its own proposals). A leader not yet there takes

@@ -233,6 +233,29 @@ impl<C: Logged> Replica<C> {
         m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term)
     }
 
+    /// A leader just elected: wait, at most `wait`, until it has applied an entry of its own
+    /// term (its blank entry, committed once a follower has it) — every entry of earlier terms
+    /// is then applied. Whether it has; false at once where this replica does not lead.
+    pub async fn settled(&self, wait: Duration) -> bool {
+        let mut rx = self.raft.metrics();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            {
+                let m = rx.borrow_and_update();
+                if m.current_leader != Some(m.id) {
+                    return false;
+                }
+                if m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term) {
+                    return true;
+                }
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return false,
+            }
+        }
+    }
+
     /// On the leader: how far each replica's Raft log trails the leader's (entries), by node.
     pub fn lag(&self) -> Option<BTreeMap<i32, u64>> {
         let m = self.raft.metrics().borrow().clone();
