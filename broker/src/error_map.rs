@@ -24,6 +24,9 @@ pub fn storage_produce_code(e: &StorageError) -> i16 {
         | StorageError::Corrupt { .. }
         | StorageError::Offline(_)
         | StorageError::Unrepairable { .. } => ResponseError::KafkaStorageError.code(),
+        // a write a new leader's log does not have (Raft truncated it): Kafka's answer to a
+        // write lost to a leader change
+        StorageError::Truncated { .. } => ResponseError::NotLeaderOrFollower.code(),
         StorageError::DirLocked { .. } | StorageError::InvalidConfig(_) => ResponseError::UnknownServerError.code(),
     }
 }
@@ -167,6 +170,9 @@ pub fn storage_read_code(e: &StorageError) -> i16 {
         | StorageError::Offline(_)
         | StorageError::Unrepairable { .. } => ResponseError::KafkaStorageError.code(),
         StorageError::InvalidBatch { .. } | StorageError::BatchTooLarge { .. } => ResponseError::CorruptMessage.code(),
+        // a write a new leader's log does not have (Raft truncated it): Kafka's answer to a
+        // write lost to a leader change
+        StorageError::Truncated { .. } => ResponseError::NotLeaderOrFollower.code(),
         StorageError::DirLocked { .. } | StorageError::InvalidConfig(_) => ResponseError::UnknownServerError.code(),
     }
 }

@@ -33,6 +33,10 @@ pub enum StorageError {
     /// A damaged batch could not be replaced with the copy offered (nothing was written).
     #[error("cannot repair {path} at byte {position}: {why}")]
     Unrepairable { path: PathBuf, position: u64, why: String },
+    /// Offsets below `end` were waited on, but a truncation ([`crate::Log::truncate_to`])
+    /// removed some of them before they were durable: the log now ends at `log_end`.
+    #[error("offsets below {end} were truncated before they were durable (the log ends at {log_end})")]
+    Truncated { end: i64, log_end: i64 },
     /// An earlier I/O failure left this log in an unknown state; it refuses further work.
     #[error("log at {0} is offline after an earlier I/O error")]
     Offline(PathBuf),

@@ -87,12 +87,22 @@ struct FlushTarget {
     sealed: Vec<(Arc<File>, PathBuf)>,
     /// A roll created a file whose directory entry is not yet synced.
     dir_to_sync: Option<PathBuf>,
+    /// Bumped by each truncation ([`Log::truncate_to`]): an fsync that began before one cannot
+    /// raise the durable end over offsets it removed (they may have been written again since).
+    generation: u64,
 }
 
 impl Flusher {
     fn new(file: Arc<File>, path: PathBuf, end: i64) -> Flusher {
         Flusher {
-            target: Mutex::new(FlushTarget { file, path, written_end: end, sealed: Vec::new(), dir_to_sync: None }),
+            target: Mutex::new(FlushTarget {
+                file,
+                path,
+                written_end: end,
+                sealed: Vec::new(),
+                dir_to_sync: None,
+                generation: 0,
+            }),
             sync_lock: Mutex::new(()),
             durable_end: AtomicI64::new(end),
             fsyncs: AtomicU64::new(0),
@@ -129,18 +139,39 @@ impl Flusher {
         t.sealed.push((old_file, old_path));
     }
 
+    /// After a truncation at `end`: nothing at or past it is written, or durable; the segment
+    /// `file` at `path` is the one written now, and the sealed segments at `deleted` are gone.
+    fn truncated(&self, end: i64, file: Arc<File>, path: PathBuf, deleted: &[PathBuf]) {
+        let mut t = self.target.lock().or_die();
+        t.generation += 1;
+        t.written_end = end;
+        t.sealed.retain(|(_, p)| !deleted.contains(p) && *p != path);
+        if t.path != path {
+            t.file = file;
+            t.path = path;
+        }
+        // under the target's lock, as an fsync's raise is (which checks the generation)
+        self.durable_end.fetch_min(end, Ordering::AcqRel);
+    }
+
     /// Block until every offset below `end` is durable. Returns the durable end. After an
-    /// fsync failure every later call fails: the state of unsynced data is unknown.
+    /// fsync failure every later call fails: the state of unsynced data is unknown. Offsets
+    /// a truncation removed before they were durable are `Truncated`.
     pub fn sync_to(&self, end: i64) -> Result<i64> {
         let durable = self.durable_end();
         if durable >= end {
             return Ok(durable);
         }
         let _one_at_a_time = self.sync_lock.lock().or_die();
-        let (file, path, written, sealed, dir) = {
+        let (file, path, written, sealed, dir, generation) = {
             let t = self.target.lock().or_die();
-            (t.file.clone(), t.path.clone(), t.written_end, t.sealed.clone(), t.dir_to_sync.clone())
+            (t.file.clone(), t.path.clone(), t.written_end, t.sealed.clone(), t.dir_to_sync.clone(), t.generation)
         };
+        if written < end && generation > 0 {
+            // a truncation took what was to be synced (a log never truncated answers with its
+            // durable end, as it always has)
+            return Err(StorageError::Truncated { end, log_end: written });
+        }
         if self.failed.load(Ordering::Acquire) {
             return Err(StorageError::Offline(path));
         }
@@ -170,8 +201,16 @@ impl Flusher {
                 t.dir_to_sync = None;
             }
         }
-        self.durable_end.fetch_max(written, Ordering::AcqRel);
-        Ok(self.durable_end())
+        let t = self.target.lock().or_die();
+        if t.generation == generation {
+            self.durable_end.fetch_max(written, Ordering::AcqRel);
+        }
+        let durable = self.durable_end();
+        if t.generation != generation && durable < end {
+            // a truncation during the fsync took offsets below `end`
+            return Err(StorageError::Truncated { end, log_end: t.written_end });
+        }
+        Ok(durable)
     }
 }
 
@@ -1061,6 +1100,78 @@ impl Log {
             self.enforce_retention(i64::MIN)?;
         }
         Ok(self.log_start_offset)
+    }
+
+    /// Remove every batch whose base offset is at or above `offset`, durably: Raft's truncation
+    /// of entries a new leader does not have (decision 0045). `offset` must be in
+    /// [log start, LEO] and must not split a batch (`InvalidConfig`, nothing cut); at the LEO it
+    /// does nothing. What follows:
+    /// - the recovery point is lowered to the cut *before* any file is cut (decision 0038: a
+    ///   recovery point above what a segment holds would make the next open call a torn tail
+    ///   written after the cut rot); a crash before the cut keeps the old tail, whole, as if
+    ///   the truncation had not begun;
+    /// - segments wholly at or past the cut are deleted, the one holding it is cut and synced
+    ///   and becomes the active segment;
+    /// - the flusher's written and durable ends are lowered, and whoever waits on an offset past
+    ///   the cut gets `Truncated`;
+    /// - the aborted-transaction index loses entries at or past the cut, the high watermark is
+    ///   lowered to it, and producer-state snapshots taken past it are deleted (the caller
+    ///   rebuilds its producer state from the newest one left: [`Log::latest_producer_snapshot`]).
+    ///
+    /// Returns the bytes removed.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<u64> {
+        self.check_online()?;
+        let leo = self.log_end_offset();
+        if offset < self.log_start_offset || offset > leo {
+            return Err(StorageError::OffsetOutOfRange { offset, log_start: self.log_start_offset, log_end: leo });
+        }
+        if offset == leo {
+            return Ok(0);
+        }
+        let keep = self.segments.range(..=offset).next_back().map_or(self.log_start_offset, |(b, _)| *b);
+        // refuse a split batch before anything changes
+        {
+            let seg = self.segments.get(&keep).ok_or_else(|| StorageError::InvalidConfig("no segment".into()))?;
+            seg.cut_position(offset)?;
+        }
+        // lowered first: a checkpoint written now (and from now on) has its recovery point at or
+        // below the cut
+        let file = {
+            let seg = self.segments.get(&keep).ok_or_else(|| StorageError::InvalidConfig("no segment".into()))?;
+            Arc::new(seg.file().try_clone().at(seg.log_path())?)
+        };
+        let removed_paths: Vec<PathBuf> =
+            self.segments.range(keep + 1..).map(|(_, s)| s.log_path().to_path_buf()).collect();
+        let keep_path = self.segments.get(&keep).map(|s| s.log_path().to_path_buf()).unwrap_or_default();
+        self.flusher.truncated(offset, file, keep_path, &removed_paths);
+        self.high_watermark = self.high_watermark.min(offset);
+        if let Err(e) = self.write_checkpoint() {
+            self.offline.store(true, Ordering::Release);
+            return Err(e);
+        }
+        let mut removed = 0u64;
+        let result = (|| {
+            // newest first: a crash part way leaves a log whose segments still follow each other
+            while let Some(entry) = self.segments.last_entry() {
+                if *entry.key() <= keep {
+                    break;
+                }
+                let seg = entry.remove();
+                removed += seg.size();
+                seg.delete_files()?;
+            }
+            let seg = self.segments.get_mut(&keep).ok_or_else(|| StorageError::InvalidConfig("no segment".into()))?;
+            removed += seg.truncate_to(offset)?;
+            seg.unseal()?;
+            sidefile::sync_dir(&self.dir)
+        })();
+        if let Err(e) = result {
+            // the files are between two states: nothing more is written here
+            self.offline.store(true, Ordering::Release);
+            return Err(e);
+        }
+        self.delete_snapshots_after(self.log_end_offset())?;
+        Ok(removed)
     }
 
     /// Record an aborted transaction (its ABORT marker must already be appended). The entry is

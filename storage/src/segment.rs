@@ -691,6 +691,85 @@ impl Segment {
         self.sync()
     }
 
+    /// Where a truncation at `offset` cuts this segment: the byte position of its first batch
+    /// whose base offset is at or past `offset`, and the offset the segment then ends at.
+    /// `InvalidConfig` when a batch holds `offset` past its base (the cut would split it).
+    pub fn cut_position(&self, offset: i64) -> Result<(u64, i64)> {
+        if offset >= self.next_offset {
+            return Ok((self.size, self.next_offset));
+        }
+        if offset <= self.base_offset || self.size == 0 {
+            return Ok((0, self.base_offset));
+        }
+        let (start, mut expected) = match self.index.floor_entry(self.relative(offset)) {
+            Some((rel, at)) => (u64::from(at), self.base_offset + i64::from(rel)),
+            None => (0, self.base_offset),
+        };
+        let map = self.view_from(start)?;
+        let mut pos = 0usize;
+        while pos < map.len() {
+            let b = BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| StorageError::Corrupt {
+                path: self.log_path.clone(),
+                position: start + pos as u64,
+                reason: e.to_string(),
+            })?;
+            if b.base_offset() >= offset {
+                break;
+            }
+            if b.last_offset() >= offset {
+                return Err(StorageError::InvalidConfig(format!(
+                    "cannot truncate {} at offset {offset}: the batch {}..={} holds it",
+                    self.log_path.display(),
+                    b.base_offset(),
+                    b.last_offset()
+                )));
+            }
+            expected = b.last_offset() + 1;
+            pos += b.size();
+        }
+        Ok((start + pos as u64, expected))
+    }
+
+    /// Remove every batch whose base offset is at or above `offset` (a tail truncation:
+    /// Raft's, of entries a new leader does not have), durably: the file is cut and synced
+    /// before this returns, and the indexes and the segment's statistics describe what is
+    /// left. A batch that holds `offset` past its base cannot be split: `InvalidConfig`, and
+    /// nothing is cut. The bytes cut.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<u64> {
+        let (cut, end) = self.cut_position(offset)?;
+        if cut >= self.size {
+            return Ok(0);
+        }
+        let removed = self.size - cut;
+        self.file.set_len(cut).at(&self.log_path)?;
+        self.file.sync_all().at(&self.log_path)?;
+        self.size = cut;
+        // the indexes keep only what names batches below the cut
+        let keep = (0..self.index.len()).take_while(|&i| u64::from(self.index.get(i).1) < cut).count();
+        self.index.truncate_entries(keep);
+        let rel = self.relative(end.max(self.base_offset));
+        let keep = (0..self.time_index.len()).take_while(|&i| self.time_index.get(i).1 < rel).count();
+        self.time_index.truncate_entries(keep);
+        self.txn_index.truncate_from(end)?;
+        self.next_offset = end;
+        match self.time_index.last() {
+            Some((ts, r)) => {
+                self.max_timestamp = ts;
+                self.offset_of_max_timestamp = self.base_offset + i64::from(r);
+            }
+            None => {
+                self.max_timestamp = -1;
+                self.offset_of_max_timestamp = self.base_offset;
+            }
+        }
+        if cut == 0 {
+            self.first_batch_timestamp = None;
+        }
+        // index the next append
+        self.bytes_since_index = self.index_interval_bytes;
+        Ok(removed)
+    }
+
     /// End the file at byte `len`, durably.
     pub fn cut_file(&mut self, len: u64) -> Result<()> {
         self.file.set_len(len).at(&self.log_path)?;

@@ -943,3 +943,66 @@ fn damage_below_the_recovery_point_is_kept_and_a_lost_tail_is_filled_from_a_repl
     assert!(!log.is_damaged() && log.log_end_offset() == model[22].0, "torn tail past the recovery point: cut");
     assert_eq!(read_all(&log, 0), model[..22]);
 }
+
+/// A crash part way through `Log::truncate_to` — after the lowered recovery point is written,
+/// after each later segment is deleted (newest first), after the cut — leaves a log that opens
+/// online, holds a prefix of what it held before and at least everything below the cut, and
+/// takes appends. The intermediate states are built from copies of the directory before and
+/// after a real truncation. Without the recovery point lowered first, the states with the
+/// later segments gone open offline ("offsets … missing").
+#[test]
+fn a_crash_part_way_through_a_truncation_keeps_a_whole_prefix() {
+    let root = tempfile::tempdir().unwrap();
+    let before = root.path().join("before");
+    let mut log = Log::open(&before, small_config()).unwrap();
+    let mut model = Vec::new();
+    for i in 0..30usize {
+        let mut b = make_batch(1 + i % 3, 40 + (i * 37) % 200, i as u64, 1000 + i as i64);
+        let info = log.append_durable(&mut b, 1000 + i as i64).unwrap();
+        model.push((info.first_offset, b));
+    }
+    // the recovery point at the log end, as the periodic flush leaves it
+    log.flush().unwrap();
+    drop(log);
+    let bases: Vec<i64> = {
+        let l = Log::open(&before, small_config()).unwrap();
+        let b = l.segment_bases();
+        drop(l);
+        b
+    };
+    assert!(bases.len() >= 4, "several segments: {bases:?}");
+    for cut_at in [1usize, bases.len() / 2, bases.len() - 1] {
+        // the cut: the second batch of segment `cut_at` (a boundary inside it)
+        let seg_base = bases[cut_at];
+        let Some(&(to, _)) = model.iter().find(|(b, _)| *b > seg_base) else { continue };
+        let after = root.path().join(format!("after-{to}"));
+        copy_dir(&before, &after);
+        {
+            let mut l = Log::open(&after, small_config()).unwrap();
+            l.truncate_to(to).unwrap();
+            drop(l);
+        }
+        let keep: Vec<_> = model.iter().filter(|(b, _)| *b < to).cloned().collect();
+        let checkpoint = fs::read(after.join(sluice_storage::log::CHECKPOINT_FILE)).unwrap();
+        // every intermediate state: the new checkpoint, then the later segments gone newest
+        // first, the kept one still whole
+        let later: Vec<i64> = bases.iter().copied().filter(|b| *b > seg_base).collect();
+        for gone in 0..=later.len() {
+            let state = root.path().join(format!("state-{to}-{gone}"));
+            copy_dir(&before, &state);
+            fs::write(state.join(sluice_storage::log::CHECKPOINT_FILE), &checkpoint).unwrap();
+            for b in later.iter().rev().take(gone) {
+                for ext in ["log", "index", "timeindex", "txnindex"] {
+                    let _ = fs::remove_file(state.join(file_name(*b, ext)));
+                }
+            }
+            let l = Log::open(&state, small_config()).unwrap();
+            assert!(!l.is_offline(), "cut at {to}, {gone} later segments gone: offline");
+            let got = read_all(&l, 0);
+            assert!(got.len() >= keep.len() && got[..] == model[..got.len()], "cut at {to}, {gone} gone: not a prefix");
+            drop(l);
+        }
+        // and the finished truncation, after a crash: exactly the batches below the cut
+        check_recovered(&after, &keep);
+    }
+}

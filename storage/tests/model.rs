@@ -1,5 +1,6 @@
 //! Model-based property test: random sequences of append, read, roll, retention, delete-records,
-//! clean close + reopen and crash (drop) + reopen must agree with an in-memory model.
+//! tail truncation (Raft's), flush, clean close + reopen and crash (drop) + reopen must agree
+//! with an in-memory model.
 #![allow(clippy::unwrap_used)]
 mod common;
 
@@ -16,6 +17,8 @@ enum Op {
     Roll,
     RetainBytes { bytes: u16 },
     DeleteRecords { at: u16 },
+    Truncate { at: u16 },
+    Flush,
     Reopen { clean: bool },
 }
 
@@ -27,6 +30,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Roll),
         1 => any::<u16>().prop_map(|bytes| Op::RetainBytes { bytes: bytes % 6000 }),
         1 => any::<u16>().prop_map(|at| Op::DeleteRecords { at }),
+        2 => any::<u16>().prop_map(|at| Op::Truncate { at }),
+        1 => Just(Op::Flush),
         1 => any::<bool>().prop_map(|clean| Op::Reopen { clean }),
     ]
 }
@@ -138,12 +143,51 @@ proptest! {
                     m.log_start = got;
                     prop_assert!(l.read(m.log_start.saturating_sub(1).max(0), 100, None, true).is_err() || m.log_start == 0);
                 }
+                Op::Truncate { at } => {
+                    // at a batch's base offset at or past the log start, or at the LEO
+                    let bounds: Vec<i64> = m
+                        .batches
+                        .iter()
+                        .map(|(b, _, _)| *b)
+                        .filter(|b| *b >= m.log_start)
+                        .chain(std::iter::once(m.next))
+                        .collect();
+                    let to = bounds[at as usize % bounds.len()];
+                    let held: u64 = m.batches.iter().filter(|(b, _, _)| *b >= to).map(|(_, _, v)| v.len() as u64).sum();
+                    // inside a batch of more than one record: refused, nothing cut
+                    if let Some((b, last, _)) = m.batches.iter().find(|(b, last, _)| *b >= m.log_start && *last > *b) {
+                        let inside = b + 1 + i64::from(at) % (last - b);
+                        prop_assert!(l.truncate_to(inside).is_err(), "{inside} splits {b}..={last}");
+                        prop_assert_eq!(l.log_end_offset(), m.next);
+                    }
+                    prop_assert!(l.truncate_to(m.log_start - 1).is_err() || m.log_start == 0);
+                    let removed = l.truncate_to(to).unwrap();
+                    prop_assert_eq!(removed, held);
+                    m.batches.retain(|(b, _, _)| *b < to);
+                    m.next = to;
+                    prop_assert_eq!(l.high_watermark(), to.min(l.log_end_offset()));
+                    prop_assert!(l.flusher().durable_end() <= to);
+                    prop_assert_eq!(l.flusher().written_end(), to);
+                    // a wait past the cut is told so, one below it is answered
+                    let past = l.flusher().sync_to(to + 1);
+                    prop_assert!(matches!(past, Err(sluice_storage::StorageError::Truncated { .. })) || removed == 0, "{:?}", past);
+                    prop_assert_eq!(l.flusher().sync_to(to).unwrap(), to);
+                    // the segments' statistics: the newest timestamp is the last batch left's
+                    if let Some((_, _, bytes)) = m.batches.last().filter(|(_, last, _)| *last >= m.log_start) {
+                        let (v, _) = BatchView::parse(bytes).unwrap();
+                        prop_assert_eq!(l.max_timestamp().unwrap().map(|(t, _)| t), Some(v.max_timestamp()));
+                    }
+                }
+                Op::Flush => {
+                    l.flush().unwrap();
+                }
                 Op::Reopen { clean } => {
                     let l = log.take().unwrap();
                     if clean { l.close().unwrap(); } else { drop(l); }
                     let reopened = Log::open(&path, small_config()).unwrap();
                     prop_assert_eq!(reopened.recovery_report().clean, clean);
                     prop_assert_eq!(reopened.recovery_report().truncated_bytes, 0);
+                    prop_assert!(!reopened.is_offline(), "reopened offline: {:?}", reopened.recovery_report());
                     log = Some(reopened);
                 }
             }
