@@ -8,7 +8,9 @@
 //!   which broker led the term (the batch's partition leader epoch) — the node id in a Raft log
 //!   id, which a produce batch has no field for;
 //! - a membership change: a control record of a Sluice type ([`MEMBERSHIP`], 0x5100), its value
-//!   the replication layer's own encoding of the membership, carried as bytes.
+//!   the replication layer's own encoding of the membership, carried as bytes;
+//! - a replicated command that writes no batch of its own (DeleteRecords): a control record of
+//!   a Sluice type ([`COMMAND`], 0x5101), its value the replication layer's encoding of it.
 //!
 //! Clients skip control batches whatever their type (decision 0045's gate: seven clients
 //! checked). Transaction markers (types 0 and 1) are not Raft control batches.
@@ -23,6 +25,8 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 pub const LEADER_CHANGE: i16 = 2;
 /// Sluice's control record type for a Raft membership (outside Kafka's range of types).
 pub const MEMBERSHIP: i16 = 0x5100;
+/// Sluice's control record type for a replicated command that is not a batch.
+pub const COMMAND: i16 = 0x5101;
 
 /// Raft's own entry, as a control batch holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +36,8 @@ pub enum RaftControl {
     LeaderChange { leader: i32, voters: Vec<i32> },
     /// A membership change: the replication layer's encoding of it.
     Membership(Bytes),
+    /// A replicated command that writes no batch of its own: the replication layer's encoding.
+    Command(Bytes),
 }
 
 impl RaftControl {
@@ -49,6 +55,7 @@ impl RaftControl {
                 (LEADER_CHANGE, out.freeze())
             }
             RaftControl::Membership(m) => (MEMBERSHIP, m.clone()),
+            RaftControl::Command(c) => (COMMAND, c.clone()),
         };
         let mut key = Vec::with_capacity(4);
         key.extend_from_slice(&0i16.to_be_bytes());
@@ -73,6 +80,7 @@ impl RaftControl {
                 }))
             }
             MEMBERSHIP => Ok(Some(RaftControl::Membership(value()?))),
+            COMMAND => Ok(Some(RaftControl::Command(value()?))),
             _ => Ok(None),
         }
     }
@@ -107,8 +115,10 @@ mod tests {
                               membership in proptest::collection::vec(any::<u8>(), 0..300), epoch in 0..i32::MAX) {
             let lc = RaftControl::LeaderChange { leader, voters };
             prop_assert_eq!(round_trip(&lc, epoch), Some(lc));
-            let m = RaftControl::Membership(Bytes::from(membership));
+            let m = RaftControl::Membership(Bytes::from(membership.clone()));
             prop_assert_eq!(round_trip(&m, epoch), Some(m));
+            let c = RaftControl::Command(Bytes::from(membership));
+            prop_assert_eq!(round_trip(&c, epoch), Some(c));
         }
 
         /// Any bytes: parsing never panics.

@@ -98,6 +98,11 @@ impl PartitionLog for Partition {
                 self.check_verdict(verdict, &result);
                 (result, end)
             }
+            // only a partition whose Raft log is its segment log holds these; it is not wired
+            // into a partition's group yet (decision 0045 step 3)
+            PartCommand::Stored { .. } => failed(StorageError::InvalidConfig(
+                "a stored batch (one log per replica) reached a partition whose Raft log is separate".into(),
+            )),
             PartCommand::DeleteRecords { offset } => {
                 let mut log = self.log();
                 let end = log.log_end_offset();
@@ -212,6 +217,10 @@ impl Partition {
         let same = match cmd.inner() {
             PartCommand::DeleteRecords { .. } | PartCommand::Predicted { .. } => return None,
             PartCommand::Marker { producer_id, .. } => view.is_control() && view.producer_id() == *producer_id,
+            PartCommand::Stored { batch } => {
+                let ours = BatchView::parse_unchecked_crc(batch).ok()?;
+                view.crc() == ours.crc() && view.base_offset() == ours.base_offset()
+            }
             PartCommand::Produce { batch, .. } => {
                 let ours = BatchView::parse_unchecked_crc(batch).ok()?;
                 !view.is_control()

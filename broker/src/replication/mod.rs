@@ -5,5 +5,6 @@
 //! too, is in `cluster/network.rs` and handed to a group when it starts.
 
 pub mod log_store;
+pub mod partition_log_store;
 pub mod snapshot;
 pub mod types;

@@ -43,6 +43,14 @@ pub enum PartCommand {
     /// checked against `verdict` on every replica. (Last, so the logs written before it still
     /// decode.)
     Predicted { cmd: Box<PartCommand>, verdict: Verdict },
+    /// A batch (records or a transaction marker) as the leader's log holds it: offsets assigned,
+    /// judged by the leader, to be stored as is at its base offset (one log per replica,
+    /// `PartitionLogStore`, decision 0045 step 3). Only a partition whose Raft log is its
+    /// segment log holds one. (Last, so the logs written before it still decode.)
+    Stored {
+        #[serde(with = "b64")]
+        batch: Vec<u8>,
+    },
 }
 
 /// What the leader expects applying a proposed write to do (`partition::tip`).

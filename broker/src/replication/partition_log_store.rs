@@ -1,0 +1,810 @@
+//! A partition group's Raft log that *is* the partition's segment log (decision 0045 step 3):
+//! each Raft entry is one batch of the partition's log, written once per replica, at the log
+//! end, with Raft's term as its partition leader epoch.
+//!
+//! What each entry becomes:
+//! - `PartCommand::Stored` (a batch the leader judged, offsets assigned): the batch as it is —
+//!   records or a transaction marker, what consumers read;
+//! - Raft's blank entry (a new leader's first): a LEADER_CHANGE control batch naming the leader;
+//! - a membership: a control batch of Sluice's membership type;
+//! - any other command (DeleteRecords, and the commands of the double format): a control batch of
+//!   Sluice's command type.
+//!
+//! Consumers skip control batches whatever their type (decision 0045's gate), so Raft's own
+//! entries take offsets and need no translation.
+//!
+//! **Index ↔ offset.** No batch field holds a Raft index. From the *anchor* on — entry
+//! `anchor.0` is the batch at offset `anchor.1`, kept in `raft-state.json` — every batch is the
+//! next entry, so the map is rebuilt at open by hopping over the batches from the anchor. A purge
+//! moves the anchor up (and nothing else: retention deletes segments, decision 0025); the map in
+//! memory covers the entries not purged.
+//!
+//! **Node ids.** openraft's log id names the term's leader; a batch has a field for the term but
+//! none for the node. One node leads a term, and a term's first entry is its leader's blank entry
+//! (its LEADER_CHANGE batch names the node), so data batches take their node from the term; the
+//! leaders of terms whose first entry was purged are kept in `raft-state.json`. Raft's control
+//! batches carry their node themselves.
+//!
+//! **Durability.** An append writes the batches (page cache), then its fsync runs on a blocking
+//! thread and openraft is told once it completes — the partition log's own group commit
+//! (`Flusher`), shared with everything else that waits on it. A truncation is the storage
+//! crate's `Log::truncate_to` (the recovery point lowered first, decision 0038).
+//!
+//! Not wired into a partition's group yet: decision 0045 step 3's next part puts it behind
+//! `replication.log.format`.
+
+// openraft's traits return its (large) StorageError; the helpers here return the same.
+#![allow(clippy::result_large_err)]
+
+use super::log_store::{io_err, write_atomic, Logged};
+use super::types::{NodeId, PartCommand};
+use crate::sync::OrDie as _;
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{
+    CommittedLeaderId, Entry, EntryPayload, LogId, Membership, OptionalSend, RaftLogReader, StorageError, Vote,
+};
+use serde::{Deserialize, Serialize};
+use sluice_protocol::batch::{iter_batches, BatchView};
+use sluice_protocol::raft_control::RaftControl;
+use sluice_storage::Log;
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The store's own state: vote, committed and purged ids, the anchor and the leaders of terms.
+const STATE_FILE: &str = "raft-state.json";
+
+/// The partition's segment log, as the Raft log store writes and reads it (the partition
+/// implements it; the replication layer sees nothing else of the partition).
+pub trait SegmentLog: Send + Sync + 'static {
+    fn segment_log(&self) -> MutexGuard<'_, Log>;
+}
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct State {
+    vote: Option<Vote<NodeId>>,
+    committed: Option<LogId<NodeId>>,
+    last_purged: Option<LogId<NodeId>>,
+    /// Entry `.0` is the batch at offset `.1`, and every batch after it is the next entry.
+    anchor: Option<(u64, i64)>,
+    /// The leader of each term whose first entry may no longer be read (purged, or never held:
+    /// entries after a snapshot).
+    leaders: BTreeMap<u64, NodeId>,
+}
+
+/// One entry not purged: its batch's offset, and its term.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    offset: i64,
+    term: u64,
+}
+
+struct Inner<L> {
+    dir: PathBuf,
+    log: Arc<L>,
+    state: State,
+    /// The index of `slots[0]` (or of the next entry, when there is none).
+    first: u64,
+    slots: VecDeque<Slot>,
+    /// The leader of every term the slots hold (and the state's).
+    leaders: BTreeMap<u64, NodeId>,
+    /// The bytes of batches one bounded read returns at most (at least one entry).
+    read_bytes_max: usize,
+}
+
+/// The Raft log over a partition's segment log (cheap to clone: a handle).
+pub struct PartitionLogStore<C, L> {
+    inner: Arc<Mutex<Inner<L>>>,
+    _c: std::marker::PhantomData<fn() -> C>,
+}
+
+impl<C, L> Clone for PartitionLogStore<C, L> {
+    fn clone(&self) -> Self {
+        PartitionLogStore { inner: self.inner.clone(), _c: std::marker::PhantomData }
+    }
+}
+
+fn corrupt(what: String) -> StorageError<NodeId> {
+    io_err(std::io::Error::new(std::io::ErrorKind::InvalidData, what))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// What a control batch of Sluice's types carries: the node that wrote it, and its payload.
+#[derive(Serialize, Deserialize)]
+struct Carried<T> {
+    node: NodeId,
+    payload: T,
+}
+
+/// The batch an entry is stored as (its base offset is the log's to assign; a `Stored` batch's
+/// is checked against it).
+fn encode<C: Logged<D = PartCommand>>(e: &Entry<C>) -> Result<Vec<u8>, StorageError<NodeId>> {
+    let term = epoch_of(e.log_id.leader_id.term)?;
+    let node = e.log_id.leader_id.node_id;
+    let control = match &e.payload {
+        EntryPayload::Normal(PartCommand::Stored { batch }) => return Ok(batch.clone()),
+        EntryPayload::Blank => RaftControl::LeaderChange {
+            leader: i32::try_from(node).map_err(|_| corrupt(format!("node id {node} is not a Kafka broker id")))?,
+            voters: Vec::new(),
+        },
+        EntryPayload::Membership(m) => RaftControl::Membership(
+            bincode::serialize(&Carried { node, payload: m }).map_err(|e| corrupt(e.to_string()))?.into(),
+        ),
+        EntryPayload::Normal(cmd) => RaftControl::Command(
+            bincode::serialize(&Carried { node, payload: cmd }).map_err(|e| corrupt(e.to_string()))?.into(),
+        ),
+    };
+    control.build(term, now_ms()).map(|b| b.to_vec()).map_err(|e| corrupt(e.to_string()))
+}
+
+/// The term as a partition leader epoch.
+fn epoch_of(term: u64) -> Result<i32, StorageError<NodeId>> {
+    i32::try_from(term).map_err(|_| corrupt(format!("term {term} does not fit a partition leader epoch")))
+}
+
+/// The entry batch `view` holds, entry `index`; `leaders` names the leader of a data batch's
+/// term. Also what Raft's control batches say of their term's leader.
+fn decode<C: Logged<D = PartCommand>>(
+    view: &BatchView<'_>,
+    index: u64,
+    leaders: &BTreeMap<u64, NodeId>,
+) -> Result<Entry<C>, StorageError<NodeId>> {
+    let term = u64::try_from(view.partition_leader_epoch())
+        .map_err(|_| corrupt(format!("the batch at offset {} has no term", view.base_offset())))?;
+    let control = if view.is_control() {
+        RaftControl::parse(view).map_err(|e| corrupt(format!("offset {}: {e}", view.base_offset())))?
+    } else {
+        None
+    };
+    let (node, payload) = match control {
+        Some(RaftControl::LeaderChange { leader, .. }) => {
+            let node = NodeId::try_from(leader).map_err(|_| corrupt(format!("leader {leader}")))?;
+            (node, EntryPayload::Blank)
+        }
+        Some(RaftControl::Membership(b)) => {
+            let c: Carried<Membership<NodeId, openraft::BasicNode>> =
+                bincode::deserialize(&b).map_err(|e| corrupt(format!("offset {}: {e}", view.base_offset())))?;
+            (c.node, EntryPayload::Membership(c.payload))
+        }
+        Some(RaftControl::Command(b)) => {
+            let c: Carried<PartCommand> =
+                bincode::deserialize(&b).map_err(|e| corrupt(format!("offset {}: {e}", view.base_offset())))?;
+            (c.node, EntryPayload::Normal(c.payload))
+        }
+        None => {
+            let node = *leaders.get(&term).ok_or_else(|| {
+                corrupt(format!(
+                    "the batch at offset {} is of term {term}, whose leader is not known",
+                    view.base_offset()
+                ))
+            })?;
+            (node, EntryPayload::Normal(PartCommand::Stored { batch: view.bytes().to_vec() }))
+        }
+    };
+    Ok(Entry { log_id: LogId::new(CommittedLeaderId::new(term, node), index), payload })
+}
+
+/// The node a Raft control batch names as its writer (`None` for a data batch or a marker).
+fn writer_of(view: &BatchView<'_>) -> Option<NodeId> {
+    if !view.is_control() {
+        return None;
+    }
+    match RaftControl::parse(view).ok()?? {
+        RaftControl::LeaderChange { leader, .. } => NodeId::try_from(leader).ok(),
+        RaftControl::Membership(b) | RaftControl::Command(b) => {
+            // the node is the first field: read it alone
+            bincode::deserialize::<NodeId>(&b).ok()
+        }
+    }
+}
+
+impl<L: SegmentLog> Inner<L> {
+    fn save_state(&self) -> Result<(), StorageError<NodeId>> {
+        write_atomic(&self.dir.join(STATE_FILE), &serde_json::to_vec(&self.state).map_err(io_err)?)
+    }
+
+    fn next_index(&self) -> u64 {
+        self.first + self.slots.len() as u64
+    }
+
+    fn log_id(&self, index: u64) -> Option<LogId<NodeId>> {
+        let slot = self.slots.get(usize::try_from(index.checked_sub(self.first)?).ok()?)?;
+        let node = self.leaders.get(&slot.term)?;
+        Some(LogId::new(CommittedLeaderId::new(slot.term, *node), index))
+    }
+
+    /// The entries `[start, end)` held, their batches adding up to at most `max_bytes` (at least
+    /// one entry).
+    fn read<C: Logged<D = PartCommand>>(
+        &self,
+        start: u64,
+        end: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Entry<C>>, StorageError<NodeId>> {
+        let start = start.max(self.first);
+        let end = end.min(self.next_index());
+        let mut out = Vec::new();
+        let mut total = 0usize;
+        let log = self.log.segment_log();
+        for index in start..end {
+            let Some(slot) = usize::try_from(index - self.first).ok().and_then(|i| self.slots.get(i)) else { break };
+            let bytes = log.read(slot.offset, 1, None, true).map_err(io_err)?;
+            let (_, view) = iter_batches(&bytes)
+                .next()
+                .ok_or_else(|| corrupt(format!("Raft entry {index}: no batch at offset {}", slot.offset)))?
+                .map_err(|e| corrupt(format!("Raft entry {index}: {e}")))?;
+            if view.base_offset() != slot.offset {
+                return Err(corrupt(format!(
+                    "Raft entry {index}: the batch at offset {} starts at {}",
+                    slot.offset,
+                    view.base_offset()
+                )));
+            }
+            total = total.saturating_add(view.size());
+            if total > max_bytes && !out.is_empty() {
+                break;
+            }
+            out.push(decode::<C>(&view, index, &self.leaders)?);
+        }
+        Ok(out)
+    }
+}
+
+impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
+    /// Open the store in `dir` over `log`: the entries from the anchor to the log's end.
+    pub fn open(dir: &Path, log: Arc<L>) -> Result<Self, StorageError<NodeId>> {
+        std::fs::create_dir_all(dir).map_err(io_err)?;
+        let state: State = match std::fs::read(dir.join(STATE_FILE)) {
+            Ok(b) => serde_json::from_slice(&b).map_err(io_err)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
+            Err(e) => return Err(io_err(e)),
+        };
+        let mut inner = Inner {
+            dir: dir.to_path_buf(),
+            log,
+            first: state.last_purged.map_or(0, |p| p.index + 1),
+            slots: VecDeque::new(),
+            leaders: state.leaders.clone(),
+            read_bytes_max: 8 << 20,
+            state,
+        };
+        if let Some(e) = inner.log.segment_log().config().leader_epoch {
+            // terms are the batches' epochs here: a log that stamps one epoch on every batch
+            // (decision 0043) would lose them
+            return Err(corrupt(format!(
+                "the partition log stamps epoch {e} on every batch; its Raft log needs terms"
+            )));
+        }
+        if let Some((index, offset)) = inner.state.anchor {
+            inner.first = index;
+            let guard = inner.log.segment_log();
+            let (start, end) = (guard.log_start_offset(), guard.log_end_offset());
+            if offset < start {
+                return Err(corrupt(format!(
+                    "Raft entry {index} (offset {offset}) is below the log start {start}: deleted before it was purged"
+                )));
+            }
+            let mut at = offset;
+            while at < end {
+                let bytes = guard.read(at, 1 << 20, None, true).map_err(io_err)?;
+                if bytes.is_empty() {
+                    break;
+                }
+                for item in iter_batches(&bytes) {
+                    let (_, view) = item.map_err(|e| corrupt(format!("offset {at}: {e}")))?;
+                    let term = u64::try_from(view.partition_leader_epoch())
+                        .map_err(|_| corrupt(format!("the batch at offset {} has no term", view.base_offset())))?;
+                    if let Some(node) = writer_of(&view) {
+                        inner.leaders.entry(term).or_insert(node);
+                    }
+                    inner.slots.push_back(Slot { offset: view.base_offset(), term });
+                    at = view.last_offset() + 1;
+                }
+            }
+            drop(guard);
+        }
+        Ok(PartitionLogStore { inner: Arc::new(Mutex::new(inner)), _c: std::marker::PhantomData })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<L>> {
+        self.inner.lock().or_die()
+    }
+
+    /// What one bounded read returns at most (at least one entry): what openraft sends a
+    /// follower in one append.
+    pub fn limit_reads(&self, bytes: usize) {
+        self.lock().read_bytes_max = bytes.max(1);
+    }
+
+    /// Write `entries` at the log's end (page cache, not synced): the flusher that makes them
+    /// durable and the offset to sync to.
+    fn write<I: IntoIterator<Item = Entry<C>>>(
+        &self,
+        entries: I,
+    ) -> Result<(Arc<sluice_storage::Flusher>, i64), StorageError<NodeId>> {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        let mut log = inner.log.segment_log();
+        for e in entries {
+            let index = e.log_id.index;
+            let term = e.log_id.leader_id.term;
+            let node = e.log_id.leader_id.node_id;
+            if inner.slots.is_empty() {
+                // the first entry held: from here on every batch is the next entry
+                let leo = log.log_end_offset();
+                if inner.state.anchor != Some((index, leo)) {
+                    inner.state.anchor = Some((index, leo));
+                    inner.save_state()?;
+                }
+                inner.first = index;
+            } else if index != inner.next_index() {
+                return Err(corrupt(format!("Raft entry {index} appended after {}", inner.next_index() - 1)));
+            }
+            let mut bytes = encode(&e)?;
+            if !matches!(e.payload, EntryPayload::Blank) && inner.leaders.get(&term) != Some(&node) {
+                // a data batch names no node: the leader of a term whose blank entry is not
+                // held here (entries after a snapshot) is kept where the next open finds it
+                inner.state.leaders.insert(term, node);
+                inner.save_state()?;
+            }
+            inner.leaders.insert(term, node);
+            let leo = log.log_end_offset();
+            let view =
+                BatchView::parse_unchecked_crc(&bytes).map_err(|e| corrupt(format!("Raft entry {index}: {e}")))?;
+            if view.size() != bytes.len() {
+                return Err(corrupt(format!("Raft entry {index} is more than one batch")));
+            }
+            if matches!(e.payload, EntryPayload::Normal(PartCommand::Stored { .. })) && view.base_offset() != leo {
+                return Err(corrupt(format!(
+                    "Raft entry {index}: its batch was judged at offset {}, the log ends at {leo}",
+                    view.base_offset()
+                )));
+            }
+            let info = log.append(&mut bytes, now_ms(), Some(epoch_of(term)?)).map_err(io_err)?;
+            inner.slots.push_back(Slot { offset: info.first_offset, term });
+        }
+        Ok((log.flusher(), log.log_end_offset()))
+    }
+
+    /// Has this node ever voted or held an entry?
+    pub fn has_vote_or_entries(&self) -> bool {
+        let g = self.lock();
+        g.state.vote.is_some() || !g.slots.is_empty() || g.state.last_purged.is_some()
+    }
+}
+
+impl<C: Logged<D = PartCommand>, L: SegmentLog> RaftLogReader<C> for PartitionLogStore<C, L> {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<C>>, StorageError<NodeId>> {
+        let start = match range.start_bound() {
+            Bound::Included(s) => *s,
+            Bound::Excluded(s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(e) => e.saturating_add(1),
+            Bound::Excluded(e) => *e,
+            Bound::Unbounded => u64::MAX,
+        };
+        self.lock().read(start, end, usize::MAX)
+    }
+
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry<C>>, StorageError<NodeId>> {
+        let g = self.lock();
+        let max = g.read_bytes_max;
+        g.read(start, end, max)
+    }
+}
+
+impl<C: Logged<D = PartCommand>, L: SegmentLog> RaftLogStorage<C> for PartitionLogStore<C, L> {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<NodeId>> {
+        let g = self.lock();
+        let last = match g.next_index().checked_sub(1).filter(|_| !g.slots.is_empty()) {
+            Some(i) => {
+                Some(g.log_id(i).ok_or_else(|| corrupt(format!("Raft entry {i}: its term's leader is not known")))?)
+            }
+            None => g.state.last_purged,
+        };
+        Ok(LogState { last_purged_log_id: g.state.last_purged, last_log_id: last })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut g = self.lock();
+        g.state.vote = Some(*vote);
+        g.save_state()
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        Ok(self.lock().state.vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
+        let mut g = self.lock();
+        g.state.committed = committed;
+        g.save_state()
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        Ok(self.lock().state.committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<C>) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<C>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let written = self.write(entries);
+        match written {
+            Ok((flusher, end)) => {
+                // durable on a blocking thread: the Raft task does not wait for the disk
+                tokio::task::spawn_blocking(move || {
+                    callback.log_io_completed(flusher.sync_to(end).map(|_| ()).map_err(std::io::Error::other))
+                });
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(e)
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut g = self.lock();
+        let Some(at) = log_id.index.checked_sub(g.first).and_then(|i| usize::try_from(i).ok()) else {
+            return Err(corrupt(format!(
+                "truncating at Raft entry {}, below the first held {}",
+                log_id.index, g.first
+            )));
+        };
+        let Some(slot) = g.slots.get(at).copied() else { return Ok(()) };
+        g.log.segment_log().truncate_to(slot.offset).map_err(io_err)?;
+        g.slots.truncate(at);
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        // the entries up to it are forgotten (their batches stay in the partition log until
+        // retention deletes them); the anchor moves to the first one left
+        let drop_n = usize::try_from((log_id.index + 1).saturating_sub(inner.first)).unwrap_or(usize::MAX);
+        let drop_n = drop_n.min(inner.slots.len());
+        inner.slots.drain(..drop_n);
+        inner.first = inner.first.max(log_id.index + 1);
+        let offset = match inner.slots.front() {
+            Some(s) => s.offset,
+            None => inner.log.segment_log().log_end_offset(),
+        };
+        inner.state.anchor = Some((inner.first, offset));
+        inner.state.last_purged = Some(log_id);
+        inner.state.leaders.insert(log_id.leader_id.term, log_id.leader_id.node_id);
+        inner.leaders.insert(log_id.leader_id.term, log_id.leader_id.node_id);
+        // the leaders of terms wholly purged are not needed any more
+        let oldest = inner.slots.front().map_or(log_id.leader_id.term, |s| s.term).min(log_id.leader_id.term);
+        inner.state.leaders.retain(|t, _| *t >= oldest);
+        inner.save_state()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot, SnapshotMeta};
+    use openraft::{BasicNode, StoredMembership};
+    use sluice_storage::LogConfig;
+    use std::io::Cursor;
+
+    openraft::declare_raft_types!(
+        pub TestConfig:
+            D = PartCommand,
+            R = (),
+            NodeId = NodeId,
+            Node = BasicNode,
+    );
+
+    /// A partition's segment log alone.
+    struct Bare(Mutex<Log>);
+    impl SegmentLog for Bare {
+        fn segment_log(&self) -> MutexGuard<'_, Log> {
+            self.0.lock().or_die()
+        }
+    }
+
+    type Applied = (Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>);
+    type Taken = Option<(SnapshotMeta<NodeId, BasicNode>, Vec<u8>)>;
+
+    /// What openraft's suite needs of a state machine: the last applied id and membership.
+    #[derive(Clone, Default)]
+    struct Sm {
+        state: Arc<Mutex<Applied>>,
+        snapshot: Arc<Mutex<Taken>>,
+    }
+
+    impl RaftSnapshotBuilder<TestConfig> for Sm {
+        async fn build_snapshot(&mut self) -> Result<Snapshot<TestConfig>, StorageError<NodeId>> {
+            let (last, membership) = self.state.lock().or_die().clone();
+            let meta = SnapshotMeta { last_log_id: last, last_membership: membership, snapshot_id: "s".into() };
+            *self.snapshot.lock().or_die() = Some((meta.clone(), Vec::new()));
+            Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) })
+        }
+    }
+
+    impl RaftStateMachine<TestConfig> for Sm {
+        type SnapshotBuilder = Self;
+        async fn applied_state(&mut self) -> Result<Applied, StorageError<NodeId>> {
+            Ok(self.state.lock().or_die().clone())
+        }
+        async fn apply<I>(&mut self, entries: I) -> Result<Vec<()>, StorageError<NodeId>>
+        where
+            I: IntoIterator<Item = Entry<TestConfig>> + OptionalSend,
+            I::IntoIter: OptionalSend,
+        {
+            let mut s = self.state.lock().or_die();
+            let mut out = Vec::new();
+            for e in entries {
+                s.0 = Some(e.log_id);
+                if let EntryPayload::Membership(m) = e.payload {
+                    s.1 = StoredMembership::new(Some(e.log_id), m);
+                }
+                out.push(());
+            }
+            Ok(out)
+        }
+        async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+            self.clone()
+        }
+        async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+            Ok(Box::new(Cursor::new(Vec::new())))
+        }
+        async fn install_snapshot(
+            &mut self,
+            meta: &SnapshotMeta<NodeId, BasicNode>,
+            snapshot: Box<Cursor<Vec<u8>>>,
+        ) -> Result<(), StorageError<NodeId>> {
+            *self.state.lock().or_die() = (meta.last_log_id, meta.last_membership.clone());
+            *self.snapshot.lock().or_die() = Some((meta.clone(), snapshot.into_inner()));
+            Ok(())
+        }
+        async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TestConfig>>, StorageError<NodeId>> {
+            Ok(self
+                .snapshot
+                .lock()
+                .or_die()
+                .clone()
+                .map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
+        }
+    }
+
+    type Store = PartitionLogStore<TestConfig, Bare>;
+
+    fn id(term: u64, node: NodeId, index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(term, node), index)
+    }
+
+    /// A batch of `n` records judged to go at `offset` in `term` (a producer's, or a COMMIT
+    /// marker).
+    fn stored(term: i32, offset: i64, n: usize, marker: bool) -> PartCommand {
+        use sluice_protocol::batch::{BatchBuilder, ControlMarker, ControlType, NewRecord};
+        let b = if marker {
+            BatchBuilder::control_marker(7, 0, ControlMarker { kind: ControlType::Commit, coordinator_epoch: 1 }, 5)
+                .unwrap()
+        } else {
+            let recs: Vec<NewRecord> = (0..n)
+                .map(|i| NewRecord {
+                    timestamp: 1000 + i as i64,
+                    value: Some(bytes::Bytes::from(vec![i as u8; 50 + i])),
+                    ..Default::default()
+                })
+                .collect();
+            BatchBuilder::default().build(&recs).unwrap()
+        };
+        let mut b = b.to_vec();
+        sluice_protocol::batch::set_base_offset(&mut b, offset);
+        sluice_protocol::batch::set_partition_leader_epoch(&mut b, term);
+        PartCommand::Stored { batch: b }
+    }
+
+    /// Two terms of two leaders: blank, membership, records, a marker, a DeleteRecords, and the
+    /// second leader's blank and records. The entries, and each one's offset.
+    fn history(store: &Store) -> Vec<Entry<TestConfig>> {
+        let members: std::collections::BTreeSet<NodeId> = [1, 2, 3].into();
+        let mut out = Vec::new();
+        let push = |out: &mut Vec<Entry<TestConfig>>, e: Entry<TestConfig>, takes: i64| {
+            let before = store.lock().log.segment_log().log_end_offset();
+            let (_, end) = store.write([e.clone()]).unwrap();
+            assert_eq!(end, before + takes, "entry {} takes {takes} offsets", e.log_id.index);
+            out.push(e);
+        };
+        let end = || store.lock().log.segment_log().log_end_offset();
+        push(&mut out, Entry { log_id: id(1, 1, 1), payload: EntryPayload::Blank }, 1);
+        let m = EntryPayload::Membership(Membership::new(vec![members], None));
+        push(&mut out, Entry { log_id: id(1, 1, 2), payload: m }, 1);
+        for (i, n) in [3usize, 1, 4].into_iter().enumerate() {
+            let e = Entry { log_id: id(1, 1, 3 + i as u64), payload: EntryPayload::Normal(stored(1, end(), n, false)) };
+            push(&mut out, e, n as i64);
+        }
+        push(&mut out, Entry { log_id: id(1, 1, 6), payload: EntryPayload::Normal(stored(1, end(), 1, true)) }, 1);
+        let d = EntryPayload::Normal(PartCommand::DeleteRecords { offset: 2 });
+        push(&mut out, Entry { log_id: id(1, 1, 7), payload: d }, 1);
+        push(&mut out, Entry { log_id: id(2, 3, 8), payload: EntryPayload::Blank }, 1);
+        push(&mut out, Entry { log_id: id(2, 3, 9), payload: EntryPayload::Normal(stored(2, end(), 2, false)) }, 2);
+        out
+    }
+
+    fn read_back(store: &Store) -> Vec<Entry<TestConfig>> {
+        let mut s = store.clone();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async move {
+            let state = RaftLogStorage::get_log_state(&mut s).await.unwrap();
+            let Some(last) = state.last_log_id else { return Vec::new() };
+            s.try_get_log_entries(..=last.index).await.unwrap()
+        })
+    }
+
+    fn bare(dir: &Path) -> Arc<Bare> {
+        let log =
+            Log::open(&dir.join("p-0"), LogConfig { segment_bytes: 400, leader_epoch: None, ..LogConfig::default() })
+                .unwrap();
+        Arc::new(Bare(Mutex::new(log)))
+    }
+
+    /// Every kind of entry goes in as one batch and comes back the same — after a reopen too,
+    /// the index rebuilt from the batches and the data batches' leader from their term's blank
+    /// entry; consumers' view of the log is its records and marker, Raft's batches control
+    /// batches.
+    #[test]
+    fn entries_come_back_as_written_across_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("raft"), bare(dir.path())).unwrap();
+        let written = history(&store);
+        assert_eq!(read_back(&store), written);
+        drop(store);
+        let store = Store::open(&dir.path().join("raft"), bare(dir.path())).unwrap();
+        assert_eq!(read_back(&store), written, "after a reopen");
+        // the data batches are where consumers read them, with the term as their epoch
+        let g = store.lock();
+        let log = g.log.segment_log();
+        let mut all = Vec::new();
+        let mut at = 0;
+        while at < log.log_end_offset() {
+            let bytes = log.read(at, 1 << 20, None, true).unwrap();
+            for r in iter_batches(&bytes) {
+                at = r.unwrap().1.last_offset() + 1;
+            }
+            all.extend_from_slice(&bytes);
+        }
+        let views: Vec<_> = iter_batches(&all).map(|r| r.unwrap().1).collect();
+        assert_eq!(views.len(), 9);
+        assert_eq!(views.iter().filter(|v| !v.is_control()).map(|v| v.records_count()).sum::<i32>(), 10);
+        assert_eq!(views.iter().map(|v| v.partition_leader_epoch()).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 1, 1, 2, 2]);
+    }
+
+    /// Raft's truncation cuts the partition log at the entry's batch; a purge moves the anchor
+    /// past the entries it drops and keeps the leader of their term: after a reopen the entries
+    /// left read back as written, even a data batch whose term's blank entry was purged.
+    #[test]
+    fn truncation_and_purge_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let raft = dir.path().join("raft");
+        let mut store = Store::open(&raft, bare(dir.path())).unwrap();
+        let mut written = history(&store);
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let offset_of = |s: &Store, i: u64| {
+            let g = s.lock();
+            g.slots.get((i - g.first) as usize).map(|x| x.offset)
+        };
+        let cut = offset_of(&store, 8).unwrap();
+        rt.block_on(store.truncate(id(2, 3, 8))).unwrap();
+        written.truncate(7);
+        assert_eq!(store.lock().log.segment_log().log_end_offset(), cut);
+        assert_eq!(read_back(&store), written);
+        // a third term, led by node 2, goes on where the cut was
+        let blank = Entry { log_id: id(3, 2, 8), payload: EntryPayload::Blank };
+        let data = |s: &Store| {
+            let end = s.lock().log.segment_log().log_end_offset();
+            Entry { log_id: id(3, 2, 9), payload: EntryPayload::Normal(stored(3, end, 3, false)) }
+        };
+        store.write([blank.clone()]).unwrap();
+        let data = data(&store);
+        store.write([data.clone()]).unwrap();
+        assert_eq!(offset_of(&store, 8), Some(cut));
+        rt.block_on(store.purge(id(3, 2, 8))).unwrap();
+        drop(store);
+        let mut store = Store::open(&raft, bare(dir.path())).unwrap();
+        let state = rt.block_on(RaftLogStorage::get_log_state(&mut store)).unwrap();
+        assert_eq!(state.last_purged_log_id, Some(id(3, 2, 8)));
+        assert_eq!(state.last_log_id, Some(id(3, 2, 9)));
+        assert_eq!(rt.block_on(store.try_get_log_entries(9..10)).unwrap(), vec![data]);
+        assert!(rt.block_on(store.try_get_log_entries(1..9)).unwrap().is_empty(), "purged entries are not read");
+    }
+
+    /// A crash that tears the log's end, at every byte of its last entries: the store opens to
+    /// a prefix of what was written, every entry it has reads back as written, and appending
+    /// goes on from there.
+    #[test]
+    fn a_log_cut_at_every_byte_of_its_last_entries_opens_to_a_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("raft"), bare(dir.path())).unwrap();
+        let written = history(&store);
+        drop(store);
+        let segs: Vec<PathBuf> = {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(dir.path().join("p-0"))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .collect();
+            v.sort();
+            v
+        };
+        let last = segs.last().unwrap();
+        let len = std::fs::metadata(last).unwrap().len();
+        for cut in 0..len {
+            let copy = tempfile::tempdir().unwrap();
+            for sub in ["p-0", "raft"] {
+                std::fs::create_dir_all(copy.path().join(sub)).unwrap();
+                for e in std::fs::read_dir(dir.path().join(sub)).unwrap() {
+                    let e = e.unwrap();
+                    std::fs::copy(e.path(), copy.path().join(sub).join(e.file_name())).unwrap();
+                }
+            }
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(copy.path().join("p-0").join(last.file_name().unwrap()))
+                .unwrap();
+            f.set_len(cut).unwrap();
+            drop(f);
+            let store = Store::open(&copy.path().join("raft"), bare(copy.path())).unwrap();
+            let got = read_back(&store);
+            assert!(got.len() < written.len(), "cut at byte {cut}: all {} entries", got.len());
+            assert_eq!(got[..], written[..got.len()], "cut at byte {cut}");
+            // and the next entry goes right after
+            let next = got.last().map_or(1, |e| e.log_id.index + 1);
+            let offset = store.lock().log.segment_log().log_end_offset();
+            store.write([Entry { log_id: id(3, 2, next), payload: EntryPayload::Blank }]).unwrap();
+            let again = read_back(&store);
+            assert_eq!(again.len(), got.len() + 1, "cut at byte {cut}");
+            assert_eq!(again.last().map(|e| e.log_id), Some(id(3, 2, next)));
+            assert_eq!(store.lock().slots.back().map(|s| s.offset), Some(offset));
+        }
+    }
+
+    fn open_in(dir: &Path) -> Store {
+        let log =
+            Log::open(&dir.join("p-0"), LogConfig { segment_bytes: 4096, leader_epoch: None, ..LogConfig::default() })
+                .unwrap();
+        Store::open(&dir.join("raft"), Arc::new(Bare(Mutex::new(log)))).unwrap()
+    }
+
+    struct Builder;
+    impl openraft::testing::StoreBuilder<TestConfig, Store, Sm, tempfile::TempDir> for Builder {
+        async fn build(&self) -> Result<(tempfile::TempDir, Store, Sm), StorageError<NodeId>> {
+            let dir = tempfile::tempdir().map_err(io_err)?;
+            let store = open_in(dir.path());
+            Ok((dir, store, Sm::default()))
+        }
+    }
+
+    /// openraft's own conformance suite for log storage (vote, committed, append, read back,
+    /// log state, truncate, purge, membership from the log) over a partition's segment log.
+    #[test]
+    fn openrafts_storage_suite_passes() {
+        openraft::testing::Suite::test_all(Builder).unwrap();
+    }
+}
