@@ -186,6 +186,23 @@ impl PartitionLog for Partition {
     }
 }
 
+impl crate::replication::partition_log_store::SegmentLog for Partition {
+    fn segment_log(&self) -> std::sync::MutexGuard<'_, sluice_storage::Log> {
+        self.log()
+    }
+    fn append_entry(
+        &self,
+        batch: &mut [u8],
+        term: i32,
+        now_ms: i64,
+    ) -> Result<sluice_storage::AppendInfo, StorageError> {
+        Partition::append_entry(self, batch, term, now_ms)
+    }
+    fn truncate_entries(&self, offset: i64) -> Result<u64, StorageError> {
+        Partition::truncate_entries(self, offset)
+    }
+}
+
 impl Partition {
     /// Was what applying a write did (`result`) what the leader judged it would do? Counted
     /// either way (`sluice_replication_verdicts_total`); a difference is logged, and the

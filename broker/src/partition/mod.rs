@@ -295,6 +295,68 @@ impl Partition {
         Ok(())
     }
 
+    /// One log per replica (decision 0045 step 3): append one Raft entry's batch, judged by the
+    /// leader already, at the log end in `term` (its partition leader epoch), and move the
+    /// producer state, the open transactions and the aborted-transaction index with it as a
+    /// replay of the log would — whether or not the entry commits: a new leader's log defines
+    /// the state, and [`Partition::truncate_entries`] takes back what Raft truncates. The
+    /// high watermark is not moved (the entry is not committed yet).
+    pub fn append_entry(&self, batch: &mut [u8], term: i32, now_ms: i64) -> Result<AppendInfo, StorageError> {
+        let mut producers = self.producers.lock().or_die();
+        let mut log = self.log();
+        let opens_txn = BatchView::parse_unchecked_crc(batch).is_ok_and(|v| {
+            v.is_transactional()
+                && !v.is_control()
+                && producers.get(&v.producer_id()).is_none_or(|e| e.txn_first_offset.is_none())
+        });
+        let info = log.append(batch, now_ms, Some(term))?;
+        if opens_txn {
+            // before the high watermark can pass it (it moves only when the entry commits)
+            self.first_unstable.fetch_min(info.first_offset, Ordering::AcqRel);
+        }
+        let stored = log.read(info.first_offset, 1, None, true)?;
+        if let Some(Ok((_, v))) = iter_batches(&stored).next() {
+            if v.is_control() && v.producer_id() != NO_PRODUCER_ID {
+                self.verified.lock().or_die().retain(|(p, _)| *p != v.producer_id());
+                self.markers.lock().or_die().last.insert(v.producer_id(), v.base_offset());
+            }
+            replay_batch(&mut log, &mut producers, &v, false);
+        }
+        self.first_unstable.store(first_unstable(&producers), Ordering::Release);
+        drop(log);
+        if info.rolled {
+            // the state before this batch = the state for every offset below the new segment
+            // (`producers` now includes the batch: taken before it, as `append` does, would
+            // need the state twice; the snapshot is at the batch's end instead)
+            self.snapshot(&producers, info.last_offset + 1);
+        }
+        Ok(info)
+    }
+
+    /// One log per replica: Raft truncated its entries from the one stored at `offset` on (a new
+    /// leader does not have them). The log is cut there, and producer state, open transactions
+    /// and marker history are rebuilt from the newest producer snapshot below the cut. Returns
+    /// the bytes cut.
+    pub fn truncate_entries(&self, offset: i64) -> Result<u64, StorageError> {
+        let mut producers = self.producers.lock().or_die();
+        let mut log = self.log();
+        let cut = log.truncate_to(offset)?;
+        let (rebuilt, complete) = rebuild_producer_state(&mut log);
+        *producers = rebuilt;
+        self.replay_incomplete.store(!complete || log.is_damaged(), Ordering::Release);
+        self.first_unstable.store(first_unstable(&producers), Ordering::Release);
+        {
+            let mut h = self.markers.lock().or_die();
+            h.last.retain(|_, at| *at < offset);
+            h.opened_end = h.opened_end.min(offset);
+        }
+        self.verified.lock().or_die().clear();
+        drop(log);
+        drop(producers);
+        self.tip_went_stale();
+        Ok(cut)
+    }
+
     /// Has producer `pid` an open transaction here?
     pub fn has_open_transaction(&self, pid: i64) -> bool {
         let producers = self.producers.lock().or_die();
@@ -784,31 +846,41 @@ fn rebuild_producer_state(log: &mut Log) -> (HashMap<i64, ProducerEntry>, bool) 
         for item in iter_batches(&chunk) {
             let Ok((_, v)) = item else { break };
             offset = v.last_offset() + 1;
-            if v.producer_id() == NO_PRODUCER_ID {
-                continue;
-            }
-            if v.is_control() {
-                replay_marker(log, &mut producers, &v);
-                continue;
-            }
-            let hdr = BatchHeader::of(&v);
-            let pid = v.producer_id();
-            let entry = producers.remove(&pid);
-            let stale = entry.as_ref().is_some_and(|e| hdr.epoch < e.epoch);
-            if stale {
-                tracing::warn!(pid, offset = v.base_offset(), "replay: batch with an older epoch ignored");
-                if let Some(e) = entry {
-                    producers.insert(pid, e);
-                }
-                continue;
-            }
-            producers.insert(pid, producer_state::apply(entry, &hdr, v.base_offset(), v.last_offset()));
+            replay_batch(log, &mut producers, &v, true);
         }
     }
     (producers, true)
 }
 
-fn replay_marker(log: &mut Log, producers: &mut HashMap<i64, ProducerEntry>, v: &BatchView<'_>) {
+/// Apply one stored batch to producer state, as it was when the batch was appended: an
+/// idempotent batch moves its producer, a transaction marker closes its transaction (an ABORT
+/// gets its aborted-transaction index entry back if a crash lost it); a batch without a
+/// producer, or of an older epoch than its producer's, changes nothing.
+fn replay_batch(log: &mut Log, producers: &mut HashMap<i64, ProducerEntry>, v: &BatchView<'_>, replaying: bool) {
+    if v.producer_id() == NO_PRODUCER_ID {
+        return;
+    }
+    if v.is_control() {
+        replay_marker(log, producers, v, replaying);
+        return;
+    }
+    let hdr = BatchHeader::of(v);
+    let pid = v.producer_id();
+    let entry = producers.remove(&pid);
+    let stale = entry.as_ref().is_some_and(|e| hdr.epoch < e.epoch);
+    if stale {
+        tracing::warn!(pid, offset = v.base_offset(), "replay: batch with an older epoch ignored");
+        if let Some(e) = entry {
+            producers.insert(pid, e);
+        }
+        return;
+    }
+    producers.insert(pid, producer_state::apply(entry, &hdr, v.base_offset(), v.last_offset()));
+}
+
+/// `replaying`: a replay of stored batches (an index entry written now was lost, and is said
+/// so); otherwise the marker was just appended and its entry is written for the first time.
+fn replay_marker(log: &mut Log, producers: &mut HashMap<i64, ProducerEntry>, v: &BatchView<'_>, replaying: bool) {
     let Ok(Some(marker)) = v.control_marker() else {
         tracing::warn!(offset = v.base_offset(), "replay: unreadable control batch ignored");
         return;
@@ -828,7 +900,10 @@ fn replay_marker(log: &mut Log, producers: &mut HashMap<i64, ProducerEntry>, v: 
             let lso = first_unstable(producers).min(at + 1);
             let txn = AbortedTxn { producer_id: pid, first_offset, last_offset: at, last_stable_offset: lso };
             match log.append_aborted_txn(txn) {
-                Ok(()) => tracing::info!(pid, offset = at, "replay: restored a lost aborted-transaction index entry"),
+                Ok(()) if replaying => {
+                    tracing::info!(pid, offset = at, "replay: restored a lost aborted-transaction index entry")
+                }
+                Ok(()) => {}
                 Err(e) => tracing::error!(pid, offset = at, "replay: cannot restore aborted-transaction entry: {e}"),
             }
         }
@@ -1307,5 +1382,109 @@ mod tests {
         assert!(matches!(p.append_batch(&mut retry, 0).unwrap(), Appended::Duplicate { .. }));
         let mut next = keyed(7, 0, seq, &[1], false);
         assert!(matches!(p.append_batch(&mut next, 0).unwrap(), Appended::New { .. }));
+    }
+}
+
+/// One log per replica (decision 0045 step 3): the partition derives its state from entries
+/// appended with `append_entry` and cut with `truncate_entries` exactly as a replay of the same
+/// log would.
+#[cfg(test)]
+mod entry_tests {
+    use super::*;
+    use proptest::prelude::*;
+    use sluice_protocol::batch::{BatchBuilder, ControlMarker, NewRecord};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Producer `pid % 3`'s next batch of `n` records, transactional or not.
+        Batch { pid: u8, n: u8, txn: bool },
+        /// A COMMIT or ABORT marker for producer `pid % 3`.
+        Marker { pid: u8, commit: bool },
+        /// A Raft blank entry (a control batch without a producer).
+        Blank,
+        /// Raft truncates the entries from the `at`-th last on.
+        Truncate { at: u8 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (any::<u8>(), 1u8..4, any::<bool>()).prop_map(|(pid, n, txn)| Op::Batch { pid, n, txn }),
+            2 => (any::<u8>(), any::<bool>()).prop_map(|(pid, commit)| Op::Marker { pid, commit }),
+            1 => Just(Op::Blank),
+            1 => any::<u8>().prop_map(|at| Op::Truncate { at }),
+        ]
+    }
+
+    fn config() -> LogConfig {
+        LogConfig { segment_bytes: 700, retention_ms: -1, leader_epoch: None, ..LogConfig::default() }
+    }
+
+    fn open(dir: &std::path::Path) -> Partition {
+        Partition::new("t".into(), 0, Log::open(dir, config()).unwrap(), Arc::new(tokio::sync::Notify::new()))
+    }
+
+    /// What a partition derives from its log: producer state (without the times a reopen
+    /// refreshes), the first open transaction, the aborted transactions.
+    fn derived(p: &Partition) -> (Vec<(i64, ProducerEntry)>, i64, Vec<AbortedTxn>) {
+        let mut producers: Vec<_> = p.producers.lock().unwrap().clone().into_iter().collect();
+        producers.sort_by_key(|(pid, _)| *pid);
+        for (_, e) in producers.iter_mut() {
+            e.last_timestamp = 0;
+        }
+        let log = p.log();
+        let aborted = log.collect_aborted_txns(0, i64::MAX);
+        (producers, p.first_unstable.load(Ordering::Acquire), aborted)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        #[test]
+        fn entries_and_truncations_leave_the_state_a_replay_of_the_log_gives(ops in proptest::collection::vec(op(), 1..50)) {
+            let dir = tempfile::tempdir().unwrap();
+            let p = open(dir.path());
+            // the base offset of every entry held, and each producer's next sequence
+            let mut bases: Vec<i64> = Vec::new();
+            let term = 3;
+            for op in ops {
+                let seq = |p: &Partition, pid: i64| {
+                    p.producers.lock().unwrap().get(&pid).and_then(|e| e.batches.back().map(|b| b.last_seq + 1)).unwrap_or(0)
+                };
+                let mut b = match op {
+                    Op::Batch { pid, n, txn } => {
+                        let pid = i64::from(pid % 3) + 10;
+                        let recs: Vec<NewRecord> = (0..n).map(|i| NewRecord {
+                            timestamp: 1000 + i64::from(i),
+                            value: Some(Bytes::from(vec![1u8; 40])),
+                            ..Default::default()
+                        }).collect();
+                        BatchBuilder { producer_id: pid, producer_epoch: 0, base_sequence: seq(&p, pid), transactional: txn, ..Default::default() }
+                            .build(&recs).unwrap().to_vec()
+                    }
+                    Op::Marker { pid, commit } => {
+                        let pid = i64::from(pid % 3) + 10;
+                        let kind = if commit { ControlType::Commit } else { ControlType::Abort };
+                        BatchBuilder::control_marker(pid, 0, ControlMarker { kind, coordinator_epoch: 0 }, 5).unwrap().to_vec()
+                    }
+                    Op::Blank => sluice_protocol::raft_control::RaftControl::LeaderChange { leader: 1, voters: vec![] }
+                        .build(term, 5).unwrap().to_vec(),
+                    Op::Truncate { at } => {
+                        if bases.is_empty() { continue; }
+                        let keep = bases.len() - 1 - usize::from(at) % bases.len();
+                        let offset = bases[keep];
+                        p.truncate_entries(offset).unwrap();
+                        bases.truncate(keep);
+                        prop_assert_eq!(p.log().log_end_offset(), offset);
+                        continue;
+                    }
+                };
+                let info = p.append_entry(&mut b, term, 0).unwrap();
+                bases.push(info.first_offset);
+            }
+            let got = derived(&p);
+            // a replay of the same log, from the producer snapshots the entries left
+            drop(p);
+            let replayed = open(dir.path());
+            prop_assert_eq!(got, derived(&replayed));
+        }
     }
 }

@@ -46,7 +46,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 use sluice_protocol::batch::{iter_batches, BatchView};
 use sluice_protocol::raft_control::RaftControl;
-use sluice_storage::Log;
+use sluice_storage::{AppendInfo, Log, StorageError as SE};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -57,9 +57,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const STATE_FILE: &str = "raft-state.json";
 
 /// The partition's segment log, as the Raft log store writes and reads it (the partition
-/// implements it; the replication layer sees nothing else of the partition).
+/// implements it, `partition/mod.rs`; the replication layer sees nothing else of the
+/// partition). The store is its only writer.
 pub trait SegmentLog: Send + Sync + 'static {
+    /// The log, to read (and for its offsets and flusher).
     fn segment_log(&self) -> MutexGuard<'_, Log>;
+    /// Append one entry's batch at the log end with `term` as its partition leader epoch; what
+    /// the partition derives from its log (producer state) follows.
+    fn append_entry(&self, batch: &mut [u8], term: i32, now_ms: i64) -> Result<AppendInfo, SE>;
+    /// Remove every batch from `offset` on; what the partition derives from its log follows.
+    fn truncate_entries(&self, offset: i64) -> Result<u64, SE>;
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -332,14 +339,13 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
     ) -> Result<(Arc<sluice_storage::Flusher>, i64), StorageError<NodeId>> {
         let mut g = self.lock();
         let inner = &mut *g;
-        let mut log = inner.log.segment_log();
         for e in entries {
             let index = e.log_id.index;
             let term = e.log_id.leader_id.term;
             let node = e.log_id.leader_id.node_id;
+            let leo = inner.log.segment_log().log_end_offset();
             if inner.slots.is_empty() {
                 // the first entry held: from here on every batch is the next entry
-                let leo = log.log_end_offset();
                 if inner.state.anchor != Some((index, leo)) {
                     inner.state.anchor = Some((index, leo));
                     inner.save_state()?;
@@ -356,7 +362,6 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
                 inner.save_state()?;
             }
             inner.leaders.insert(term, node);
-            let leo = log.log_end_offset();
             let view =
                 BatchView::parse_unchecked_crc(&bytes).map_err(|e| corrupt(format!("Raft entry {index}: {e}")))?;
             if view.size() != bytes.len() {
@@ -368,9 +373,10 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
                     view.base_offset()
                 )));
             }
-            let info = log.append(&mut bytes, now_ms(), Some(epoch_of(term)?)).map_err(io_err)?;
+            let info = inner.log.append_entry(&mut bytes, epoch_of(term)?, now_ms()).map_err(io_err)?;
             inner.slots.push_back(Slot { offset: info.first_offset, term });
         }
+        let log = inner.log.segment_log();
         Ok((log.flusher(), log.log_end_offset()))
     }
 
@@ -474,7 +480,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> RaftLogStorage<C> for PartitionL
             )));
         };
         let Some(slot) = g.slots.get(at).copied() else { return Ok(()) };
-        g.log.segment_log().truncate_to(slot.offset).map_err(io_err)?;
+        g.log.truncate_entries(slot.offset).map_err(io_err)?;
         g.slots.truncate(at);
         Ok(())
     }
@@ -524,6 +530,12 @@ mod tests {
     impl SegmentLog for Bare {
         fn segment_log(&self) -> MutexGuard<'_, Log> {
             self.0.lock().or_die()
+        }
+        fn append_entry(&self, batch: &mut [u8], term: i32, now_ms: i64) -> Result<AppendInfo, SE> {
+            self.0.lock().or_die().append(batch, now_ms, Some(term))
+        }
+        fn truncate_entries(&self, offset: i64) -> Result<u64, SE> {
+            self.0.lock().or_die().truncate_to(offset)
         }
     }
 
