@@ -238,6 +238,9 @@ pub struct Log {
     pub(crate) cleaner: crate::cleaner::CleanerState,
     /// Reused per append so the hot path does not allocate.
     scratch_metas: Vec<BatchMeta>,
+    /// Retention keeps every segment holding offsets at or above this (`i64::MAX`: no floor):
+    /// a Raft log kept in this log (decision 0045) still needs its entries from here on.
+    retention_floor: i64,
 }
 
 /// `Log::damaged` when no damage is known (segment base offsets are never negative).
@@ -514,6 +517,7 @@ impl Log {
             tail_gap,
             cleaner,
             scratch_metas: Vec::with_capacity(8),
+            retention_floor: i64::MAX,
         };
         log.delete_snapshots_after(leo)?;
         log.write_checkpoint()?;
@@ -1057,7 +1061,7 @@ impl Log {
         loop {
             let bases: Vec<i64> = self.segments.keys().take(2).copied().collect();
             let [first, next_base] = bases[..] else { break };
-            if next_base > self.high_watermark {
+            if next_base > self.high_watermark.min(self.retention_floor) {
                 break;
             }
             let Some(seg) = self.segments.get(&first) else {
@@ -1172,6 +1176,30 @@ impl Log {
         }
         self.delete_snapshots_after(self.log_end_offset())?;
         Ok(removed)
+    }
+
+    /// Keep every segment that holds offsets at or above `offset` whatever retention and
+    /// DeleteRecords say (the log start still moves; the segments stay until the floor does).
+    pub fn set_retention_floor(&mut self, offset: i64) {
+        self.retention_floor = offset;
+    }
+
+    /// [`Log::read`] of batches still held, below the log start too (DeleteRecords moved it,
+    /// retention kept the segment): what a Raft log kept in this log reads its entries with.
+    pub fn read_retained(&self, offset: i64, max_bytes: usize) -> Result<Bytes> {
+        let first = *self.segments.keys().next().unwrap_or(&0);
+        if offset < first || offset >= self.log_start_offset {
+            return self.read(offset, max_bytes, None, true);
+        }
+        self.check_online()?;
+        for (base, seg) in self.segments.range(..=offset).next_back().into_iter() {
+            if let Some(b) =
+                seg.read(offset, max_bytes, self.log_end_offset(), true, *base < self.cleaner.gaps_below)?
+            {
+                return Ok(b);
+            }
+        }
+        Ok(Bytes::new())
     }
 
     /// Record an aborted transaction (its ABORT marker must already be appended). The entry is

@@ -32,6 +32,15 @@ impl Log {
     /// the snapshot too (the links share the files): the caller flushes first when the snapshot
     /// must be durable.
     pub fn link_snapshot(&self, into: &Path) -> Result<LinkedSnapshot> {
+        self.link_snapshot_upto(into, None)
+    }
+
+    /// [`Log::link_snapshot`] of the log below `upto` only (the log end if `None`): a log that
+    /// holds entries not yet committed past it (one log per replica, decision 0045) is sent
+    /// without them. The segment holding `upto` is linked whole but recorded (and so sent) only
+    /// up to its batch there.
+    pub fn link_snapshot_upto(&self, into: &Path, upto: Option<i64>) -> Result<LinkedSnapshot> {
+        let end = upto.unwrap_or_else(|| self.log_end_offset()).clamp(self.log_start_offset(), self.log_end_offset());
         // damaged data (or a missing tail) is never handed to another replica
         self.check_online()?;
         std::fs::create_dir_all(into).at(into)?;
@@ -45,6 +54,13 @@ impl Log {
             Ok(())
         };
         for (base, size) in self.segment_sizes() {
+            if base >= end && base > self.log_start_offset() {
+                break;
+            }
+            let size = match self.segments.get(&base) {
+                Some(seg) if seg.next_offset() > end => seg.cut_position(end)?.0,
+                _ => size,
+            };
             link(file_name(base, "log"), size)?;
             let txn = file_name(base, "txnindex");
             if let Ok(m) = std::fs::metadata(self.dir().join(&txn)) {
@@ -58,7 +74,6 @@ impl Log {
         if let Ok(m) = std::fs::metadata(self.dir().join(cleaner)) {
             link(cleaner.to_string(), m.len())?;
         }
-        let end = self.log_end_offset();
         if let Some(off) = self.producer_snapshot_offsets()?.into_iter().rev().find(|o| *o <= end) {
             let name = file_name(off, "snapshot");
             let len = std::fs::metadata(self.dir().join(&name)).at(&self.dir().join(&name))?.len();

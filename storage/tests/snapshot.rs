@@ -89,3 +89,52 @@ fn a_swap_cut_by_a_crash_is_finished_or_undone_on_open() {
     assert!(!installing.exists());
     assert_ne!(a_end, b_end);
 }
+
+/// One log per replica: the log holds entries past the commit point, and a snapshot of it
+/// (`link_snapshot_upto`) is the log below that point only — the segment holding it sent up to
+/// its batch there, the later segments not at all. A log rebuilt from it holds exactly that.
+#[test]
+fn a_snapshot_up_to_an_offset_leaves_out_everything_past_it() {
+    let root = tempfile::tempdir().unwrap();
+    let (src, links, staged, dst) =
+        (root.path().join("src"), root.path().join("links"), root.path().join("staged"), root.path().join("t-0"));
+    let mut log = Log::open(&src, small_config()).unwrap();
+    fill(&mut log, 0, 40);
+    let bases = log.segment_bases();
+    assert!(bases.len() > 3, "several segments");
+    let all = read_all(&log, 0);
+    // a batch boundary inside the second-to-last segment
+    let upto = all.iter().map(|(b, _)| *b).find(|b| *b > bases[bases.len() - 2]).unwrap();
+    let snap = log.link_snapshot_upto(&links, Some(upto)).unwrap();
+    assert_eq!(snap.log_end, upto);
+    assert!(!snap.files.iter().any(|(n, _)| n.starts_with(&format!("{:020}", bases[bases.len() - 1]))));
+    stage(&links, &snap.files, &staged);
+    finish_staging(&staged, snap.log_start).unwrap();
+    swap_in(&dst, &staged).unwrap();
+    let got = Log::open(&dst, small_config()).unwrap();
+    assert_eq!((got.log_start_offset(), got.log_end_offset()), (0, upto));
+    let want: Vec<_> = all.into_iter().filter(|(b, _)| *b < upto).collect();
+    assert!(read_all(&got, 0) == want, "the batches below the offset, nothing more");
+}
+
+/// A retention floor keeps the segments holding offsets at or above it, whatever retention and
+/// DeleteRecords say; a read of what they hold below the log start still works there.
+#[test]
+fn a_retention_floor_keeps_segments_for_reads_below_the_log_start() {
+    let root = tempfile::tempdir().unwrap();
+    let mut log = Log::open(&root.path().join("t-0"), small_config()).unwrap();
+    fill(&mut log, 0, 40);
+    log.set_high_watermark(i64::MAX);
+    let bases = log.segment_bases();
+    let floor = bases[2] + 1;
+    log.set_retention_floor(floor);
+    log.delete_records(log.log_end_offset()).unwrap();
+    assert_eq!(log.segment_bases()[0], bases[2], "the segment holding the floor and the later ones stay");
+    let b = log.read_retained(floor, 1).unwrap();
+    let (_, v) = sluice_protocol::batch::iter_batches(&b).next().unwrap().unwrap();
+    assert!(v.base_offset() <= floor && floor <= v.last_offset());
+    assert!(log.read(floor, 1, None, true).is_err(), "below the log start for consumers");
+    log.set_retention_floor(i64::MAX);
+    log.enforce_retention(0).unwrap();
+    assert_eq!(log.segment_count(), 1, "the floor lifted, retention deletes them");
+}
