@@ -338,6 +338,7 @@ pub async fn replicate<O: ShardOwner>(
             initialize: true,
             append_bytes_max: node.append_bytes(),
             snapshot_bytes: node.snapshot_bytes(),
+            single_log: false,
             budgets: node.budgets(),
         };
         let network = crate::cluster::network::ShardNetwork::new(&spec.key, &node.voters);

@@ -12,6 +12,7 @@ use crate::partition::tip::{TipGuard, Verdict};
 use crate::partition::{AppendError, Appended, Partition};
 use crate::replication::types::{ApplyFailure, PartCommand, PartResult, WriteError};
 use bytes::BytesMut;
+use sluice_protocol::batch::{BatchBuilder, BatchError, BatchView, ControlMarker, ControlType};
 use sluice_storage::StorageError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -173,6 +174,15 @@ impl PartitionHandle {
         replica.settled(wait.min(SETTLE_WAIT)).await;
         // judged, then proposed, under the tip's lock (decision 0045, step 2)
         let mut tip = settled_tip(partition, replica)?;
+        if partition.is_single_log() {
+            // one log per replica (step 3): the batch goes into the Raft log as the leader
+            // judged it, offsets assigned, or nothing is proposed
+            check_batch(partition, &batch).map_err(|e| WriteRefused::Storage(Arc::new(e)))?;
+            let end_before = tip.end();
+            let verdict = tip.batch(&batch, now, verified, start.from);
+            return propose_stored(replica, tip, Vec::from(batch), end_before, verdict, Some(admitted))
+                .map(BatchWrite::Replicated);
+        }
         let verdict = tip.batch(&batch, now, verified, start.from);
         // the request's buffer becomes the command (no copy of the records)
         let cmd = PartCommand::Produce { batch: Vec::from(batch), now_ms: now, verified, verified_from: start.from };
@@ -189,6 +199,18 @@ impl PartitionHandle {
                 Err(AppendError::Refused(r)) => Err(WriteRefused::Refused(r)),
                 Err(AppendError::Storage(e)) => Err(WriteRefused::Storage(Arc::new(e))),
             },
+            PartitionHandle::Replicated { replica, partition } if partition.is_single_log() => {
+                let mut tip = settled_tip(partition, replica)?;
+                let end_before = tip.end();
+                let verdict = tip.marker(producer_id, header);
+                let kind = if header.commit { ControlType::Commit } else { ControlType::Abort };
+                let marker = ControlMarker { kind, coordinator_epoch: header.coordinator_epoch };
+                let batch = BatchBuilder::control_marker(producer_id, header.epoch, marker, now).map_err(|e| {
+                    WriteRefused::Storage(Arc::new(StorageError::InvalidConfig(format!("marker batch: {e}"))))
+                })?;
+                propose_stored(replica, tip, batch.to_vec(), end_before, Some(verdict), None)
+                    .map(MarkerWrite::Replicated)
+            }
             PartitionHandle::Replicated { replica, partition } => {
                 let mut tip = settled_tip(partition, replica)?;
                 let verdict = tip.marker(producer_id, header);
@@ -267,6 +289,72 @@ fn propose_judged(
             Err(WriteRefused::Write(e))
         }
     }
+}
+
+/// One log per replica: propose what the leader judged — the batch at the offsets it takes and
+/// with the term as its epoch (`PartCommand::Stored`), or for an exact retry of a batch already
+/// held the offsets it was stored at (`PartCommand::Answered`, answered once it commits and with
+/// it the batch it repeats) — or, refused, nothing. The tip stays locked until it is proposed.
+fn propose_stored(
+    replica: &Replica,
+    mut tip: TipGuard<'_>,
+    mut batch: Vec<u8>,
+    end_before: i64,
+    verdict: Option<Verdict>,
+    admitted: Option<crate::cluster::replica::Admitted>,
+) -> Result<PendingWrite, WriteRefused> {
+    let (cmd, retry) = match verdict {
+        None => {
+            tip.abandon();
+            return Err(WriteRefused::Storage(Arc::new(StorageError::InvalidConfig("an unreadable batch".into()))));
+        }
+        Some(Verdict::Refused(r)) => {
+            crate::partition::Partition::count_refusal(&r);
+            return Err(WriteRefused::Refused(r));
+        }
+        Some(Verdict::At { first, last }) if first < end_before => {
+            ::metrics::counter!(crate::metrics::PRODUCE_DUPLICATES_TOTAL).increment(1);
+            (PartCommand::Answered { first, last }, true)
+        }
+        Some(Verdict::At { first, .. }) => {
+            sluice_protocol::batch::set_base_offset(&mut batch, first);
+            sluice_protocol::batch::set_partition_leader_epoch(&mut batch, replica.term());
+            (PartCommand::Stored { batch }, false)
+        }
+    };
+    let proposed = match admitted {
+        Some(admitted) => replica.propose_admitted(cmd, admitted),
+        None => replica.propose(cmd),
+    };
+    match proposed {
+        Ok(w) => {
+            tip.proposed(retry);
+            Ok(w)
+        }
+        Err(e) => {
+            tip.abandon();
+            Err(WriteRefused::Write(e))
+        }
+    }
+}
+
+/// One log per replica: a batch that would not be stored is refused before it is proposed
+/// (the Raft log stores what it is given): one whole v2 batch, its CRC right, at least one
+/// record, within `max.message.bytes`.
+fn check_batch(partition: &crate::partition::Partition, batch: &[u8]) -> Result<(), StorageError> {
+    let invalid = |source| StorageError::InvalidBatch { position: 0, source };
+    let (view, size) = BatchView::parse(batch).map_err(invalid)?;
+    if size != batch.len() {
+        return Err(invalid(BatchError::MalformedRecord("more than one batch for a partition")));
+    }
+    if view.records_count() < 1 {
+        return Err(invalid(BatchError::InvalidRecordCount(view.records_count())));
+    }
+    let max = partition.log().config().max_message_bytes;
+    if size > max {
+        return Err(StorageError::BatchTooLarge { size, max });
+    }
+    Ok(())
 }
 
 /// A transactional batch's producer id and epoch.

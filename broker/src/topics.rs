@@ -195,7 +195,13 @@ impl TopicRegistry {
             let log_config = settings.log.clone();
             let mut partitions = Vec::new();
             for p in 0..rec.partitions {
-                let log = Log::open(&partition_dir(&data_dir, name, p), log_config.clone())?;
+                let dir = partition_dir(&data_dir, name, p);
+                let mut log_config = log_config.clone();
+                if dir.join(sluice_storage::log::RAFT_TERMS_FILE).exists() {
+                    // one log per replica: the batches carry Raft terms (decision 0045)
+                    log_config.leader_epoch = None;
+                }
+                let log = Log::open(&dir, log_config)?;
                 let r = log.recovery_report();
                 if !r.clean {
                     tracing::info!(

@@ -34,6 +34,10 @@ use std::sync::{Arc, Mutex};
 
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
 pub const CHECKPOINT_FILE: &str = "partition.checkpoint";
+/// Present in a partition directory whose batches carry Raft terms as their partition leader
+/// epochs (one log per replica, decision 0045): the log is opened without an epoch of its own
+/// (`LogConfig::leader_epoch`).
+pub const RAFT_TERMS_FILE: &str = "raft.terms";
 const CHECKPOINT_MAGIC: [u8; 4] = *b"SLCP";
 const SNAPSHOT_MAGIC: [u8; 4] = *b"SLPS";
 pub const SNAPSHOT_VERSION: u16 = 1;
@@ -533,6 +537,12 @@ impl Log {
     /// Change settings that apply from now on (retention, roll size, flush policy, limits).
     pub fn set_config(&mut self, config: LogConfig) -> Result<()> {
         config.validate()?;
+        if config.leader_epoch != self.config.leader_epoch {
+            // what every stored batch is checked against (decision 0043), segments included
+            for seg in self.segments.values_mut() {
+                seg.set_leader_epoch(config.leader_epoch);
+            }
+        }
         self.config = config;
         Ok(())
     }

@@ -150,6 +150,10 @@ impl Segment {
     pub fn base_offset(&self) -> i64 {
         self.base_offset
     }
+    /// The epoch every batch here must carry from now on (`None`: unchecked).
+    pub fn set_leader_epoch(&mut self, epoch: Option<i32>) {
+        self.leader_epoch = epoch;
+    }
     pub fn size(&self) -> u64 {
         self.size
     }

@@ -196,6 +196,12 @@ impl Broker {
                 cmd.env_remove(k);
             }
         }
+        // the suites run with either format of replicated partitions' Raft logs (decision 0045)
+        if let Ok(format) = std::env::var("TEST_REPLICATION_LOG_FORMAT") {
+            if !self.extra_args.iter().any(|a| a == "--replication-log-format") {
+                cmd.arg("--replication-log-format").arg(format);
+            }
+        }
         let child = cmd
             .arg("--log-dirs")
             .arg(&self.data_dir)

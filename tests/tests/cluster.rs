@@ -533,10 +533,42 @@ fn rdkafka_leader(bootstrap: &str, topic: &str) -> i32 {
 /// the killed broker comes back as a follower.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replicated_partition_keeps_every_acknowledged_record_when_its_leader_is_killed() {
+    a_killed_leader_loses_no_acknowledged_record(&[]).await;
+}
+
+/// The same with one log per replica (`replication.log.format=single`, decision 0045 step 3):
+/// the partition's Raft log is its segment log — each batch written once per replica, Raft's
+/// own entries control batches the consumer reads across — and no broker keeps a Raft log of
+/// its own for the partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_log_per_replica_keeps_every_acknowledged_record_when_its_leader_is_killed() {
+    let c = a_killed_leader_loses_no_acknowledged_record(&["--replication-log-format", "single"]).await;
+    for b in &c.brokers {
+        assert!(b.data_dir.join("replicated-0").join("raft.terms").exists(), "the log carries Raft terms");
+        let replicas = b.data_dir.join("__cluster").join("replicas");
+        let groups: Vec<_> = std::fs::read_dir(&replicas)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with("-0")))
+            .filter(|p| p.join("raft-state.json").exists())
+            .collect();
+        assert!(!groups.is_empty(), "a partition group kept in its segment log");
+        for g in groups {
+            for e in std::fs::read_dir(&g).unwrap() {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                assert!(!name.starts_with("raft-log"), "{}: a Raft log of its own: {name}", g.display());
+            }
+        }
+    }
+}
+
+/// Kill -9 a replicated partition's leader under an idempotent librdkafka producer (brokers
+/// given `extra` flags): the cluster, once every check passed.
+async fn a_killed_leader_loses_no_acknowledged_record(extra: &[&str]) -> Cluster {
     use rdkafka::consumer::{BaseConsumer, Consumer as _};
     use rdkafka::message::Message;
     use rdkafka::producer::{FutureProducer, FutureRecord};
-    let mut c = Cluster::start();
+    let mut c = Cluster::start_with(extra);
     agreed_controller(&c, &[0, 1, 2], 3, -1).await;
     let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
     let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
@@ -666,6 +698,7 @@ async fn a_replicated_partition_keeps_every_acknowledged_record_when_its_leader_
     // and the partition still takes writes (acks=all) through its new leader
     let d = producer.send(FutureRecord::<(), _>::to("replicated").payload("after"), Duration::from_secs(30)).await;
     assert!(d.is_ok(), "{d:?}");
+    c
 }
 
 /// Once the three brokers agree on a controller: create `topic` with one partition on all three

@@ -469,6 +469,9 @@ pub struct ClusterNode {
     pub append_bytes_max: std::sync::atomic::AtomicUsize,
     /// `raft.log.max.bytes.between.snapshots`, for each partition's group.
     pub snapshot_bytes: std::sync::atomic::AtomicU64,
+    /// `replication.log.format=single`: a new partition group keeps its Raft log in the
+    /// partition's log (decision 0045 step 3).
+    pub single_log: std::sync::atomic::AtomicBool,
     /// `replication.partition.in.flight.max.bytes`, for each partition's group.
     pub partition_in_flight_bytes: std::sync::atomic::AtomicU64,
     /// `replication.in.flight.max.bytes`: the broker's budget, shared by its partitions (set
@@ -530,6 +533,7 @@ impl ClusterNode {
             own_addr: addr.clone(),
             append_bytes_max: std::sync::atomic::AtomicUsize::new(1024 * 1024),
             snapshot_bytes: std::sync::atomic::AtomicU64::new(64 << 20),
+            single_log: std::sync::atomic::AtomicBool::new(false),
             partition_in_flight_bytes: std::sync::atomic::AtomicU64::new(32 << 20),
             in_flight: std::sync::OnceLock::new(),
             started: std::time::Instant::now(),
@@ -739,6 +743,10 @@ impl ClusterNode {
     /// `raft.log.max.bytes.between.snapshots`, for each partition's group.
     pub fn snapshot_bytes(&self) -> u64 {
         self.snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn single_log(&self) -> bool {
+        self.single_log.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A new partition replica's budgets of bytes in flight: its own and the broker's.

@@ -209,6 +209,7 @@ impl Reconciler {
                 append_bytes_max: node.append_bytes(),
                 snapshot_bytes: node.snapshot_bytes(),
                 budgets: node.budgets(),
+                single_log: node.single_log(),
             };
             let addresses = node.addresses();
             let network = super::network::PartNetwork::new(&spec.key, &addresses);
@@ -217,8 +218,17 @@ impl Reconciler {
                 key: key.clone(),
                 kind: super::network::GroupKind::Partition,
             });
-            let started =
-                handle.block_on(super::replica::start(node.node_id, spec, &addresses, network, partition, peers, dir));
+            let segments: Arc<dyn crate::replication::partition_log_store::SegmentLog> = partition.clone();
+            let started = handle.block_on(super::replica::start(
+                node.node_id,
+                spec,
+                &addresses,
+                network,
+                partition,
+                segments,
+                peers,
+                dir,
+            ));
             match started {
                 Ok(r) => {
                     node.replicas.write().or_die().insert(key, r.clone());

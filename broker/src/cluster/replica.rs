@@ -30,14 +30,16 @@
 pub use super::mend::KvStore;
 use super::mend::{KvGate, KvMender, Mender, Peers, ShardPeers};
 use crate::replication::log_store::{io_err, LogStore, Logged};
+use crate::replication::partition_log_store::{EntryIndex, PartitionLogStore, SegmentLog};
 use crate::replication::snapshot::{unpack, FilesStream, SnapshotData, SnapshotHeader};
+use crate::replication::types::ApplyFailure;
 use crate::replication::types::{
     GroupKey, KvEntry, NodeId, PartCommand, PartConfig, PartResult, PartitionLog, ShardCommand, ShardConfig,
     ShardResult, WriteError,
 };
 use crate::sync::OrDie as _;
 use openraft::network::RaftNetworkFactory;
-use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::storage::{RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
     StoredMembership,
@@ -465,30 +467,81 @@ pub struct ReplicaSpec {
     pub snapshot_bytes: u64,
     /// This partition's budget of bytes in flight and the broker's (shared by its partitions).
     pub budgets: [Budget; 2],
+    /// `replication.log.format=single`: a new partition group's Raft log is its segment log
+    /// (decision 0045 step 3). A group keeps the format it was created with.
+    pub single_log: bool,
 }
 
 /// Start (or reopen) this broker's replica of a partition. With `initialize` (the first replica
 /// of a partition never reassigned), a replica that never held the group's state forms it with
 /// every replica in `replicas` as a voter; any other waits to be contacted by the leader.
+#[allow(clippy::too_many_arguments)]
 pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     me: NodeId,
     spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
     network: N,
     partition: Arc<dyn PartitionLog>,
+    segments: Arc<dyn SegmentLog>,
     peers: Arc<dyn Peers>,
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
     sluice_storage::sidefile::create_dir_durable(&dir)?;
+    let single = single_log_format(&dir, spec.single_log)?;
     let mender = Arc::new(Mender::new(partition.clone(), peers));
-    let sm = ReplicaSm::open(&dir, partition)?.with_mender(mender.clone());
-    let progress = sm.progress.clone();
     let every = spec.snapshot_bytes.max(1);
     let budget = spec.budgets[0].clone();
-    let partition = sm.partition.clone();
-    let replica = start_group(me, spec, addresses, network, sm, dir, Copies::Part(partition.clone())).await?;
-    maintain(replica.raft.clone(), progress, every, budget, replica.key.clone(), partition, mender);
+    let (append_bytes_max, snapshot_bytes) = (spec.append_bytes_max, spec.snapshot_bytes);
+    let replica = if single {
+        segments.use_terms().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let log = PartitionLogStore::<PartConfig, dyn SegmentLog>::open(&dir, segments)?;
+        log.limit_reads(append_bytes_max);
+        let initialized = log.has_vote_or_entries();
+        let index: Arc<dyn EntryIndex> = Arc::new(log.clone());
+        let sm = ReplicaSm::open(&dir, partition, Some(index))?.with_mender(mender.clone());
+        let progress = sm.progress.clone();
+        let partition = sm.partition.clone();
+        let copies = Copies::Part(partition.clone());
+        let replica = start_group(me, spec, addresses, network, sm, dir, copies, log, initialized, None).await?;
+        maintain(replica.raft.clone(), progress, every, budget, replica.key.clone(), partition, mender);
+        replica
+    } else {
+        let log = LogStore::<PartConfig>::open(&dir)?;
+        log.limit_reads(append_bytes_max);
+        // a file of the Raft log per quarter snapshot interval: the purge after each snapshot
+        // deletes files (decision 0030)
+        log.roll_at((snapshot_bytes / 4).clamp(1 << 20, 16 << 20));
+        let (initialized, damaged_until) = (log.has_vote_or_entries(), log.damaged_until());
+        let sm = ReplicaSm::open(&dir, partition, None)?.with_mender(mender.clone());
+        let progress = sm.progress.clone();
+        let partition = sm.partition.clone();
+        let copies = Copies::Part(partition.clone());
+        let replica =
+            start_group(me, spec, addresses, network, sm, dir, copies, log, initialized, damaged_until).await?;
+        maintain(replica.raft.clone(), progress, every, budget, replica.key.clone(), partition, mender);
+        replica
+    };
     Ok(replica)
+}
+
+/// The state file of a Raft log kept in the partition's segment log (`PartitionLogStore`).
+const SINGLE_LOG_STATE: &str = "raft-state.json";
+
+/// Whether the partition group in `dir` keeps its Raft log in its segment log: the format it
+/// was created with — one with a Raft log of its own (`LogStore`'s files) keeps it — and for a
+/// new group the one asked for.
+fn single_log_format(dir: &Path, wanted: bool) -> anyhow::Result<bool> {
+    if dir.join(SINGLE_LOG_STATE).exists() {
+        return Ok(true);
+    }
+    for e in std::fs::read_dir(dir)? {
+        let name = e?.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("raft-log") || name == "raft-meta.json" {
+            return Ok(false);
+        }
+    }
+    Ok(wanted)
 }
 
 /// While a partition's group runs: take a snapshot once `every` bytes of batches were applied
@@ -618,12 +671,19 @@ pub async fn start_kv<N: RaftNetworkFactory<ShardConfig>>(
     let sm = KvSm::open(&dir, store)?;
     let name = format!("{}-{}", spec.key.0, spec.key.1);
     let mender = Arc::new(KvMender::new(sm.gate.clone(), peers, name, spec.key.0.clone()));
-    start_group(me, spec, addresses, network, sm, dir, Copies::Kv(mender)).await
+    let log = LogStore::<ShardConfig>::open(&dir)?;
+    log.limit_reads(spec.append_bytes_max);
+    log.roll_at((spec.snapshot_bytes / 4).clamp(1 << 20, 16 << 20));
+    let (initialized, damaged_until) = (log.has_vote_or_entries(), log.damaged_until());
+    start_group(me, spec, addresses, network, sm, dir, Copies::Kv(mender), log, initialized, damaged_until).await
 }
 
 /// Start a group over `network`, the transport the caller gives it (the cluster's RPC port,
 /// `cluster/network.rs`: this layer knows no transport of its own).
-async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C>>(
+/// `log`: the group's Raft log (`initialized`: it ever voted or held an entry; `damaged_until`:
+/// see [`heal`]).
+#[allow(clippy::too_many_arguments)]
+async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C>, LS: RaftLogStorage<C>>(
     me: NodeId,
     spec: ReplicaSpec,
     addresses: &BTreeMap<NodeId, String>,
@@ -631,11 +691,14 @@ async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C
     sm: SM,
     dir: PathBuf,
     copies: Copies,
+    log: LS,
+    initialized: bool,
+    damaged_until: Option<u64>,
 ) -> anyhow::Result<Arc<Replica<C>>>
 where
     C::D: Clone,
 {
-    let ReplicaSpec { key, topic_id, replicas, initialize, append_bytes_max, snapshot_bytes, budgets } = spec;
+    let ReplicaSpec { key, topic_id, replicas, initialize, snapshot_bytes, budgets, .. } = spec;
     // every group heartbeats each 500 ms: openraft bounds each append (heartbeat or entries) by
     // the heartbeat interval, and at 250 ms a loaded broker's answers came late, every late
     // answer cost a reconnect and the RPCs piled up until a cluster of ~300 groups per broker
@@ -669,13 +732,6 @@ where
         ..Default::default()
     };
     let config = Arc::new(config.validate().map_err(|e| anyhow::anyhow!("raft config: {e}"))?);
-    let log = LogStore::<C>::open(&dir)?;
-    log.limit_reads(append_bytes_max);
-    // a file of the Raft log per quarter snapshot interval: the purge after each snapshot
-    // deletes files (decision 0030)
-    log.roll_at((snapshot_bytes / 4).clamp(1 << 20, 16 << 20));
-    let initialized = log.has_vote_or_entries();
-    let damaged_until = log.damaged_until();
     let raft =
         openraft::Raft::<C>::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
     if initialize && !initialized && replicas.first().and_then(|r| NodeId::try_from(*r).ok()) == Some(me) {
@@ -1065,6 +1121,9 @@ pub struct ReplicaSm {
     progress: Arc<SmProgress>,
     /// Repairs damaged batches from the other replicas (none in unit tests).
     mender: Option<Arc<Mender>>,
+    /// One log per replica (decision 0045 step 3): the group's Raft log is the partition's
+    /// log, which holds every entry's batch already when it is applied.
+    entries: Option<Arc<dyn EntryIndex>>,
 }
 
 /// What the state machine tells the task that decides when to snapshot and purge.
@@ -1093,14 +1152,19 @@ const INCOMING_FILE: &str = "incoming.snapshot";
 const INCOMING_DIR: &str = "incoming.d";
 
 impl ReplicaSm {
-    fn open(dir: &Path, partition: Arc<dyn PartitionLog>) -> anyhow::Result<ReplicaSm> {
+    fn open(
+        dir: &Path,
+        partition: Arc<dyn PartitionLog>,
+        entries: Option<Arc<dyn EntryIndex>>,
+    ) -> anyhow::Result<ReplicaSm> {
         let applied: Applied = match std::fs::read(dir.join(APPLIED_FILE)) {
             Ok(b) => serde_json::from_slice(&b)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Applied::default(),
             Err(e) => return Err(e.into()),
         };
         let (start, end) = partition.offsets();
-        let cursor = applied.log_end.max(start);
+        // one log per replica: nothing to replay (the batches are the entries)
+        let cursor = if entries.is_some() { end } else { applied.log_end.max(start) };
         if cursor > end {
             tracing::error!(
                 partition = partition.name(),
@@ -1113,7 +1177,10 @@ impl ReplicaSm {
             progress.snapshot_log_start.store(s.header.log_start, std::sync::atomic::Ordering::Release);
         }
         progress.replaying.store(cursor < end, std::sync::atomic::Ordering::Release);
-        partition.replays_from(cursor);
+        partition.replays_from(match &entries {
+            Some(ix) => ix.kept_from().min(applied.log_end),
+            None => cursor,
+        });
         let _ = std::fs::remove_file(dir.join(INCOMING_FILE));
         let _ = std::fs::remove_dir_all(dir.join(INCOMING_DIR));
         Ok(ReplicaSm {
@@ -1126,7 +1193,49 @@ impl ReplicaSm {
             snapshot,
             progress,
             mender: None,
+            entries,
         })
+    }
+
+    /// Where the log cleaner stops: a restart replays from `applied.log_end` (double format);
+    /// one log per replica, no entry not purged may be rewritten either.
+    fn clean_limit(&self, applied: &Applied) -> i64 {
+        match &self.entries {
+            Some(ix) => ix.kept_from().min(applied.log_end),
+            None => applied.log_end,
+        }
+    }
+
+    /// One log per replica: apply entry `index`'s command, whose batch the log holds already.
+    fn apply_stored(&mut self, cmd: &PartCommand, index: u64, ix: &dyn EntryIndex) -> PartResult {
+        let log_start = self.partition.offsets().0;
+        match cmd {
+            PartCommand::Stored { batch } => {
+                let Some(end) = ix.end_of(index) else {
+                    return PartResult::Failed(ApplyFailure::Storage(Arc::new(
+                        sluice_storage::StorageError::InvalidConfig(format!("Raft entry {index} is not held")),
+                    )));
+                };
+                let delta = sluice_protocol::batch::BatchView::parse_unchecked_crc(batch)
+                    .map_or(0, |v| i64::from(v.last_offset_delta()));
+                self.progress.bytes_since_snapshot.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                PartResult::Appended { first: end - 1 - delta, last: end - 1, log_start }
+            }
+            PartCommand::Answered { first, last } => PartResult::Appended { first: *first, last: *last, log_start },
+            PartCommand::DeleteRecords { offset } => {
+                // everything up to this entry is committed
+                if let Some(end) = ix.end_of(index) {
+                    self.partition.publish_committed_to(end);
+                }
+                match self.partition.delete_records_committed(*offset) {
+                    Ok(start) => PartResult::LogStart(start),
+                    Err(e) => PartResult::Failed(ApplyFailure::Storage(Arc::new(e))),
+                }
+            }
+            other => PartResult::Failed(ApplyFailure::Storage(Arc::new(sluice_storage::StorageError::InvalidConfig(
+                format!("{other:?} is not a write of one log per replica"),
+            )))),
+        }
     }
 
     fn with_mender(mut self, mender: Arc<Mender>) -> ReplicaSm {
@@ -1207,7 +1316,9 @@ impl ReplicaSm {
     /// Record the last applied entry — after fsyncing the partition log, so `applied.json`
     /// never claims data a crash could still take away.
     fn save(&mut self) -> Result<(), StorageError<NodeId>> {
-        save_applied(&self.dir, &*self.partition, &self.applied).map_err(|e| io_err(std::io::Error::other(e)))?;
+        let limit = self.clean_limit(&self.applied);
+        save_applied(&self.dir, &*self.partition, &self.applied, limit)
+            .map_err(|e| io_err(std::io::Error::other(e)))?;
         self.saved_at = Instant::now();
         Ok(())
     }
@@ -1222,9 +1333,12 @@ impl ReplicaSm {
             return Err("still replaying entries written before a restart".into());
         }
         let (dir, partition, applied) = (self.dir.clone(), self.partition.clone(), self.applied.clone());
+        let limit = self.clean_limit(&applied);
+        // one log per replica: the log holds entries past the last applied one, left out
+        let upto = self.entries.is_some().then_some(applied.log_end);
         let stored = tokio::task::spawn_blocking(move || {
-            save_applied(&dir, &*partition, &applied)?;
-            link_snapshot(&dir, &*partition, &applied)
+            save_applied(&dir, &*partition, &applied, limit)?;
+            link_snapshot(&dir, &*partition, &applied, upto)
         })
         .await
         .map_err(|e| e.to_string())??;
@@ -1270,17 +1384,22 @@ impl ReplicaSm {
 
 /// Fsync the partition, then record `applied` in `applied.json` (never claiming data a crash
 /// could still take away).
-fn save_applied(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) -> Result<(), String> {
+fn save_applied(dir: &Path, partition: &dyn PartitionLog, applied: &Applied, clean_limit: i64) -> Result<(), String> {
     partition.flush().map_err(|e| e.to_string())?;
     let bytes = serde_json::to_vec(applied).map_err(|e| e.to_string())?;
     sluice_storage::sidefile::write_atomic(&dir.join(APPLIED_FILE), &bytes).map_err(|e| e.to_string())?;
-    partition.replays_from(applied.log_end);
+    partition.replays_from(clean_limit);
     Ok(())
 }
 
 /// Hard-link the partition's files into `snapshots/<id>/` (made under a temporary name, its
 /// `snapshot.json` last) as the snapshot of `applied`, which is durable already.
-fn link_snapshot(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) -> Result<StoredSnapshot, String> {
+fn link_snapshot(
+    dir: &Path,
+    partition: &dyn PartitionLog,
+    applied: &Applied,
+    upto: Option<i64>,
+) -> Result<StoredSnapshot, String> {
     let last = applied.last_applied;
     let id = match last {
         Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, crate::clock::now_ms()),
@@ -1288,7 +1407,7 @@ fn link_snapshot(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) ->
     };
     let snaps = dir.join(SNAPSHOTS_DIR);
     let tmp = snaps.join(format!("{id}.tmp"));
-    let linked = partition.link_snapshot(&tmp).map_err(|e| e.to_string())?;
+    let linked = partition.link_snapshot(&tmp, upto).map_err(|e| e.to_string())?;
     let stored = StoredSnapshot {
         meta: SnapshotMeta { last_log_id: last, last_membership: applied.membership.clone(), snapshot_id: id },
         header: SnapshotHeader { log_start: linked.log_start, log_end: linked.log_end, files: linked.files },
@@ -1343,6 +1462,7 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
         I::IntoIter: OptionalSend,
     {
         let mut entries: Vec<_> = entries.into_iter().collect();
+        let entries_ix = self.entries.clone();
         let mut out = Vec::with_capacity(entries.len());
         let mut end = 0i64;
         let mut next = 0usize;
@@ -1356,12 +1476,15 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
                 while let Some(e) = entries.get_mut(next) {
                     let r = match &mut e.payload {
                         EntryPayload::Blank => PartResult::Done,
-                        EntryPayload::Normal(c) => match self.apply_entry(c)? {
-                            Some((r, written_end)) => {
-                                end = end.max(written_end);
-                                r
-                            }
-                            None => return Ok(true),
+                        EntryPayload::Normal(c) => match entries_ix.clone() {
+                            Some(ix) => self.apply_stored(c, e.log_id.index, &*ix),
+                            None => match self.apply_entry(c)? {
+                                Some((r, written_end)) => {
+                                    end = end.max(written_end);
+                                    r
+                                }
+                                None => return Ok(true),
+                            },
                         },
                         EntryPayload::Membership(m) => {
                             self.applied.membership = StoredMembership::new(Some(e.log_id), m.clone());
@@ -1372,15 +1495,25 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
                     out.push(r);
                     next += 1;
                 }
-                // committed = on a majority's fsynced Raft logs: visible (and acknowledged) now;
-                // this copy is fsynced by the next `save`, and replayed from the Raft log if lost
-                if end > 0 {
-                    self.partition.publish_committed();
-                }
-                self.applied.log_end = self.partition.offsets().1.max(self.cursor);
-                if self.cursor < self.replay_end {
-                    // still replaying: record only what is known to be matched
-                    self.applied.log_end = self.cursor;
+                if let Some(ix) = &entries_ix {
+                    // one log per replica: the log holds the entries past the last applied one
+                    // too; the committed ones end where the last applied entry's batch does
+                    if let Some(end) = self.applied.last_applied.and_then(|l| ix.end_of(l.index)) {
+                        self.partition.publish_committed_to(end);
+                        self.applied.log_end = end;
+                    }
+                } else {
+                    // committed = on a majority's fsynced Raft logs: visible (and acknowledged)
+                    // now; this copy is fsynced by the next `save`, and replayed from the Raft
+                    // log if lost
+                    if end > 0 {
+                        self.partition.publish_committed();
+                    }
+                    self.applied.log_end = self.partition.offsets().1.max(self.cursor);
+                    if self.cursor < self.replay_end {
+                        // still replaying: record only what is known to be matched
+                        self.applied.log_end = self.cursor;
+                    }
                 }
                 if self.saved_at.elapsed() >= APPLIED_EVERY {
                     self.save()?;
@@ -1437,13 +1570,18 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
         drop(data);
         let started = Instant::now();
         let (dir, partition, meta) = (self.dir.clone(), self.partition.clone(), meta.clone());
+        let ix = self.entries.clone();
         let installed = tokio::task::spawn_blocking(move || {
             let staged = dir.join(INCOMING_DIR);
             let header = unpack(&dir.join(INCOMING_FILE), &staged).map_err(|e| e.to_string())?;
             let (start, end) = partition.install_snapshot(&staged, header.log_start).map_err(|e| e.to_string())?;
+            if let Some(ix) = &ix {
+                // the next entry is the batch at the snapshot's end
+                ix.installed(meta.last_log_id, end).map_err(|e| e.to_string())?;
+            }
             let applied =
                 Applied { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), log_end: end };
-            save_applied(&dir, &*partition, &applied)?;
+            save_applied(&dir, &*partition, &applied, end)?;
             let _ = std::fs::remove_file(dir.join(INCOMING_FILE));
             Ok::<_, String>((applied, start, header.bytes()))
         })
@@ -1606,7 +1744,7 @@ mod tests {
         // the first run applies everything; `applied.json` is then put back to after entry 2,
         // as if the process died before rewriting it
         let first: Vec<PartResult> = {
-            let mut sm = ReplicaSm::open(raft.path(), open_partition(data.path())).unwrap();
+            let mut sm = ReplicaSm::open(raft.path(), open_partition(data.path()), None).unwrap();
             let out1 =
                 sm.apply(cmds[..2].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 1, c))).await.unwrap();
             sm.save().unwrap();
@@ -1623,7 +1761,7 @@ mod tests {
         assert_eq!(end_before, 3 + 2 + 1 + 1 + 1);
 
         let partition = open_partition(data.path());
-        let mut sm = ReplicaSm::open(raft.path(), partition.clone() as Arc<dyn PartitionLog>).unwrap();
+        let mut sm = ReplicaSm::open(raft.path(), partition.clone() as Arc<dyn PartitionLog>, None).unwrap();
         assert_eq!(sm.applied_state().await.unwrap().0.map(|l| l.index), Some(2));
         let again = sm.apply(cmds[2..].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 3, c))).await.unwrap();
         assert_eq!(partition.log().log_end_offset(), end_before, "nothing written twice");
@@ -1675,7 +1813,7 @@ mod tests {
         let cmds: Vec<PartCommand> = (0..24).map(|i| keyed_produce((i % 3) as u8, i)).collect();
         let partition = open(data.path());
         let first: Vec<PartResult> = {
-            let mut sm = ReplicaSm::open(raft.path(), partition.clone() as Arc<dyn PartitionLog>).unwrap();
+            let mut sm = ReplicaSm::open(raft.path(), partition.clone() as Arc<dyn PartitionLog>, None).unwrap();
             let out1 =
                 sm.apply(cmds[..8].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 1, c))).await.unwrap();
             sm.save().unwrap();
@@ -1696,7 +1834,7 @@ mod tests {
         drop(partition);
         let partition = open(data.path());
         let end_before = partition.log().log_end_offset();
-        let mut sm = ReplicaSm::open(raft.path(), partition.clone() as Arc<dyn PartitionLog>).unwrap();
+        let mut sm = ReplicaSm::open(raft.path(), partition.clone() as Arc<dyn PartitionLog>, None).unwrap();
         let again = sm.apply(cmds[8..].iter().cloned().enumerate().map(|(i, c)| entry(i as u64 + 9, c))).await.unwrap();
         assert_eq!(partition.log().log_end_offset(), end_before, "nothing written twice");
         for (a, b) in first[8..].iter().zip(&again) {

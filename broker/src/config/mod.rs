@@ -231,6 +231,11 @@ pub const SETTINGS: &[Setting] = &[
         help: "cluster mode: a partition's replica snapshots its segments after applying this many bytes of batches and purges its Raft log up to the snapshot; a coordinator shard snapshots its live records every this / 16 KiB entries; a replica too far behind (or wiped) catches up from the snapshot",
     },
     Setting {
+        name: "replication.log.format",
+        default: "double",
+        help: "cluster mode: where a new replicated partition keeps its Raft log: double (a Raft log of its own beside the partition log; each batch written twice) or single (the partition log itself, each batch written once: decision 0045). A partition keeps the format it was created with",
+    },
+    Setting {
         name: "replication.in.flight.max.bytes",
         default: "134217728",
         help: "cluster mode: bytes of produce batches this broker has proposed to its partitions' Raft groups and not yet answered; a produce request waits for room (its connection is not read meanwhile), so a slow follower or disk holds producers back instead of filling memory",
@@ -412,6 +417,9 @@ pub struct Config {
     /// `raft.log.max.bytes.between.snapshots`: bytes applied between a partition replica's
     /// snapshots (its Raft log is purged up to each).
     pub raft_snapshot_bytes: u64,
+    /// `replication.log.format=single`: new partition groups keep their Raft log in the
+    /// partition log.
+    pub single_log: bool,
     /// `replication.in.flight.max.bytes` and `replication.partition.in.flight.max.bytes`.
     pub in_flight_max_bytes: u64,
     pub partition_in_flight_max_bytes: u64,
@@ -979,6 +987,18 @@ pub fn resolve(
             get("raft.log.max.bytes.between.snapshots"),
             positive,
         )? as u64,
+        single_log: match get("replication.log.format").0.as_str() {
+            "double" => false,
+            "single" => true,
+            other => {
+                return Err(ConfigError::Invalid {
+                    name: "replication.log.format".into(),
+                    value: other.into(),
+                    origin: get("replication.log.format").1,
+                    reason: "expected double or single".into(),
+                })
+            }
+        },
         in_flight_max_bytes: parse::<i64>(
             "replication.in.flight.max.bytes",
             get("replication.in.flight.max.bytes"),

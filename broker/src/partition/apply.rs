@@ -100,7 +100,7 @@ impl PartitionLog for Partition {
             }
             // only a partition whose Raft log is its segment log holds these; it is not wired
             // into a partition's group yet (decision 0045 step 3)
-            PartCommand::Stored { .. } => failed(StorageError::InvalidConfig(
+            PartCommand::Stored { .. } | PartCommand::Answered { .. } => failed(StorageError::InvalidConfig(
                 "a stored batch (one log per replica) reached a partition whose Raft log is separate".into(),
             )),
             PartCommand::DeleteRecords { offset } => {
@@ -168,9 +168,28 @@ impl PartitionLog for Partition {
         Partition::flush(self)
     }
 
-    fn link_snapshot(&self, into: &std::path::Path) -> Result<sluice_storage::LinkedSnapshot, StorageError> {
+    fn link_snapshot(
+        &self,
+        into: &std::path::Path,
+        upto: Option<i64>,
+    ) -> Result<sluice_storage::LinkedSnapshot, StorageError> {
         Partition::flush(self)?;
-        self.log().link_snapshot(into)
+        self.log().link_snapshot_upto(into, upto)
+    }
+
+    fn publish_committed_to(&self, end: i64) {
+        let mut log = self.log();
+        if end > log.high_watermark() {
+            log.set_high_watermark(end);
+            drop(log);
+            self.hw_changed.notify_waiters();
+        }
+    }
+
+    fn delete_records_committed(&self, offset: i64) -> Result<i64, StorageError> {
+        let mut log = self.log();
+        let hw = log.high_watermark();
+        log.delete_records(offset.clamp(0, hw))
     }
 
     fn install_snapshot(&self, staged: &std::path::Path, log_start: i64) -> Result<(i64, i64), StorageError> {
@@ -195,11 +214,25 @@ impl crate::replication::partition_log_store::SegmentLog for Partition {
         batch: &mut [u8],
         term: i32,
         now_ms: i64,
+        judged: bool,
     ) -> Result<sluice_storage::AppendInfo, StorageError> {
-        Partition::append_entry(self, batch, term, now_ms)
+        Partition::append_entry(self, batch, term, now_ms, judged)
     }
     fn truncate_entries(&self, offset: i64) -> Result<u64, StorageError> {
         Partition::truncate_entries(self, offset)
+    }
+    fn use_terms(&self) -> Result<(), StorageError> {
+        let mut log = self.log();
+        let marker = log.dir().join(sluice_storage::log::RAFT_TERMS_FILE);
+        if !marker.exists() {
+            sluice_storage::sidefile::write_atomic(&marker, b"")?;
+        }
+        let mut config = log.config().clone();
+        config.leader_epoch = None;
+        log.set_config(config)?;
+        drop(log);
+        self.set_single_log();
+        Ok(())
     }
 }
 
@@ -232,7 +265,9 @@ impl Partition {
     fn stored_matches(&self, offset: i64, cmd: &PartCommand, stored: &[u8]) -> Option<(PartResult, i64)> {
         let (_, view) = iter_batches(stored).next()?.ok()?;
         let same = match cmd.inner() {
-            PartCommand::DeleteRecords { .. } | PartCommand::Predicted { .. } => return None,
+            PartCommand::DeleteRecords { .. } | PartCommand::Predicted { .. } | PartCommand::Answered { .. } => {
+                return None
+            }
             PartCommand::Marker { producer_id, .. } => view.is_control() && view.producer_id() == *producer_id,
             PartCommand::Stored { batch } => {
                 let ours = BatchView::parse_unchecked_crc(batch).ok()?;

@@ -92,6 +92,12 @@ pub struct Partition {
     tip: Mutex<tip::Tip>,
     /// An apply found a verdict that differed from the leader's: the tip starts again.
     tip_stale: std::sync::atomic::AtomicBool,
+    /// One log per replica: the partition's Raft log is its log (decision 0045 step 3). Set
+    /// when its replica starts.
+    single_log: std::sync::atomic::AtomicBool,
+    /// One log per replica: the term of the last judged write appended, and how many of that
+    /// term were appended (`append_entry`).
+    appended: Mutex<(i32, u64)>,
 }
 
 /// The offset of each producer's last marker written since the partition was opened, and the
@@ -139,6 +145,8 @@ impl Partition {
             markers: Mutex::new(markers),
             tip: Mutex::new(tip::Tip::default()),
             tip_stale: std::sync::atomic::AtomicBool::new(false),
+            single_log: std::sync::atomic::AtomicBool::new(false),
+            appended: Mutex::new((-1, 0)),
             topic,
             index,
             producers: Mutex::new(producers),
@@ -301,7 +309,15 @@ impl Partition {
     /// replay of the log would — whether or not the entry commits: a new leader's log defines
     /// the state, and [`Partition::truncate_entries`] takes back what Raft truncates. The
     /// high watermark is not moved (the entry is not committed yet).
-    pub fn append_entry(&self, batch: &mut [u8], term: i32, now_ms: i64) -> Result<AppendInfo, StorageError> {
+    /// `judged`: a write a leader judged (`tip.rs` counts them to know when its proposals are
+    /// all in the log).
+    pub fn append_entry(
+        &self,
+        batch: &mut [u8],
+        term: i32,
+        now_ms: i64,
+        judged: bool,
+    ) -> Result<AppendInfo, StorageError> {
         let mut producers = self.producers.lock().or_die();
         let mut log = self.log();
         let opens_txn = BatchView::parse_unchecked_crc(batch).is_ok_and(|v| {
@@ -310,6 +326,10 @@ impl Partition {
                 && producers.get(&v.producer_id()).is_none_or(|e| e.txn_first_offset.is_none())
         });
         let info = log.append(batch, now_ms, Some(term))?;
+        if judged {
+            let mut a = self.appended.lock().or_die();
+            *a = if a.0 == term { (term, a.1 + 1) } else { (term, 1) };
+        }
         if opens_txn {
             // before the high watermark can pass it (it moves only when the entry commits)
             self.first_unstable.fetch_min(info.first_offset, Ordering::AcqRel);
@@ -355,6 +375,15 @@ impl Partition {
         drop(producers);
         self.tip_went_stale();
         Ok(cut)
+    }
+
+    /// One log per replica: the partition's Raft log is its log from now on.
+    pub fn set_single_log(&self) {
+        self.single_log.store(true, Ordering::Release);
+    }
+
+    pub fn is_single_log(&self) -> bool {
+        self.single_log.load(Ordering::Acquire)
     }
 
     /// Has producer `pid` an open transaction here?
@@ -456,7 +485,7 @@ impl Partition {
         }
     }
 
-    fn count_refusal(r: &Refusal) {
+    pub(crate) fn count_refusal(r: &Refusal) {
         let reason = match r {
             Refusal::InvalidProducerEpoch { .. } => "invalid_producer_epoch",
             Refusal::OutOfOrderSequence { .. } => "out_of_order_sequence",
@@ -475,7 +504,11 @@ impl Partition {
         self.log.lock().or_die()
     }
 
-    pub fn set_config(&self, config: LogConfig) -> Result<(), StorageError> {
+    pub fn set_config(&self, mut config: LogConfig) -> Result<(), StorageError> {
+        if self.is_single_log() {
+            // the batches carry Raft terms, not one epoch (decision 0045)
+            config.leader_epoch = None;
+        }
         self.log().set_config(config)
     }
 
@@ -1477,7 +1510,7 @@ mod entry_tests {
                         continue;
                     }
                 };
-                let info = p.append_entry(&mut b, term, 0).unwrap();
+                let info = p.append_entry(&mut b, term, 0, true).unwrap();
                 bases.push(info.first_offset);
             }
             let got = derived(&p);

@@ -32,6 +32,10 @@ pub struct Tip {
     producers: HashMap<i64, ProducerEntry>,
     /// Each producer's last marker proposed, by offset.
     markers: HashMap<i64, i64>,
+    /// One log per replica: judged writes of this term appended to the log when it started,
+    /// and judged writes proposed since (it starts again once all of them are appended).
+    base: u64,
+    judged: u64,
 }
 
 /// The tip, locked: hold it until the write it judged is proposed, so writes reach the Raft
@@ -54,8 +58,20 @@ impl Partition {
         let mut tip = self.tip.lock().or_die();
         let applied_end = self.log().log_end_offset();
         let stale = self.tip_stale.swap(false, Ordering::AcqRel);
-        if stale || tip.term != term || applied_end >= tip.end {
-            *tip = Tip { term, end: applied_end, ..Tip::default() };
+        // one log per replica: the log (and the producer state) moves when an entry is
+        // appended, not applied, and Raft's own entries take offsets the tip does not predict,
+        // so what is still in flight is counted, not measured
+        let appended = {
+            let (t, n) = *self.appended.lock().or_die();
+            if t == term {
+                n
+            } else {
+                0
+            }
+        };
+        let caught_up = if self.is_single_log() { appended >= tip.base + tip.judged } else { applied_end >= tip.end };
+        if stale || tip.term != term || caught_up {
+            *tip = Tip { term, end: applied_end, base: appended, ..Tip::default() };
         }
         TipGuard { tip, partition: self }
     }
@@ -119,6 +135,20 @@ impl TipGuard<'_> {
         self.tip.markers.insert(pid, at);
         self.tip.end = at + 1;
         Verdict::At { first: at, last: at }
+    }
+
+    /// The log end the tip predicts before the next write.
+    pub fn end(&self) -> i64 {
+        self.tip.end
+    }
+
+    /// One log per replica: a write this tip judged was proposed (it is in flight until the
+    /// partition's log has it). A retry answered with a batch's offsets takes one offset.
+    pub fn proposed(&mut self, takes_offset: bool) {
+        self.tip.judged += 1;
+        if takes_offset {
+            self.tip.end += 1;
+        }
     }
 
     /// The write judged was not proposed (or its outcome is unknown): the next write starts

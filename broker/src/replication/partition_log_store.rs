@@ -63,10 +63,26 @@ pub trait SegmentLog: Send + Sync + 'static {
     /// The log, to read (and for its offsets and flusher).
     fn segment_log(&self) -> MutexGuard<'_, Log>;
     /// Append one entry's batch at the log end with `term` as its partition leader epoch; what
-    /// the partition derives from its log (producer state) follows.
-    fn append_entry(&self, batch: &mut [u8], term: i32, now_ms: i64) -> Result<AppendInfo, SE>;
+    /// the partition derives from its log (producer state) follows. `judged`: a write its
+    /// leader judged (`Stored`, `Answered`).
+    fn append_entry(&self, batch: &mut [u8], term: i32, now_ms: i64, judged: bool) -> Result<AppendInfo, SE>;
     /// Remove every batch from `offset` on; what the partition derives from its log follows.
     fn truncate_entries(&self, offset: i64) -> Result<u64, SE>;
+    /// From now on the log's batches carry Raft terms as their epochs (not one epoch stamped
+    /// on every batch, decision 0043), durably: a restart opens it so.
+    fn use_terms(&self) -> Result<(), SE>;
+}
+
+/// What a partition's state machine asks of the Raft log that is its segment log.
+pub trait EntryIndex: Send + Sync + 'static {
+    /// The offset right after entry `index`'s batch, if the entry is held.
+    fn end_of(&self, index: u64) -> Option<i64>;
+    /// The first offset of an entry not purged: the log cleaner must not rewrite anything from
+    /// here on (entries are batches, counted from the anchor).
+    fn kept_from(&self) -> i64;
+    /// The partition's log was replaced by a snapshot through `last` that ends at `log_end`:
+    /// nothing of the old log is an entry any more; the next entry is the batch at `log_end`.
+    fn installed(&self, last: Option<LogId<NodeId>>, log_end: i64) -> Result<(), StorageError<NodeId>>;
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -81,14 +97,15 @@ struct State {
     leaders: BTreeMap<u64, NodeId>,
 }
 
-/// One entry not purged: its batch's offset, and its term.
+/// One entry not purged: its batch's first and last offsets, and its term.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     offset: i64,
+    last: i64,
     term: u64,
 }
 
-struct Inner<L> {
+struct Inner<L: ?Sized> {
     dir: PathBuf,
     log: Arc<L>,
     state: State,
@@ -102,12 +119,12 @@ struct Inner<L> {
 }
 
 /// The Raft log over a partition's segment log (cheap to clone: a handle).
-pub struct PartitionLogStore<C, L> {
+pub struct PartitionLogStore<C, L: ?Sized> {
     inner: Arc<Mutex<Inner<L>>>,
     _c: std::marker::PhantomData<fn() -> C>,
 }
 
-impl<C, L> Clone for PartitionLogStore<C, L> {
+impl<C, L: ?Sized> Clone for PartitionLogStore<C, L> {
     fn clone(&self) -> Self {
         PartitionLogStore { inner: self.inner.clone(), _c: std::marker::PhantomData }
     }
@@ -123,6 +140,9 @@ fn now_ms() -> i64 {
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
+
+/// A Raft control batch's record timestamp: none (Kafka's -1).
+const NO_TIMESTAMP: i64 = -1;
 
 /// What a control batch of Sluice's types carries: the node that wrote it, and its payload.
 #[derive(Serialize, Deserialize)]
@@ -149,7 +169,9 @@ fn encode<C: Logged<D = PartCommand>>(e: &Entry<C>) -> Result<Vec<u8>, StorageEr
             bincode::serialize(&Carried { node, payload: cmd }).map_err(|e| corrupt(e.to_string()))?.into(),
         ),
     };
-    control.build(term, now_ms()).map(|b| b.to_vec()).map_err(|e| corrupt(e.to_string()))
+    // no timestamp: every replica builds Raft's own batches itself, and their bytes must be the
+    // same on each (a damaged batch is repaired with a peer's copy; decision 0036)
+    control.build(term, NO_TIMESTAMP).map(|b| b.to_vec()).map_err(|e| corrupt(e.to_string()))
 }
 
 /// The term as a partition leader epoch.
@@ -213,7 +235,7 @@ fn writer_of(view: &BatchView<'_>) -> Option<NodeId> {
     }
 }
 
-impl<L: SegmentLog> Inner<L> {
+impl<L: SegmentLog + ?Sized> Inner<L> {
     fn save_state(&self) -> Result<(), StorageError<NodeId>> {
         write_atomic(&self.dir.join(STATE_FILE), &serde_json::to_vec(&self.state).map_err(io_err)?)
     }
@@ -243,7 +265,7 @@ impl<L: SegmentLog> Inner<L> {
         let log = self.log.segment_log();
         for index in start..end {
             let Some(slot) = usize::try_from(index - self.first).ok().and_then(|i| self.slots.get(i)) else { break };
-            let bytes = log.read(slot.offset, 1, None, true).map_err(io_err)?;
+            let bytes = log.read_retained(slot.offset, 1).map_err(io_err)?;
             let (_, view) = iter_batches(&bytes)
                 .next()
                 .ok_or_else(|| corrupt(format!("Raft entry {index}: no batch at offset {}", slot.offset)))?
@@ -265,7 +287,7 @@ impl<L: SegmentLog> Inner<L> {
     }
 }
 
-impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
+impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L> {
     /// Open the store in `dir` over `log`: the entries from the anchor to the log's end.
     pub fn open(dir: &Path, log: Arc<L>) -> Result<Self, StorageError<NodeId>> {
         std::fs::create_dir_all(dir).map_err(io_err)?;
@@ -292,8 +314,10 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
         }
         if let Some((index, offset)) = inner.state.anchor {
             inner.first = index;
-            let guard = inner.log.segment_log();
-            let (start, end) = (guard.log_start_offset(), guard.log_end_offset());
+            let mut guard = inner.log.segment_log();
+            // the entries from the anchor on stay whatever retention says
+            guard.set_retention_floor(offset);
+            let (start, end) = (guard.segment_bases().first().copied().unwrap_or(0), guard.log_end_offset());
             if offset < start {
                 return Err(corrupt(format!(
                     "Raft entry {index} (offset {offset}) is below the log start {start}: deleted before it was purged"
@@ -301,7 +325,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
             }
             let mut at = offset;
             while at < end {
-                let bytes = guard.read(at, 1 << 20, None, true).map_err(io_err)?;
+                let bytes = guard.read_retained(at, 1 << 20).map_err(io_err)?;
                 if bytes.is_empty() {
                     break;
                 }
@@ -312,7 +336,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
                     if let Some(node) = writer_of(&view) {
                         inner.leaders.entry(term).or_insert(node);
                     }
-                    inner.slots.push_back(Slot { offset: view.base_offset(), term });
+                    inner.slots.push_back(Slot { offset: view.base_offset(), last: view.last_offset(), term });
                     at = view.last_offset() + 1;
                 }
             }
@@ -350,6 +374,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
                     inner.state.anchor = Some((index, leo));
                     inner.save_state()?;
                 }
+                inner.log.segment_log().set_retention_floor(leo);
                 inner.first = index;
             } else if index != inner.next_index() {
                 return Err(corrupt(format!("Raft entry {index} appended after {}", inner.next_index() - 1)));
@@ -367,14 +392,12 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
             if view.size() != bytes.len() {
                 return Err(corrupt(format!("Raft entry {index} is more than one batch")));
             }
-            if matches!(e.payload, EntryPayload::Normal(PartCommand::Stored { .. })) && view.base_offset() != leo {
-                return Err(corrupt(format!(
-                    "Raft entry {index}: its batch was judged at offset {}, the log ends at {leo}",
-                    view.base_offset()
-                )));
-            }
-            let info = inner.log.append_entry(&mut bytes, epoch_of(term)?, now_ms()).map_err(io_err)?;
-            inner.slots.push_back(Slot { offset: info.first_offset, term });
+            // a batch goes at the log end whatever offset its leader judged it would take: an
+            // entry the leader did not judge (Raft's own, DeleteRecords) may have come between
+            let judged =
+                matches!(e.payload, EntryPayload::Normal(PartCommand::Stored { .. } | PartCommand::Answered { .. }));
+            let info = inner.log.append_entry(&mut bytes, epoch_of(term)?, now_ms(), judged).map_err(io_err)?;
+            inner.slots.push_back(Slot { offset: info.first_offset, last: info.last_offset, term });
         }
         let log = inner.log.segment_log();
         Ok((log.flusher(), log.log_end_offset()))
@@ -387,7 +410,38 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> PartitionLogStore<C, L> {
     }
 }
 
-impl<C: Logged<D = PartCommand>, L: SegmentLog> RaftLogReader<C> for PartitionLogStore<C, L> {
+impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> EntryIndex for PartitionLogStore<C, L> {
+    fn end_of(&self, index: u64) -> Option<i64> {
+        let g = self.lock();
+        let i = usize::try_from(index.checked_sub(g.first)?).ok()?;
+        g.slots.get(i).map(|s| s.last + 1)
+    }
+
+    fn kept_from(&self) -> i64 {
+        let g = self.lock();
+        match g.slots.front() {
+            Some(s) => s.offset,
+            None => g.state.anchor.map_or(0, |(_, o)| o),
+        }
+    }
+
+    fn installed(&self, last: Option<LogId<NodeId>>, log_end: i64) -> Result<(), StorageError<NodeId>> {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        inner.slots.clear();
+        inner.first = last.map_or(0, |l| l.index + 1);
+        inner.state.anchor = Some((inner.first, log_end));
+        if let Some(l) = last {
+            inner.state.last_purged = Some(l);
+            inner.state.leaders.insert(l.leader_id.term, l.leader_id.node_id);
+            inner.leaders.insert(l.leader_id.term, l.leader_id.node_id);
+        }
+        inner.log.segment_log().set_retention_floor(log_end);
+        inner.save_state()
+    }
+}
+
+impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogReader<C> for PartitionLogStore<C, L> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -412,7 +466,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> RaftLogReader<C> for PartitionLo
     }
 }
 
-impl<C: Logged<D = PartCommand>, L: SegmentLog> RaftLogStorage<C> for PartitionLogStore<C, L> {
+impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for PartitionLogStore<C, L> {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<NodeId>> {
@@ -473,12 +527,8 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> RaftLogStorage<C> for PartitionL
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut g = self.lock();
-        let Some(at) = log_id.index.checked_sub(g.first).and_then(|i| usize::try_from(i).ok()) else {
-            return Err(corrupt(format!(
-                "truncating at Raft entry {}, below the first held {}",
-                log_id.index, g.first
-            )));
-        };
+        // (below the first entry held: everything held goes)
+        let Ok(at) = usize::try_from(log_id.index.saturating_sub(g.first)) else { return Ok(()) };
         let Some(slot) = g.slots.get(at).copied() else { return Ok(()) };
         g.log.truncate_entries(slot.offset).map_err(io_err)?;
         g.slots.truncate(at);
@@ -500,6 +550,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog> RaftLogStorage<C> for PartitionL
         };
         inner.state.anchor = Some((inner.first, offset));
         inner.state.last_purged = Some(log_id);
+        inner.log.segment_log().set_retention_floor(offset);
         inner.state.leaders.insert(log_id.leader_id.term, log_id.leader_id.node_id);
         inner.leaders.insert(log_id.leader_id.term, log_id.leader_id.node_id);
         // the leaders of terms wholly purged are not needed any more
@@ -531,11 +582,14 @@ mod tests {
         fn segment_log(&self) -> MutexGuard<'_, Log> {
             self.0.lock().or_die()
         }
-        fn append_entry(&self, batch: &mut [u8], term: i32, now_ms: i64) -> Result<AppendInfo, SE> {
+        fn append_entry(&self, batch: &mut [u8], term: i32, now_ms: i64, _judged: bool) -> Result<AppendInfo, SE> {
             self.0.lock().or_die().append(batch, now_ms, Some(term))
         }
         fn truncate_entries(&self, offset: i64) -> Result<u64, SE> {
             self.0.lock().or_die().truncate_to(offset)
+        }
+        fn use_terms(&self) -> Result<(), SE> {
+            Ok(())
         }
     }
 

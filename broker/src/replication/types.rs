@@ -51,6 +51,10 @@ pub enum PartCommand {
         #[serde(with = "b64")]
         batch: Vec<u8>,
     },
+    /// An exact retry of a batch the leader holds (one log per replica): answered with the
+    /// offsets it was stored at once this entry commits (and with it every entry before it,
+    /// the original among them). Stored as a control batch; writes nothing else.
+    Answered { first: i64, last: i64 },
 }
 
 /// What the leader expects applying a proposed write to do (`partition::tip`).
@@ -160,11 +164,23 @@ pub trait PartitionLog: Send + Sync + 'static {
     fn stored(&self, offset: i64, cmd: &PartCommand) -> Result<Option<(PartResult, i64)>, StorageError>;
     /// Make everything applied so far visible (committed on a majority: the high watermark).
     fn publish_committed(&self);
+    /// One log per replica: the log holds entries not yet committed past `end`; make the
+    /// offsets below it visible (the high watermark, which never moves back).
+    fn publish_committed_to(&self, end: i64);
+    /// One log per replica: DeleteRecords up to `offset`, at most the high watermark (which it
+    /// does not move): the new log start.
+    fn delete_records_committed(&self, offset: i64) -> Result<i64, StorageError>;
     /// Make everything applied so far durable (fsync).
     fn flush(&self) -> Result<(), StorageError>;
     /// Hard-link the partition's files into `into` (everything applied made durable first): a
     /// snapshot of it (`replication::snapshot`).
-    fn link_snapshot(&self, into: &std::path::Path) -> Result<sluice_storage::LinkedSnapshot, StorageError>;
+    /// `upto`: only the log below it (one log per replica: entries past the commit point are
+    /// left out).
+    fn link_snapshot(
+        &self,
+        into: &std::path::Path,
+        upto: Option<i64>,
+    ) -> Result<sluice_storage::LinkedSnapshot, StorageError>;
     /// Replace the partition with a received snapshot's files, staged in `staged`, whose log
     /// starts at `log_start`: the new log's start and end.
     fn install_snapshot(&self, staged: &std::path::Path, log_start: i64) -> Result<(i64, i64), StorageError>;
