@@ -695,6 +695,16 @@ impl Segment {
         self.sync()
     }
 
+    /// The header of the batch at the start of `bytes`, which sit at byte `position` of the file
+    /// (its CRC not checked): `Corrupt` there if none parses.
+    fn header_at<'a>(&self, bytes: &'a [u8], position: u64) -> Result<BatchView<'a>> {
+        BatchView::parse_unchecked_crc(bytes).map_err(|e| StorageError::Corrupt {
+            path: self.log_path.clone(),
+            position,
+            reason: e.to_string(),
+        })
+    }
+
     /// Where a truncation at `offset` cuts this segment: the byte position of its first batch
     /// whose base offset is at or past `offset`, and the offset the segment then ends at.
     /// `InvalidConfig` when a batch holds `offset` past its base (the cut would split it).
@@ -712,11 +722,7 @@ impl Segment {
         let map = self.view_from(start)?;
         let mut pos = 0usize;
         while pos < map.len() {
-            let b = BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| StorageError::Corrupt {
-                path: self.log_path.clone(),
-                position: start + pos as u64,
-                reason: e.to_string(),
-            })?;
+            let b = self.header_at(&map[pos..], start + pos as u64)?;
             if b.base_offset() >= offset {
                 break;
             }
@@ -814,11 +820,7 @@ impl Segment {
         let map = self.view_from(start)?;
         let mut pos = 0usize;
         while pos < map.len() {
-            let b = BatchView::parse_unchecked_crc(&map[pos..]).map_err(|e| StorageError::Corrupt {
-                path: self.log_path.clone(),
-                position: start + pos as u64,
-                reason: e.to_string(),
-            })?;
+            let b = self.header_at(&map[pos..], start + pos as u64)?;
             if b.max_timestamp() >= timestamp {
                 return Ok(Some(map.slice(pos..pos + b.size())));
             }
