@@ -600,9 +600,11 @@ fn maintain(
             let log_start = partition.offsets().0;
             let pinning = snap_index.is_some() && log_start > progress.snapshot_log_start.load(Ordering::Acquire);
             let fresh = applied > snap_index.unwrap_or(0).max(triggered_at);
-            if pinning && !fresh && leading {
-                // nothing applied since: a no-op entry (DeleteRecords to the log start) gives
-                // every replica a later entry to end its next snapshot at
+            if pinning && leading {
+                // a no-op entry (DeleteRecords to the log start) gives every replica a later
+                // entry to end its next snapshot at — a follower's too, whose snapshot may be at
+                // its last entry while the leader's is not (writes stopped: without it that
+                // follower's old snapshot kept the deleted segments until the next write)
                 let _ = raft.client_write_ff(PartCommand::DeleteRecords { offset: log_start }).await;
             }
             idle_rounds = if applied == seen_applied { idle_rounds + 1 } else { 0 };
