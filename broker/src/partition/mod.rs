@@ -334,8 +334,8 @@ impl Partition {
             // before the high watermark can pass it (it moves only when the entry commits)
             self.first_unstable.fetch_min(info.first_offset, Ordering::AcqRel);
         }
-        let stored = log.read(info.first_offset, 1, None, true)?;
-        if let Some(Ok((_, v))) = iter_batches(&stored).next() {
+        // the batch as stored (`append` wrote its offsets into `batch`; its CRC was checked)
+        if let Ok(v) = BatchView::parse_unchecked_crc(batch) {
             if v.is_control() && v.producer_id() != NO_PRODUCER_ID {
                 self.verified.lock().or_die().retain(|(p, _)| *p != v.producer_id());
                 self.markers.lock().or_die().last.insert(v.producer_id(), v.base_offset());

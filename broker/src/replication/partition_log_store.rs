@@ -151,13 +151,13 @@ struct Carried<T> {
     payload: T,
 }
 
-/// The batch an entry is stored as (its base offset is the log's to assign; a `Stored` batch's
-/// is checked against it).
-fn encode<C: Logged<D = PartCommand>>(e: &Entry<C>) -> Result<Vec<u8>, StorageError<NodeId>> {
+/// The batch an entry is stored as (its base offset is the log's to assign, a `Stored` batch's
+/// too). Takes the entry: a batch's bytes are moved, not copied.
+fn encode<C: Logged<D = PartCommand>>(e: Entry<C>) -> Result<Vec<u8>, StorageError<NodeId>> {
     let term = epoch_of(e.log_id.leader_id.term)?;
     let node = e.log_id.leader_id.node_id;
-    let control = match &e.payload {
-        EntryPayload::Normal(PartCommand::Stored { batch }) => return Ok(batch.clone()),
+    let control = match e.payload {
+        EntryPayload::Normal(PartCommand::Stored { batch }) => return Ok(batch),
         EntryPayload::Blank => RaftControl::LeaderChange {
             leader: i32::try_from(node).map_err(|_| corrupt(format!("node id {node} is not a Kafka broker id")))?,
             voters: Vec::new(),
@@ -379,8 +379,13 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
             } else if index != inner.next_index() {
                 return Err(corrupt(format!("Raft entry {index} appended after {}", inner.next_index() - 1)));
             }
-            let mut bytes = encode(&e)?;
-            if !matches!(e.payload, EntryPayload::Blank) && inner.leaders.get(&term) != Some(&node) {
+            let blank = matches!(e.payload, EntryPayload::Blank);
+            // a batch goes at the log end whatever offset its leader judged it would take: an
+            // entry the leader did not judge (Raft's own, DeleteRecords) may have come between
+            let judged =
+                matches!(e.payload, EntryPayload::Normal(PartCommand::Stored { .. } | PartCommand::Answered { .. }));
+            let mut bytes = encode(e)?;
+            if !blank && inner.leaders.get(&term) != Some(&node) {
                 // a data batch names no node: the leader of a term whose blank entry is not
                 // held here (entries after a snapshot) is kept where the next open finds it
                 inner.state.leaders.insert(term, node);
@@ -392,10 +397,6 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
             if view.size() != bytes.len() {
                 return Err(corrupt(format!("Raft entry {index} is more than one batch")));
             }
-            // a batch goes at the log end whatever offset its leader judged it would take: an
-            // entry the leader did not judge (Raft's own, DeleteRecords) may have come between
-            let judged =
-                matches!(e.payload, EntryPayload::Normal(PartCommand::Stored { .. } | PartCommand::Answered { .. }));
             let info = inner.log.append_entry(&mut bytes, epoch_of(term)?, now_ms(), judged).map_err(io_err)?;
             inner.slots.push_back(Slot { offset: info.first_offset, last: info.last_offset, term });
         }
