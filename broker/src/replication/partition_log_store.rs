@@ -36,7 +36,7 @@
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
 
-use super::log_store::{io_err, write_atomic, Logged};
+use super::log_store::{io_err, write_atomic, Logged, Progress};
 use super::types::{NodeId, PartCommand};
 use crate::sync::OrDie as _;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -53,7 +53,8 @@ use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// The store's own state: vote, committed and purged ids, the anchor and the leaders of terms.
+/// The store's own state: vote and purged id, the anchor and the leaders of terms (and the
+/// commit point as of its last write; the current one is in `raft-progress.json`).
 const STATE_FILE: &str = "raft-state.json";
 
 /// The partition's segment log, as the Raft log store writes and reads it (the partition
@@ -291,11 +292,13 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
     /// Open the store in `dir` over `log`: the entries from the anchor to the log's end.
     pub fn open(dir: &Path, log: Arc<L>) -> Result<Self, StorageError<NodeId>> {
         std::fs::create_dir_all(dir).map_err(io_err)?;
-        let state: State = match std::fs::read(dir.join(STATE_FILE)) {
+        let mut state: State = match std::fs::read(dir.join(STATE_FILE)) {
             Ok(b) => serde_json::from_slice(&b).map_err(io_err)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
             Err(e) => return Err(io_err(e)),
         };
+        // the commit point moves in its own file, not fsynced (`Progress`)
+        state.committed = Progress::later(state.committed, Progress::read(dir).committed);
         let mut inner = Inner {
             dir: dir.to_path_buf(),
             log,
@@ -498,7 +501,8 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
         let mut g = self.lock();
         g.state.committed = committed;
-        g.save_state()
+        // not fsynced: openraft does not need the commit point durable (`Progress`)
+        Progress { committed, flushed: None }.write(&g.dir, false)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
@@ -761,6 +765,29 @@ mod tests {
         assert_eq!(views.len(), 9);
         assert_eq!(views.iter().filter(|v| !v.is_control()).map(|v| v.records_count()).sum::<i32>(), 10);
         assert_eq!(views.iter().map(|v| v.partition_leader_epoch()).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 1, 1, 2, 2]);
+    }
+
+    /// The commit point is in `raft-progress.json` (not fsynced): a reopen finds it, and an
+    /// unreadable one gives way to the state file's older value.
+    #[test]
+    fn the_commit_point_survives_a_reopen_and_an_unreadable_progress_file_falls_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let raft = dir.path().join("raft");
+        let mut store = Store::open(&raft, bare(dir.path())).unwrap();
+        history(&store);
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let at = |i| Some(LogId::new(CommittedLeaderId::new(1, 1), i));
+        rt.block_on(store.save_committed(at(1))).unwrap();
+        rt.block_on(store.save_vote(&Vote::new(2, 1))).unwrap();
+        rt.block_on(store.save_committed(at(5))).unwrap();
+        drop(store);
+        let mut store = Store::open(&raft, bare(dir.path())).unwrap();
+        assert_eq!(rt.block_on(store.read_committed()).unwrap(), at(5));
+        drop(store);
+        std::fs::write(raft.join("raft-progress.json"), b"").unwrap();
+        let mut store = Store::open(&raft, bare(dir.path())).unwrap();
+        assert_eq!(rt.block_on(store.read_committed()).unwrap(), at(1), "the state file's, saved with the vote");
+        assert_eq!(rt.block_on(store.read_vote()).unwrap(), Some(Vote::new(2, 1)));
     }
 
     /// Raft's truncation cuts the partition log at the entry's batch; a purge moves the anchor
