@@ -7,6 +7,12 @@
 # timeouts in its log; then the data on disk: the partition log, the Raft log (purged up to each
 # snapshot, decision 0025) and the whole data directory; then the same load against one broker
 # alone for the same time, and the ratio of records delivered (RF 3 / single broker).
+# Both phases start from the same machine state: the data of the phase before deleted, the
+# page cache written back (`sync`) and, when permitted (root), dropped. The speed of writes into
+# the page cache here varies several-fold with how full of dirty pages it is (decision 0046): a
+# single-broker phase run while the RF 3 phase's 30 GB were still being written back delivered
+# 0.4x what it did from a clean state. The topic keeps at most SOAK_RETENTION_BYTES
+# (default 4 GiB) per replica, so a long run cannot fill the disk.
 # Usage: tests/bench/soak.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,6 +29,13 @@ PIDS=()
 # SOAK_BROKER_ARGS="..." adds flags to the three brokers (e.g. mutual TLS on the Raft port)
 # SOAK_BIN=path runs another build of the broker (two builds compared on the same machine)
 trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; if [ -n "${SOAK_KEEP:-}" ]; then echo "kept $W"; else rm -rf "$W"; fi' EXIT
+# the same starting point for each phase: nothing dirty in the page cache (and, as root, an
+# empty one)
+settle() {
+  sync
+  (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null || true
+}
+RETAIN=${SOAK_RETENTION_BYTES:-4294967296}
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 V="1@127.0.0.1:$(port),2@127.0.0.1:$(port),3@127.0.0.1:$(port)"
 K=()
@@ -34,9 +47,10 @@ for i in 1 2 3; do
     --log-dirs "$W/d$i" --metrics-listener "127.0.0.1:${M[$((i - 1))]}" >"$W/b$i.log" 2>&1 &
   PIDS+=($!)
 done
+settle
 sleep 8
 BS="127.0.0.1:${K[0]},127.0.0.1:${K[1]},127.0.0.1:${K[2]}"
-"$CTL" --bootstrap-server "127.0.0.1:${K[0]}" topics create soak --partitions 1 --replication-factor 3 >/dev/null
+"$CTL" --bootstrap-server "127.0.0.1:${K[0]}" topics create soak --partitions 1 --replication-factor 3 --config "retention.bytes=$RETAIN" >/dev/null
 sleep 4
 maxrss=(0 0 0)
 # SIGINT: rdkafka_performance stops producing, waits for what is in flight and prints its final
@@ -69,11 +83,13 @@ for j in 0 1 2; do
 done
 # the same load against one broker alone, same duration: the ratio issue 19 asks of RF 3
 for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+[ -n "${SOAK_KEEP:-}" ] || rm -rf "$W/d1" "$W/d2" "$W/d3"
+settle
 SK=$(port)
 env -u SLUICE_LOG "$BIN" --listeners "PLAINTEXT://127.0.0.1:$SK" --log-dirs "$W/single" >"$W/single.log" 2>&1 &
 PIDS+=($!)
 sleep 4
-"$CTL" --bootstrap-server "127.0.0.1:$SK" topics create soak --partitions 1 --replication-factor 1 >/dev/null
+"$CTL" --bootstrap-server "127.0.0.1:$SK" topics create soak --partitions 1 --replication-factor 1 --config "retention.bytes=$RETAIN" >/dev/null
 sleep 1
 timeout -s INT -k 30 "$DUR" stdbuf -oL "$PERF" -P -t soak -b "127.0.0.1:$SK" -s 1024 -a -1 -c 100000000 -X linger.ms=5 >"$W/perf1.log" 2>&1 || true
 sleep 3

@@ -527,6 +527,19 @@ fn rdkafka_leader(bootstrap: &str, topic: &str) -> i32 {
     }
 }
 
+/// The partition's leader once metadata names one (within 30 s).
+async fn known_leader(bootstrap: &str, topic: &str) -> i32 {
+    let t0 = Instant::now();
+    loop {
+        let leader = rdkafka_leader(bootstrap, topic);
+        if leader > 0 {
+            return leader;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{topic}: no leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Replication (one Raft group per partition): three replicas; librdkafka produces with
 /// idempotence and acks=all while the partition's leader is killed with SIGKILL. A new leader
 /// takes over within seconds, every acknowledged record is there exactly once, in order, and
@@ -1403,12 +1416,9 @@ async fn a_broker_joins_a_running_cluster_and_leaves_it() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for _ in 0..20 {
-        let code = produce_code(
-            &c.brokers[usize::try_from(rdkafka_leader(&bootstrap, "joined") - 1).unwrap()],
-            "joined",
-            5000,
-        )
-        .await;
+        // (a metadata request that times out on a loaded machine answers -1: asked again)
+        let leader = known_leader(&bootstrap, "joined").await;
+        let code = produce_code(&c.brokers[usize::try_from(leader - 1).unwrap()], "joined", 5000).await;
         assert_eq!(code, 0);
     }
     // move the partition onto broker 4 (first: its preferred leader) and two of the others

@@ -5,9 +5,9 @@
 //! open. The records are in files of bounded size, `raft-log-<first index>.bin` (a single
 //! `raft-log.bin` of earlier versions is the oldest file), so that a purge deletes whole files
 //! and copies nothing. The vote and purged id are in `raft-meta.json` (written atomically and
-//! fsynced); the commit point, which moves with every commit, is in `raft-progress.json`,
-//! written without an fsync (see [`Progress`]). A log written as JSON lines by earlier versions (`raft-log.jsonl`, the bytes in
-//! base64) is converted once, on open (decision 0023).
+//! fsynced); the commit point, which moves with every commit, is in `raft-progress`, rewritten
+//! in place without an fsync (see [`Progress`]). A log written as JSON lines by earlier
+//! versions (`raft-log.jsonl`, the bytes in base64) is converted once, on open (decision 0023).
 
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
@@ -34,18 +34,22 @@ const HEADER: usize = 8;
 /// produce batch is bounded by `message.max.bytes`, a Raft RPC frame by 64 MiB).
 const RECORD_MAX: usize = 256 * 1024 * 1024;
 
-/// The commit point and how far fsyncs reached, rewritten at every commit advance.
-const PROGRESS_FILE: &str = "raft-progress.json";
+/// The commit point and how far fsyncs reached, rewritten in place at every commit advance.
+const PROGRESS_FILE: &str = "raft-progress";
+/// The progress file: one side-file frame (magic, version, length, CRC32C, JSON), zero-padded
+/// to a fixed size so that each write is one `pwrite` over the last.
+const PROGRESS_MAGIC: [u8; 4] = *b"SLRP";
+const PROGRESS_BYTES: usize = 256;
 
 /// What a group's log store records at every commit advance: the commit point, and (the double
-/// format's log) the highest entry an fsync had covered ([`Durable`]). Written atomically
-/// (a temporary file renamed over it) but **not fsynced**: openraft does not need the commit
-/// point durable (a restart that finds an older one, or none, re-applies less at start and
-/// learns the rest from the leader), and both values only ever claim what was true when they
-/// were written, so an older one after a power cut is a weaker claim, never a false one. Every
-/// fsynced save of the store's own state (vote, purge, truncation) rewrites it durably first.
-/// An fsync here was 20 % of a partition leader's Raft task time under a saturating producer
-/// (two fsyncs per commit, on the task that also appends): decision 0046.
+/// format's log) the highest entry an fsync had covered ([`Durable`]). Rewritten in place and
+/// **not fsynced**: openraft does not need the commit point durable (a restart that finds an
+/// older one, or none, re-applies less at start and learns the rest from the leader), and both
+/// values only ever claim what was true when they were written, so an older one after a power
+/// cut is a weaker claim, never a false one; a write a power cut tore fails its CRC and is
+/// ignored. Every fsynced save of the store's own state (vote, purge, truncation) rewrites it
+/// durably first. Two fsyncs per commit here were a fifth of a partition's Raft task time under
+/// a saturating producer, and a rename per commit still 5-10 %: decision 0046.
 #[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
 pub(crate) struct Progress {
     pub committed: Option<LogId<NodeId>>,
@@ -54,25 +58,61 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
-    /// What `dir` holds; nothing when the file is missing or unreadable (torn by a power cut:
-    /// it was not fsynced), as the values in the fsynced state file then stand.
+    /// What `dir` holds; nothing when the file is missing or fails its CRC (torn by a power
+    /// cut: it was not fsynced), as the values in the fsynced state file then stand.
     pub(crate) fn read(dir: &Path) -> Progress {
-        std::fs::read(dir.join(PROGRESS_FILE)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
-    }
-
-    /// Replace the file in `dir`; `durable`: fsynced, with its directory.
-    pub(crate) fn write(&self, dir: &Path, durable: bool) -> Result<(), StorageError<NodeId>> {
-        let bytes = serde_json::to_vec(self).map_err(io_err)?;
-        if durable {
-            return write_atomic(&dir.join(PROGRESS_FILE), &bytes);
-        }
-        let tmp = dir.join(concat!("raft-progress.json", ".tmp"));
-        std::fs::write(&tmp, &bytes).and_then(|_| std::fs::rename(&tmp, dir.join(PROGRESS_FILE))).map_err(io_err)
+        let Ok(bytes) = std::fs::read(dir.join(PROGRESS_FILE)) else { return Progress::default() };
+        let len = bytes.get(6..10).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize);
+        let frame = bytes.get(..sluice_storage::sidefile::FRAME_HEADER_BYTES.saturating_add(len)).unwrap_or(&[]);
+        sluice_storage::sidefile::decode(PROGRESS_MAGIC, frame)
+            .ok()
+            .and_then(|(_, payload)| serde_json::from_slice(payload).ok())
+            .unwrap_or_default()
     }
 
     /// The later of two commit points (by index).
     pub(crate) fn later(a: Option<LogId<NodeId>>, b: Option<LogId<NodeId>>) -> Option<LogId<NodeId>> {
         std::cmp::max_by_key(a, b, |l| l.map(|l| l.index))
+    }
+}
+
+/// The progress file of one group's directory, kept open.
+pub(crate) struct ProgressFile {
+    dir: PathBuf,
+    file: Option<std::fs::File>,
+    /// Created by this process and its name not yet fsynced into the directory.
+    fresh: bool,
+}
+
+impl ProgressFile {
+    pub(crate) fn new(dir: &Path) -> ProgressFile {
+        ProgressFile { dir: dir.to_path_buf(), file: None, fresh: false }
+    }
+
+    /// Write `p` over the file's contents; `durable`: fsynced (and its name, once).
+    pub(crate) fn write(&mut self, p: &Progress, durable: bool) -> Result<(), StorageError<NodeId>> {
+        use std::os::unix::fs::FileExt;
+        let mut frame = sluice_storage::sidefile::encode(PROGRESS_MAGIC, 1, &serde_json::to_vec(p).map_err(io_err)?);
+        if frame.len() > PROGRESS_BYTES {
+            return Err(io_err(std::io::Error::other(format!("a progress record of {} bytes", frame.len()))));
+        }
+        frame.resize(PROGRESS_BYTES, 0);
+        if self.file.is_none() {
+            let path = self.dir.join(PROGRESS_FILE);
+            self.fresh = !path.exists();
+            self.file =
+                Some(std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(io_err)?);
+        }
+        let Some(file) = &self.file else { return Ok(()) };
+        file.write_all_at(&frame, 0).map_err(io_err)?;
+        if durable {
+            file.sync_data().map_err(io_err)?;
+            if self.fresh {
+                sluice_storage::sidefile::sync_dir(&self.dir).map_err(io_err)?;
+                self.fresh = false;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -264,6 +304,7 @@ struct LogInner<C: Logged> {
     damaged_until: Option<u64>,
     /// See [`Durable`]; shared with the fsync tasks.
     durable: Arc<Mutex<Durable>>,
+    progress: ProgressFile,
     _entries: std::marker::PhantomData<C>,
 }
 
@@ -334,7 +375,8 @@ where
         let lost = self.damaged_until.filter(|u| *u > held).unwrap_or(0);
         let flushed = flushed.max(lost);
         self.meta.flushed = (flushed > 0).then_some(flushed);
-        Progress { committed: self.meta.committed, flushed: self.meta.flushed }.write(&self.dir, durable)?;
+        let p = Progress { committed: self.meta.committed, flushed: self.meta.flushed };
+        self.progress.write(&p, durable)?;
         if !durable {
             return Ok(());
         }
@@ -528,6 +570,7 @@ where
             read_bytes_max: usize::MAX,
             damaged_until: None,
             durable: Arc::default(),
+            progress: ProgressFile::new(dir),
             _entries: std::marker::PhantomData,
         };
         let last_kept = inner.entries.keys().next_back().copied().unwrap_or(0);

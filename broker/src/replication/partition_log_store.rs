@@ -36,7 +36,7 @@
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
 
-use super::log_store::{io_err, write_atomic, Logged, Progress};
+use super::log_store::{io_err, write_atomic, Logged, Progress, ProgressFile};
 use super::types::{NodeId, PartCommand};
 use crate::sync::OrDie as _;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -54,7 +54,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The store's own state: vote and purged id, the anchor and the leaders of terms (and the
-/// commit point as of its last write; the current one is in `raft-progress.json`).
+/// commit point as of its last write; the current one is in `raft-progress`).
 const STATE_FILE: &str = "raft-state.json";
 
 /// The partition's segment log, as the Raft log store writes and reads it (the partition
@@ -117,6 +117,8 @@ struct Inner<L: ?Sized> {
     leaders: BTreeMap<u64, NodeId>,
     /// The bytes of batches one bounded read returns at most (at least one entry).
     read_bytes_max: usize,
+    /// Where the commit point goes (`Progress`).
+    progress: ProgressFile,
 }
 
 /// The Raft log over a partition's segment log (cheap to clone: a handle).
@@ -266,11 +268,13 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
         let log = self.log.segment_log();
         for index in start..end {
             let Some(slot) = usize::try_from(index - self.first).ok().and_then(|i| self.slots.get(i)) else { break };
+            // the segment's read checked the batch's CRC (a damaged one is never served)
             let bytes = log.read_retained(slot.offset, 1).map_err(io_err)?;
-            let (_, view) = iter_batches(&bytes)
-                .next()
-                .ok_or_else(|| corrupt(format!("Raft entry {index}: no batch at offset {}", slot.offset)))?
-                .map_err(|e| corrupt(format!("Raft entry {index}: {e}")))?;
+            if bytes.is_empty() {
+                return Err(corrupt(format!("Raft entry {index}: no batch at offset {}", slot.offset)));
+            }
+            let view =
+                BatchView::parse_unchecked_crc(&bytes).map_err(|e| corrupt(format!("Raft entry {index}: {e}")))?;
             if view.base_offset() != slot.offset {
                 return Err(corrupt(format!(
                     "Raft entry {index}: the batch at offset {} starts at {}",
@@ -306,6 +310,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
             slots: VecDeque::new(),
             leaders: state.leaders.clone(),
             read_bytes_max: 8 << 20,
+            progress: ProgressFile::new(dir),
             state,
         };
         if let Some(e) = inner.log.segment_log().config().leader_epoch {
@@ -502,7 +507,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
         let mut g = self.lock();
         g.state.committed = committed;
         // not fsynced: openraft does not need the commit point durable (`Progress`)
-        Progress { committed, flushed: None }.write(&g.dir, false)
+        g.progress.write(&Progress { committed, flushed: None }, false)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
@@ -767,7 +772,7 @@ mod tests {
         assert_eq!(views.iter().map(|v| v.partition_leader_epoch()).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 1, 1, 2, 2]);
     }
 
-    /// The commit point is in `raft-progress.json` (not fsynced): a reopen finds it, and an
+    /// The commit point is in `raft-progress` (not fsynced): a reopen finds it, and an
     /// unreadable one gives way to the state file's older value.
     #[test]
     fn the_commit_point_survives_a_reopen_and_an_unreadable_progress_file_falls_back() {
@@ -784,7 +789,7 @@ mod tests {
         let mut store = Store::open(&raft, bare(dir.path())).unwrap();
         assert_eq!(rt.block_on(store.read_committed()).unwrap(), at(5));
         drop(store);
-        std::fs::write(raft.join("raft-progress.json"), b"").unwrap();
+        std::fs::write(raft.join("raft-progress"), b"").unwrap();
         let mut store = Store::open(&raft, bare(dir.path())).unwrap();
         assert_eq!(rt.block_on(store.read_committed()).unwrap(), at(1), "the state file's, saved with the vote");
         assert_eq!(rt.block_on(store.read_vote()).unwrap(), Some(Vote::new(2, 1)));
