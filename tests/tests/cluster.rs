@@ -2898,7 +2898,12 @@ async fn every_replica_of_a_compacted_topic_is_cleaned_and_a_wiped_one_catches_u
     let installed = "sluice_raft_snapshots_installed_total{partition=\"compacted-0\"}";
     let t0 = Instant::now();
     while scrape_value(ports[follower], installed).unwrap_or(0.0) < 1.0 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "the wiped replica installed no snapshot");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the wiped replica installed no snapshot:\n{}\nthe leader:\n{}",
+            c.brokers[follower].log_tail(),
+            c.brokers[leader].log_tail()
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     // one more round rolls every replica's active segment past the last batch of the history
