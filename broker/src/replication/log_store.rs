@@ -5,8 +5,8 @@
 //! open. The records are in files of bounded size, `raft-log-<first index>.bin` (a single
 //! `raft-log.bin` of earlier versions is the oldest file), so that a purge deletes whole files
 //! and copies nothing. The vote and purged id are in `raft-meta.json` (written atomically and
-//! fsynced); the commit point, which moves with every commit, is in `raft-progress`, rewritten
-//! in place without an fsync (see [`Progress`]). A log written as JSON lines by earlier
+//! fsynced); the commit point, which moves with every commit, is in `raft-progress`, one page
+//! rewritten in place and fdatasynced (see [`Progress`]). A log written as JSON lines by earlier
 //! versions (`raft-log.jsonl`, the bytes in base64) is converted once, on open (decision 0023).
 
 // openraft's traits return its (large) StorageError; the helpers here return the same.
@@ -42,14 +42,14 @@ const PROGRESS_MAGIC: [u8; 4] = *b"SLRP";
 const PROGRESS_BYTES: usize = 256;
 
 /// What a group's log store records at every commit advance: the commit point, and (the double
-/// format's log) the highest entry an fsync had covered ([`Durable`]). Rewritten in place and
-/// **not fsynced**: openraft does not need the commit point durable (a restart that finds an
-/// older one, or none, re-applies less at start and learns the rest from the leader), and both
-/// values only ever claim what was true when they were written, so an older one after a power
-/// cut is a weaker claim, never a false one; a write a power cut tore fails its CRC and is
-/// ignored. Every fsynced save of the store's own state (vote, purge, truncation) rewrites it
-/// durably first. Two fsyncs per commit here were a fifth of a partition's Raft task time under
-/// a saturating producer, and a rename per commit still 5-10 %: decision 0046.
+/// format's log) the highest entry an fsync had covered ([`Durable`]). Rewritten in place (one
+/// `pwrite` of one page) and fsynced with `fdatasync`, instead of rewriting the whole state file
+/// through a renamed temporary file with two fsyncs: that was a fifth of a partition's Raft task
+/// time under a saturating producer (decision 0046). A write a power cut tore fails its CRC
+/// and is ignored; the fsynced state file's values then stand. Every fsynced save of the store's
+/// own state (vote, purge, truncation) rewrites it first, so a lowered `flushed` stays lowered.
+/// (Written without an fsync, the Jepsen power-cut run lost acknowledged writes: `flushed` must
+/// be durable, decision 0038.)
 #[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
 pub(crate) struct Progress {
     pub committed: Option<LogId<NodeId>>,
@@ -59,7 +59,7 @@ pub(crate) struct Progress {
 
 impl Progress {
     /// What `dir` holds; nothing when the file is missing or fails its CRC (torn by a power
-    /// cut: it was not fsynced), as the values in the fsynced state file then stand.
+    /// cut mid-write), as the values in the fsynced state file then stand.
     pub(crate) fn read(dir: &Path) -> Progress {
         let Ok(bytes) = std::fs::read(dir.join(PROGRESS_FILE)) else { return Progress::default() };
         let len = bytes.get(6..10).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize);
@@ -364,10 +364,15 @@ impl<C: Logged> LogInner<C>
 where
     Entry<C>: Serialize + serde::de::DeserializeOwned,
 {
-    /// Record the commit point and how far fsyncs reached in the progress file; `durable`: and
-    /// everything else in the meta file, both fsynced (the progress file first, so that a
-    /// lowered `flushed` is never undone by an older progress file).
-    fn save_meta_with(&mut self, durable: bool) -> Result<(), StorageError<NodeId>> {
+    /// Record the commit point and how far fsyncs reached in the progress file, fsynced
+    /// (`fdatasync` of one rewritten page); `all`: and everything else in the meta file, after
+    /// it (so that a lowered `flushed` is never undone by an older progress file).
+    ///
+    /// `flushed` must be durable: it is what tells a restart after a power cut that a cut
+    /// record had been fsynced (and acknowledged), so the replica must not vote until it has
+    /// it again (decision 0038). The Jepsen power-cut run lost acknowledged writes on three
+    /// brokers, 3 runs of 3, when it was written without an fsync (decision 0046).
+    fn save_meta_with(&mut self, all: bool) -> Result<(), StorageError<NodeId>> {
         let flushed = self.durable.lock().unwrap_or_else(|p| p.into_inner()).index;
         // while the log still lacks entries lost to damage, the mark stays at them: a restart
         // before the replica holds them again finds the damage again and keeps its vote guard
@@ -376,8 +381,8 @@ where
         let flushed = flushed.max(lost);
         self.meta.flushed = (flushed > 0).then_some(flushed);
         let p = Progress { committed: self.meta.committed, flushed: self.meta.flushed };
-        self.progress.write(&p, durable)?;
-        if !durable {
+        self.progress.write(&p, true)?;
+        if !all {
             return Ok(());
         }
         write_atomic(&self.dir.join(META_FILE), &serde_json::to_vec(&self.meta).map_err(io_err)?)
@@ -1180,7 +1185,7 @@ mod tests {
         assert_eq!(log.damaged_until(), None, "a late fsync of truncated entries is not durable");
     }
 
-    /// The commit point moves in a file of its own that is not fsynced: a reopen finds it there,
+    /// The commit point moves in a file of its own (one page rewritten): a reopen finds it there,
     /// and one a power cut left unreadable gives way to the fsynced meta file's older values
     /// without failing the open.
     #[tokio::test]

@@ -301,7 +301,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
             Err(e) => return Err(io_err(e)),
         };
-        // the commit point moves in its own file, not fsynced (`Progress`)
+        // the commit point moves in its own file (`Progress`)
         state.committed = Progress::later(state.committed, Progress::read(dir).committed);
         let mut inner = Inner {
             dir: dir.to_path_buf(),
@@ -506,8 +506,8 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
         let mut g = self.lock();
         g.state.committed = committed;
-        // not fsynced: openraft does not need the commit point durable (`Progress`)
-        g.progress.write(&Progress { committed, flushed: None }, false)
+        // one page rewritten and fdatasynced, not the whole state file renamed (`Progress`)
+        g.progress.write(&Progress { committed, flushed: None }, true)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
@@ -772,7 +772,7 @@ mod tests {
         assert_eq!(views.iter().map(|v| v.partition_leader_epoch()).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 1, 1, 2, 2]);
     }
 
-    /// The commit point is in `raft-progress` (not fsynced): a reopen finds it, and an
+    /// The commit point is in `raft-progress` (one page rewritten): a reopen finds it, and an
     /// unreadable one gives way to the state file's older value.
     #[test]
     fn the_commit_point_survives_a_reopen_and_an_unreadable_progress_file_falls_back() {
