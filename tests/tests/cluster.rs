@@ -3257,9 +3257,12 @@ async fn a_replica_whose_raft_log_lost_acknowledged_entries_does_not_vote_until_
     same_on_every_replica(&c, "cutvote", leader).await;
     assert_eq!(c.brokers[cc].stop(), Some(0));
     produce_numbered(&c, &[leader], "cutvote", 20..60).await;
+    let rdir = replica_dir(&c.brokers[b]);
+    // (B records what it applied every few seconds: on a loaded machine a kill could come
+    // before its first record)
+    until(|| rdir.join("applied.json").exists(), "broker B records what it applied").await;
     c.brokers[b].kill9();
     // the first entry past what B's applied.json records: its Raft record rots
-    let rdir = replica_dir(&c.brokers[b]);
     let applied: serde_json::Value =
         serde_json::from_slice(&std::fs::read(rdir.join("applied.json")).unwrap()).unwrap();
     let applied_index = applied["last_applied"]["index"].as_u64().unwrap_or(0);
