@@ -346,6 +346,11 @@ pub async fn replicate<O: ShardOwner>(
             node: Arc::downgrade(node),
             key: spec.key.clone(),
             kind: crate::cluster::network::GroupKind::Shard,
+            assigned: spec
+                .replicas
+                .iter()
+                .filter_map(|r| crate::replication::types::NodeId::try_from(*r).ok())
+                .collect(),
         });
         let g =
             start_kv(node.node_id, spec, &node.voters, network, store, peers, dir.join(format!("{topic}-{i}"))).await?;

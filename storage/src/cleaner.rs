@@ -313,11 +313,13 @@ impl Log {
     }
 
     /// The end of the range a pass may clean now: the base of the first segment that is the
-    /// active one, reaches `upper` or the high watermark, or holds a record newer than
-    /// `min_compaction_lag_ms`. (A pass also stops at the durable end: the records that justify
-    /// a removal must survive a crash. Sync the log first — `Flusher::sync_to` — to clean it all.)
+    /// active one, reaches `upper`, the high watermark or the retention floor (a Raft log kept
+    /// in this log still reads its entries from there, as written: `Log::set_retention_floor`),
+    /// or holds a record newer than `min_compaction_lag_ms`. (A pass also stops at the durable
+    /// end: the records that justify a removal must survive a crash. Sync the log first —
+    /// `Flusher::sync_to` — to clean it all.)
     pub fn cleanable_end(&self, upper: i64, now_ms: i64, min_compaction_lag_ms: i64) -> i64 {
-        let limit = upper.min(self.high_watermark());
+        let limit = upper.min(self.high_watermark()).min(self.retention_floor);
         let bases: Vec<i64> = self.segment_bases();
         let mut end = bases.first().copied().unwrap_or(0);
         for pair in bases.windows(2) {

@@ -244,7 +244,7 @@ pub struct Log {
     scratch_metas: Vec<BatchMeta>,
     /// Retention keeps every segment holding offsets at or above this (`i64::MAX`: no floor):
     /// a Raft log kept in this log (decision 0045) still needs its entries from here on.
-    retention_floor: i64,
+    pub(crate) retention_floor: i64,
 }
 
 /// `Log::damaged` when no damage is known (segment base offsets are never negative).

@@ -45,6 +45,22 @@ pub struct TailGap {
     pub to: i64,
 }
 
+/// The max timestamp of the first batch in `map` that has one (>= 0), or of its first batch
+/// when none has; `None` when it holds no batch. Reads batch headers only.
+fn first_timestamp(map: &[u8]) -> Option<i64> {
+    let mut first = None;
+    let mut pos = 0usize;
+    while let Some(rest) = map.get(pos..).filter(|r| !r.is_empty()) {
+        let Ok(b) = BatchView::parse_unchecked_crc(rest) else { break };
+        if b.max_timestamp() >= 0 {
+            return Some(b.max_timestamp());
+        }
+        first.get_or_insert(b.max_timestamp());
+        pos += b.size();
+    }
+    first
+}
+
 /// The first valid batch at or after byte `from` of `map` that starts past offset `after`
 /// (its CRC checked): where the scan resumes after damage it cannot step over. Byte by byte:
 /// the damaged batch's own length may be what rotted.
@@ -87,7 +103,9 @@ pub struct Segment {
     next_offset: i64,
     max_timestamp: i64,
     offset_of_max_timestamp: i64,
-    /// Max timestamp of the first batch: what `segment.ms` rolling is measured from.
+    /// Max timestamp of the first batch that has one (of the first batch when none has): what
+    /// `segment.ms` rolling is measured from. A Raft control batch carries no timestamp
+    /// (decision 0045); a segment it starts must still roll in record time.
     first_batch_timestamp: Option<i64>,
     bytes_since_index: u64,
     index_interval_bytes: u64,
@@ -192,7 +210,7 @@ impl Segment {
 
     fn note_batch(&mut self, position: u64, base: i64, last: i64, max_ts: i64, size: u64) {
         assert!(base >= self.next_offset, "offsets must grow: {base} < {}", self.next_offset);
-        if self.first_batch_timestamp.is_none() {
+        if self.first_batch_timestamp.is_none_or(|t| t < 0 && max_ts >= 0) {
             self.first_batch_timestamp = Some(max_ts);
         }
         if self.bytes_since_index >= self.index_interval_bytes {
@@ -447,11 +465,7 @@ impl Segment {
             self.max_timestamp = ts;
             self.offset_of_max_timestamp = self.base_offset + i64::from(rel);
         }
-        if let Some(first) = map.get(..).filter(|m| !m.is_empty()) {
-            if let Ok(b) = BatchView::parse_unchecked_crc(first) {
-                self.first_batch_timestamp = Some(b.max_timestamp());
-            }
-        }
+        self.first_batch_timestamp = first_timestamp(&map);
         self.bytes_since_index = self.index_interval_bytes; // index the next append
         self.txn_index.truncate_from(self.next_offset)?;
         Ok(true)
@@ -772,9 +786,8 @@ impl Segment {
                 self.offset_of_max_timestamp = self.base_offset;
             }
         }
-        if cut == 0 {
-            self.first_batch_timestamp = None;
-        }
+        // the batch it came from may be gone
+        self.first_batch_timestamp = if cut == 0 { None } else { first_timestamp(&self.view_from(0)?) };
         // index the next append
         self.bytes_since_index = self.index_interval_bytes;
         Ok(removed)

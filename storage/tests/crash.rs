@@ -424,6 +424,35 @@ fn segment_ms_rolls_by_record_time() {
     assert_eq!(log.segment_count(), 2);
 }
 
+/// A segment that starts with a batch without a timestamp (a Raft control batch, when a
+/// partition's Raft log is its segment log: decision 0045) still rolls in record time, from
+/// its first batch that has one — before and after a reopen. (It rolled only by size: every
+/// record of a compacted topic stayed in its active segment, out of the cleaner's reach.)
+#[test]
+fn a_segment_that_starts_without_a_timestamp_rolls_by_record_time_from_its_first_timestamped_batch() {
+    use sluice_protocol::raft_control::RaftControl;
+    let root = tempfile::tempdir().unwrap();
+    let cfg = LogConfig { segment_ms: 1000, ..LogConfig::default() };
+    let mut log = Log::open(&root.path().join("p"), cfg.clone()).unwrap();
+    let now = 1_800_000_000_000;
+    let t = 1_000_000_000_000;
+    let mut leader = RaftControl::LeaderChange { leader: 1, voters: Vec::new() }.build(1, -1).unwrap().to_vec();
+    log.append(&mut leader, now, Some(1)).unwrap();
+    for i in 0..5 {
+        let mut b = make_batch(1, 10, i, t + i as i64 * 100);
+        log.append(&mut b, now, Some(1)).unwrap();
+    }
+    assert_eq!(log.segment_count(), 1, "400 ms of record time");
+    drop(log);
+    let mut log = Log::open(&root.path().join("p"), cfg).unwrap();
+    let mut b = make_batch(1, 10, 9, t + 999);
+    log.append(&mut b, now, Some(1)).unwrap();
+    assert_eq!(log.segment_count(), 1, "999 ms after the first timestamped batch");
+    let mut b = make_batch(1, 10, 10, t + 1000);
+    log.append(&mut b, now, Some(1)).unwrap();
+    assert_eq!(log.segment_count(), 2, "1000 ms after it");
+}
+
 /// `cleanup.policy=compact` (without `delete`): retention by time and size deletes nothing, as in
 /// Kafka; DeleteRecords still moves the log start.
 #[test]

@@ -102,6 +102,25 @@ impl Mender {
         }
         Err(format!("more than {BATCHES_PER_REPAIR} damaged batches"))
     }
+
+    /// [`Mender::mend`], tried every second until it succeeds or `attempts` failed (the
+    /// first failure logged): the last failure's reason.
+    pub async fn mend_patiently(&self, name: &str, attempts: u32) -> Result<(), String> {
+        let mut last = String::new();
+        for attempt in 0..attempts {
+            match self.mend().await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    if attempt == 0 {
+                        tracing::warn!(partition = name, "{e}; trying again every second");
+                    }
+                    last = e;
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            }
+        }
+        Err(last)
+    }
 }
 
 /// A coordinator shard's key/value log as its Raft state machine (`replica.rs`) uses it

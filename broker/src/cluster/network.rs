@@ -455,18 +455,25 @@ pub struct GroupPeers {
     pub node: std::sync::Weak<ClusterNode>,
     pub key: GroupKey,
     pub kind: GroupKind,
+    /// The replicas the metadata image assigns the group: asked while this broker's replica is
+    /// not running (a damaged replica whose Raft log is its partition log repairs it before it
+    /// starts).
+    pub assigned: Vec<NodeId>,
 }
 
 impl GroupPeers {
-    /// The group's voters other than this broker, and this broker's node.
+    /// The group's voters other than this broker (the assigned replicas while this broker's
+    /// replica is not running), and this broker's node.
     fn others(&self) -> Option<(Arc<ClusterNode>, Vec<NodeId>)> {
         let node = self.node.upgrade()?;
         let metrics = match self.kind {
-            GroupKind::Partition => node.replica(&self.key)?.raft.metrics(),
-            GroupKind::Shard => node.shard_replica(&self.key)?.raft.metrics(),
+            GroupKind::Partition => node.replica(&self.key).map(|r| r.raft.metrics()),
+            GroupKind::Shard => node.shard_replica(&self.key).map(|r| r.raft.metrics()),
         };
-        let voters: Vec<NodeId> =
-            metrics.borrow().membership_config.voter_ids().filter(|v| *v != node.node_id).collect();
+        let voters: Vec<NodeId> = match metrics {
+            Some(m) => m.borrow().membership_config.voter_ids().filter(|v| *v != node.node_id).collect(),
+            None => self.assigned.iter().copied().filter(|v| *v != node.node_id).collect(),
+        };
         Some((node, voters))
     }
 

@@ -217,6 +217,11 @@ impl Reconciler {
                 node: Arc::downgrade(node),
                 key: key.clone(),
                 kind: super::network::GroupKind::Partition,
+                assigned: spec
+                    .replicas
+                    .iter()
+                    .filter_map(|r| crate::replication::types::NodeId::try_from(*r).ok())
+                    .collect(),
             });
             let segments: Arc<dyn crate::replication::partition_log_store::SegmentLog> = partition.clone();
             let started = handle.block_on(super::replica::start(

@@ -494,6 +494,16 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     let (append_bytes_max, snapshot_bytes) = (spec.append_bytes_max, spec.snapshot_bytes);
     let replica = if single {
         segments.use_terms().map_err(|e| anyhow::anyhow!("{e}"))?;
+        if partition.is_damaged() {
+            // the log is the Raft log: its entries cannot be indexed, read or appended to until
+            // the damaged (or lost) batches are its peers' copies again, the bytes this replica
+            // held and acknowledged; it takes no part in its group meanwhile
+            let name = partition.name();
+            tracing::warn!(partition = name.as_str(), "the log is damaged: repairing it from the other replicas first");
+            mender.mend_patiently(&name, MEND_ATTEMPTS).await.map_err(|e| {
+                anyhow::anyhow!("{name}: the log is damaged and was not repaired from the other replicas: {e}")
+            })?;
+        }
         let log = PartitionLogStore::<PartConfig, dyn SegmentLog>::open(&dir, segments)?;
         log.limit_reads(append_bytes_max);
         let initialized = log.has_vote_or_entries();
@@ -1199,13 +1209,12 @@ impl ReplicaSm {
         })
     }
 
-    /// Where the log cleaner stops: a restart replays from `applied.log_end` (double format);
-    /// one log per replica, no entry not purged may be rewritten either.
+    /// Where the log cleaner stops: a restart replays from `applied.log_end` (double format).
+    /// One log per replica, no entry not purged may be rewritten either: the store's purge
+    /// moves the log's retention floor, which the cleaner stops at too (so the limit moves with
+    /// a purge, not only at the next save).
     fn clean_limit(&self, applied: &Applied) -> i64 {
-        match &self.entries {
-            Some(ix) => ix.kept_from().min(applied.log_end),
-            None => applied.log_end,
-        }
+        applied.log_end
     }
 
     /// One log per replica: apply entry `index`'s command, whose batch the log holds already.
@@ -1274,20 +1283,10 @@ impl ReplicaSm {
         let Some(mender) = self.mender.clone() else {
             return Err(io_err(std::io::Error::other(format!("{name}: damaged data, no peers to repair it"))));
         };
-        let mut last = String::new();
-        for attempt in 0..MEND_ATTEMPTS {
-            match mender.mend().await {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    if attempt == 0 {
-                        tracing::warn!(partition = name.as_str(), "{e}; trying again every second");
-                    }
-                    last = e;
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
-        Err(io_err(std::io::Error::other(format!("{name}: stopping this replica: {last}"))))
+        mender
+            .mend_patiently(&name, MEND_ATTEMPTS)
+            .await
+            .map_err(|last| io_err(std::io::Error::other(format!("{name}: stopping this replica: {last}"))))
     }
 
     /// The newest complete snapshot under `dir` (others, and any left half made, are removed).
