@@ -79,9 +79,36 @@ impl Progress {
 /// The progress file of one group's directory, kept open.
 pub(crate) struct ProgressFile {
     dir: PathBuf,
-    file: Option<std::fs::File>,
+    file: Option<Arc<std::fs::File>>,
     /// Created by this process and its name not yet fsynced into the directory.
     fresh: bool,
+}
+
+/// One progress record framed and ready to write: built under the store's lock, written and
+/// fsynced after it is released, so the log's readers (the replication streams, apply) do not
+/// wait behind the `fdatasync`. Safe because only the Raft task saves, one save at a time.
+#[must_use]
+pub(crate) struct ProgressWrite {
+    file: Arc<std::fs::File>,
+    frame: Vec<u8>,
+    durable: bool,
+    /// The directory to fsync once the file's first write is durable.
+    sync_dir: Option<PathBuf>,
+}
+
+impl ProgressWrite {
+    /// Write the record over the file's contents; fsynced (and its name, once) when durable.
+    pub(crate) fn finish(self) -> Result<(), StorageError<NodeId>> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(&self.frame, 0).map_err(io_err)?;
+        if self.durable {
+            self.file.sync_data().map_err(io_err)?;
+            if let Some(dir) = &self.sync_dir {
+                sluice_storage::sidefile::sync_dir(dir).map_err(io_err)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl ProgressFile {
@@ -89,30 +116,28 @@ impl ProgressFile {
         ProgressFile { dir: dir.to_path_buf(), file: None, fresh: false }
     }
 
-    /// Write `p` over the file's contents; `durable`: fsynced (and its name, once).
-    pub(crate) fn write(&mut self, p: &Progress, durable: bool) -> Result<(), StorageError<NodeId>> {
-        use std::os::unix::fs::FileExt;
+    /// Frame `p` for writing over the file's contents (opening the file the first time);
+    /// `durable`: fsynced (and its name, once) by [`ProgressWrite::finish`].
+    pub(crate) fn prepare(&mut self, p: &Progress, durable: bool) -> Result<ProgressWrite, StorageError<NodeId>> {
         let mut frame = sluice_storage::sidefile::encode(PROGRESS_MAGIC, 1, &serde_json::to_vec(p).map_err(io_err)?);
         if frame.len() > PROGRESS_BYTES {
             return Err(io_err(std::io::Error::other(format!("a progress record of {} bytes", frame.len()))));
         }
         frame.resize(PROGRESS_BYTES, 0);
-        if self.file.is_none() {
-            let path = self.dir.join(PROGRESS_FILE);
-            self.fresh = !path.exists();
-            self.file =
-                Some(std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(io_err)?);
-        }
-        let Some(file) = &self.file else { return Ok(()) };
-        file.write_all_at(&frame, 0).map_err(io_err)?;
-        if durable {
-            file.sync_data().map_err(io_err)?;
-            if self.fresh {
-                sluice_storage::sidefile::sync_dir(&self.dir).map_err(io_err)?;
-                self.fresh = false;
+        let file = match &self.file {
+            Some(file) => Arc::clone(file),
+            None => {
+                let path = self.dir.join(PROGRESS_FILE);
+                self.fresh = !path.exists();
+                let file = Arc::new(
+                    std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(io_err)?,
+                );
+                self.file = Some(Arc::clone(&file));
+                file
             }
-        }
-        Ok(())
+        };
+        let sync_dir = (durable && std::mem::take(&mut self.fresh)).then(|| self.dir.clone());
+        Ok(ProgressWrite { file, frame, durable, sync_dir })
     }
 }
 
@@ -365,14 +390,20 @@ where
     Entry<C>: Serialize + serde::de::DeserializeOwned,
 {
     /// Record the commit point and how far fsyncs reached in the progress file, fsynced
-    /// (`fdatasync` of one rewritten page); `all`: and everything else in the meta file, after
-    /// it (so that a lowered `flushed` is never undone by an older progress file).
+    /// (`fdatasync` of one rewritten page), and then everything else in the meta file (so that
+    /// a lowered `flushed` is never undone by an older progress file).
     ///
     /// `flushed` must be durable: it is what tells a restart after a power cut that a cut
     /// record had been fsynced (and acknowledged), so the replica must not vote until it has
     /// it again (decision 0038). The Jepsen power-cut run lost acknowledged writes on three
     /// brokers, 3 runs of 3, when it was written without an fsync (decision 0046).
-    fn save_meta_with(&mut self, all: bool) -> Result<(), StorageError<NodeId>> {
+    fn save_meta(&mut self) -> Result<(), StorageError<NodeId>> {
+        self.progress_write()?.finish()?;
+        write_atomic(&self.dir.join(META_FILE), &serde_json::to_vec(&self.meta).map_err(io_err)?)
+    }
+
+    /// The progress record to write now ([`LogInner::save_meta`]), framed under the lock.
+    fn progress_write(&mut self) -> Result<ProgressWrite, StorageError<NodeId>> {
         let flushed = self.durable.lock().unwrap_or_else(|p| p.into_inner()).index;
         // while the log still lacks entries lost to damage, the mark stays at them: a restart
         // before the replica holds them again finds the damage again and keeps its vote guard
@@ -381,15 +412,7 @@ where
         let flushed = flushed.max(lost);
         self.meta.flushed = (flushed > 0).then_some(flushed);
         let p = Progress { committed: self.meta.committed, flushed: self.meta.flushed };
-        self.progress.write(&p, true)?;
-        if !all {
-            return Ok(());
-        }
-        write_atomic(&self.dir.join(META_FILE), &serde_json::to_vec(&self.meta).map_err(io_err)?)
-    }
-
-    fn save_meta(&mut self) -> Result<(), StorageError<NodeId>> {
-        self.save_meta_with(true)
+        self.progress.prepare(&p, true)
     }
 
     fn record(&self, slot: &Slot) -> Result<Vec<u8>, StorageError<NodeId>> {
@@ -778,9 +801,14 @@ where
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
-        let mut g = self.lock();
-        g.meta.committed = committed;
-        g.save_meta_with(false)
+        // framed under the lock, written and fdatasynced outside it: the replication streams'
+        // reads do not wait for the disk (`ProgressWrite`)
+        let write = {
+            let mut g = self.lock();
+            g.meta.committed = committed;
+            g.progress_write()?
+        };
+        write.finish()
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {

@@ -504,10 +504,14 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
-        let mut g = self.lock();
-        g.state.committed = committed;
-        // one page rewritten and fdatasynced, not the whole state file renamed (`Progress`)
-        g.progress.write(&Progress { committed, flushed: None }, true)
+        // one page rewritten and fdatasynced, not the whole state file renamed (`Progress`);
+        // framed under the lock, written outside it, so the log's readers do not wait for the disk
+        let write = {
+            let mut g = self.lock();
+            g.state.committed = committed;
+            g.progress.prepare(&Progress { committed, flushed: None }, true)?
+        };
+        write.finish()
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
