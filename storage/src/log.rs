@@ -802,11 +802,39 @@ impl Log {
         Ok(())
     }
 
+    /// Refuse only what a failed write or fsync took offline, not known damage: for the work a
+    /// Raft log kept in this log must go on with while a damaged batch waits for its repair
+    /// (appends at the end, truncations, reads of entries, each batch's CRC checked).
+    fn check_writable(&self) -> Result<()> {
+        if self.offline.load(Ordering::Acquire) || self.flusher.failed.load(Ordering::Acquire) {
+            return Err(StorageError::Offline(self.dir.clone()));
+        }
+        Ok(())
+    }
+
     /// Validate `batches` (one or more v2 batches back to back), assign offsets (rewriting the
     /// base offsets — and, if given, the partition leader epoch — in place), and write them.
     /// Durability is *not* awaited: call `flusher().sync_to(info.last_offset + 1)`.
     pub fn append(&mut self, batches: &mut [u8], now_ms: i64, leader_epoch: Option<i32>) -> Result<AppendInfo> {
         self.check_online()?;
+        self.append_checked(batches, now_ms, leader_epoch)
+    }
+
+    /// [`Log::append`] to a log whose known damage (a batch at rest failing its CRC, found by a
+    /// read or the scrubber) waits for its repair: a Raft log kept in this log (decision 0045)
+    /// takes its next entries meanwhile, as a separate Raft log would. Refused only when a
+    /// write or fsync failed. (A repair writes in place; the end is not where the damage is.)
+    pub fn append_past_damage(
+        &mut self,
+        batches: &mut [u8],
+        now_ms: i64,
+        leader_epoch: Option<i32>,
+    ) -> Result<AppendInfo> {
+        self.check_writable()?;
+        self.append_checked(batches, now_ms, leader_epoch)
+    }
+
+    fn append_checked(&mut self, batches: &mut [u8], now_ms: i64, leader_epoch: Option<i32>) -> Result<AppendInfo> {
         if batches.is_empty() {
             return Err(StorageError::InvalidBatch {
                 position: 0,
@@ -1133,8 +1161,10 @@ impl Log {
     ///   rebuilds its producer state from the newest one left: [`Log::latest_producer_snapshot`]).
     ///
     /// Returns the bytes removed.
+    /// Known damage does not stop it (a truncation may cut the damaged batch away: the next
+    /// [`Log::find_damage`] then finds none); a failed write does.
     pub fn truncate_to(&mut self, offset: i64) -> Result<u64> {
-        self.check_online()?;
+        self.check_writable()?;
         let leo = self.log_end_offset();
         if offset < self.log_start_offset || offset > leo {
             return Err(StorageError::OffsetOutOfRange { offset, log_start: self.log_start_offset, log_end: leo });
@@ -1196,17 +1226,24 @@ impl Log {
 
     /// [`Log::read`] of batches still held, below the log start too (DeleteRecords moved it,
     /// retention kept the segment): what a Raft log kept in this log reads its entries with.
+    /// Known damage elsewhere in the log does not stop it (every batch read is CRC-checked; a
+    /// damaged one is `Corrupt`, and marks the log damaged as [`Log::read`] does); a failed
+    /// write does.
     pub fn read_retained(&self, offset: i64, max_bytes: usize) -> Result<Bytes> {
-        let first = *self.segments.keys().next().unwrap_or(&0);
-        if offset < first || offset >= self.log_start_offset {
-            return self.read(offset, max_bytes, None, true);
+        self.check_writable()?;
+        let (first, leo) = (*self.segments.keys().next().unwrap_or(&0), self.log_end_offset());
+        if offset < first || offset > leo {
+            return Err(StorageError::OffsetOutOfRange { offset, log_start: first, log_end: leo });
         }
-        self.check_online()?;
-        for (base, seg) in self.segments.range(..=offset).next_back().into_iter() {
-            if let Some(b) =
-                seg.read(offset, max_bytes, self.log_end_offset(), true, *base < self.cleaner.gaps_below)?
-            {
-                return Ok(b);
+        let from = self.segments.range(..=offset).next_back().map_or(first, |(b, _)| *b);
+        for (base, seg) in self.segments.range(from..) {
+            match seg.read(offset, max_bytes, leo, true, *base < self.cleaner.gaps_below) {
+                Ok(Some(b)) => return Ok(b),
+                Ok(None) => {}
+                Err(e) => {
+                    self.note_damage(&e, *base);
+                    return Err(e);
+                }
             }
         }
         Ok(Bytes::new())

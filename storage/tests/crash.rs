@@ -579,6 +579,45 @@ fn a_flipped_bit_in_a_closed_segment_is_never_served_and_takes_the_log_offline()
     }
 }
 
+/// A Raft log kept in the partition log (decision 0045) goes on past known damage while the
+/// damaged batch waits for its repair: the consumers' paths (`read`, `append`) refuse, but the
+/// Raft store's reads of other batches, its appends at the end and its truncations proceed; the
+/// damaged batch itself is never read (`Corrupt`), and a truncation that cuts it away leaves no
+/// damage to find.
+#[test]
+fn a_raft_log_kept_in_the_log_goes_on_past_known_damage_but_never_reads_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("p");
+    let model = build(&dir, 30);
+    Log::open(&dir, small_config()).unwrap().close().unwrap();
+    let first = dir.join(file_name(0, "log"));
+    let mut bytes = fs::read(&first).unwrap();
+    let starts: Vec<usize> = sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect();
+    assert!(starts.len() >= 4, "{} batches in the first segment", starts.len());
+    let bad = 2;
+    bytes[starts[bad] + 30] ^= 0x10;
+    fs::write(&first, &bytes).unwrap();
+    let mut log = Log::open(&dir, small_config()).unwrap();
+    let bad_offset = model[bad].0;
+    assert!(matches!(log.read_retained(bad_offset, 1), Err(StorageError::Corrupt { .. })));
+    assert!(log.is_damaged());
+    assert!(matches!(log.read(0, 1, None, true), Err(StorageError::Offline(_))), "consumers are refused");
+    let mut b = make_batch(1, 10, 7, 9000);
+    assert!(matches!(log.append(b.clone().as_mut_slice(), 9000, None), Err(StorageError::Offline(_))));
+    // the Raft store's reads of every other batch, and an append at the end
+    for (base, want) in model.iter().filter(|(o, _)| *o != bad_offset) {
+        assert_eq!(&log.read_retained(*base, 1).unwrap()[..], &want[..], "batch at {base}");
+    }
+    let info = log.append_past_damage(&mut b, 9000, None).unwrap();
+    assert_eq!(&log.read_retained(info.first_offset, 1).unwrap()[..], &b[..]);
+    assert!(matches!(log.read_retained(bad_offset, 1), Err(StorageError::Corrupt { .. })), "still never read");
+    // Raft truncates from the damaged batch on: nothing damaged is left
+    log.truncate_to(bad_offset).unwrap();
+    assert_eq!(log.find_damage().unwrap(), None);
+    assert!(!log.is_offline());
+    assert_eq!(&log.read(0, 1, None, true).unwrap()[..], &model[0].1[..], "consumers are served again");
+}
+
 /// A closed log of 30 batches in `root/pristine`, a replica's copy of it opened from
 /// `root/replica`, and its first segment's bytes and batch boundaries.
 struct Closed {

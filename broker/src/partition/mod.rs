@@ -325,7 +325,7 @@ impl Partition {
                 && !v.is_control()
                 && producers.get(&v.producer_id()).is_none_or(|e| e.txn_first_offset.is_none())
         });
-        let info = log.append(batch, now_ms, Some(term))?;
+        let info = log.append_past_damage(batch, now_ms, Some(term))?;
         if judged {
             let mut a = self.appended.lock().or_die();
             *a = if a.0 == term { (term, a.1 + 1) } else { (term, 1) };

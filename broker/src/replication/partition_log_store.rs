@@ -260,7 +260,7 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
         start: u64,
         end: u64,
         max_bytes: usize,
-    ) -> Result<Vec<Entry<C>>, StorageError<NodeId>> {
+    ) -> Result<Vec<Entry<C>>, Unread> {
         let start = start.max(self.first);
         let end = end.min(self.next_index());
         let mut out = Vec::new();
@@ -269,9 +269,13 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
         for index in start..end {
             let Some(slot) = usize::try_from(index - self.first).ok().and_then(|i| self.slots.get(i)) else { break };
             // the segment's read checked the batch's CRC (a damaged one is never served)
-            let bytes = log.read_retained(slot.offset, 1).map_err(io_err)?;
+            let bytes = match log.read_retained(slot.offset, 1) {
+                Ok(b) => b,
+                Err(e @ SE::Corrupt { .. }) => return Err(Unread::Damaged(format!("Raft entry {index}: {e}"))),
+                Err(e) => return Err(Unread::Failed(io_err(e))),
+            };
             if bytes.is_empty() {
-                return Err(corrupt(format!("Raft entry {index}: no batch at offset {}", slot.offset)));
+                return Err(corrupt(format!("Raft entry {index}: no batch at offset {}", slot.offset)).into());
             }
             let view =
                 BatchView::parse_unchecked_crc(&bytes).map_err(|e| corrupt(format!("Raft entry {index}: {e}")))?;
@@ -280,7 +284,8 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
                     "Raft entry {index}: the batch at offset {} starts at {}",
                     slot.offset,
                     view.base_offset()
-                )));
+                ))
+                .into());
             }
             total = total.saturating_add(view.size());
             if total > max_bytes && !out.is_empty() {
@@ -292,7 +297,60 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
     }
 }
 
+/// Why a read of entries returned none.
+enum Unread {
+    /// An entry's batch failed its CRC (the log is marked damaged; the replica's maintenance
+    /// repairs it from a peer's copy).
+    Damaged(String),
+    Failed(StorageError<NodeId>),
+}
+
+impl From<StorageError<NodeId>> for Unread {
+    fn from(e: StorageError<NodeId>) -> Unread {
+        Unread::Failed(e)
+    }
+}
+
+/// How long a read of an entry whose batch is damaged waits for the repair before it fails
+/// (and the group stops on this broker, as for any storage failure). The repair runs every
+/// half second while the log is damaged (`replica::maintain`), up to a minute.
+const DAMAGED_READ_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L> {
+    /// The entries `[start, end)`, at most `max_bytes` of them (the store's bound when `None`).
+    /// A damaged batch is never read: the read waits (without the store's lock) while the
+    /// replica repairs it from a peer's copy, as a separate Raft log would have gone on being
+    /// read meanwhile ([`DAMAGED_READ_WAIT`]).
+    async fn read_entries(
+        &self,
+        start: u64,
+        end: u64,
+        max_bytes: Option<usize>,
+    ) -> Result<Vec<Entry<C>>, StorageError<NodeId>> {
+        let t0 = std::time::Instant::now();
+        let mut warned = false;
+        loop {
+            let read = {
+                let g = self.lock();
+                let max = max_bytes.unwrap_or(g.read_bytes_max);
+                g.read(start, end, max)
+            };
+            match read {
+                Ok(entries) => return Ok(entries),
+                Err(Unread::Failed(e)) => return Err(e),
+                Err(Unread::Damaged(why)) if t0.elapsed() < DAMAGED_READ_WAIT => {
+                    if !std::mem::replace(&mut warned, true) {
+                        tracing::warn!("{why}: the read waits for its repair from another replica");
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Err(Unread::Damaged(why)) => {
+                    return Err(corrupt(format!("{why}: not repaired in {DAMAGED_READ_WAIT:?}")))
+                }
+            }
+        }
+    }
+
     /// Open the store in `dir` over `log`: the entries from the anchor to the log's end.
     pub fn open(dir: &Path, log: Arc<L>) -> Result<Self, StorageError<NodeId>> {
         std::fs::create_dir_all(dir).map_err(io_err)?;
@@ -465,13 +523,11 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogReader<C> for Pa
             Bound::Excluded(e) => *e,
             Bound::Unbounded => u64::MAX,
         };
-        self.lock().read(start, end, usize::MAX)
+        self.read_entries(start, end, Some(usize::MAX)).await
     }
 
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry<C>>, StorageError<NodeId>> {
-        let g = self.lock();
-        let max = g.read_bytes_max;
-        g.read(start, end, max)
+        self.read_entries(start, end, None).await
     }
 }
 
