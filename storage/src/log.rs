@@ -978,7 +978,13 @@ impl Log {
             return Ok(Bytes::new());
         }
         let first = self.segments.range(..=offset).next_back().map(|(b, _)| *b).unwrap_or(self.log_start_offset);
-        for (base, seg) in self.segments.range(first..) {
+        self.read_segments(first, offset, max_bytes, upper, min_one)
+    }
+
+    /// The batches from `offset` (below `upper`), in the segments from the one based at `from`
+    /// on: the first that holds any. A damaged batch met marks the log damaged.
+    fn read_segments(&self, from: i64, offset: i64, max_bytes: usize, upper: i64, min_one: bool) -> Result<Bytes> {
+        for (base, seg) in self.segments.range(from..) {
             if *base >= upper {
                 break;
             }
@@ -1236,17 +1242,7 @@ impl Log {
             return Err(StorageError::OffsetOutOfRange { offset, log_start: first, log_end: leo });
         }
         let from = self.segments.range(..=offset).next_back().map_or(first, |(b, _)| *b);
-        for (base, seg) in self.segments.range(from..) {
-            match seg.read(offset, max_bytes, leo, true, *base < self.cleaner.gaps_below) {
-                Ok(Some(b)) => return Ok(b),
-                Ok(None) => {}
-                Err(e) => {
-                    self.note_damage(&e, *base);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(Bytes::new())
+        self.read_segments(from, offset, max_bytes, leo, true)
     }
 
     /// Record an aborted transaction (its ABORT marker must already be appended). The entry is

@@ -517,6 +517,16 @@ fn retention_ms_deletes_old_segments_only() {
     assert!(log.read(0, 100, None, true).is_err());
 }
 
+/// A closed log of 30 batches in `dir`: the batches written, its first segment's bytes and
+/// that segment's batch boundaries.
+fn closed_log(dir: &Path) -> (Batches, Vec<u8>, Vec<usize>) {
+    let model = build(dir, 30);
+    Log::open(dir, small_config()).unwrap().close().unwrap();
+    let bytes = fs::read(dir.join(file_name(0, "log"))).unwrap();
+    let starts: Vec<usize> = sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect();
+    (model, bytes, starts)
+}
+
 /// Rot at rest: a bit flipped in a closed segment below the recovery point (a clean open scans
 /// nothing) is never served. Every read up to the damaged batch works; the read that reaches it
 /// fails with `Corrupt` naming the file and position, and the log is offline from then on
@@ -526,12 +536,7 @@ fn retention_ms_deletes_old_segments_only() {
 fn a_flipped_bit_in_a_closed_segment_is_never_served_and_takes_the_log_offline() {
     let root = tempfile::tempdir().unwrap();
     let pristine = root.path().join("pristine");
-    let model = build(&pristine, 30);
-    Log::open(&pristine, small_config()).unwrap().close().unwrap();
-    let first = pristine.join(file_name(0, "log"));
-    let bytes = fs::read(&first).unwrap();
-    // batch boundaries of the first segment
-    let starts: Vec<usize> = sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect();
+    let (model, bytes, starts) = closed_log(&pristine);
     let mut rng = rand::rngs::StdRng::seed_from_u64(36);
     for trial in 0..120 {
         let batch = rng.gen_range(0..starts.len());
@@ -588,11 +593,8 @@ fn a_flipped_bit_in_a_closed_segment_is_never_served_and_takes_the_log_offline()
 fn a_raft_log_kept_in_the_log_goes_on_past_known_damage_but_never_reads_it() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("p");
-    let model = build(&dir, 30);
-    Log::open(&dir, small_config()).unwrap().close().unwrap();
+    let (model, mut bytes, starts) = closed_log(&dir);
     let first = dir.join(file_name(0, "log"));
-    let mut bytes = fs::read(&first).unwrap();
-    let starts: Vec<usize> = sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect();
     assert!(starts.len() >= 4, "{} batches in the first segment", starts.len());
     let bad = 2;
     bytes[starts[bad] + 30] ^= 0x10;
@@ -630,12 +632,9 @@ struct Closed {
 
 fn closed_with_replica(root: &Path) -> Closed {
     let pristine = root.join("pristine");
-    let model = build(&pristine, 30);
-    Log::open(&pristine, small_config()).unwrap().close().unwrap();
+    let (model, bytes, starts) = closed_log(&pristine);
     copy_dir(&pristine, &root.join("replica"));
     let replica = Log::open(&root.join("replica"), small_config()).unwrap();
-    let bytes = fs::read(pristine.join(file_name(0, "log"))).unwrap();
-    let starts: Vec<usize> = sluice_protocol::batch::iter_batches(&bytes).map(|b| b.unwrap().0).collect();
     Closed { pristine, model, replica, bytes, starts }
 }
 
