@@ -8,6 +8,8 @@
 #    producer (12 s apart): last acknowledgement before a kill → first after it, p50/p99/max.
 # Release binaries. Not part of CI.
 # Usage: tests/bench/replication.sh [SECONDS] [KILLS]
+#   (the replicated partitions' Raft log format, decision 0045: SOAK_BROKER_ARGS="--replication-log-format
+#    single" for the throughput part, TEST_REPLICATION_LOG_FORMAT=single for the failover part)
 #   (the older acks=all throughput table through `sluicectl perf produce`:
 #    cargo bench -p sluice-tests --bench replication -- RUNS RECORDS 0)
 set -euo pipefail

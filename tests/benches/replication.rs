@@ -64,9 +64,20 @@ fn leader(bootstrap: &str, topic: &str) -> i32 {
     }
 }
 
+/// Create `topic` once `rf` brokers are registered (a cluster just started may not have them all
+/// yet: INVALID_REPLICATION_FACTOR, tried again for up to 30 s).
 async fn create(b: &Broker, topic: &str, rf: i16) {
     let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", b.bootstrap())).unwrap();
-    admin.create_topic(topic, 1, rf, &[]).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match admin.create_topic(topic, 1, rf, &[]).await {
+            Ok(()) => return,
+            Err(e) if Instant::now() < deadline && format!("{e:?}").contains("InvalidReplicationFactor") => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("create {topic}: {e}"),
+        }
+    }
 }
 
 /// `sluicectl perf produce` against `b`: (MiB/s, p99 ms).
