@@ -44,6 +44,17 @@ pub fn decode(magic: [u8; 4], bytes: &[u8]) -> std::result::Result<(u16, &[u8]),
     Ok((version, payload))
 }
 
+/// Decode a frame followed by padding (a fixed-size record rewritten in place): the frame is as
+/// long as its header says, and whatever follows it is ignored.
+pub fn decode_padded(magic: [u8; 4], bytes: &[u8]) -> std::result::Result<(u16, &[u8]), String> {
+    let len = bytes.get(6..10).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    let end = FRAME_HEADER_BYTES.saturating_add(len);
+    match bytes.get(..end) {
+        Some(frame) => decode(magic, frame),
+        None => Err(format!("{} bytes is shorter than the frame's {end}", bytes.len())),
+    }
+}
+
 /// fsync a directory so that creates, renames and deletes in it are durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).at(dir)
@@ -121,5 +132,19 @@ mod tests {
         b.truncate(5);
         fs::write(&p, &b).unwrap();
         assert!(read_framed(&p, *b"TEST").is_err());
+    }
+
+    /// A padded frame decodes to its payload; padding is ignored, a frame cut short or with a
+    /// flipped payload byte is refused, and `decode` itself refuses the padding.
+    #[test]
+    fn a_padded_frame_decodes_and_a_cut_or_flipped_one_does_not() {
+        let mut b = encode(*b"TEST", 1, b"payload");
+        b.resize(64, 0);
+        assert_eq!(decode_padded(*b"TEST", &b), Ok((1, &b"payload"[..])));
+        assert!(decode(*b"TEST", &b).is_err(), "decode wants the exact length");
+        assert!(decode_padded(*b"TEST", &b[..FRAME_HEADER_BYTES + 3]).is_err(), "cut");
+        assert!(decode_padded(*b"TEST", &b[..3]).is_err(), "shorter than a header");
+        b[FRAME_HEADER_BYTES] ^= 1;
+        assert!(decode_padded(*b"TEST", &b).is_err(), "flipped");
     }
 }

@@ -62,9 +62,7 @@ impl Progress {
     /// cut mid-write), as the values in the fsynced state file then stand.
     pub(crate) fn read(dir: &Path) -> Progress {
         let Ok(bytes) = std::fs::read(dir.join(PROGRESS_FILE)) else { return Progress::default() };
-        let len = bytes.get(6..10).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize);
-        let frame = bytes.get(..sluice_storage::sidefile::FRAME_HEADER_BYTES.saturating_add(len)).unwrap_or(&[]);
-        sluice_storage::sidefile::decode(PROGRESS_MAGIC, frame)
+        sluice_storage::sidefile::decode_padded(PROGRESS_MAGIC, &bytes)
             .ok()
             .and_then(|(_, payload)| serde_json::from_slice(payload).ok())
             .unwrap_or_default()
