@@ -1189,10 +1189,9 @@ impl ReplicaSm {
             progress.snapshot_log_start.store(s.header.log_start, std::sync::atomic::Ordering::Release);
         }
         progress.replaying.store(cursor < end, std::sync::atomic::Ordering::Release);
-        partition.replays_from(match &entries {
-            Some(ix) => ix.kept_from().min(applied.log_end),
-            None => cursor,
-        });
+        // one log per replica: the store's open set the retention floor at its first entry,
+        // which the cleaner stops at too
+        partition.replays_from(if entries.is_some() { applied.log_end } else { cursor });
         let _ = std::fs::remove_file(dir.join(INCOMING_FILE));
         let _ = std::fs::remove_dir_all(dir.join(INCOMING_DIR));
         Ok(ReplicaSm {
@@ -1207,14 +1206,6 @@ impl ReplicaSm {
             mender: None,
             entries,
         })
-    }
-
-    /// Where the log cleaner stops: a restart replays from `applied.log_end` (double format).
-    /// One log per replica, no entry not purged may be rewritten either: the store's purge
-    /// moves the log's retention floor, which the cleaner stops at too (so the limit moves with
-    /// a purge, not only at the next save).
-    fn clean_limit(&self, applied: &Applied) -> i64 {
-        applied.log_end
     }
 
     /// One log per replica: apply entry `index`'s command, whose batch the log holds already.
@@ -1317,9 +1308,7 @@ impl ReplicaSm {
     /// Record the last applied entry — after fsyncing the partition log, so `applied.json`
     /// never claims data a crash could still take away.
     fn save(&mut self) -> Result<(), StorageError<NodeId>> {
-        let limit = self.clean_limit(&self.applied);
-        save_applied(&self.dir, &*self.partition, &self.applied, limit)
-            .map_err(|e| io_err(std::io::Error::other(e)))?;
+        save_applied(&self.dir, &*self.partition, &self.applied).map_err(|e| io_err(std::io::Error::other(e)))?;
         self.saved_at = Instant::now();
         Ok(())
     }
@@ -1334,11 +1323,10 @@ impl ReplicaSm {
             return Err("still replaying entries written before a restart".into());
         }
         let (dir, partition, applied) = (self.dir.clone(), self.partition.clone(), self.applied.clone());
-        let limit = self.clean_limit(&applied);
         // one log per replica: the log holds entries past the last applied one, left out
         let upto = self.entries.is_some().then_some(applied.log_end);
         let stored = tokio::task::spawn_blocking(move || {
-            save_applied(&dir, &*partition, &applied, limit)?;
+            save_applied(&dir, &*partition, &applied)?;
             link_snapshot(&dir, &*partition, &applied, upto)
         })
         .await
@@ -1385,11 +1373,13 @@ impl ReplicaSm {
 
 /// Fsync the partition, then record `applied` in `applied.json` (never claiming data a crash
 /// could still take away).
-fn save_applied(dir: &Path, partition: &dyn PartitionLog, applied: &Applied, clean_limit: i64) -> Result<(), String> {
+fn save_applied(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) -> Result<(), String> {
     partition.flush().map_err(|e| e.to_string())?;
     let bytes = serde_json::to_vec(applied).map_err(|e| e.to_string())?;
     sluice_storage::sidefile::write_atomic(&dir.join(APPLIED_FILE), &bytes).map_err(|e| e.to_string())?;
-    partition.replays_from(clean_limit);
+    // the log cleaner stops where a restart replays from; one log per replica, also at the
+    // retention floor the store's purge moves (no entry not purged is rewritten)
+    partition.replays_from(applied.log_end);
     Ok(())
 }
 
@@ -1582,7 +1572,7 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
             }
             let applied =
                 Applied { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), log_end: end };
-            save_applied(&dir, &*partition, &applied, end)?;
+            save_applied(&dir, &*partition, &applied)?;
             let _ = std::fs::remove_file(dir.join(INCOMING_FILE));
             Ok::<_, String>((applied, start, header.bytes()))
         })

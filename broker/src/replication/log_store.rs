@@ -89,21 +89,18 @@ pub(crate) struct ProgressFile {
 pub(crate) struct ProgressWrite {
     file: Arc<std::fs::File>,
     frame: Vec<u8>,
-    durable: bool,
     /// The directory to fsync once the file's first write is durable.
     sync_dir: Option<PathBuf>,
 }
 
 impl ProgressWrite {
-    /// Write the record over the file's contents; fsynced (and its name, once) when durable.
+    /// Write the record over the file's contents, fdatasynced (and its name, once).
     pub(crate) fn finish(self) -> Result<(), StorageError<NodeId>> {
         use std::os::unix::fs::FileExt;
         self.file.write_all_at(&self.frame, 0).map_err(io_err)?;
-        if self.durable {
-            self.file.sync_data().map_err(io_err)?;
-            if let Some(dir) = &self.sync_dir {
-                sluice_storage::sidefile::sync_dir(dir).map_err(io_err)?;
-            }
+        self.file.sync_data().map_err(io_err)?;
+        if let Some(dir) = &self.sync_dir {
+            sluice_storage::sidefile::sync_dir(dir).map_err(io_err)?;
         }
         Ok(())
     }
@@ -114,9 +111,9 @@ impl ProgressFile {
         ProgressFile { dir: dir.to_path_buf(), file: None, fresh: false }
     }
 
-    /// Frame `p` for writing over the file's contents (opening the file the first time);
-    /// `durable`: fsynced (and its name, once) by [`ProgressWrite::finish`].
-    pub(crate) fn prepare(&mut self, p: &Progress, durable: bool) -> Result<ProgressWrite, StorageError<NodeId>> {
+    /// Frame `p` for writing over the file's contents (opening the file the first time), to be
+    /// written and fdatasynced by [`ProgressWrite::finish`].
+    pub(crate) fn prepare(&mut self, p: &Progress) -> Result<ProgressWrite, StorageError<NodeId>> {
         let mut frame = sluice_storage::sidefile::encode(PROGRESS_MAGIC, 1, &serde_json::to_vec(p).map_err(io_err)?);
         if frame.len() > PROGRESS_BYTES {
             return Err(io_err(std::io::Error::other(format!("a progress record of {} bytes", frame.len()))));
@@ -134,8 +131,8 @@ impl ProgressFile {
                 file
             }
         };
-        let sync_dir = (durable && std::mem::take(&mut self.fresh)).then(|| self.dir.clone());
-        Ok(ProgressWrite { file, frame, durable, sync_dir })
+        let sync_dir = std::mem::take(&mut self.fresh).then(|| self.dir.clone());
+        Ok(ProgressWrite { file, frame, sync_dir })
     }
 }
 
@@ -410,7 +407,7 @@ where
         let flushed = flushed.max(lost);
         self.meta.flushed = (flushed > 0).then_some(flushed);
         let p = Progress { committed: self.meta.committed, flushed: self.meta.flushed };
-        self.progress.prepare(&p, true)
+        self.progress.prepare(&p)
     }
 
     fn record(&self, slot: &Slot) -> Result<Vec<u8>, StorageError<NodeId>> {

@@ -78,9 +78,6 @@ pub trait SegmentLog: Send + Sync + 'static {
 pub trait EntryIndex: Send + Sync + 'static {
     /// The offset right after entry `index`'s batch, if the entry is held.
     fn end_of(&self, index: u64) -> Option<i64>;
-    /// The first offset of an entry not purged: the log cleaner must not rewrite anything from
-    /// here on (entries are batches, counted from the anchor).
-    fn kept_from(&self) -> i64;
     /// The partition's log was replaced by a snapshot through `last` that ends at `log_end`:
     /// nothing of the old log is an entry any more; the next entry is the batch at `log_end`.
     fn installed(&self, last: Option<LogId<NodeId>>, log_end: i64) -> Result<(), StorageError<NodeId>>;
@@ -484,14 +481,6 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> EntryIndex for Partitio
         g.slots.get(i).map(|s| s.last + 1)
     }
 
-    fn kept_from(&self) -> i64 {
-        let g = self.lock();
-        match g.slots.front() {
-            Some(s) => s.offset,
-            None => g.state.anchor.map_or(0, |(_, o)| o),
-        }
-    }
-
     fn installed(&self, last: Option<LogId<NodeId>>, log_end: i64) -> Result<(), StorageError<NodeId>> {
         let mut g = self.lock();
         let inner = &mut *g;
@@ -565,7 +554,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
         let write = {
             let mut g = self.lock();
             g.state.committed = committed;
-            g.progress.prepare(&Progress { committed, flushed: None }, true)?
+            g.progress.prepare(&Progress { committed, flushed: None })?
         };
         write.finish()
     }
