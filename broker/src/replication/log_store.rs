@@ -609,20 +609,21 @@ where
         }
         inner.damaged_until = past_damage.filter(|until| *until > last_kept);
         inner.durable.lock().unwrap_or_else(|p| p.into_inner()).index = kept;
-        if inner.damaged_until.is_some() {
-            // entries known committed but cut away cannot be applied from this log: openraft
-            // would try at start and fail. Committed here means "known committed": the leader
-            // sends them, and the commit index, again (the replica does not vote meanwhile)
-            let kept = inner.entries.get(&last_kept).map(|s| s.log_id).or(inner.meta.last_purged);
-            if inner.meta.committed.is_some_and(|c| Some(c.index) > kept.map(|k| k.index)) {
-                tracing::warn!(
-                    "{}: the committed entry {:?} was cut away with the damage; committed is now {:?}",
-                    dir.display(),
-                    inner.meta.committed.map(|c| c.index),
-                    kept.map(|k| k.index)
-                );
-                inner.meta.committed = kept;
-            }
+        // entries known committed but not held cannot be applied from this log: openraft would
+        // try at start and fail. They were cut away with damage, or (a follower commits entries
+        // before its fsync of them ends) lost with the unsynced tail at a power cut. Committed
+        // here means "known committed": the leader sends them, and the commit index, again
+        // (after damage the replica does not vote meanwhile)
+        let held = inner.entries.get(&last_kept).map(|s| s.log_id).or(inner.meta.last_purged);
+        if inner.meta.committed.is_some_and(|c| Some(c.index) > held.map(|k| k.index)) {
+            let why = if inner.damaged_until.is_some() { "cut away with the damage" } else { "not durable" };
+            tracing::warn!(
+                "{}: the committed entry {:?} was {why}; committed is now {:?}",
+                dir.display(),
+                inner.meta.committed.map(|c| c.index),
+                held.map(|k| k.index)
+            );
+            inner.meta.committed = held;
         }
         // a purge deletes its files after recording how far it went: finish one a crash cut
         if let Some(p) = inner.meta.last_purged {
@@ -1109,6 +1110,30 @@ mod tests {
         let mut third = LogStore::<TypeConfig>::open(dir.path()).unwrap();
         assert_eq!(third.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(1));
         assert!(third.has_vote_or_entries());
+    }
+
+    /// A follower commits entries before its fsync of them ends: a commit point recorded past
+    /// the entries a power cut left is lowered to the last one held, so that openraft's start
+    /// (which re-applies up to it) finds every entry it asks for.
+    #[tokio::test]
+    async fn a_commit_point_past_the_entries_a_crash_left_is_lowered_to_the_last_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = records(&allocations(3));
+        bytes.extend_from_slice(&records(&[entry(4, None)]));
+        bytes.truncate(bytes.len() - 3);
+        std::fs::write(dir.path().join(LOG_FILE), &bytes).unwrap();
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        let third = log.get_log_state().await.unwrap().last_log_id.unwrap();
+        assert_eq!(third.index, 3);
+        drop(log);
+        let fourth = LogId::new(third.leader_id, 4);
+        ProgressFile::new(dir.path())
+            .prepare(&Progress { committed: Some(fourth), flushed: None })
+            .unwrap()
+            .finish()
+            .unwrap();
+        let mut log = LogStore::<TypeConfig>::open(dir.path()).unwrap();
+        assert_eq!(log.read_committed().await.unwrap(), Some(third));
     }
 
     /// A crash may cut the log file at any byte: opening it keeps exactly the whole records

@@ -237,7 +237,29 @@ fn writer_of(view: &BatchView<'_>) -> Option<NodeId> {
 
 impl<L: SegmentLog + ?Sized> Inner<L> {
     fn save_state(&self) -> Result<(), StorageError<NodeId>> {
-        write_atomic(&self.dir.join(STATE_FILE), &serde_json::to_vec(&self.state).map_err(io_err)?)
+        let state = State { committed: self.durable_committed(), ..self.state.clone() };
+        write_atomic(&self.dir.join(STATE_FILE), &serde_json::to_vec(&state).map_err(io_err)?)
+    }
+
+    /// The commit point as far as this replica's durable entries reach: a follower commits
+    /// entries it has written but not yet fsynced, and a commit point stored beyond what a
+    /// power cut leaves would name entries a restart cannot re-apply (or, after a truncation
+    /// that was lost with them, other entries).
+    fn durable_committed(&self) -> Option<LogId<NodeId>> {
+        let committed = self.state.committed?;
+        if committed.index < self.first {
+            // purged: a snapshot holds it
+            return Some(committed);
+        }
+        let durable = self.log.segment_log().flusher().durable_end();
+        let held = self.slots.partition_point(|s| s.last < durable) as u64;
+        if committed.index < self.first + held {
+            return Some(committed);
+        }
+        match held.checked_sub(1) {
+            Some(i) => self.log_id(self.first + i),
+            None => self.state.last_purged,
+        }
     }
 
     fn next_index(&self) -> u64 {
@@ -550,11 +572,13 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
         // one page rewritten and fdatasynced, not the whole state file renamed (`Progress`);
-        // framed under the lock, written outside it, so the log's readers do not wait for the disk
+        // framed under the lock, written outside it, so the log's readers do not wait for the
+        // disk. What it records stops at the entries already durable here (decision 0048).
         let write = {
             let mut g = self.lock();
             g.state.committed = committed;
-            g.progress.prepare(&Progress { committed, flushed: None })?
+            let durable = g.durable_committed();
+            g.progress.prepare(&Progress { committed: durable, flushed: None })?
         };
         write.finish()
     }
@@ -829,6 +853,7 @@ mod tests {
         let raft = dir.path().join("raft");
         let mut store = Store::open(&raft, bare(dir.path())).unwrap();
         history(&store);
+        sync_all(&store);
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let at = |i| Some(LogId::new(CommittedLeaderId::new(1, 1), i));
         rt.block_on(store.save_committed(at(1))).unwrap();
@@ -842,6 +867,40 @@ mod tests {
         let mut store = Store::open(&raft, bare(dir.path())).unwrap();
         assert_eq!(rt.block_on(store.read_committed()).unwrap(), at(1), "the state file's, saved with the vote");
         assert_eq!(rt.block_on(store.read_vote()).unwrap(), Some(Vote::new(2, 1)));
+    }
+
+    fn sync_all(store: &Store) {
+        let (flusher, end) = {
+            let g = store.lock();
+            let log = g.log.segment_log();
+            (log.flusher(), log.log_end_offset())
+        };
+        flusher.sync_to(end).unwrap();
+    }
+
+    /// A follower commits entries it has not yet fsynced: the commit point kept on disk never
+    /// names one, so that what a power cut leaves of it can be re-applied at a restart.
+    #[test]
+    fn the_commit_point_kept_on_disk_never_passes_the_durable_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let raft = dir.path().join("raft");
+        let mut store = Store::open(&raft, bare(dir.path())).unwrap();
+        let written = history(&store);
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        // nothing durable yet: nothing committed on disk, though openraft reads its own value back
+        rt.block_on(store.save_committed(Some(written[4].log_id))).unwrap();
+        assert_eq!(rt.block_on(store.read_committed()).unwrap(), Some(written[4].log_id));
+        rt.block_on(store.save_vote(&Vote::new(2, 1))).unwrap();
+        assert_eq!(Progress::read(&raft).committed, None);
+        let state: State = serde_json::from_slice(&std::fs::read(raft.join(STATE_FILE)).unwrap()).unwrap();
+        assert_eq!(state.committed, None, "the state file's too");
+        // durable: kept as it is
+        sync_all(&store);
+        rt.block_on(store.save_committed(Some(written[4].log_id))).unwrap();
+        assert_eq!(Progress::read(&raft).committed, Some(written[4].log_id));
+        drop(store);
+        let mut store = Store::open(&raft, bare(dir.path())).unwrap();
+        assert_eq!(rt.block_on(store.read_committed()).unwrap(), Some(written[4].log_id));
     }
 
     /// Raft's truncation cuts the partition log at the entry's batch; a purge moves the anchor
