@@ -21,6 +21,7 @@
 use super::replica::Lost;
 use super::{ClusterNode, NodeId};
 use crate::replication::types::GroupKey;
+use crate::sync::OrDie as _;
 use openraft::{BasicNode, RaftTypeConfig};
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,7 +109,13 @@ async fn elect_without<C>(
     if let Some(lost) = lost {
         lost.set(leader, term);
     }
-    announce(leader);
+    // and so for every group it led here, at once: their own connections' ends reach this
+    // point one task after another, up to 70 ms apart under a few hundred groups, and a
+    // client that asked for metadata meanwhile was sent to the dead broker, which librdkafka
+    // then waits out until its next refresh (decision 0049)
+    if announce(leader) {
+        mark_lost(node, leader);
+    }
     // voters in id order, the gone leader left out: this broker's place among them
     let Some(rank) = voters.iter().filter(|v| **v != leader).position(|v| *v == node.node_id) else { return };
     tracing::debug!(term, rank, "raft leader {leader} of {what} is gone: standing for election");
@@ -134,7 +141,12 @@ async fn elect_without<C>(
     }
     // then stand again in a higher term until some voter leads: the first voter in id order
     // first, the others 150 ms apart (a voter refuses a candidate whose log is shorter than its
-    // own: the next one wins)
+    // own: the next one wins) — but not while another live voter holds this broker's vote.
+    // That candidate's log is at least as long as this one's and it has a quorum with this
+    // vote; when every group the gone broker led elects at once its answers can take a few
+    // hundred ms. Standing again then deposed it the moment it won, and as its log was now the
+    // longer (its first entry as leader), it refused this broker's every later term: 4.7 s
+    // until its own timer made it stand again (decision 0049).
     let mut wait = Duration::from_millis(100 + 150 * u64::try_from(rank).unwrap_or(8) + if fresh { 300 } else { 0 });
     for _ in 0..4 {
         tokio::time::sleep(wait).await;
@@ -142,23 +154,52 @@ async fn elect_without<C>(
         if current.is_some_and(|l| l != leader) {
             return;
         }
+        wait = Duration::from_millis(300);
+        let voted_for = raft.metrics().borrow().vote.leader_id().node_id;
+        if voted_for != node.node_id && voted_for != leader {
+            continue;
+        }
         if raft.trigger().elect().await.is_err() {
             return;
         }
-        wait = Duration::from_millis(300);
     }
 }
 
-/// One INFO line per gone broker (not one per group it led), at most every 10 s.
-fn announce(leader: NodeId) {
+/// One INFO line per gone broker (not one per group it led), at most every 10 s; whether
+/// this call said it (the first to find it gone).
+fn announce(leader: NodeId) -> bool {
     static SAID: std::sync::Mutex<Option<(NodeId, std::time::Instant)>> = std::sync::Mutex::new(None);
-    let Ok(mut said) = SAID.lock() else { return };
+    let Ok(mut said) = SAID.lock() else { return false };
     if said.is_some_and(|(l, at)| l == leader && at.elapsed() < Duration::from_secs(10)) {
-        return;
+        return false;
     }
     *said = Some((leader, std::time::Instant::now()));
     tracing::info!(
         "broker {leader} is gone (its Raft connection ended and its Raft port refuses connections): electing new \
          leaders for the groups it led"
     );
+    true
+}
+
+/// Report no leader for every partition and coordinator shard group whose leader here is the
+/// gone broker `leader` (each until it moves on to a new term).
+fn mark_lost(node: &ClusterNode, leader: NodeId) {
+    fn mark<C: RaftTypeConfig<NodeId = NodeId>>(raft: &openraft::Raft<C>, lost: &Lost, leader: NodeId) {
+        let (current, term) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            (m.current_leader, m.current_term)
+        };
+        if current == Some(leader) {
+            lost.set(leader, term);
+        }
+    }
+    let partitions: Vec<_> = node.replicas.read().or_die().values().cloned().collect();
+    for r in &partitions {
+        mark(&r.raft, &r.lost, leader);
+    }
+    let shards: Vec<_> = node.shards.read().or_die().values().cloned().collect();
+    for r in &shards {
+        mark(&r.raft, &r.lost, leader);
+    }
 }
