@@ -454,6 +454,7 @@ impl Log {
                 seg.recover_allowing_gaps()?;
                 seg.seal(true)?;
             }
+            seg.set_epoch_ceiling(self.epoch_ceiling());
             self.segments.insert(g.base, seg);
         }
         state.record_pass(cleaned.end.max(state.clean_end), cleaned.now_ms, cleaned.pending_deletes_from);

@@ -245,6 +245,8 @@ pub struct Log {
     /// Retention keeps every segment holding offsets at or above this (`i64::MAX`: no floor):
     /// a Raft log kept in this log (decision 0045) still needs its entries from here on.
     pub(crate) retention_floor: i64,
+    /// The highest partition leader epoch a stored batch may carry ([`Log::set_epoch_ceiling`]).
+    epoch_ceiling: Option<i32>,
 }
 
 /// `Log::damaged` when no damage is known (segment base offsets are never negative).
@@ -522,6 +524,7 @@ impl Log {
             cleaner,
             scratch_metas: Vec::with_capacity(8),
             retention_floor: i64::MAX,
+            epoch_ceiling: None,
         };
         log.delete_snapshots_after(leo)?;
         log.write_checkpoint()?;
@@ -533,6 +536,22 @@ impl Log {
     }
     pub fn config(&self) -> &LogConfig {
         &self.config
+    }
+    /// The highest partition leader epoch a stored batch may carry, checked wherever batches
+    /// are (reads, the scrubber, the search for damage): for a log whose epochs are Raft terms,
+    /// the highest term its replica has voted in. A batch above it, or below 0, is damaged (a
+    /// flipped bit: the field is outside the CRC; decision 0050). Never lowered.
+    pub fn set_epoch_ceiling(&mut self, ceiling: i32) {
+        if self.epoch_ceiling.is_some_and(|c| c >= ceiling) {
+            return;
+        }
+        self.epoch_ceiling = Some(ceiling);
+        for seg in self.segments.values_mut() {
+            seg.set_epoch_ceiling(Some(ceiling));
+        }
+    }
+    pub fn epoch_ceiling(&self) -> Option<i32> {
+        self.epoch_ceiling
     }
     /// Change settings that apply from now on (retention, roll size, flush policy, limits).
     pub fn set_config(&mut self, config: LogConfig) -> Result<()> {
@@ -954,6 +973,8 @@ impl Log {
         }
         let file = Arc::new(seg.file().try_clone().at(seg.log_path())?);
         self.flusher.switch_file(file, seg.log_path().to_path_buf());
+        let mut seg = seg;
+        seg.set_epoch_ceiling(self.epoch_ceiling);
         self.segments.insert(leo, seg);
         // The recovery-point checkpoint is written by the periodic flush, not here: a roll is on
         // the append path, and a stale checkpoint only means a longer scan after a crash.

@@ -113,6 +113,10 @@ pub struct Segment {
     /// The partition leader epoch every batch here carries (`LogConfig::leader_epoch`): a batch
     /// with another is damaged (the field is outside the CRC; decision 0043). `None`: unchecked.
     leader_epoch: Option<i32>,
+    /// The highest partition leader epoch a batch here may carry (`Log::set_epoch_ceiling`): a
+    /// log whose epochs are Raft terms holds none above the highest term its replica voted in,
+    /// and none below 0. `None`: unchecked.
+    epoch_ceiling: Option<i32>,
     pub(crate) index: OffsetIndex,
     pub(crate) time_index: TimeIndex,
     pub(crate) txn_index: TxnIndex,
@@ -159,6 +163,7 @@ impl Segment {
             index_interval_bytes,
             index_max_bytes,
             leader_epoch,
+            epoch_ceiling: None,
             index,
             time_index,
             txn_index,
@@ -171,6 +176,10 @@ impl Segment {
     /// The epoch every batch here must carry from now on (`None`: unchecked).
     pub fn set_leader_epoch(&mut self, epoch: Option<i32>) {
         self.leader_epoch = epoch;
+    }
+    /// The highest epoch a batch here may carry from now on (`None`: unchecked).
+    pub fn set_epoch_ceiling(&mut self, ceiling: Option<i32>) {
+        self.epoch_ceiling = ceiling;
     }
     pub fn size(&self) -> u64 {
         self.size
@@ -592,14 +601,17 @@ impl Segment {
     /// carries the same one (`LogConfig::leader_epoch`), and the field is outside the CRC, so
     /// this is how a flipped one is found (decision 0043).
     pub(crate) fn wrong_epoch(&self, b: &BatchView<'_>) -> Option<String> {
+        let epoch = b.partition_leader_epoch();
+        if let Some(max) = self.epoch_ceiling.filter(|max| epoch < 0 || epoch > *max) {
+            // a Raft term this replica never voted in: a flipped bit (decision 0050)
+            return Some(format!(
+                "at offset {} has partition leader epoch {epoch}, outside the terms this replica has seen (0 to {max})",
+                b.base_offset()
+            ));
+        }
         let want = self.leader_epoch?;
-        (b.partition_leader_epoch() != want).then(|| {
-            format!(
-                "at offset {} has partition leader epoch {}, expected {want}",
-                b.base_offset(),
-                b.partition_leader_epoch()
-            )
-        })
+        (epoch != want)
+            .then(|| format!("at offset {} has partition leader epoch {epoch}, expected {want}", b.base_offset()))
     }
 
     /// The first batch that fails its CRC, whose header does not parse, or whose base offset

@@ -647,7 +647,7 @@ fn closed_with_replica(root: &Path) -> Closed {
 #[test]
 fn a_flipped_base_offset_is_never_served_and_a_replicas_copy_repairs_it() {
     // bytes 0..8 of the header, big-endian
-    every_flip_is_found_and_repaired("base offset", 64, |bit| 7 - bit / 8);
+    every_flip_is_found_and_repaired("base offset", 64, |bit| 7 - bit / 8, None);
 }
 
 /// The partition leader epoch (header bytes 12..16) is outside the CRC too. Every batch of a
@@ -656,14 +656,70 @@ fn a_flipped_base_offset_is_never_served_and_a_replicas_copy_repairs_it() {
 /// never served, found, repaired byte for byte.
 #[test]
 fn a_flipped_leader_epoch_is_never_served_and_a_replicas_copy_repairs_it() {
-    every_flip_is_found_and_repaired("leader epoch", 32, |bit| 15 - bit / 8);
+    every_flip_is_found_and_repaired("leader epoch", 32, |bit| 15 - bit / 8, None);
+}
+
+/// A log whose epochs are Raft terms (one log per replica, decision 0045) carries many epochs,
+/// so the check above does not apply; it is checked against a ceiling instead, the highest
+/// term its replica has voted in (decision 0050). Every bit of an epoch of 0 under a ceiling
+/// of 0, flipped in turn in every batch, is found and repaired as above.
+#[test]
+fn a_flipped_term_above_the_ceiling_is_never_served_and_a_replicas_copy_repairs_it() {
+    every_flip_is_found_and_repaired("term", 32, |bit| 15 - bit / 8, Some(0));
+}
+
+/// What the ceiling does not catch: a flip that leaves the epoch between 0 and the ceiling
+/// (a low bit of a term, when later terms were voted in). Flips above it, or to a negative
+/// epoch, are damage; the ceiling is raised, never lowered.
+#[test]
+fn the_epoch_ceiling_refuses_epochs_above_it_or_below_zero_only() {
+    let root = tempfile::tempdir().unwrap();
+    let pristine = root.path().join("pristine");
+    let (_, bytes, starts) = closed_log(&pristine);
+    for (epoch, ceiling, damaged) in [(5, 5, false), (2, 5, false), (0, 5, false), (6, 5, true), (-1, 5, true)] {
+        let dir = root.path().join(format!("e{epoch}-{ceiling}"));
+        copy_dir(&pristine, &dir);
+        let mut changed = bytes.clone();
+        changed[starts[2] + 12..starts[2] + 16].copy_from_slice(&i32::to_be_bytes(epoch));
+        fs::write(dir.join(file_name(0, "log")), &changed).unwrap();
+        let mut log = Log::open(&dir, LogConfig { leader_epoch: None, ..small_config() }).unwrap();
+        log.set_epoch_ceiling(ceiling);
+        log.set_epoch_ceiling(ceiling - 3);
+        assert_eq!(log.epoch_ceiling(), Some(ceiling), "never lowered");
+        let (mut at, mut refused) = (0, false);
+        while at < log.log_end_offset() {
+            match log.read(at, 1 << 20, None, true) {
+                Ok(got) => {
+                    for b in sluice_protocol::batch::iter_batches(&got) {
+                        at = b.unwrap().1.last_offset() + 1;
+                    }
+                }
+                Err(StorageError::Corrupt { .. }) => {
+                    refused = true;
+                    break;
+                }
+                Err(e) => panic!("epoch {epoch} under ceiling {ceiling}: {e}"),
+            }
+        }
+        assert_eq!(refused, damaged, "epoch {epoch} under ceiling {ceiling}: a read refused it");
+        assert_eq!(log.is_damaged(), damaged, "epoch {epoch} under ceiling {ceiling}");
+    }
 }
 
 /// Flip each of `bits` bits of a header field outside the CRC (`byte_of(bit)`: the byte of the
 /// batch it is in; bit `bit % 8` of it), in every batch of a closed segment, one case each.
-fn every_flip_is_found_and_repaired(field: &str, bits: usize, byte_of: impl Fn(usize) -> usize) {
+/// `ceiling`: the log is opened as one whose epochs are terms, under that ceiling.
+fn every_flip_is_found_and_repaired(field: &str, bits: usize, byte_of: impl Fn(usize) -> usize, ceiling: Option<i32>) {
     let root = tempfile::tempdir().unwrap();
     let Closed { pristine, model, replica, bytes, starts } = closed_with_replica(root.path());
+    let open = |dir: &Path| match ceiling {
+        None => Log::open(dir, small_config()).unwrap(),
+        Some(c) => {
+            let mut log = Log::open(dir, LogConfig { leader_epoch: None, ..small_config() }).unwrap();
+            log.set_epoch_ceiling(c);
+            log
+        }
+    };
     assert!(starts.len() >= 5, "the first segment holds {} batches", starts.len());
     let in_segment = |base: i64| model.iter().position(|(b, _)| *b == base).is_some_and(|i| i < starts.len());
     let mut found_by = std::collections::BTreeMap::<&str, usize>::new();
@@ -675,7 +731,7 @@ fn every_flip_is_found_and_repaired(field: &str, bits: usize, byte_of: impl Fn(u
             let mut damaged = bytes.clone();
             damaged[starts[batch] + byte_of(bit)] ^= 1 << (bit % 8);
             fs::write(dir.join(file_name(0, "log")), &damaged).unwrap();
-            let mut log = Log::open(&dir, small_config()).unwrap();
+            let mut log = open(&dir);
             let mut how = if log.is_damaged() { "open" } else { "" };
             // the scrubber first for odd bits, reads first for even ones
             let scrub = |log: &Log, how: &mut &str| {

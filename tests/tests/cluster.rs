@@ -3197,6 +3197,58 @@ async fn a_replicas_synced_batches_damaged_or_lost_at_rest_are_restored_from_its
     assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
 }
 
+/// One log per replica (decision 0045): a batch's partition leader epoch is its Raft term,
+/// outside the batch's CRC. A flipped high bit in a follower's copy at rest (a term it never
+/// voted in) is found when the replica's Raft log opens, and the batch is repaired from a
+/// peer's copy before the replica takes part in its group (decision 0050): the file is byte for
+/// byte what it was. Without the check the replica opens with the flipped term in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_log_per_replica_finds_a_flipped_term_at_rest_and_repairs_it_from_its_peers() {
+    let (mut c, ports) =
+        Cluster::start_with_metrics_logging(&["--replication-log-format", "single"], Some("info,openraft=warn"));
+    let leader = replicated_topic(&c, "terms").await;
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    produce_numbered(&c, &[leader], "terms", 0..30).await;
+    let dirs = same_on_every_replica(&c, "terms", leader).await;
+    c.brokers[follower].kill9();
+    let file = segments(&dirs[follower])[&0].clone();
+    let pristine = std::fs::read(&file).unwrap();
+    let data: Vec<usize> = sluice_protocol::batch::iter_batches(&pristine)
+        .map(|b| b.unwrap())
+        .filter(|(_, v)| !v.is_control())
+        .map(|(at, _)| at)
+        .collect();
+    assert!(data.len() >= 20, "{} data batches", data.len());
+    // bit 20 of the epoch (header bytes 12..16, big-endian): term + 2^20
+    let mut flipped = pristine.clone();
+    flipped[data[10] + 13] ^= 1 << 4;
+    std::fs::write(&file, &flipped).unwrap();
+
+    c.brokers[follower].spawn();
+    let t0 = Instant::now();
+    while std::fs::read(&file).unwrap()[..pristine.len()] != pristine[..] {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the follower's copy is not repaired\npanics: {}\n{}",
+            c.brokers[follower].panics(),
+            c.brokers[follower].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let log = std::fs::read_to_string(c.brokers[follower].data_dir.with_extension("log")).unwrap_or_default();
+    let about = || log.lines().filter(|l| l.contains("terms") || l.contains("damage")).collect::<Vec<_>>().join("\n");
+    assert!(log.contains("outside the terms this replica has seen"), "the damage is named:\n{}", about());
+    assert!(log.contains("the partition is online again"), "the repair is logged");
+    assert_eq!(scrape_value(ports[follower], "sluice_storage_repairs_total{topic=\"terms\"}"), Some(1.0));
+    // the replica takes part again: it holds what the others hold after more writes
+    produce_numbered(&c, &[leader], "terms", 30..40).await;
+    same_on_every_replica(&c, "terms", leader).await;
+    let seen = read_numbered(&c.brokers[leader].bootstrap(), "terms", 40);
+    let values: Vec<String> = seen.iter().map(|(_, v)| v.clone()).collect();
+    assert_eq!(values, (0..40).map(|i| format!("record-{i}")).collect::<Vec<_>>());
+    assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
+}
+
 /// The entry indexes of a Raft group directory's log, in file order (`sluice raft-log-dump`).
 fn raft_log_indexes(dir: &std::path::Path) -> Vec<u64> {
     let dump = std::process::Command::new(sluice_tests::sluice_bin()).arg("raft-log-dump").arg(dir).output().unwrap();

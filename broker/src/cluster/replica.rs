@@ -494,17 +494,34 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     let (append_bytes_max, snapshot_bytes) = (spec.append_bytes_max, spec.snapshot_bytes);
     let replica = if single {
         segments.use_terms().map_err(|e| anyhow::anyhow!("{e}"))?;
-        if partition.is_damaged() {
-            // the log is the Raft log: its entries cannot be indexed, read or appended to until
-            // the damaged (or lost) batches are its peers' copies again, the bytes this replica
-            // held and acknowledged; it takes no part in its group meanwhile
-            let name = partition.name();
-            tracing::warn!(partition = name.as_str(), "the log is damaged: repairing it from the other replicas first");
-            mender.mend_patiently(&name, MEND_ATTEMPTS).await.map_err(|e| {
-                anyhow::anyhow!("{name}: the log is damaged and was not repaired from the other replicas: {e}")
-            })?;
-        }
-        let log = PartitionLogStore::<PartConfig, dyn SegmentLog>::open(&dir, segments)?;
+        // the log is the Raft log: its entries cannot be indexed, read or appended to until
+        // the damaged (or lost) batches are its peers' copies again, the bytes this replica
+        // held and acknowledged; it takes no part in its group meanwhile. Damage is known from
+        // the log's open, or found by the store's own (a batch whose term is above the vote's:
+        // decision 0050)
+        let mut repairs = 0;
+        let log = loop {
+            if partition.is_damaged() {
+                let name = partition.name();
+                tracing::warn!(
+                    partition = name.as_str(),
+                    "the log is damaged: repairing it from the other replicas first"
+                );
+                mender.mend_patiently(&name, MEND_ATTEMPTS).await.map_err(|e| {
+                    anyhow::anyhow!("{name}: the log is damaged and was not repaired from the other replicas: {e}")
+                })?;
+                repairs += 1;
+            }
+            match PartitionLogStore::<PartConfig, dyn SegmentLog>::open(&dir, segments.clone()) {
+                Ok(log) => break log,
+                // (damage found in another segment each time: a few at most)
+                Err(e) if partition.is_damaged() && repairs < 8 => {
+                    tracing::warn!(partition = partition.name().as_str(), "opening its Raft log: {e}");
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         log.limit_reads(append_bytes_max);
         let initialized = log.has_vote_or_entries();
         let index: Arc<dyn EntryIndex> = Arc::new(log.clone());

@@ -241,6 +241,16 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
         write_atomic(&self.dir.join(STATE_FILE), &serde_json::to_vec(&state).map_err(io_err)?)
     }
 
+    /// Let the log's batches carry epochs (terms) up to `term` (`Log::set_epoch_ceiling`).
+    fn raise_epoch_ceiling(&self, term: u64) -> Result<(), StorageError<NodeId>> {
+        let epoch = epoch_of(term)?;
+        let mut log = self.log.segment_log();
+        if log.epoch_ceiling().is_none_or(|c| c < epoch) {
+            log.set_epoch_ceiling(epoch);
+        }
+        Ok(())
+    }
+
     /// The commit point as far as this replica's durable entries reach: a follower commits
     /// entries it has written but not yet fsynced, and a commit point stored beyond what a
     /// power cut leaves would name entries a restart cannot re-apply (or, after a truncation
@@ -397,6 +407,12 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
                 "the partition log stamps epoch {e} on every batch; its Raft log needs terms"
             )));
         }
+        // no batch here can carry a term above the vote's (saved before any entry of its
+        // term): one that does is a flipped bit, found by the scan below (decision 0050). No
+        // vote saved: nothing to check against
+        if let Some(v) = inner.state.vote {
+            inner.raise_epoch_ceiling(v.leader_id().term)?;
+        }
         if let Some((index, offset)) = inner.state.anchor {
             inner.first = index;
             let mut guard = inner.log.segment_log();
@@ -464,6 +480,8 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
             } else if index != inner.next_index() {
                 return Err(corrupt(format!("Raft entry {index} appended after {}", inner.next_index() - 1)));
             }
+            // (the vote was saved before any entry of its term; this only makes sure)
+            inner.raise_epoch_ceiling(term)?;
             let blank = matches!(e.payload, EntryPayload::Blank);
             // a batch goes at the log end whatever offset its leader judged it would take: an
             // entry the leader did not judge (Raft's own, DeleteRecords) may have come between
@@ -506,6 +524,10 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> EntryIndex for Partitio
     fn installed(&self, last: Option<LogId<NodeId>>, log_end: i64) -> Result<(), StorageError<NodeId>> {
         let mut g = self.lock();
         let inner = &mut *g;
+        // the installed segments' terms are the leader's, at most the vote's
+        if let Some(v) = inner.state.vote {
+            inner.raise_epoch_ceiling(v.leader_id().term)?;
+        }
         inner.slots.clear();
         inner.first = last.map_or(0, |l| l.index + 1);
         inner.state.anchor = Some((inner.first, log_end));
@@ -563,7 +585,8 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut g = self.lock();
         g.state.vote = Some(*vote);
-        g.save_state()
+        g.save_state()?;
+        g.raise_epoch_ceiling(vote.leader_id().term)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
