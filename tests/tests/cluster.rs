@@ -3197,6 +3197,26 @@ async fn a_replicas_synced_batches_damaged_or_lost_at_rest_are_restored_from_its
     assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
 }
 
+/// Three brokers whose replicated partitions keep their Raft logs in `format`, one topic
+/// (replication factor 3) holding `records` numbered records on every replica.
+struct Replicated {
+    c: Cluster,
+    ports: Vec<u16>,
+    leader: usize,
+    follower: usize,
+    dirs: Vec<std::path::PathBuf>,
+}
+
+async fn replicated_in(format: &str, topic: &'static str, records: usize) -> Replicated {
+    let (c, ports) =
+        Cluster::start_with_metrics_logging(&["--replication-log-format", format], Some("info,openraft=warn"));
+    let leader = replicated_topic(&c, topic).await;
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    produce_numbered(&c, &[leader], topic, 0..records).await;
+    let dirs = same_on_every_replica(&c, topic, leader).await;
+    Replicated { c, ports, leader, follower, dirs }
+}
+
 /// One log per replica (decision 0045): a batch's partition leader epoch is its Raft term,
 /// outside the batch's CRC. A flipped high bit in a follower's copy at rest (a term it never
 /// voted in) is found when the replica's Raft log opens, and the batch is repaired from a
@@ -3204,12 +3224,7 @@ async fn a_replicas_synced_batches_damaged_or_lost_at_rest_are_restored_from_its
 /// byte what it was. Without the check the replica opens with the flipped term in its log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_log_per_replica_finds_a_flipped_term_at_rest_and_repairs_it_from_its_peers() {
-    let (mut c, ports) =
-        Cluster::start_with_metrics_logging(&["--replication-log-format", "single"], Some("info,openraft=warn"));
-    let leader = replicated_topic(&c, "terms").await;
-    let follower = (0..3).find(|i| *i != leader).unwrap();
-    produce_numbered(&c, &[leader], "terms", 0..30).await;
-    let dirs = same_on_every_replica(&c, "terms", leader).await;
+    let Replicated { mut c, ports, leader, follower, dirs } = replicated_in("single", "terms", 30).await;
     c.brokers[follower].kill9();
     let file = segments(&dirs[follower])[&0].clone();
     let pristine = std::fs::read(&file).unwrap();
@@ -3225,16 +3240,7 @@ async fn one_log_per_replica_finds_a_flipped_term_at_rest_and_repairs_it_from_it
     std::fs::write(&file, &flipped).unwrap();
 
     c.brokers[follower].spawn();
-    let t0 = Instant::now();
-    while std::fs::read(&file).unwrap()[..pristine.len()] != pristine[..] {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "the follower's copy is not repaired\npanics: {}\n{}",
-            c.brokers[follower].panics(),
-            c.brokers[follower].log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    until(|| std::fs::read(&file).unwrap()[..pristine.len()] == pristine[..], "the follower's copy is repaired").await;
     let log = std::fs::read_to_string(c.brokers[follower].data_dir.with_extension("log")).unwrap_or_default();
     let about = || log.lines().filter(|l| l.contains("terms") || l.contains("damage")).collect::<Vec<_>>().join("\n");
     assert!(log.contains("outside the terms this replica has seen"), "the damage is named:\n{}", about());
@@ -3246,6 +3252,33 @@ async fn one_log_per_replica_finds_a_flipped_term_at_rest_and_repairs_it_from_it
     let seen = read_numbered(&c.brokers[leader].bootstrap(), "terms", 40);
     let values: Vec<String> = seen.iter().map(|(_, v)| v.clone()).collect();
     assert_eq!(values, (0..40).map(|i| format!("record-{i}")).collect::<Vec<_>>());
+    assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
+}
+
+/// A group whose replicas keep their Raft logs differently has different offsets on each (Raft's
+/// own entries take offsets with one log per replica). A replica created after its group (here
+/// a wiped follower; a reassigned partition's new replica alike) takes its group's format from
+/// the other replicas, not its broker's `replication.log.format`: restarted with `single`, the
+/// wiped follower of a `double` group keeps a Raft log of its own, and its partition log is
+/// the leader's byte for byte. Without asking, it was created `single`, and its log differed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_replica_keeps_its_raft_log_as_its_group_does() {
+    let Replicated { mut c, leader, follower, dirs, .. } = replicated_in("double", "formats", 20).await;
+    c.brokers[follower].stop();
+    std::fs::remove_dir_all(replica_dir(&c.brokers[follower])).unwrap();
+    std::fs::remove_dir_all(&dirs[follower]).unwrap();
+    let at = c.brokers[follower].extra_args.iter().position(|a| a == "double").unwrap();
+    c.brokers[follower].extra_args[at] = "single".into();
+    c.brokers[follower].spawn();
+    produce_numbered(&c, &[leader], "formats", 20..40).await;
+    same_on_every_replica(&c, "formats", leader).await;
+    let group = replica_dir(&c.brokers[follower]);
+    let files: Vec<String> =
+        std::fs::read_dir(&group).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(files.iter().any(|f| f.starts_with("raft-log")), "a Raft log of its own: {files:?}");
+    assert!(!files.iter().any(|f| f == "raft-state.json"), "not the partition log: {files:?}");
+    let log = std::fs::read_to_string(c.brokers[follower].data_dir.with_extension("log")).unwrap_or_default();
+    assert!(log.contains("keeps its Raft log as its group does"), "{}", c.brokers[follower].log_tail());
     assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
 }
 

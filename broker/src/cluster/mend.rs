@@ -28,6 +28,8 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Each peer's answer to "your copy of the batch at this offset": its bytes, or why not.
 pub type Copies = Vec<(NodeId, Result<Vec<u8>, String>)>;
+/// Each other voter's format of a group's Raft log ([`Peers::formats`]).
+pub type Formats = Vec<(NodeId, Result<Option<bool>, String>)>;
 
 /// The other replicas of a partition's group, as its repair reaches them
 /// (`cluster/network.rs`).
@@ -36,6 +38,9 @@ pub trait Peers: Send + Sync + 'static {
     fn copies(&self, offset: i64) -> BoxFuture<Copies>;
     /// Ask the other voters to lead instead of this replica, one after another, until one does.
     fn hand_over(&self) -> BoxFuture<()>;
+    /// Each other voter's format of the group's Raft log (`Some(true)`: the partition log
+    /// itself), `None` where it has no replica yet.
+    fn formats(&self) -> BoxFuture<Formats>;
 }
 
 /// Repairs one partition replica's damaged batches; one repair at a time.

@@ -97,6 +97,10 @@ pub enum Rpc {
     ShardCopy(GroupKey),
     /// Stand for election in a coordinator shard's group now (a damaged leader hands over).
     ShardElect(GroupKey),
+    /// Where this broker's replica of a partition keeps its Raft log, for a new replica of the
+    /// group (`replica::start`): answered `Ok(Some(single))`, or `Ok(None)` with no replica
+    /// here. Last, so brokers of earlier versions fail to decode only this one.
+    PartFormat(GroupKey),
 }
 
 /// A kind of Raft group carried by [`GroupNetwork`]: how its three RPCs are framed.
@@ -541,6 +545,11 @@ impl super::mend::Peers for GroupPeers {
     fn hand_over(&self) -> super::mend::BoxFuture<()> {
         self.hand_over_now()
     }
+
+    fn formats(&self) -> super::mend::BoxFuture<super::mend::Formats> {
+        let key = self.key.clone();
+        self.ask(move || Rpc::PartFormat(key.clone()))
+    }
 }
 
 impl super::mend::ShardPeers for GroupPeers {
@@ -681,6 +690,11 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                                 .and_then(|r| r.map(|b| b.to_vec()).map_err(|e| e.to_string())),
                             None => Err(format!("no replica of {}-{} here", g.0, g.1)),
                         };
+                        bincode::serialize(&r)
+                    }
+                    Rpc::PartFormat(g) => {
+                        let r: Result<Option<bool>, String> =
+                            Ok(node.replica(&g).and_then(|r| super::replica::log_format_of(&r.dir)));
                         bincode::serialize(&r)
                     }
                     Rpc::ShardCopy(g) => {

@@ -487,7 +487,10 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
     sluice_storage::sidefile::create_dir_durable(&dir)?;
-    let single = single_log_format(&dir, spec.single_log)?;
+    let single = match log_format_of(&dir) {
+        Some(single) => single,
+        None => group_log_format(&peers, &spec).await,
+    };
     let mender = Arc::new(Mender::new(partition.clone(), peers));
     let every = spec.snapshot_bytes.max(1);
     let budget = spec.budgets[0].clone();
@@ -554,21 +557,54 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
 /// The state file of a Raft log kept in the partition's segment log (`PartitionLogStore`).
 const SINGLE_LOG_STATE: &str = "raft-state.json";
 
-/// Whether the partition group in `dir` keeps its Raft log in its segment log: the format it
-/// was created with — one with a Raft log of its own (`LogStore`'s files) keeps it — and for a
-/// new group the one asked for.
-fn single_log_format(dir: &Path, wanted: bool) -> anyhow::Result<bool> {
+/// Whether the partition replica in `dir` keeps its Raft log in its segment log (`Some(true)`)
+/// or in a Raft log of its own (`LogStore`'s files): the format it was created with. `None`
+/// for a new replica.
+pub fn log_format_of(dir: &Path) -> Option<bool> {
     if dir.join(SINGLE_LOG_STATE).exists() {
-        return Ok(true);
+        return Some(true);
     }
-    for e in std::fs::read_dir(dir)? {
-        let name = e?.file_name();
+    let double = std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok()).any(|e| {
+        let name = e.file_name();
         let name = name.to_string_lossy();
-        if name.starts_with("raft-log") || name == "raft-meta.json" {
-            return Ok(false);
+        name.starts_with("raft-log") || name == "raft-meta.json"
+    });
+    double.then_some(false)
+}
+
+/// The format of a new replica's Raft log: its group's, as the other replicas keep it — a
+/// group whose replicas differ has different offsets on each (Raft's own entries take offsets
+/// in one, not in the other) — and for a group no other replica holds yet, this broker's
+/// `replication.log.format`. Peers that cannot answer are asked again for up to 10 s; then
+/// this broker's setting, with a warning.
+async fn group_log_format(peers: &Arc<dyn Peers>, spec: &ReplicaSpec) -> bool {
+    let name = format!("{}-{}", spec.key.0, spec.key.1);
+    for attempt in 0..10 {
+        let answers = peers.formats().await;
+        if let Some(single) = answers.iter().find_map(|(_, a)| a.as_ref().ok().copied().flatten()) {
+            if single != spec.single_log {
+                tracing::info!(
+                    partition = name.as_str(),
+                    "a new replica keeps its Raft log as its group does: replication.log.format={}",
+                    if single { "single" } else { "double" }
+                );
+            }
+            return single;
         }
+        if answers.iter().all(|(_, a)| a.is_ok()) {
+            // no other replica holds the group yet: a new one
+            return spec.single_log;
+        }
+        if attempt == 0 {
+            tracing::info!(partition = name.as_str(), "asking the other replicas how the group keeps its Raft log");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    Ok(wanted)
+    tracing::warn!(
+        partition = name.as_str(),
+        "no other replica said how the group keeps its Raft log: this broker's replication.log.format applies"
+    );
+    spec.single_log
 }
 
 /// While a partition's group runs: take a snapshot once `every` bytes of batches were applied
