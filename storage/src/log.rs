@@ -1250,6 +1250,10 @@ impl Log {
     pub fn set_retention_floor(&mut self, offset: i64) {
         self.retention_floor = offset;
     }
+    /// The retention floor (`i64::MAX`: none); the log cleaner stops there too.
+    pub fn retention_floor(&self) -> i64 {
+        self.retention_floor
+    }
 
     /// [`Log::read`] of batches still held, below the log start too (DeleteRecords moved it,
     /// retention kept the segment): what a Raft log kept in this log reads its entries with.
