@@ -575,8 +575,8 @@ pub fn log_format_of(dir: &Path) -> Option<bool> {
 /// The format of a new replica's Raft log: its group's, as the other replicas keep it — a
 /// group whose replicas differ has different offsets on each (Raft's own entries take offsets
 /// in one, not in the other) — and for a group no other replica holds yet, this broker's
-/// `replication.log.format`. Peers that cannot answer are asked again for up to 10 s; then
-/// this broker's setting, with a warning.
+/// `replication.log.format`. When no other replica answers at all, they are asked again for
+/// up to 10 s; then this broker's setting, with a warning.
 async fn group_log_format(peers: &Arc<dyn Peers>, spec: &ReplicaSpec) -> bool {
     let name = format!("{}-{}", spec.key.0, spec.key.1);
     for attempt in 0..10 {
@@ -591,8 +591,10 @@ async fn group_log_format(peers: &Arc<dyn Peers>, spec: &ReplicaSpec) -> bool {
             }
             return single;
         }
-        if answers.iter().all(|(_, a)| a.is_ok()) {
-            // no other replica holds the group yet: a new one
+        if answers.iter().any(|(_, a)| a.is_ok()) {
+            // the replicas that answered hold none: a new group (waiting for one that does not
+            // answer would hold up every new partition while a broker is down: the reconciler
+            // starts replicas one by one)
             return spec.single_log;
         }
         if attempt == 0 {
