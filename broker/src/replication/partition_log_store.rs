@@ -243,11 +243,7 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
 
     /// Let the log's batches carry epochs (terms) up to `term` (`Log::set_epoch_ceiling`).
     fn raise_epoch_ceiling(&self, term: u64) -> Result<(), StorageError<NodeId>> {
-        let epoch = epoch_of(term)?;
-        let mut log = self.log.segment_log();
-        if log.epoch_ceiling().is_none_or(|c| c < epoch) {
-            log.set_epoch_ceiling(epoch);
-        }
+        self.log.segment_log().set_epoch_ceiling(epoch_of(term)?);
         Ok(())
     }
 
@@ -468,7 +464,13 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
             let index = e.log_id.index;
             let term = e.log_id.leader_id.term;
             let node = e.log_id.leader_id.node_id;
-            let leo = inner.log.segment_log().log_end_offset();
+            let leo = {
+                let mut log = inner.log.segment_log();
+                // (the vote was saved before any entry of its term; this only makes sure, under
+                // the lock this append takes anyway)
+                log.set_epoch_ceiling(epoch_of(term)?);
+                log.log_end_offset()
+            };
             if inner.slots.is_empty() {
                 // the first entry held: from here on every batch is the next entry
                 if inner.state.anchor != Some((index, leo)) {
@@ -480,8 +482,6 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
             } else if index != inner.next_index() {
                 return Err(corrupt(format!("Raft entry {index} appended after {}", inner.next_index() - 1)));
             }
-            // (the vote was saved before any entry of its term; this only makes sure)
-            inner.raise_epoch_ceiling(term)?;
             let blank = matches!(e.payload, EntryPayload::Blank);
             // a batch goes at the log end whatever offset its leader judged it would take: an
             // entry the leader did not judge (Raft's own, DeleteRecords) may have come between
