@@ -1998,13 +1998,13 @@ async fn produce_big_at_one_of(c: &Cluster, among: &[usize], topic: &'static str
     }
 }
 
-/// The `.log` files of partition directory `dir`, by base offset.
 /// The suites run with either format of a replicated partition's Raft log
-/// (`TEST_REPLICATION_LOG_FORMAT`, decision 0045): with `single` Raft's own entries (a new
-/// leader's first entry, membership changes) are control batches of the partition log, so they
-/// take offsets between the records.
+/// (`TEST_REPLICATION_LOG_FORMAT=double|single`, decisions 0045 and 0052; `single` when unset,
+/// as the broker's default): with `single` Raft's own entries (a new leader's first entry,
+/// membership changes) are control batches of the partition log, so they take offsets between
+/// the records.
 fn one_log_per_replica() -> bool {
-    std::env::var("TEST_REPLICATION_LOG_FORMAT").is_ok_and(|f| f == "single")
+    !std::env::var("TEST_REPLICATION_LOG_FORMAT").is_ok_and(|f| f == "double")
 }
 
 /// The records (control batches left out: transaction markers, and Raft's own entries with one
@@ -3279,6 +3279,55 @@ async fn a_new_replica_keeps_its_raft_log_as_its_group_does() {
     assert!(!files.iter().any(|f| f == "raft-state.json"), "not the partition log: {files:?}");
     let log = std::fs::read_to_string(c.brokers[follower].data_dir.with_extension("log")).unwrap_or_default();
     assert!(log.contains("keeps its Raft log as its group does"), "{}", c.brokers[follower].log_tail());
+    assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
+}
+
+/// One log per replica: a new partition's group is born without entries (decision 0052), so its
+/// first record is at offset 0 as on Kafka (librdkafka's 0103 counts on it: it deletes records
+/// up to the offset after its first transaction), and no replica's log holds a batch before it.
+/// Formed with entries, Raft's membership and the first leader's blank came first (offsets 0
+/// and 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_log_per_replica_a_new_partitions_first_record_is_at_offset_0() {
+    let Replicated { c, leader, dirs, .. } = replicated_in("single", "born", 10).await;
+    let seen = read_numbered(&c.brokers[leader].bootstrap(), "born", 10);
+    let offsets: Vec<i64> = seen.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<i64>>(), "{seen:?}");
+    for d in &dirs {
+        let first = std::fs::read(&segments(d)[&0]).unwrap();
+        let (_, v) = sluice_protocol::batch::iter_batches(&first).next().unwrap().unwrap();
+        assert!(!v.is_control() && v.base_offset() == 0, "{}: the first batch is a record batch at 0", d.display());
+    }
+    assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
+}
+
+/// A group born without entries starts with its first replica as term 1's leader (decision
+/// 0052) — but a first replica wiped and restarted while its group holds entries must not: as
+/// term 1's leader with an empty log it would write new entries under the ids of the group's
+/// (here: all three stopped, the first replica wiped and started alone, the others after it).
+/// It asks the other replicas first, and with none answering forms nothing by itself; the
+/// others elect a leader and it catches up. Without the question it leads term 1 again and the
+/// replicas differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_log_per_replica_a_wiped_first_replica_is_not_born_again() {
+    let Replicated { mut c, leader, dirs, .. } = replicated_in("single", "reborn", 20).await;
+    for b in c.brokers.iter_mut() {
+        b.kill9();
+    }
+    std::fs::remove_dir_all(replica_dir(&c.brokers[leader])).unwrap();
+    std::fs::remove_dir_all(&dirs[leader]).unwrap();
+    c.brokers[leader].spawn();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for i in (0..3).filter(|i| *i != leader) {
+        c.brokers[i].spawn();
+    }
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    produce_numbered(&c, &[0, 1, 2], "reborn", 20..40).await;
+    let now = leader_of(&c, "reborn").await;
+    same_on_every_replica(&c, "reborn", now).await;
+    let seen = read_numbered(&c.brokers[now].bootstrap(), "reborn", 40);
+    let values: Vec<String> = seen.iter().map(|(_, v)| v.clone()).collect();
+    assert_eq!(values, (0..40).map(|i| format!("record-{i}")).collect::<Vec<_>>());
     assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
 }
 

@@ -30,6 +30,8 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 pub type Copies = Vec<(NodeId, Result<Vec<u8>, String>)>;
 /// Each other voter's format of a group's Raft log ([`Peers::formats`]).
 pub type Formats = Vec<(NodeId, Result<Option<bool>, String>)>;
+/// Each other voter's answer to "does your replica hold more than a birth" ([`Peers::held`]).
+pub type Held = Vec<(NodeId, Result<bool, String>)>;
 
 /// The other replicas of a partition's group, as its repair reaches them
 /// (`cluster/network.rs`).
@@ -41,6 +43,9 @@ pub trait Peers: Send + Sync + 'static {
     /// Each other voter's format of the group's Raft log (`Some(true)`: the partition log
     /// itself), `None` where it has no replica yet.
     fn formats(&self) -> BoxFuture<Formats>;
+    /// Each other voter's answer to whether its replica (running or on disk) holds more than a
+    /// birth without entries (decision 0052); `false` where it has none.
+    fn held(&self) -> BoxFuture<Held>;
 }
 
 /// Repairs one partition replica's damaged batches; one repair at a time.

@@ -482,6 +482,9 @@ pub struct ClusterNode {
     /// Peer brokers' Kafka calls (`interbroker.rs`) arrive on the cluster port: see
     /// [`KafkaHandler`].
     pub kafka: std::sync::OnceLock<KafkaHandler>,
+    /// Where this broker's partition replicas keep their directories
+    /// (`<topic id>-<partition>`, as the reconciler makes them).
+    pub replicas_dir: std::path::PathBuf,
 }
 
 impl ClusterNode {
@@ -538,6 +541,7 @@ impl ClusterNode {
             in_flight: std::sync::OnceLock::new(),
             started: std::time::Instant::now(),
             kafka: std::sync::OnceLock::new(),
+            replicas_dir: dir.join("replicas"),
         });
         tokio::spawn(network::serve(listener, node.clone()));
         tokio::spawn(rpc_health::summarize());
@@ -733,6 +737,13 @@ impl ClusterNode {
     /// This broker's replica of a partition, if the partition is replicated and has one here.
     pub fn replica(&self, key: &crate::replication::types::GroupKey) -> Option<Arc<replica::Replica>> {
         self.replicas.read().or_die().get(key).cloned()
+    }
+
+    /// The directory of this broker's replica of `key`, for the topic of that name the image
+    /// holds (none when it holds none).
+    pub fn replica_dir(&self, key: &crate::replication::types::GroupKey) -> Option<std::path::PathBuf> {
+        let id = self.image.read().or_die().topics.get(&key.0)?.id;
+        Some(replica::dir_of(&self.replicas_dir, id, key.1))
     }
 
     /// `replica.fetch.max.bytes`, for each group's Raft log (its bounded reads).

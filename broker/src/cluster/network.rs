@@ -99,8 +99,12 @@ pub enum Rpc {
     ShardElect(GroupKey),
     /// Where this broker's replica of a partition keeps its Raft log, for a new replica of the
     /// group (`replica::start`): answered `Ok(Some(single))`, or `Ok(None)` with no replica
-    /// here. Last, so brokers of earlier versions fail to decode only this one.
+    /// here. (Brokers of earlier versions fail to decode this one and the next.)
     PartFormat(GroupKey),
+    /// Whether this broker's replica of a partition holds more than a birth (decision 0052),
+    /// running or on disk: answered `Ok(false)` with no replica here. Last, so brokers of
+    /// earlier versions fail to decode only this one.
+    PartHeld(GroupKey),
 }
 
 /// A kind of Raft group carried by [`GroupNetwork`]: how its three RPCs are framed.
@@ -550,6 +554,11 @@ impl super::mend::Peers for GroupPeers {
         let key = self.key.clone();
         self.ask(move || Rpc::PartFormat(key.clone()))
     }
+
+    fn held(&self) -> super::mend::BoxFuture<super::mend::Held> {
+        let key = self.key.clone();
+        self.ask(move || Rpc::PartHeld(key.clone()))
+    }
 }
 
 impl super::mend::ShardPeers for GroupPeers {
@@ -695,6 +704,11 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     Rpc::PartFormat(g) => {
                         let r: Result<Option<bool>, String> =
                             Ok(node.replica(&g).and_then(|r| super::replica::log_format_of(&r.dir)));
+                        bincode::serialize(&r)
+                    }
+                    Rpc::PartHeld(g) => {
+                        let dir = node.replica(&g).map(|r| r.dir.clone()).or_else(|| node.replica_dir(&g));
+                        let r: Result<bool, String> = Ok(dir.is_some_and(|d| super::replica::held_past_birth(&d)));
                         bincode::serialize(&r)
                     }
                     Rpc::ShardCopy(g) => {

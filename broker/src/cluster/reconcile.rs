@@ -200,7 +200,7 @@ impl Reconciler {
             else {
                 continue;
             };
-            let dir = self.replicas_dir.join(format!("{id}-{}", key.1));
+            let dir = super::replica::dir_of(&self.replicas_dir, id, key.1);
             let spec = super::replica::ReplicaSpec {
                 key: key.clone(),
                 topic_id: id,

@@ -41,11 +41,11 @@ use crate::sync::OrDie as _;
 use openraft::network::RaftNetworkFactory;
 use openraft::storage::{RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
-    BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
-    StoredMembership,
+    BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership, OptionalSend, RaftSnapshotBuilder,
+    SnapshotMeta, StorageError, StoredMembership, Vote,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -526,9 +526,18 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
             }
         };
         log.limit_reads(append_bytes_max);
-        let initialized = log.has_vote_or_entries();
+        let mut initialized = log.has_vote_or_entries();
         let index: Arc<dyn EntryIndex> = Arc::new(log.clone());
-        let sm = ReplicaSm::open(&dir, partition, Some(index))?.with_mender(mender.clone());
+        let mut sm = ReplicaSm::open(&dir, partition, Some(index))?.with_mender(mender.clone());
+        if spec.initialize && !initialized {
+            if let Some((vote, born, membership)) = birth(&mender.peers, &spec, addresses).await? {
+                // the state machine first: a store seeded means born (`initialized`)
+                sm.seed(born, membership).await.map_err(|e| anyhow::anyhow!("a new group's birth: {e}"))?;
+                log.seed(vote, born)?;
+                initialized = true;
+                tracing::debug!(topic = spec.key.0.as_str(), partition = spec.key.1, "group born without entries");
+            }
+        }
         let progress = sm.progress.clone();
         let partition = sm.partition.clone();
         let copies = Copies::Part(partition.clone());
@@ -556,6 +565,52 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
 
 /// The state file of a Raft log kept in the partition's segment log (`PartitionLogStore`).
 const SINGLE_LOG_STATE: &str = "raft-state.json";
+
+/// The directory of a partition replica under `replicas_dir`.
+pub fn dir_of(replicas_dir: &Path, topic_id: uuid::Uuid, partition: i32) -> PathBuf {
+    replicas_dir.join(format!("{topic_id}-{partition}"))
+}
+
+/// Whether the partition replica in `dir` holds more than a birth without entries (decision
+/// 0052): any Raft log of its own does, and a log kept in the partition log does once it held
+/// an entry or a vote other than the first leader's.
+pub fn held_past_birth(dir: &Path) -> bool {
+    match log_format_of(dir) {
+        None => false,
+        Some(false) => true,
+        Some(true) => crate::replication::partition_log_store::holds_past_birth(dir),
+    }
+}
+
+/// A new group born without entries (one log per replica, decision 0052): with Raft's own
+/// first entries (the membership, the first leader's blank) in the partition log, a new
+/// partition's first record would be at offset 2, not 0 as Kafka clients expect. Instead every
+/// replica of a partition never reassigned, holding nothing, starts as if the group's first
+/// entry (its membership, index 0) were applied and purged and the first replica had won
+/// term 1 (a committed vote: openraft restores a committed leader as leader, with no blank
+/// entry). Not when another replica holds more than that (this one was wiped: a first replica
+/// reborn as term 1's leader with an empty log would write entries over the group's), nor when
+/// none answers (then the first replica forms the group with entries, as before).
+async fn birth(
+    peers: &Arc<dyn Peers>,
+    spec: &ReplicaSpec,
+    addresses: &BTreeMap<NodeId, String>,
+) -> anyhow::Result<Option<(Vote<NodeId>, LogId<NodeId>, Membership<NodeId, BasicNode>)>> {
+    let Some(first) = spec.replicas.first().and_then(|r| NodeId::try_from(*r).ok()) else { return Ok(None) };
+    let answers = peers.held().await;
+    if answers.iter().any(|(_, a)| matches!(a, Ok(true))) || !answers.iter().any(|(_, a)| a.is_ok()) {
+        return Ok(None);
+    }
+    let mut members = BTreeMap::new();
+    for r in &spec.replicas {
+        let id = NodeId::try_from(*r)?;
+        let addr = addresses.get(&id).ok_or_else(|| anyhow::anyhow!("replica {r} has no Raft address"))?;
+        members.insert(id, BasicNode { addr: addr.clone() });
+    }
+    let voters: BTreeSet<NodeId> = members.keys().copied().collect();
+    let membership = Membership::new(vec![voters], members);
+    Ok(Some((Vote::new_committed(1, first), LogId::new(CommittedLeaderId::new(1, first), 0), membership)))
+}
 
 /// Whether the partition replica in `dir` keeps its Raft log in its segment log (`Some(true)`)
 /// or in a Raft log of its own (`LogStore`'s files): the format it was created with. `None`
@@ -1366,6 +1421,14 @@ impl ReplicaSm {
         save_applied(&self.dir, &*self.partition, &self.applied).map_err(|e| io_err(std::io::Error::other(e)))?;
         self.saved_at = Instant::now();
         Ok(())
+    }
+
+    /// A new group's birth (decision 0052): its first entry, the membership, applied at `born`
+    /// and held by a snapshot of the (empty) partition, for a replica that will need it.
+    async fn seed(&mut self, born: LogId<NodeId>, membership: Membership<NodeId, BasicNode>) -> Result<(), String> {
+        self.applied.last_applied = Some(born);
+        self.applied.membership = StoredMembership::new(Some(born), membership);
+        self.take_snapshot().await.map(|_| ())
     }
 
     /// Take a snapshot of everything applied: fsync the partition and record it as applied,

@@ -512,6 +512,45 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
         let g = self.lock();
         g.state.vote.is_some() || !g.slots.is_empty() || g.state.last_purged.is_some()
     }
+
+    /// A new group's birth without entries (decision 0052): `vote` (the first leader's, of
+    /// term 1, committed) and entry `born` (the initial membership, which the state machine's
+    /// snapshot holds) as purged, so the first entry this log holds — the partition's first
+    /// batch — is entry `born.index + 1` at offset 0, and no Raft entry of the group's own
+    /// comes before it. Only into a store that never voted nor held an entry.
+    pub fn seed(&self, vote: Vote<NodeId>, born: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut g = self.lock();
+        if g.state.vote.is_some() || !g.slots.is_empty() || g.state.last_purged.is_some() || g.state.anchor.is_some() {
+            return Err(corrupt("a group is born only into an empty Raft log".into()));
+        }
+        let (term, node) = (born.leader_id.term, born.leader_id.node_id);
+        g.raise_epoch_ceiling(vote.leader_id().term.max(term))?;
+        g.state.vote = Some(vote);
+        g.state.last_purged = Some(born);
+        g.state.committed = Some(born);
+        g.state.leaders.insert(term, node);
+        g.leaders.insert(term, node);
+        g.first = born.index + 1;
+        g.save_state()
+    }
+}
+
+/// Whether the Raft log kept in the partition log under `dir` holds more than a birth
+/// ([`PartitionLogStore::seed`]): an entry held or purged past the initial membership, or a
+/// vote other than the first leader's committed one of term 1. Unreadable: yes (the replica
+/// holds something).
+pub fn holds_past_birth(dir: &Path) -> bool {
+    let state: State = match std::fs::read(dir.join(STATE_FILE)) {
+        Ok(b) => match serde_json::from_slice(&b) {
+            Ok(s) => s,
+            Err(_) => return true,
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+        Err(_) => return true,
+    };
+    state.anchor.is_some()
+        || state.last_purged.is_some_and(|p| p.index > 0)
+        || state.vote.is_some_and(|v| v.leader_id().term > 1 || !v.is_committed())
 }
 
 impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> EntryIndex for PartitionLogStore<C, L> {
