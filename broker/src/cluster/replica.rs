@@ -582,6 +582,17 @@ pub fn held_past_birth(dir: &Path) -> bool {
     }
 }
 
+/// The voters of a group of `replicas`, with their Raft addresses.
+fn members_of(replicas: &[i32], addresses: &BTreeMap<NodeId, String>) -> anyhow::Result<BTreeMap<NodeId, BasicNode>> {
+    let mut members = BTreeMap::new();
+    for r in replicas {
+        let id = NodeId::try_from(*r)?;
+        let addr = addresses.get(&id).ok_or_else(|| anyhow::anyhow!("replica {r} has no Raft address"))?;
+        members.insert(id, BasicNode { addr: addr.clone() });
+    }
+    Ok(members)
+}
+
 /// A new group born without entries (one log per replica, decision 0052): with Raft's own
 /// first entries (the membership, the first leader's blank) in the partition log, a new
 /// partition's first record would be at offset 2, not 0 as Kafka clients expect. Instead every
@@ -601,12 +612,7 @@ async fn birth(
     if answers.iter().any(|(_, a)| matches!(a, Ok(true))) || !answers.iter().any(|(_, a)| a.is_ok()) {
         return Ok(None);
     }
-    let mut members = BTreeMap::new();
-    for r in &spec.replicas {
-        let id = NodeId::try_from(*r)?;
-        let addr = addresses.get(&id).ok_or_else(|| anyhow::anyhow!("replica {r} has no Raft address"))?;
-        members.insert(id, BasicNode { addr: addr.clone() });
-    }
+    let members = members_of(&spec.replicas, addresses)?;
     let voters: BTreeSet<NodeId> = members.keys().copied().collect();
     let membership = Membership::new(vec![voters], members);
     Ok(Some((Vote::new_committed(1, first), LogId::new(CommittedLeaderId::new(1, first), 0), membership)))
@@ -857,13 +863,7 @@ where
     let raft =
         openraft::Raft::<C>::new(me, config, network, log, sm).await.map_err(|e| anyhow::anyhow!("raft: {e}"))?;
     if initialize && !initialized && replicas.first().and_then(|r| NodeId::try_from(*r).ok()) == Some(me) {
-        let mut members = BTreeMap::new();
-        for r in &replicas {
-            let id = NodeId::try_from(*r)?;
-            let addr = addresses.get(&id).ok_or_else(|| anyhow::anyhow!("replica {r} has no Raft address"))?;
-            members.insert(id, BasicNode { addr: addr.clone() });
-        }
-        if let Err(e) = raft.initialize(members).await {
+        if let Err(e) = raft.initialize(members_of(&replicas, addresses)?).await {
             tracing::info!(topic = key.0.as_str(), partition = key.1, "replica group already initialized: {e}");
         }
     }
