@@ -191,6 +191,7 @@ impl Reconciler {
         {
             std::thread::sleep(std::time::Duration::from_secs(3));
         }
+        let mut starts = Vec::new();
         for (key, (id, replicas, initialize)) in wanted {
             if node.replica(&key).is_some() {
                 continue;
@@ -224,26 +225,40 @@ impl Reconciler {
                     .collect(),
             });
             let segments: Arc<dyn crate::replication::partition_log_store::SegmentLog> = partition.clone();
-            let started = handle.block_on(super::replica::start(
-                node.node_id,
-                spec,
-                &addresses,
-                network,
-                partition,
-                segments,
-                peers,
-                dir,
-            ));
-            match started {
-                Ok(r) => {
-                    node.replicas.write().or_die().insert(key, r.clone());
-                    handle.spawn(publish_leadership(Arc::downgrade(node), r));
+            let (me, handle) = (node.node_id, handle.clone());
+            starts.push(move || {
+                let started = handle
+                    .block_on(super::replica::start(me, spec, &addresses, network, partition, segments, peers, dir));
+                (key, started)
+            });
+        }
+        // a few at once, each on a thread of its own driving its start on the runtime (a start's
+        // future is not `Send`)
+        let mut starts = starts.into_iter().peekable();
+        while starts.peek().is_some() {
+            let batch: Vec<_> = starts.by_ref().take(STARTS_AT_ONCE).collect();
+            let done: Vec<_> = std::thread::scope(|s| {
+                let running: Vec<_> = batch.into_iter().map(|start| s.spawn(start)).collect();
+                running.into_iter().filter_map(|t| t.join().ok()).collect()
+            });
+            for (key, started) in done {
+                match started {
+                    Ok(r) => {
+                        node.replicas.write().or_die().insert(key, r.clone());
+                        handle.spawn(publish_leadership(Arc::downgrade(node), r));
+                    }
+                    Err(e) => tracing::error!(topic = key.0.as_str(), partition = key.1, "cannot start replica: {e}"),
                 }
-                Err(e) => tracing::error!(topic = key.0.as_str(), partition = key.1, "cannot start replica: {e}"),
             }
         }
     }
 }
+
+/// Replicas started at once by one pass of the reconciler: each start waits on its peers'
+/// answers and a few fsyncs (a new group's birth, decision 0052), so a topic of many
+/// partitions started one replica after another took longer than CreateTopics waits for its
+/// leaders (10 s) under load.
+const STARTS_AT_ONCE: usize = 16;
 
 /// While `r` runs: each time this broker becomes its group's leader (a new term), publish that
 /// to the metadata quorum, so brokers that are not replicas route clients here too.
