@@ -306,6 +306,13 @@ impl TopicRegistry {
 
     /// Cluster mode: has every replicated partition of `topic` assigned to this broker a
     /// replica here that knows its leader?
+    /// Cluster mode: whether this broker leads `topic`/`partition`'s group but has not applied
+    /// an entry of its own term yet (`Replica::leads_unsettled`).
+    pub fn leader_unsettled(&self, topic: &str, partition: i32) -> bool {
+        let Some(c) = self.cluster.get() else { return false };
+        c.replica(&(topic.to_string(), partition)).is_some_and(|r| r.leads_unsettled())
+    }
+
     fn replicas_led(&self, topic: &str) -> bool {
         let Some(c) = self.cluster.get() else { return true };
         let image = c.image();

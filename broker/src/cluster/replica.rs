@@ -216,6 +216,14 @@ impl<C: Logged> Replica<C> {
         i32::try_from(leader).ok()
     }
 
+    /// Does this replica lead its group without having applied an entry of its own term yet?
+    /// Its high watermark may then be below what the previous leader served.
+    pub fn leads_unsettled(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.current_leader == Some(m.id) && m.last_applied.is_none_or(|l| l.leader_id.term != m.current_term)
+    }
+
     /// The group's voters as this replica knows them.
     pub fn voters(&self) -> std::collections::BTreeSet<i32> {
         let m = self.raft.metrics().borrow().membership_config.clone();

@@ -31,6 +31,17 @@ pub fn handle(topics: &Arc<TopicRegistry>, version: i16, req: ListOffsetsRequest
             }
             match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
                 None => pr.error_code = ResponseError::UnknownTopicOrPartition.code(),
+                // a leader just elected: its high watermark may be below the previous leader's
+                // until it applies an entry of its term, and a client comparing its position
+                // with the end answered would take records as lost (franz-go did). Kafka
+                // answers OFFSET_NOT_AVAILABLE then (KIP-207), which clients retry
+                Some(_)
+                    if !debugging
+                        && p.timestamp != EARLIEST
+                        && topics.leader_unsettled(&t.name.0, p.partition_index) =>
+                {
+                    pr.error_code = ResponseError::OffsetNotAvailable.code()
+                }
                 Some(part) => {
                     let log = part.log();
                     // read_committed sees offsets below the LSO only

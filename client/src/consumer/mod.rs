@@ -29,6 +29,9 @@ type FetchDone = (Vec<(TopicPartition, i64)>, Result<FetchResponse>);
 
 /// Records a partition may hold undelivered before it is left out of prefetching.
 const PREFETCH_RECORDS_MAX: usize = 20_000;
+/// How many times a retriable ListOffsets refusal (a leader moving or just elected) is asked
+/// again, 50 ms apart, before it is returned.
+const LIST_OFFSETS_RETRIES: u32 = 40;
 
 /// A topic and partition.
 pub type TopicPartition = (String, i32);
@@ -292,38 +295,56 @@ impl Consumer {
     pub async fn list_offsets(&self, tps: &[TopicPartition], timestamp: i64) -> Result<Vec<i64>> {
         let mut out = Vec::with_capacity(tps.len());
         for (t, p) in tps {
-            let leader = self.cluster.leader(t, *p).await?;
-            let b = self.cluster.broker(leader, Lane::Data).await?;
-            let mut lp = list_offsets_request::ListOffsetsPartition::default();
-            lp.partition_index = *p;
-            lp.timestamp = timestamp;
-            lp.current_leader_epoch = -1;
-            let mut lt = list_offsets_request::ListOffsetsTopic::default();
-            lt.name = TopicName(sb(t));
-            lt.partitions = vec![lp];
-            let mut r = ListOffsetsRequest::default();
-            r.replica_id = BrokerId(-1);
-            r.isolation_level = i8::from(self.s.isolation == IsolationLevel::ReadCommitted);
-            r.topics = vec![lt];
-            let ResponseKind::ListOffsets(l) =
-                self.cluster.timed(b.call(ApiKey::ListOffsets, RequestKind::ListOffsets(r))).await?
-            else {
-                return Err(Error::invalid("unexpected response to ListOffsets"));
-            };
-            let part = l
-                .topics
-                .first()
-                .and_then(|t| t.partitions.first())
-                .ok_or_else(|| Error::invalid("empty ListOffsets response"))?;
-            if let Some(e) = Error::from_code(part.error_code, format!("ListOffsets {t}-{p}")) {
-                if e.is_retriable() {
-                    self.cluster.invalidate(t);
+            let mut attempt = 0;
+            loop {
+                match self.list_offset(t, *p, timestamp).await {
+                    Ok(offset) => {
+                        out.push(offset);
+                        break;
+                    }
+                    // a leader moving, or just elected (OFFSET_NOT_AVAILABLE until its high
+                    // watermark is established): asked again, as Kafka's clients do
+                    Err(e) if e.is_retriable() && attempt < LIST_OFFSETS_RETRIES => {
+                        attempt += 1;
+                        self.cluster.invalidate(t);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => return Err(e),
                 }
-                return Err(e);
             }
-            out.push(part.offset);
         }
         Ok(out)
+    }
+
+    /// One partition's ListOffsets at its leader.
+    async fn list_offset(&self, t: &str, p: i32, timestamp: i64) -> Result<i64> {
+        let leader = self.cluster.leader(t, p).await?;
+        let b = self.cluster.broker(leader, Lane::Data).await?;
+        let mut lp = list_offsets_request::ListOffsetsPartition::default();
+        lp.partition_index = p;
+        lp.timestamp = timestamp;
+        lp.current_leader_epoch = -1;
+        let mut lt = list_offsets_request::ListOffsetsTopic::default();
+        lt.name = TopicName(sb(t));
+        lt.partitions = vec![lp];
+        let mut r = ListOffsetsRequest::default();
+        r.replica_id = BrokerId(-1);
+        r.isolation_level = i8::from(self.s.isolation == IsolationLevel::ReadCommitted);
+        r.topics = vec![lt];
+        let ResponseKind::ListOffsets(l) =
+            self.cluster.timed(b.call(ApiKey::ListOffsets, RequestKind::ListOffsets(r))).await?
+        else {
+            return Err(Error::invalid("unexpected response to ListOffsets"));
+        };
+        let part = l
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| Error::invalid("empty ListOffsets response"))?;
+        match Error::from_code(part.error_code, format!("ListOffsets {t}-{p}")) {
+            Some(e) => Err(e),
+            None => Ok(part.offset),
+        }
     }
 
     /// Records, waiting up to `timeout` for some. Joins or rebalances the group, finds
