@@ -191,7 +191,8 @@ impl Reconciler {
         {
             std::thread::sleep(std::time::Duration::from_secs(3));
         }
-        let mut starts = Vec::new();
+        let starting = tokio::task::LocalSet::new();
+        let limit = Arc::new(tokio::sync::Semaphore::new(STARTS_AT_ONCE));
         for (key, (id, replicas, initialize)) in wanted {
             if node.replica(&key).is_some() {
                 continue;
@@ -225,32 +226,24 @@ impl Reconciler {
                     .collect(),
             });
             let segments: Arc<dyn crate::replication::partition_log_store::SegmentLog> = partition.clone();
-            let (me, handle) = (node.node_id, handle.clone());
-            starts.push(move || {
-                let started = handle
-                    .block_on(super::replica::start(me, spec, &addresses, network, partition, segments, peers, dir));
-                (key, started)
-            });
-        }
-        // a few at once, each on a thread of its own driving its start on the runtime (a start's
-        // future is not `Send`)
-        let mut starts = starts.into_iter().peekable();
-        while starts.peek().is_some() {
-            let batch: Vec<_> = starts.by_ref().take(STARTS_AT_ONCE).collect();
-            let done: Vec<_> = std::thread::scope(|s| {
-                let running: Vec<_> = batch.into_iter().map(|start| s.spawn(start)).collect();
-                running.into_iter().filter_map(|t| t.join().ok()).collect()
-            });
-            for (key, started) in done {
+            let (node, limit) = (node.clone(), limit.clone());
+            // (local: a start's future is not `Send`)
+            starting.spawn_local(async move {
+                let _turn = limit.acquire_owned().await;
+                let started =
+                    super::replica::start(node.node_id, spec, &addresses, network, partition, segments, peers, dir)
+                        .await;
                 match started {
                     Ok(r) => {
                         node.replicas.write().or_die().insert(key, r.clone());
-                        handle.spawn(publish_leadership(Arc::downgrade(node), r));
+                        tokio::spawn(publish_leadership(Arc::downgrade(&node), r));
                     }
                     Err(e) => tracing::error!(topic = key.0.as_str(), partition = key.1, "cannot start replica: {e}"),
                 }
-            }
+            });
         }
+        // every start driven on this thread, a few at once
+        handle.block_on(starting);
     }
 }
 
