@@ -30,10 +30,13 @@ pub enum Failpoint {
     /// batches one log per replica would hold for Raft's own entries (decision 0045's gate:
     /// every client must skip them).
     LogRaftControlBatches,
+    /// A partition replica holds a term's blank entry (a new leader's first) 3 s before
+    /// applying it: the window in which a leader just elected has not settled (ListOffsets).
+    ReplicaDelayNewTerm,
 }
 
 impl Failpoint {
-    pub const ALL: [Failpoint; 8] = [
+    pub const ALL: [Failpoint; 9] = [
         Failpoint::TxnBeforePrepare,
         Failpoint::TxnAfterPrepare,
         Failpoint::FetchIgnoreLso,
@@ -42,6 +45,7 @@ impl Failpoint {
         Failpoint::KvMendRefusesCopies,
         Failpoint::ReplicaDelayStart,
         Failpoint::LogRaftControlBatches,
+        Failpoint::ReplicaDelayNewTerm,
     ];
 
     /// Its name in `testing.failpoints`.
@@ -55,6 +59,7 @@ impl Failpoint {
             Failpoint::KvMendRefusesCopies => "kv.mend_refuses_copies",
             Failpoint::ReplicaDelayStart => "replica.delay_start",
             Failpoint::LogRaftControlBatches => "log.raft_control_batches",
+            Failpoint::ReplicaDelayNewTerm => "replica.delay_new_term",
         }
     }
 

@@ -852,6 +852,71 @@ async fn replica_offset(b: &Broker, topic: &str, timestamp: i64) -> i64 {
     }
 }
 
+/// ListOffsets for the end of `topic`/0 at `b`, as a consumer asks it (read_uncommitted): the
+/// error code and the offset (-1 when the broker cannot be reached).
+async fn list_end(b: &Broker, topic: &str) -> (i16, i64) {
+    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return (-1, -1) };
+    let mut p = kafka_protocol::messages::list_offsets_request::ListOffsetsPartition::default();
+    p.partition_index = 0;
+    p.timestamp = -1;
+    let mut t = kafka_protocol::messages::list_offsets_request::ListOffsetsTopic::default();
+    t.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.into()));
+    t.partitions = vec![p];
+    let mut r = kafka_protocol::messages::ListOffsetsRequest::default();
+    r.replica_id = kafka_protocol::messages::BrokerId(-1);
+    r.topics = vec![t];
+    match conn.call(ApiKey::ListOffsets, 4, RequestKind::ListOffsets(r)).await {
+        Ok(ResponseKind::ListOffsets(r)) => {
+            let p = &r.topics[0].partitions[0];
+            (p.error_code, p.offset)
+        }
+        _ => (-1, -1),
+    }
+}
+
+/// Kafka's KIP-207 on a partition leader just elected (decision 0052): until it has applied an
+/// entry of its own term its high watermark can be below what its predecessor acknowledged (the
+/// commit it learned as a follower), and a client comparing its position with that end takes
+/// records for lost (franz-go resets to the start). So it answers ListOffsets for the end with
+/// OFFSET_NOT_AVAILABLE (78, retriable) until then, and every end it answers covers every
+/// acknowledged record. The failpoint holds each new term's first entry 3 s before it is
+/// applied, so the window is seen every time (without the guard the leader answers at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_just_elected_answers_the_end_only_once_it_has_settled() {
+    let mut c = Cluster::start_with(&["--testing-failpoints", "replica.delay_new_term"]);
+    let leader = replicated_topic(&c, "settling").await;
+    for i in 0..10 {
+        let t0 = Instant::now();
+        while produce_code(&c.brokers[leader], "settling", 5000).await != 0 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "record {i} was not acknowledged");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // at once: the followers may not know yet that the last records are committed
+    c.brokers[leader].kill9();
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let (mut unsettled, mut answered) = (0, None);
+    let t0 = Instant::now();
+    while answered.is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no new leader answered the end");
+        for &i in &others {
+            match list_end(&c.brokers[i], "settling").await {
+                (0, end) => {
+                    assert!(end >= 10, "broker {} answered the end {end}: below 10 acknowledged records", i + 1);
+                    answered = Some(end);
+                }
+                (78, _) => unsettled += 1,
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        unsettled > 0,
+        "the new leader answered the end ({answered:?}) without ever answering OFFSET_NOT_AVAILABLE"
+    );
+}
+
 /// A network partition *between brokers* (proxies on every Raft link; clients still reach every
 /// broker): the partition's leader, cut off from both followers — a minority of one — cannot
 /// acknowledge acks=all; the two others elect a new leader that does; once the network heals
@@ -2047,10 +2112,25 @@ fn segments(dir: &std::path::Path) -> BTreeMap<i64, std::path::PathBuf> {
         .unwrap_or_default()
 }
 
-/// The bytes of every batch from segment base `from` on (segments concatenated: the same
-/// whatever offsets the segments rolled at).
+/// Every segment's bytes, oldest first, as they are on disk (damage included).
+fn segment_bytes(dir: &std::path::Path) -> Vec<u8> {
+    segments(dir).values().flat_map(|p| std::fs::read(p).unwrap()).collect()
+}
+
+/// The bytes of every batch whose base offset is `from` or later, in offset order: the same
+/// whatever offsets each replica's segments rolled at (a replica that installed a snapshot, or
+/// whose retention ran at another moment, holds the same batches in other files).
 fn batches_from(dir: &std::path::Path, from: i64) -> Vec<u8> {
-    segments(dir).range(from..).flat_map(|(_, p)| std::fs::read(p).unwrap()).collect()
+    let mut out = Vec::new();
+    for file in segments(dir).values() {
+        let bytes = std::fs::read(file).unwrap_or_default();
+        for (at, v) in sluice_protocol::batch::iter_batches(&bytes).map_while(Result::ok) {
+            if v.base_offset() >= from {
+                out.extend_from_slice(&bytes[at..at + v.size()]);
+            }
+        }
+    }
+    out
 }
 
 /// A partition replica's Raft group directory on broker `b` (the one replicated topic's).
@@ -2153,11 +2233,31 @@ async fn a_wiped_replica_catches_up_from_a_snapshot_of_segments() {
         .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .and_then(|v| v["log_id"]["index"].as_u64());
     assert!(first.is_none_or(|i| i > 1), "the wiped replica's Raft log starts at entry {first:?}");
-    // the same batches as the leader, from the later of the two logs' starts
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let common = start.max(*segments(&leader_dir).keys().next().unwrap());
-    let (ours, theirs) = (batches_from(&follower_dir, common), batches_from(&leader_dir, common));
-    assert!(!ours.is_empty() && ours == theirs, "the replicas differ: {} vs {} bytes", ours.len(), theirs.len());
+    // the same batches as the leader, from the later of the two logs' starts (retention runs
+    // on each replica at its own moment: compared until both have settled)
+    let t0 = Instant::now();
+    loop {
+        let start_of = |d: &std::path::Path| segments(d).keys().next().copied().unwrap_or(0);
+        let common = start_of(&follower_dir).max(start_of(&leader_dir));
+        let (ours, theirs) = (batches_from(&follower_dir, common), batches_from(&leader_dir, common));
+        if !ours.is_empty() && ours == theirs {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the replicas differ from offset {common}: {} vs {} bytes; segments (base, bytes): {:?} vs {:?}",
+            ours.len(),
+            theirs.len(),
+            segment_sizes(&follower_dir),
+            segment_sizes(&leader_dir)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// (base offset, bytes) of each segment in a partition directory, for failure messages.
+fn segment_sizes(dir: &std::path::Path) -> Vec<(i64, u64)> {
+    segments(dir).into_iter().map(|(b, p)| (b, std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))).collect()
 }
 
 /// Issue 19: DeleteRecords on a replicated partition goes through its Raft group, so every
@@ -2917,7 +3017,7 @@ async fn every_replica_of_a_compacted_topic_is_cleaned_and_a_wiped_one_catches_u
 async fn same_on_every_replica(c: &Cluster, topic: &str, leader: usize) -> Vec<std::path::PathBuf> {
     let dirs: Vec<_> = c.brokers.iter().map(|b| b.data_dir.join(format!("{topic}-0"))).collect();
     let t0 = Instant::now();
-    while !dirs.iter().all(|d| batches_from(d, 0) == batches_from(&dirs[leader], 0)) {
+    while !dirs.iter().all(|d| segment_bytes(d) == segment_bytes(&dirs[leader])) {
         assert!(t0.elapsed() < Duration::from_secs(30), "the replicas differ");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -3075,7 +3175,7 @@ async fn a_damaged_raft_log_is_cut_at_the_damage_and_the_replica_catches_up() {
     c.brokers[follower].spawn();
     // it catches up: every replica holds the same batches again
     let t0 = Instant::now();
-    while !dirs.iter().all(|d| batches_from(d, 0) == batches_from(&dirs[leader], 0)) {
+    while !dirs.iter().all(|d| segment_bytes(d) == segment_bytes(&dirs[leader])) {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
             "the damaged replica did not catch up\npanics: {}\n{}",
@@ -3173,7 +3273,7 @@ async fn a_replicas_synced_batches_damaged_or_lost_at_rest_are_restored_from_its
     produce_numbered(&c, &others, "synced", 41..60).await;
     c.brokers[follower].spawn();
     let t0 = Instant::now();
-    while batches_from(&dirs[follower], 0) != batches_from(&dirs[leader], 0) {
+    while segment_bytes(&dirs[follower]) != segment_bytes(&dirs[leader]) {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
             "the damaged replica does not hold the leader's batches\npanics: {}\n{}",
@@ -3298,6 +3398,39 @@ async fn one_log_per_replica_a_new_partitions_first_record_is_at_offset_0() {
         let (_, v) = sluice_protocol::batch::iter_batches(&first).next().unwrap().unwrap();
         assert!(!v.is_control() && v.base_offset() == 0, "{}: the first batch is a record batch at 0", d.display());
     }
+    assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
+}
+
+/// A group born without entries knows its leader (its first replica, term 1) before that
+/// broker runs it (decision 0052). The other replicas name it only once they have heard from it,
+/// and CreateTopics waits for its partitions' leaders, so the leader named when it returns takes
+/// writes. Here the first replica's broker is down: the two others elect one of them. Without
+/// the wait they name the dead broker at once, CreateTopics returns, and the produce fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_log_per_replica_a_born_leader_is_named_once_it_is_heard_from() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let mut c = Cluster::start_with(&["--replication-log-format", "single"]);
+    // the first replica's broker: not the controller (which CreateTopics needs)
+    let (controller, _) = agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let dead = (1..=3).find(|id| *id != controller).unwrap();
+    let live: Vec<usize> = (0..3).filter(|i| *i as i32 + 1 != dead).collect();
+    c.brokers[usize::try_from(dead - 1).unwrap()].kill9();
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", c.brokers[live[0]].bootstrap()).create().unwrap();
+    let ids: Vec<i32> = [dead].into_iter().chain(live.iter().map(|i| *i as i32 + 1)).collect();
+    let assignment: [&[i32]; 1] = [&ids];
+    let topic = NewTopic::new("unheard", 1, TopicReplication::Variable(&assignment));
+    let t0 = Instant::now();
+    let created = admin.create_topics(&[topic], &AdminOptions::new()).await.unwrap();
+    assert!(created.iter().all(|r| r.is_ok()), "{created:?}");
+    let took = t0.elapsed();
+    let named = rdkafka_leader(&c.brokers[live[0]].bootstrap(), "unheard");
+    assert!(
+        named > 0 && named != dead,
+        "CreateTopics returned after {took:?} with leader {named} (broker {dead} is down)"
+    );
+    let leader = usize::try_from(named - 1).unwrap();
+    assert_eq!(produce_code(&c.brokers[leader], "unheard", 5000).await, 0, "at the leader named, broker {named}");
     assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
 }
 

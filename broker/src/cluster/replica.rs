@@ -74,6 +74,10 @@ pub struct Replica<C: Logged = PartConfig> {
     /// AppendEntries RPCs this replica has taken from a leader (`network.rs`): a replica asked
     /// to stand waits for one more, so it stands with what its leader last committed.
     pub appends_taken: std::sync::atomic::AtomicU64,
+    /// Born in this process (decision 0052): a follower knows its leader from the committed
+    /// vote of its birth before that broker runs the group, and names it only once it has taken
+    /// an append from it (`leader`).
+    born: std::sync::atomic::AtomicBool,
 }
 
 /// What a replica offers the other replicas of its group to repair a damaged copy from, and
@@ -213,6 +217,15 @@ impl<C: Logged> Replica<C> {
         let m = self.raft.metrics();
         let m = m.borrow();
         let leader = m.current_leader.filter(|l| !self.lost.is(*l, m.current_term))?;
+        // a group just born names its first replica leader before that broker runs it: a
+        // follower names it once it has heard from it (clients asked meanwhile retry, and
+        // CreateTopics waits until then)
+        if leader != m.id
+            && self.born.load(std::sync::atomic::Ordering::Acquire)
+            && self.appends_taken.load(std::sync::atomic::Ordering::Acquire) == 0
+        {
+            return None;
+        }
         i32::try_from(leader).ok()
     }
 
@@ -535,6 +548,7 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
         };
         log.limit_reads(append_bytes_max);
         let mut initialized = log.has_vote_or_entries();
+        let mut born_now = false;
         let index: Arc<dyn EntryIndex> = Arc::new(log.clone());
         let mut sm = ReplicaSm::open(&dir, partition, Some(index))?.with_mender(mender.clone());
         if spec.initialize && !initialized {
@@ -543,6 +557,7 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
                 sm.seed(born, membership).await.map_err(|e| anyhow::anyhow!("a new group's birth: {e}"))?;
                 log.seed(vote, born)?;
                 initialized = true;
+                born_now = true;
                 tracing::debug!(topic = spec.key.0.as_str(), partition = spec.key.1, "group born without entries");
             }
         }
@@ -550,6 +565,7 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
         let partition = sm.partition.clone();
         let copies = Copies::Part(partition.clone());
         let replica = start_group(me, spec, addresses, network, sm, dir, copies, log, initialized, None).await?;
+        replica.born.store(born_now, std::sync::atomic::Ordering::Release);
         maintain(replica.raft.clone(), progress, every, budget, replica.key.clone(), partition, mender);
         replica
     } else {
@@ -891,6 +907,7 @@ where
         copies,
         healing,
         appends_taken: Default::default(),
+        born: Default::default(),
     }))
 }
 
@@ -1579,6 +1596,11 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
         I::IntoIter: OptionalSend,
     {
         let mut entries: Vec<_> = entries.into_iter().collect();
+        if crate::failpoints::armed(crate::failpoints::Failpoint::ReplicaDelayNewTerm)
+            && entries.iter().any(|e| matches!(e.payload, EntryPayload::Blank) && e.log_id.leader_id.term > 1)
+        {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
         let entries_ix = self.entries.clone();
         let mut out = Vec::with_capacity(entries.len());
         let mut end = 0i64;

@@ -348,7 +348,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "testing.failpoints",
         default: "",
-        help: "tests only: comma-separated failpoints (crash points txn.before_prepare, txn.after_prepare; fetch.ignore_lso makes read_committed ignore the LSO; produce.delay_after_verify holds a verified transactional batch 1.5 s before its replicated append; produce.ack_before_fsync acknowledges produces before their fsync; kv.mend_refuses_copies makes a damaged coordinator log refuse every peer's copy; replica.delay_start waits 3 s between creating a replicated partition's local copy and starting its replica; log.raft_control_batches appends two control batches of types clients do not know after each produce batch on an unreplicated partition)",
+        help: "tests only: comma-separated failpoints (crash points txn.before_prepare, txn.after_prepare; fetch.ignore_lso makes read_committed ignore the LSO; produce.delay_after_verify holds a verified transactional batch 1.5 s before its replicated append; produce.ack_before_fsync acknowledges produces before their fsync; kv.mend_refuses_copies makes a damaged coordinator log refuse every peer's copy; replica.delay_start waits 3 s between creating a replicated partition's local copy and starting its replica; log.raft_control_batches appends two control batches of types clients do not know after each produce batch on an unreplicated partition; replica.delay_new_term holds a partition replica's apply of a new term's blank entry 3 s)",
     },
     Setting {
         name: "offsets.retention.check.interval.ms",
