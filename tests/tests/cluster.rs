@@ -2064,12 +2064,12 @@ async fn produce_big_at_one_of(c: &Cluster, among: &[usize], topic: &'static str
 }
 
 /// The suites run with either format of a replicated partition's Raft log
-/// (`TEST_REPLICATION_LOG_FORMAT=double|single`, decision 0045; the broker's default, `double`,
-/// when unset): with `single` Raft's own entries (a new leader's first entry,
+/// (`TEST_REPLICATION_LOG_FORMAT=double|single`, decisions 0045 and 0052; `single` when unset,
+/// as the broker's default): with `single` Raft's own entries (a new leader's first entry,
 /// membership changes) are control batches of the partition log, so they take offsets between
 /// the records.
 fn one_log_per_replica() -> bool {
-    std::env::var("TEST_REPLICATION_LOG_FORMAT").is_ok_and(|f| f == "single")
+    !std::env::var("TEST_REPLICATION_LOG_FORMAT").is_ok_and(|f| f == "double")
 }
 
 /// The records (control batches left out: transaction markers, and Raft's own entries with one

@@ -232,8 +232,8 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "replication.log.format",
-        default: "double",
-        help: "cluster mode: where a new replicated partition keeps its Raft log: double (a Raft log of its own beside the partition log; each batch written twice) or single (the partition log itself, each batch written once, a new partition's group born without entries: decisions 0045 and 0052). A partition keeps the format it was created with, and a new replica takes its group's (decision 0051)",
+        default: "single",
+        help: "cluster mode: where a new replicated partition keeps its Raft log: single (the partition log itself, each batch written once, a new partition's group born without entries: decisions 0045 and 0052) or double (a Raft log of its own beside the partition log; each batch written twice: the default before decision 0052). A partition keeps the format it was created with, and a new replica takes its group's (decision 0051)",
     },
     Setting {
         name: "replication.in.flight.max.bytes",
@@ -417,8 +417,8 @@ pub struct Config {
     /// `raft.log.max.bytes.between.snapshots`: bytes applied between a partition replica's
     /// snapshots (its Raft log is purged up to each).
     pub raft_snapshot_bytes: u64,
-    /// `replication.log.format=single`: new partition groups keep their Raft log in the
-    /// partition log.
+    /// `replication.log.format=single` (the default): new partition groups keep their Raft log
+    /// in the partition log.
     pub single_log: bool,
     /// `replication.in.flight.max.bytes` and `replication.partition.in.flight.max.bytes`.
     pub in_flight_max_bytes: u64,
