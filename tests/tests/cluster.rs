@@ -829,25 +829,8 @@ async fn replica_end(b: &Broker, topic: &str) -> i64 {
 /// ListOffsets for `timestamp` (-1 latest, -2 earliest) of partition 0 of `topic` in broker
 /// `b`'s own replica; -1 if it cannot tell.
 async fn replica_offset(b: &Broker, topic: &str, timestamp: i64) -> i64 {
-    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return -1 };
-    let mut p = kafka_protocol::messages::list_offsets_request::ListOffsetsPartition::default();
-    p.partition_index = 0;
-    p.timestamp = timestamp;
-    let mut t = kafka_protocol::messages::list_offsets_request::ListOffsetsTopic::default();
-    t.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.into()));
-    t.partitions = vec![p];
-    let mut r = kafka_protocol::messages::ListOffsetsRequest::default();
-    r.replica_id = kafka_protocol::messages::BrokerId(-2);
-    r.topics = vec![t];
-    match conn.call(ApiKey::ListOffsets, 4, RequestKind::ListOffsets(r)).await {
-        Ok(ResponseKind::ListOffsets(r)) => {
-            let p = &r.topics[0].partitions[0];
-            if p.error_code == 0 {
-                p.offset
-            } else {
-                -1
-            }
-        }
+    match list_offsets_at(b, topic, timestamp, -2).await {
+        (0, offset) => offset,
         _ => -1,
     }
 }
@@ -855,15 +838,22 @@ async fn replica_offset(b: &Broker, topic: &str, timestamp: i64) -> i64 {
 /// ListOffsets for the end of `topic`/0 at `b`, as a consumer asks it (read_uncommitted): the
 /// error code and the offset (-1 when the broker cannot be reached).
 async fn list_end(b: &Broker, topic: &str) -> (i16, i64) {
+    list_offsets_at(b, topic, -1, -1).await
+}
+
+/// ListOffsets (v4) of `topic`/0 at `b` for `timestamp`, asked as `replica_id` (-2: debugging,
+/// any replica's own log; -1: a consumer): the error code and the offset ((-1, -1) when the
+/// broker cannot be reached).
+async fn list_offsets_at(b: &Broker, topic: &str, timestamp: i64, replica_id: i32) -> (i16, i64) {
     let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return (-1, -1) };
     let mut p = kafka_protocol::messages::list_offsets_request::ListOffsetsPartition::default();
     p.partition_index = 0;
-    p.timestamp = -1;
+    p.timestamp = timestamp;
     let mut t = kafka_protocol::messages::list_offsets_request::ListOffsetsTopic::default();
     t.name = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(topic.into()));
     t.partitions = vec![p];
     let mut r = kafka_protocol::messages::ListOffsetsRequest::default();
-    r.replica_id = kafka_protocol::messages::BrokerId(-1);
+    r.replica_id = kafka_protocol::messages::BrokerId(replica_id);
     r.topics = vec![t];
     match conn.call(ApiKey::ListOffsets, 4, RequestKind::ListOffsets(r)).await {
         Ok(ResponseKind::ListOffsets(r)) => {
