@@ -304,8 +304,6 @@ impl TopicRegistry {
         self.cluster.get().is_some_and(|c| !c.image().replicas_of(topic, index).is_empty())
     }
 
-    /// Cluster mode: has every replicated partition of `topic` assigned to this broker a
-    /// replica here that knows its leader?
     /// Cluster mode: whether this broker leads `topic`/`partition`'s group but has not applied
     /// an entry of its own term yet (`Replica::leads_unsettled`).
     pub fn leader_unsettled(&self, topic: &str, partition: i32) -> bool {
@@ -313,6 +311,8 @@ impl TopicRegistry {
         c.replica(&(topic.to_string(), partition)).is_some_and(|r| r.leads_unsettled())
     }
 
+    /// Cluster mode: has every replicated partition of `topic` assigned to this broker a
+    /// replica here that knows its leader?
     fn replicas_led(&self, topic: &str) -> bool {
         let Some(c) = self.cluster.get() else { return true };
         let image = c.image();

@@ -236,6 +236,11 @@ fn writer_of(view: &BatchView<'_>) -> Option<NodeId> {
 }
 
 impl<L: SegmentLog + ?Sized> Inner<L> {
+    /// Has this node ever voted or held an entry?
+    fn voted_or_held(&self) -> bool {
+        self.state.vote.is_some() || !self.slots.is_empty() || self.state.last_purged.is_some()
+    }
+
     fn save_state(&self) -> Result<(), StorageError<NodeId>> {
         let state = State { committed: self.durable_committed(), ..self.state.clone() };
         write_atomic(&self.dir.join(STATE_FILE), &serde_json::to_vec(&state).map_err(io_err)?)
@@ -509,8 +514,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
 
     /// Has this node ever voted or held an entry?
     pub fn has_vote_or_entries(&self) -> bool {
-        let g = self.lock();
-        g.state.vote.is_some() || !g.slots.is_empty() || g.state.last_purged.is_some()
+        self.lock().voted_or_held()
     }
 
     /// A new group's birth without entries (decision 0052): `vote` (the first leader's, of
@@ -520,7 +524,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
     /// comes before it. Only into a store that never voted nor held an entry.
     pub fn seed(&self, vote: Vote<NodeId>, born: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut g = self.lock();
-        if g.state.vote.is_some() || !g.slots.is_empty() || g.state.last_purged.is_some() || g.state.anchor.is_some() {
+        if g.voted_or_held() || g.state.anchor.is_some() {
             return Err(corrupt("a group is born only into an empty Raft log".into()));
         }
         let (term, node) = (born.leader_id.term, born.leader_id.node_id);
