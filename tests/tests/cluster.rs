@@ -3513,10 +3513,14 @@ async fn a_replica_whose_raft_log_lost_acknowledged_entries_does_not_vote_until_
     produce_numbered(&c, &[leader], "cutvote", 0..20).await;
     same_on_every_replica(&c, "cutvote", leader).await;
     assert_eq!(c.brokers[cc].stop(), Some(0));
-    produce_numbered(&c, &[leader], "cutvote", 20..60).await;
+    produce_numbered(&c, &[leader], "cutvote", 20..40).await;
+    // B records what it applied (`applied.json`) as it applies an entry at least 500 ms after
+    // its last record: the pause makes the next entry one such, so a record exists whatever
+    // the machine's speed (CI once produced everything within 500 ms of B's replica starting,
+    // and B never wrote one), and the entries after it are past it
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    produce_numbered(&c, &[leader], "cutvote", 40..60).await;
     let rdir = replica_dir(&c.brokers[b]);
-    // (B records what it applied every few seconds: on a loaded machine a kill could come
-    // before its first record)
     until(|| rdir.join("applied.json").exists(), "broker B records what it applied").await;
     c.brokers[b].kill9();
     // the first entry past what B's applied.json records: its Raft record rots

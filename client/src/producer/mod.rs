@@ -260,12 +260,36 @@ pub(crate) struct Part {
     pub queue: VecDeque<Batch>,
     pub in_flight: usize,
     pub next_seq: i32,
+    /// The sequence after the last acknowledged batch: the broker's next expected one unless
+    /// something in flight was written. An OUT_OF_ORDER answer to a batch past it means an
+    /// earlier batch is unresolved (its request lost with a connection, the later one sent on
+    /// a new connection), not a gap: retried, as the Java producer does.
+    pub acked_seq: i32,
     /// A batch failed and is being retried: later batches' OUT_OF_ORDER answers are expected,
     /// and nothing new is sent until the in-flight ones are back.
     pub recovering: bool,
     pub backoff_until: Option<Instant>,
     /// Added to the current transaction.
     pub added: bool,
+}
+
+impl Part {
+    /// A new producer epoch: sequences start over at 0.
+    pub fn restart_sequences(&mut self) {
+        self.next_seq = 0;
+        self.acked_seq = 0;
+        self.recovering = false;
+    }
+
+    /// A batch at `seq` with `records` records was acknowledged (written, or a duplicate).
+    pub fn acknowledged(&mut self, seq: i32, records: usize) {
+        let end = seq.wrapping_add(records as i32) & i32::MAX;
+        // (answers come in sequence order but for retries of batches written before: never
+        // move back; sequences wrap at i32::MAX, so "after" is a distance below 2^30)
+        if end.wrapping_sub(self.acked_seq) & i32::MAX < 1 << 30 {
+            self.acked_seq = end;
+        }
+    }
 }
 
 /// Transaction state (see `txn`).
@@ -324,6 +348,38 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// A producer's shared state before its first request (no producer id yet).
+    pub fn new(s: Settings, cluster: Cluster) -> Shared {
+        Shared {
+            cluster: Arc::new(cluster),
+            memory: Arc::new(Semaphore::new(s.buffer_memory)),
+            st: Mutex::new(State {
+                parts: HashMap::new(),
+                sticky: Sticky::default(),
+                partition_counts: HashMap::new(),
+                pid: -1,
+                epoch: -1,
+                needs_bump: false,
+                bumping: false,
+                closing: false,
+                flushing: 0,
+                outstanding: 0,
+                fatal: None,
+                refreshing: HashSet::new(),
+                phase: TxnPhase::Uninitialized,
+                abortable: None,
+                adding: false,
+                offsets_added: false,
+                txn_seq_gap: false,
+                prepared: None,
+                liveness_served: false,
+            }),
+            wake: Notify::new(),
+            progress: watch::channel(0).0,
+            s,
+        }
+    }
+
     pub fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.st.locked()
     }
@@ -371,34 +427,7 @@ impl Producer {
         cluster.retry_backoff = s.retry_backoff;
         cluster.request_timeout = s.request_timeout;
         cluster.security = crate::security::Security::from_config(config)?;
-        let shared = Arc::new(Shared {
-            cluster: Arc::new(cluster),
-            memory: Arc::new(Semaphore::new(s.buffer_memory)),
-            st: Mutex::new(State {
-                parts: HashMap::new(),
-                sticky: Sticky::default(),
-                partition_counts: HashMap::new(),
-                pid: -1,
-                epoch: -1,
-                needs_bump: false,
-                bumping: false,
-                closing: false,
-                flushing: 0,
-                outstanding: 0,
-                fatal: None,
-                refreshing: HashSet::new(),
-                phase: TxnPhase::Uninitialized,
-                abortable: None,
-                adding: false,
-                offsets_added: false,
-                txn_seq_gap: false,
-                prepared: None,
-                liveness_served: false,
-            }),
-            wake: Notify::new(),
-            progress: watch::channel(0).0,
-            s,
-        });
+        let shared = Arc::new(Shared::new(s, cluster));
         if shared.s.idempotent && shared.s.transactional_id.is_none() {
             let (pid, epoch) = txn::init_producer_id(&shared, None).await?;
             let mut st = shared.lock();

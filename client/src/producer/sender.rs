@@ -364,11 +364,20 @@ fn apply(
     let outcome = match (code, &answer) {
         (None, Ok(a)) | (Some(ResponseError::DuplicateSequenceNumber), Ok(a)) => {
             part.recovering = false;
+            if let Some(seq) = batch.seq {
+                part.acknowledged(seq, batch.records.len());
+            }
             let base = if code.is_some() { -1 } else { a.base_offset };
             Outcome::Done(base, a.append_time)
         }
         (None, Err(_)) => Outcome::Retry,
-        (Some(c), _) if matches!(c, ResponseError::OutOfOrderSequenceNumber) && part.recovering => Outcome::Retry,
+        // a batch behind an unresolved one: not a gap (yet)
+        (Some(c), _)
+            if matches!(c, ResponseError::OutOfOrderSequenceNumber)
+                && (part.recovering || batch.seq.is_some_and(|s| s != part.acked_seq)) =>
+        {
+            Outcome::Retry
+        }
         (Some(c), _) if c.is_retriable() || answer.as_ref().err().is_some_and(|e| e.is_retriable()) => {
             if matches!(
                 c,
@@ -517,8 +526,7 @@ async fn bump(sh: Arc<Shared>) {
                 );
                 let mut freed = Vec::new();
                 for p in st.parts.values_mut() {
-                    p.next_seq = 0;
-                    p.recovering = false;
+                    p.restart_sequences();
                     let (lost, keep): (Vec<Batch>, Vec<Batch>) = p.queue.drain(..).partition(|b| b.maybe_written);
                     freed.extend(lost.into_iter().map(|b| b.fail(&unknown)));
                     p.queue = keep.into_iter().map(|b| Batch { seq: None, ..b }).collect();
@@ -535,4 +543,69 @@ async fn bump(sh: Arc<Shared>) {
         tokio::time::sleep(sh.s.retry_backoff).await;
     }
     sh.wake.notify_one();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::config::ClientConfig;
+    use crate::producer::Settings;
+    use sluice_protocol::batch::NewRecord;
+
+    fn batch(seq: i32) -> Batch {
+        let now = Instant::now();
+        Batch {
+            records: vec![NewRecord::default()],
+            deliveries: Vec::new(),
+            bytes: 0,
+            created: now,
+            deadline: now + Duration::from_secs(60),
+            seq: Some(seq),
+            attempts: 1,
+            maybe_written: false,
+        }
+    }
+
+    fn answer(e: Option<ResponseError>) -> Result<ProduceAnswer, Error> {
+        let code = e.map_or(0, |e| e.code());
+        Ok(ProduceAnswer { code, base_offset: 0, append_time: -1, message: None })
+    }
+
+    /// Batches 0 and 1 of partition t-0 sent; 0's request was lost with its connection
+    /// before the broker read it, and 1 went on a new connection: the broker answers 1
+    /// OUT_OF_ORDER before the client learns that 0's connection closed. That is no gap, and
+    /// no new epoch (a bump would fail batch 0 as "delivery outcome unknown", as CI once saw
+    /// in `lost_responses_never_duplicate_or_reorder`): 1 is retried behind 0. Once 0 is
+    /// acknowledged, an OUT_OF_ORDER answer to 1 is a gap the broker cannot bridge.
+    #[tokio::test]
+    async fn an_out_of_order_answer_behind_an_unresolved_batch_is_retried_not_a_gap() {
+        let s = Settings::from_config(&ClientConfig::new().set("bootstrap.servers", "127.0.0.1:1")).unwrap();
+        let sh = Arc::new(Shared::new(s, Cluster::new("127.0.0.1:1", "t", 1).unwrap()));
+        let key = ("t".to_string(), 0);
+        {
+            let mut st = sh.lock();
+            st.pid = 7;
+            st.epoch = 0;
+            st.parts.insert(key.clone(), Part { in_flight: 2, next_seq: 2, ..Part::default() });
+        }
+        let ooo = Some(ResponseError::OutOfOrderSequenceNumber);
+        apply(&sh, &mut sh.lock(), "t".into(), 0, batch(1), answer(ooo));
+        assert!(!sh.lock().needs_bump, "batch 0 is unresolved: batch 1's answer is no gap");
+        let closed = Err(Error::new(ErrorKind::Retriable, "connection closed"));
+        apply(&sh, &mut sh.lock(), "t".into(), 0, batch(0), closed);
+        {
+            let st = sh.lock();
+            let part = &st.parts[&key];
+            let queued: Vec<_> = part.queue.iter().map(|b| (b.seq, b.maybe_written)).collect();
+            assert_eq!(queued, [(Some(0), true), (Some(1), false)], "both retried, in sequence order");
+            assert!(!st.needs_bump && part.recovering);
+        }
+        // both sent again: 0 is written, and 1 still refused
+        sh.lock().parts.get_mut(&key).unwrap().in_flight = 2;
+        apply(&sh, &mut sh.lock(), "t".into(), 0, batch(0), answer(None));
+        assert_eq!(sh.lock().parts[&key].acked_seq, 1);
+        apply(&sh, &mut sh.lock(), "t".into(), 0, batch(1), answer(ooo));
+        assert!(sh.lock().needs_bump, "right after an acknowledged batch, OUT_OF_ORDER is a gap");
+    }
 }

@@ -673,8 +673,7 @@ impl Producer {
             st.pid = pid;
             st.epoch = epoch;
             for p in st.parts.values_mut() {
-                p.next_seq = 0;
-                p.recovering = false;
+                p.restart_sequences();
             }
         }
         let mut st = sh.lock();
