@@ -304,6 +304,13 @@ impl TopicRegistry {
         self.cluster.get().is_some_and(|c| !c.image().replicas_of(topic, index).is_empty())
     }
 
+    /// The Raft term of this broker's replica of `topic`/`partition` (its leader epoch), if
+    /// it has one (a replicated partition, cluster mode).
+    pub fn replica_term(&self, topic: &str, partition: i32) -> Option<i32> {
+        let c = self.cluster.get()?;
+        c.replica(&(topic.to_string(), partition)).map(|r| r.term())
+    }
+
     /// Cluster mode: whether this broker leads `topic`/`partition`'s group but has not applied
     /// an entry of its own term yet (`Replica::leads_unsettled`).
     pub fn leader_unsettled(&self, topic: &str, partition: i32) -> bool {

@@ -830,22 +830,22 @@ async fn replica_end(b: &Broker, topic: &str) -> i64 {
 /// `b`'s own replica; -1 if it cannot tell.
 async fn replica_offset(b: &Broker, topic: &str, timestamp: i64) -> i64 {
     match list_offsets_at(b, topic, timestamp, -2).await {
-        (0, offset) => offset,
+        (0, offset, _) => offset,
         _ => -1,
     }
 }
 
 /// ListOffsets for the end of `topic`/0 at `b`, as a consumer asks it (read_uncommitted): the
-/// error code and the offset (-1 when the broker cannot be reached).
-async fn list_end(b: &Broker, topic: &str) -> (i16, i64) {
+/// error code, the offset and the leader epoch (-1 when the broker cannot be reached).
+async fn list_end(b: &Broker, topic: &str) -> (i16, i64, i32) {
     list_offsets_at(b, topic, -1, -1).await
 }
 
 /// ListOffsets (v4) of `topic`/0 at `b` for `timestamp`, asked as `replica_id` (-2: debugging,
-/// any replica's own log; -1: a consumer): the error code and the offset ((-1, -1) when the
-/// broker cannot be reached).
-async fn list_offsets_at(b: &Broker, topic: &str, timestamp: i64, replica_id: i32) -> (i16, i64) {
-    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return (-1, -1) };
+/// any replica's own log; -1: a consumer): the error code, the offset and the leader epoch
+/// ((-1, -1, -1) when the broker cannot be reached).
+async fn list_offsets_at(b: &Broker, topic: &str, timestamp: i64, replica_id: i32) -> (i16, i64, i32) {
+    let Ok(conn) = Connection::connect(&b.bootstrap(), "cluster-test", 1).await else { return (-1, -1, -1) };
     let mut p = kafka_protocol::messages::list_offsets_request::ListOffsetsPartition::default();
     p.partition_index = 0;
     p.timestamp = timestamp;
@@ -858,9 +858,9 @@ async fn list_offsets_at(b: &Broker, topic: &str, timestamp: i64, replica_id: i3
     match conn.call(ApiKey::ListOffsets, 4, RequestKind::ListOffsets(r)).await {
         Ok(ResponseKind::ListOffsets(r)) => {
             let p = &r.topics[0].partitions[0];
-            (p.error_code, p.offset)
+            (p.error_code, p.offset, p.leader_epoch)
         }
-        _ => (-1, -1),
+        _ => (-1, -1, -1),
     }
 }
 
@@ -869,7 +869,8 @@ async fn list_offsets_at(b: &Broker, topic: &str, timestamp: i64, replica_id: i3
 /// commit it learned as a follower), and a client comparing its position with that end takes
 /// records for lost (franz-go resets to the start). So it answers ListOffsets for the end with
 /// OFFSET_NOT_AVAILABLE (78, retriable) until then, and every end it answers covers every
-/// acknowledged record. The failpoint holds each new term's first entry 3 s before it is
+/// acknowledged record, with the new leader's term as its leader epoch (Kafka answers the
+/// current one). The failpoint holds each new term's first entry 3 s before it is
 /// applied, so the window is seen every time (without the guard the leader answers at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_just_elected_answers_the_end_only_once_it_has_settled() {
@@ -891,11 +892,13 @@ async fn a_leader_just_elected_answers_the_end_only_once_it_has_settled() {
         assert!(t0.elapsed() < Duration::from_secs(30), "no new leader answered the end");
         for &i in &others {
             match list_end(&c.brokers[i], "settling").await {
-                (0, end) => {
+                (0, end, epoch) => {
                     assert!(end >= 10, "broker {} answered the end {end}: below 10 acknowledged records", i + 1);
+                    // (Kafka answers the end with the current leader epoch: the Raft term)
+                    assert!(epoch >= 2, "broker {} answered the end with leader epoch {epoch}, not its term", i + 1);
                     answered = Some(end);
                 }
-                (78, _) => unsettled += 1,
+                (78, _, _) => unsettled += 1,
                 _ => {}
             }
         }

@@ -26,8 +26,17 @@ pub fn handle(topics: &Arc<TopicRegistry>, version: i16, req: ListOffsetsRequest
             pr.partition_index = p.partition_index;
             pr.timestamp = -1;
             pr.offset = -1;
+            // (v4+) the leader epoch: for the end, the current one (a replicated partition's
+            // Raft term, as Metadata answers it); for an offset looked up, the epoch of its
+            // batch — known without a read only where every batch's is 0 (no Raft group); a
+            // replicated partition answers -1 there (unknown, as Kafka does without an epoch
+            // cache entry: clients then skip validating it)
             if version >= 4 {
-                pr.leader_epoch = 0;
+                pr.leader_epoch = match topics.replica_term(&t.name.0, p.partition_index) {
+                    Some(term) if p.timestamp == LATEST => term,
+                    Some(_) => -1,
+                    None => 0,
+                };
             }
             match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
                 None => pr.error_code = ResponseError::UnknownTopicOrPartition.code(),
