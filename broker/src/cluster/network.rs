@@ -751,6 +751,31 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
 mod tests {
     use super::*;
 
+    /// Frames of any size (an append's carry megabytes) read back whole; a frame cut short is
+    /// an error, not a shorter frame; one over the limit is refused before its body.
+    #[tokio::test]
+    async fn frames_of_every_size_read_back_and_a_cut_one_is_an_error() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 20);
+        let bodies: Vec<Vec<u8>> =
+            [0usize, 1, 4096, 3 << 20].iter().map(|n| (0..*n).map(|i| (i % 251) as u8).collect()).collect();
+        let sent = bodies.clone();
+        let writer = tokio::spawn(async move {
+            for body in &sent {
+                write_frame(&mut a, body).await.expect("write");
+            }
+            // a frame of 10 bytes with 3 sent, then the end
+            a.write_all(&10u32.to_be_bytes()).await.expect("write");
+            a.write_all(&[1, 2, 3]).await.expect("write");
+        });
+        for body in &bodies {
+            assert_eq!(&read_frame(&mut b).await.expect("read"), body);
+        }
+        writer.await.expect("writer");
+        assert!(read_frame(&mut b).await.is_err(), "a frame cut short");
+        let mut over = std::io::Cursor::new(((FRAME_MAX + 1) as u32).to_be_bytes().to_vec());
+        assert!(read_frame(&mut over).await.is_err(), "a frame over the limit");
+    }
+
     /// A peer that answers each `Leave(n)` with `n`, the first one only after 300 ms.
     async fn slow_first_answer() -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
