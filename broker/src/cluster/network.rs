@@ -773,7 +773,8 @@ mod tests {
         writer.await.expect("writer");
         assert!(read_frame(&mut b).await.is_err(), "a frame cut short");
         let mut over = std::io::Cursor::new(((FRAME_MAX + 1) as u32).to_be_bytes().to_vec());
-        assert!(read_frame(&mut over).await.is_err(), "a frame over the limit");
+        let e = read_frame(&mut over).await.expect_err("a frame over the limit");
+        assert!(e.to_string().contains("over the limit"), "refused for its length, not its missing body: {e}");
     }
 
     /// A peer that answers each `Leave(n)` with `n`, the first one only after 300 ms.
