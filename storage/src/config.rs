@@ -57,6 +57,11 @@ pub struct LogConfig {
     /// Sluice writes epoch 0 everywhere (default `Some(0)`); `None` stamps nothing and checks
     /// nothing.
     pub leader_epoch: Option<i32>,
+    /// `log.page.cache.tail.bytes` (a broker setting): after each fsync, the log's synced bytes
+    /// further than this from its end are dropped from the page cache (`POSIX_FADV_DONTNEED`),
+    /// so the cache a log holds stays near this size and new writes reuse the pages it freed
+    /// (decision 0053). -1 (the default) leaves the page cache to the kernel, as Kafka does.
+    pub page_cache_tail_bytes: i64,
 }
 
 impl Default for LogConfig {
@@ -77,6 +82,7 @@ impl Default for LogConfig {
             max_compaction_lag_ms: i64::MAX,
             min_cleanable_dirty_ratio: 0.5,
             leader_epoch: Some(0),
+            page_cache_tail_bytes: -1,
         }
     }
 }
@@ -113,6 +119,12 @@ impl LogConfig {
             return Err(StorageError::InvalidConfig(format!(
                 "max.message.bytes must be ≥ 64 (got {})",
                 self.max_message_bytes
+            )));
+        }
+        if self.page_cache_tail_bytes < -1 {
+            return Err(StorageError::InvalidConfig(format!(
+                "log.page.cache.tail.bytes must be ≥ 0, or -1 (got {})",
+                self.page_cache_tail_bytes
             )));
         }
         if let FlushPolicy::Interval { interval_ms: 0 } = self.flush {

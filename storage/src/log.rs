@@ -41,6 +41,8 @@ pub const RAFT_TERMS_FILE: &str = "raft.terms";
 const CHECKPOINT_MAGIC: [u8; 4] = *b"SLCP";
 const SNAPSHOT_MAGIC: [u8; 4] = *b"SLPS";
 pub const SNAPSHOT_VERSION: u16 = 1;
+/// The unit in which the active segment's synced bytes leave the page cache (decision 0053).
+const DROP_STEP: u64 = 2 * 1024 * 1024;
 
 /// What an append stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,12 +82,19 @@ pub struct Flusher {
     durable_end: AtomicI64,
     fsyncs: AtomicU64,
     failed: AtomicBool,
+    /// `LogConfig::page_cache_tail_bytes`: after an fsync, synced bytes further than this from
+    /// the log's end leave the page cache (-1: none do).
+    tail_bytes: AtomicI64,
 }
 
 struct FlushTarget {
     file: Arc<File>,
     path: PathBuf,
     written_end: i64,
+    /// The active file's size at the last publish, and the prefix of it already dropped from
+    /// the page cache after an fsync (`LogConfig::page_cache_keep_bytes`).
+    written_bytes: u64,
+    dropped_bytes: u64,
     /// Rolled segments not yet known to be synced: a roll does not fsync in the append path
     /// (that would stall producers for the whole dirty segment); the next `sync_to` does.
     sealed: Vec<(Arc<File>, PathBuf)>,
@@ -97,12 +106,14 @@ struct FlushTarget {
 }
 
 impl Flusher {
-    fn new(file: Arc<File>, path: PathBuf, end: i64) -> Flusher {
+    fn new(file: Arc<File>, path: PathBuf, end: i64, tail_bytes: i64) -> Flusher {
         Flusher {
             target: Mutex::new(FlushTarget {
                 file,
                 path,
                 written_end: end,
+                written_bytes: 0,
+                dropped_bytes: 0,
                 sealed: Vec::new(),
                 dir_to_sync: None,
                 generation: 0,
@@ -111,6 +122,7 @@ impl Flusher {
             durable_end: AtomicI64::new(end),
             fsyncs: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+            tail_bytes: AtomicI64::new(tail_bytes),
         }
     }
 
@@ -129,10 +141,11 @@ impl Flusher {
         self.fsyncs.load(Ordering::Relaxed)
     }
 
-    fn publish(&self, end: i64) {
+    fn publish(&self, end: i64, bytes: u64) {
         let mut t = self.target.lock().or_die();
         debug_assert!(end >= t.written_end);
         t.written_end = end;
+        t.written_bytes = bytes;
     }
 
     fn switch_file(&self, file: Arc<File>, path: PathBuf) {
@@ -141,6 +154,8 @@ impl Flusher {
         let old_path = std::mem::replace(&mut t.path, path);
         t.dir_to_sync = old_path.parent().map(Path::to_path_buf);
         t.sealed.push((old_file, old_path));
+        t.written_bytes = 0;
+        t.dropped_bytes = 0;
     }
 
     /// After a truncation at `end`: nothing at or past it is written, or durable; the segment
@@ -149,6 +164,8 @@ impl Flusher {
         let mut t = self.target.lock().or_die();
         t.generation += 1;
         t.written_end = end;
+        t.written_bytes = 0;
+        t.dropped_bytes = 0;
         t.sealed.retain(|(_, p)| !deleted.contains(p) && *p != path);
         if t.path != path {
             t.file = file;
@@ -156,6 +173,26 @@ impl Flusher {
         }
         // under the target's lock, as an fsync's raise is (which checks the generation)
         self.durable_end.fetch_min(end, Ordering::AcqRel);
+    }
+
+    /// After an fsync of `sealed` and of `active` (`bytes` long, its first `dropped` bytes
+    /// already dropped): drop from the page cache what lies further than `tail_bytes` from the
+    /// log's end (decision 0053). Clean pages only: everything here was just synced, so nothing
+    /// stored changes, and a later read of it reads the disk. Returns the active file's new
+    /// dropped prefix when it grew. Advice that fails changes nothing and is not an error.
+    fn drop_synced(&self, sealed: &[(Arc<File>, PathBuf)], active: &File, bytes: u64, dropped: u64) -> Option<u64> {
+        let tail = u64::try_from(self.tail_bytes.load(Ordering::Relaxed)).ok()?;
+        // what of the tail the active file does not hold lies at the end of the sealed ones
+        let rest = tail.saturating_sub(bytes);
+        for (f, _) in sealed {
+            if let Ok(m) = f.metadata() {
+                let _ = crate::mmap::drop_cached(f, 0, m.len().saturating_sub(rest));
+            }
+        }
+        // in whole 2 MiB steps: the page cache holds a file in folios of up to 2 MiB, aligned
+        // in the file, and a folio the range only partly covers is not dropped
+        let to = bytes.saturating_sub(tail) & !(DROP_STEP - 1);
+        (to > dropped && crate::mmap::drop_cached(active, dropped, to - dropped).is_ok()).then_some(to)
     }
 
     /// Block until every offset below `end` is durable. Returns the durable end. After an
@@ -167,9 +204,18 @@ impl Flusher {
             return Ok(durable);
         }
         let _one_at_a_time = self.sync_lock.lock().or_die();
-        let (file, path, written, sealed, dir, generation) = {
+        let (file, path, written, sealed, dir, generation, bytes, dropped) = {
             let t = self.target.lock().or_die();
-            (t.file.clone(), t.path.clone(), t.written_end, t.sealed.clone(), t.dir_to_sync.clone(), t.generation)
+            (
+                t.file.clone(),
+                t.path.clone(),
+                t.written_end,
+                t.sealed.clone(),
+                t.dir_to_sync.clone(),
+                t.generation,
+                t.written_bytes,
+                t.dropped_bytes,
+            )
         };
         if written < end && generation > 0 {
             // a truncation took what was to be synced (a log never truncated answers with its
@@ -184,13 +230,14 @@ impl Flusher {
             return Ok(durable);
         }
         // Older segments first: durability is a prefix of the log.
-        for (f, p) in sealed.iter().chain(std::iter::once(&(file, path))) {
+        for (f, p) in sealed.iter().chain(std::iter::once(&(file.clone(), path))) {
             if let Err(e) = f.sync_data() {
                 self.failed.store(true, Ordering::Release);
                 return Err(StorageError::Io { path: p.clone(), source: e });
             }
             self.fsyncs.fetch_add(1, Ordering::Relaxed);
         }
+        let dropped_to = self.drop_synced(&sealed, &file, bytes, dropped);
         // A new segment's directory entry must be durable before its data counts as durable.
         if let Some(d) = &dir {
             if let Err(e) = sidefile::sync_dir(d) {
@@ -205,9 +252,14 @@ impl Flusher {
                 t.dir_to_sync = None;
             }
         }
-        let t = self.target.lock().or_die();
+        let mut t = self.target.lock().or_die();
         if t.generation == generation {
             self.durable_end.fetch_max(written, Ordering::AcqRel);
+            if let Some(to) = dropped_to {
+                if Arc::ptr_eq(&t.file, &file) {
+                    t.dropped_bytes = t.dropped_bytes.max(to);
+                }
+            }
         }
         let durable = self.durable_end();
         if t.generation != generation && durable < end {
@@ -507,7 +559,8 @@ impl Log {
         let active = segments.get(&newest).ok_or_else(|| StorageError::InvalidConfig("no segment".into()))?;
         let leo = active.next_offset();
         let active_file = Arc::new(active.file().try_clone().at(active.log_path())?);
-        let flusher = Arc::new(Flusher::new(active_file, active.log_path().to_path_buf(), leo));
+        let flusher =
+            Arc::new(Flusher::new(active_file, active.log_path().to_path_buf(), leo, config.page_cache_tail_bytes));
         let first_base = *segments.keys().next().unwrap_or(&0);
         log_start = log_start.clamp(first_base, leo);
         let log = Log {
@@ -562,6 +615,7 @@ impl Log {
                 seg.set_leader_epoch(config.leader_epoch);
             }
         }
+        self.flusher.tail_bytes.store(config.page_cache_tail_bytes, Ordering::Relaxed);
         self.config = config;
         Ok(())
     }
@@ -922,7 +976,8 @@ impl Log {
             self.offline.store(true, Ordering::Release);
             return Err(e);
         }
-        self.flusher.publish(next);
+        let size = self.active().size();
+        self.flusher.publish(next, size);
         let info = AppendInfo {
             first_offset: first,
             last_offset: next - 1,

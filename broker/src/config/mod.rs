@@ -143,6 +143,11 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting { name: "log.flush.interval.ms", default: "1000", help: "fsync interval for log.flush.policy=interval" },
     Setting {
+        name: "log.page.cache.tail.bytes",
+        default: "-1",
+        help: "after each fsync, a log's synced bytes further than this from its end are dropped from the page cache, so new writes reuse the pages they held; reads of them then read the disk. On a VM that hands freed memory back to its host this doubled one broker's produce rate (decision 0053). -1: the kernel keeps them, as for Kafka",
+    },
+    Setting {
         name: "log.cleanup.policy",
         default: "delete",
         help: "default cleanup.policy of topics: delete, compact or both",
@@ -696,6 +701,13 @@ pub fn resolve(
         flush,
         cleanup_delete: true,
         cleanup_compact: false,
+        page_cache_tail_bytes: parse("log.page.cache.tail.bytes", get("log.page.cache.tail.bytes"), |x: &i64| {
+            if *x >= -1 {
+                Ok(())
+            } else {
+                Err("must be ≥ 0, or -1 (keep all)".into())
+            }
+        })?,
         ..LogConfig::default()
     };
     let cleaner =
@@ -1207,5 +1219,16 @@ mod tests {
         let e = resolve(&m(&[("log.flush.policy", "sometimes")]), &m(&[]), None).unwrap_err();
         assert!(e.to_string().contains("log.flush.policy"), "{e}");
         assert!(resolve(&m(&[]), &m(&[]), Some("not toml [")).is_err());
+    }
+
+    #[test]
+    fn the_page_cache_tail_is_kept_whole_unless_set() {
+        assert_eq!(resolve(&m(&[]), &m(&[]), None).unwrap().log.page_cache_tail_bytes, -1);
+        let c = resolve(&m(&[("log.page.cache.tail.bytes", "134217728")]), &m(&[]), None).unwrap();
+        assert_eq!(c.log.page_cache_tail_bytes, 134_217_728);
+        let c = resolve(&m(&[]), &m(&[("SLUICE_LOG_PAGE_CACHE_TAIL_BYTES", "0")]), None).unwrap();
+        assert_eq!(c.log.page_cache_tail_bytes, 0);
+        let e = resolve(&m(&[("log.page.cache.tail.bytes", "-2")]), &m(&[]), None).unwrap_err();
+        assert!(e.to_string().contains("log.page.cache.tail.bytes"), "{e}");
     }
 }
