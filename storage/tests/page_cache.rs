@@ -50,6 +50,18 @@ fn filled(dir: &Path, tail: i64) -> Vec<PathBuf> {
     files
 }
 
+/// No page of `file` (residency `pages`) below page `behind` is cached.
+fn none_cached_before(file: &Path, pages: &[bool], behind: usize) {
+    let kept: Vec<usize> = (0..behind).filter(|&i| pages[i]).collect();
+    assert!(
+        kept.is_empty(),
+        "{}: {} pages behind the tail still cached, from {:?}",
+        file.display(),
+        kept.len(),
+        kept.first()
+    );
+}
+
 #[test]
 fn synced_bytes_behind_the_tail_leave_the_page_cache_and_the_tail_stays() {
     let dir = tempfile::tempdir().unwrap();
@@ -58,28 +70,13 @@ fn synced_bytes_behind_the_tail_leave_the_page_cache_and_the_tail_stays() {
     let (active, sealed) = files.split_last().unwrap();
     for f in sealed {
         let pages = resident(f);
-        let behind = (pages.len() * PAGE).saturating_sub(tail) / PAGE;
-        let kept: Vec<usize> = (0..behind).filter(|&i| pages[i]).collect();
-        assert!(
-            kept.is_empty(),
-            "{}: {} pages behind the tail still cached, from {:?}",
-            f.display(),
-            kept.len(),
-            kept.first()
-        );
+        none_cached_before(f, &pages, (pages.len() * PAGE).saturating_sub(tail) / PAGE);
     }
     let pages = resident(active);
     // the active segment drops in whole 2 MiB steps
     let behind = ((pages.len() * PAGE).saturating_sub(tail) & !((2 << 20) - 1)) / PAGE;
     assert!(behind > 0, "the active segment is longer than the tail");
-    let kept: Vec<usize> = (0..behind).filter(|&i| pages[i]).collect();
-    assert!(
-        kept.is_empty(),
-        "{}: {} pages behind the tail still cached, from {:?}",
-        active.display(),
-        kept.len(),
-        kept.first()
-    );
+    none_cached_before(active, &pages, behind);
     assert!(pages.last() == Some(&true), "the newest page stays cached");
 }
 
