@@ -92,7 +92,7 @@ struct FlushTarget {
     path: PathBuf,
     written_end: i64,
     /// The active file's size at the last publish, and the prefix of it already dropped from
-    /// the page cache after an fsync (`LogConfig::page_cache_keep_bytes`).
+    /// the page cache after an fsync (`LogConfig::page_cache_tail_bytes`).
     written_bytes: u64,
     dropped_bytes: u64,
     /// Rolled segments not yet known to be synced: a roll does not fsync in the append path

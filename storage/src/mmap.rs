@@ -14,9 +14,6 @@ use memmap2::{MmapMut, MmapOptions};
 use std::fs::File;
 use std::io;
 
-/// The page size this module assumes (x86-64 and arm64 Linux).
-pub const PAGE: u64 = 4096;
-
 /// Map the first `len` bytes of `file` read-only and hand them out as `Bytes`, so slices of a
 /// segment can be sent to sockets without copying.
 pub fn map_read(file: &File, len: usize) -> io::Result<Bytes> {
@@ -36,6 +33,7 @@ pub fn map_read_range(file: &File, offset: u64, len: usize) -> io::Result<Bytes>
     if len == 0 {
         return Ok(Bytes::new());
     }
+    const PAGE: u64 = 4096;
     let aligned = offset - offset % PAGE;
     let lead = (offset - aligned) as usize;
     // SAFETY: as for `map_read`: the range lies within the file's current length and is never
