@@ -143,6 +143,7 @@ async fn join_cluster(state: &Arc<Services>) -> Result<(), StartError> {
     node.append_bytes_max.store(state.config.replica_fetch_max_bytes, std::sync::atomic::Ordering::Relaxed);
     node.snapshot_bytes.store(state.config.raft_snapshot_bytes, std::sync::atomic::Ordering::Relaxed);
     node.single_log.store(state.config.single_log, std::sync::atomic::Ordering::Relaxed);
+    node.follower_cache_tail.store(state.config.replica_page_cache_tail_bytes, std::sync::atomic::Ordering::Relaxed);
     node.partition_in_flight_bytes
         .store(state.config.partition_in_flight_max_bytes, std::sync::atomic::Ordering::Relaxed);
     let _ = node.in_flight.set(crate::cluster::replica::Budget::new(state.config.in_flight_max_bytes));

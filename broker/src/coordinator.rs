@@ -339,6 +339,7 @@ pub async fn replicate<O: ShardOwner>(
             append_bytes_max: node.append_bytes(),
             snapshot_bytes: node.snapshot_bytes(),
             single_log: false,
+            follower_cache_tail: -1,
             budgets: node.budgets(),
         };
         let network = crate::cluster::network::ShardNetwork::new(&spec.key, &node.voters);

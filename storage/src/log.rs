@@ -85,6 +85,9 @@ pub struct Flusher {
     /// `LogConfig::page_cache_tail_bytes`: after an fsync, synced bytes further than this from
     /// the log's end leave the page cache (-1: none do).
     tail_bytes: AtomicI64,
+    /// A tail the log's owner sets for a while ([`Log::set_role_tail`]: a follower replica's
+    /// log, decision 0054); -1: none. The smaller of it and `tail_bytes` applies.
+    role_tail: AtomicI64,
 }
 
 struct FlushTarget {
@@ -123,6 +126,16 @@ impl Flusher {
             fsyncs: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             tail_bytes: AtomicI64::new(tail_bytes),
+            role_tail: AtomicI64::new(-1),
+        }
+    }
+
+    /// The tail kept in the page cache now: the smaller of the configured one and the role's,
+    /// where set (-1: the whole log is kept).
+    fn tail(&self) -> i64 {
+        match (self.tail_bytes.load(Ordering::Relaxed), self.role_tail.load(Ordering::Relaxed)) {
+            (t, -1) | (-1, t) => t,
+            (a, b) => a.min(b),
         }
     }
 
@@ -181,7 +194,7 @@ impl Flusher {
     /// stored changes, and a later read of it reads the disk. Returns the active file's new
     /// dropped prefix when it grew. Advice that fails changes nothing and is not an error.
     fn drop_synced(&self, sealed: &[(Arc<File>, PathBuf)], active: &File, bytes: u64, dropped: u64) -> Option<u64> {
-        let tail = u64::try_from(self.tail_bytes.load(Ordering::Relaxed)).ok()?;
+        let tail = u64::try_from(self.tail()).ok()?;
         // what of the tail the active file does not hold lies at the end of the sealed ones
         let rest = tail.saturating_sub(bytes);
         for (f, _) in sealed {
@@ -618,6 +631,12 @@ impl Log {
         self.flusher.tail_bytes.store(config.page_cache_tail_bytes, Ordering::Relaxed);
         self.config = config;
         Ok(())
+    }
+    /// Keep at most `bytes` of the log's end in the page cache from the next fsync on, whatever
+    /// its config says, until set again (-1: as its config says). A follower replica's log is
+    /// read by no consumer, so its broker keeps only the tail (decision 0054).
+    pub fn set_role_tail(&self, bytes: i64) {
+        self.flusher.role_tail.store(bytes.max(-1), Ordering::Relaxed);
     }
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.recovery

@@ -12,6 +12,7 @@
 
 pub mod jepsen;
 pub mod lossyfs;
+pub mod page_cache;
 pub mod proxy;
 pub mod raw;
 

@@ -2361,6 +2361,131 @@ async fn produce_waits_for_room_in_the_bytes_in_flight_budget() {
     }
 }
 
+/// Bytes of `topic`/0's segment files on broker `b`.
+fn partition_bytes(b: &Broker, topic: &str) -> u64 {
+    segments(&b.data_dir.join(format!("{topic}-0"))).values().map(|p| std::fs::metadata(p).map_or(0, |m| m.len())).sum()
+}
+
+/// Keep producing 1 MB batches to `topic`/0 at `bootstrap`, four at a time, until `stop`; the
+/// batches acknowledged, each with when.
+fn keep_producing(
+    bootstrap: String,
+    topic: &'static str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<Instant>>> {
+    (0..4)
+        .map(|_| {
+            let (bootstrap, stop) = (bootstrap.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let value = bytes::Bytes::from(vec![b'p'; 1_000_000]);
+                    let record =
+                        sluice_protocol::batch::NewRecord { timestamp: 1, value: Some(value), ..Default::default() };
+                    if produce_batch_at(bootstrap.clone(), topic, record, 30_000).await == 0 {
+                        acked.push(Instant::now());
+                    }
+                }
+                acked
+            })
+        })
+        .collect()
+}
+
+/// Issue 19 item 3 (decision 0054): Raft acknowledges a write once a majority holds it, so a
+/// follower slower than the other two fell behind without bound under a saturating producer —
+/// gigabytes in 60 s, then a snapshot of the whole partition. The leader now holds a write's
+/// bytes of `replication.partition.in.flight.max.bytes` until every live follower holds it
+/// too: a follower stopped two thirds of the time stays within about one budget of the leader
+/// while producers are paced to it; one that is gone holds nothing back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_follower_paces_producers_and_a_gone_one_does_not_hold_them() {
+    let budget = 8_000_000u64;
+    let (mut c, _ports) =
+        Cluster::start_with_metrics_and(&["--replication-partition-in-flight-max-bytes", &budget.to_string()]);
+    let leader = replicated_topic(&c, "paced").await;
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let (slow, other) = (followers[0], followers[1]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producers = keep_producing(c.brokers[leader].bootstrap(), "paced", stop.clone());
+    // the slow follower runs 150 ms of every 900 (moving within `TRAIL_LIVE`, 2 s)
+    let mut most_behind = 0u64;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(12) {
+        c.brokers[slow].pause();
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let behind =
+                partition_bytes(&c.brokers[leader], "paced").saturating_sub(partition_bytes(&c.brokers[slow], "paced"));
+            most_behind = most_behind.max(behind);
+        }
+        c.brokers[slow].resume();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let written = partition_bytes(&c.brokers[leader], "paced");
+    eprintln!(
+        "leader {written} bytes, the slow follower at most {most_behind} behind, the other {} behind",
+        written.saturating_sub(partition_bytes(&c.brokers[other], "paced"))
+    );
+    assert!(written > 3 * budget, "the producers went on ({written} bytes)");
+    // one budget, plus what was answered or on its way to the follower when it stopped
+    assert!(
+        most_behind <= 2 * budget,
+        "the slow follower fell {most_behind} bytes behind the leader (budget {budget}, leader {written})"
+    );
+    // a follower gone: after `TRAIL_LIVE` producers go on at the pace of the one left
+    c.brokers[slow].kill9();
+    let gone = Instant::now();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut acked: Vec<Instant> = Vec::new();
+    for p in producers {
+        acked.extend(p.await.unwrap());
+    }
+    let after = acked.iter().filter(|t| **t > gone + Duration::from_secs(4)).count();
+    assert!(after >= 10, "{after} batches acknowledged from 4 s after a follower was killed");
+}
+
+/// Decision 0054: a follower's partition log keeps only `replica.page.cache.tail.bytes` of its
+/// end in the page cache (no consumer reads it; on this VM a page cache that grows costs a host
+/// fault per page), while the leader's log, read by consumers, stays cached as the kernel keeps
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_log_keeps_only_its_tail_in_the_page_cache() {
+    let tail = 4u64 << 20;
+    let (c, _ports) = Cluster::start_with_metrics_and(&["--replica-page-cache-tail-bytes", &tail.to_string()]);
+    let leader = replicated_topic(&c, "cached").await;
+    for i in 0..40 {
+        assert_eq!(produce_big(&c.brokers[leader], "cached", 1_000_000).await, 0, "batch {i}");
+    }
+    let cached = |i: usize| -> (u64, u64) {
+        segments(&c.brokers[i].data_dir.join("cached-0")).values().fold((0, 0), |(c, l), p| {
+            let (pc, pl) = sluice_tests::page_cache::cached_bytes(p);
+            (c + pc, l + pl)
+        })
+    };
+    // (each follower drops what lies behind its tail at its next fsync, in 2 MiB steps)
+    let t0 = Instant::now();
+    loop {
+        let all: Vec<(u64, u64)> = (0..3).map(cached).collect();
+        let followers_dropped = (0..3).filter(|i| *i != leader).all(|i| {
+            let (held, len) = all[i];
+            len >= 40_000_000 && held <= tail + (4 << 20)
+        });
+        let (held, len) = all[leader];
+        if followers_dropped {
+            assert!(held >= len / 2, "the leader's log stays cached: {all:?} (leader {})", leader + 1);
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "a follower's log kept more than its tail ({tail} bytes) cached: (cached, length) per broker {all:?}, leader {}",
+            leader + 1
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Bytes under `dir`, each file counted once however many hard links it has there (as `du`).
 fn disk_bytes(dir: &std::path::Path) -> u64 {
     use std::os::unix::fs::MetadataExt;

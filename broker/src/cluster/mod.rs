@@ -472,6 +472,8 @@ pub struct ClusterNode {
     /// `replication.log.format=single`: a new partition group keeps its Raft log in the
     /// partition's log (decision 0045 step 3).
     pub single_log: std::sync::atomic::AtomicBool,
+    /// `replica.page.cache.tail.bytes`, for each partition's group.
+    pub follower_cache_tail: std::sync::atomic::AtomicI64,
     /// `replication.partition.in.flight.max.bytes`, for each partition's group.
     pub partition_in_flight_bytes: std::sync::atomic::AtomicU64,
     /// `replication.in.flight.max.bytes`: the broker's budget, shared by its partitions (set
@@ -537,6 +539,7 @@ impl ClusterNode {
             append_bytes_max: std::sync::atomic::AtomicUsize::new(1024 * 1024),
             snapshot_bytes: std::sync::atomic::AtomicU64::new(64 << 20),
             single_log: std::sync::atomic::AtomicBool::new(false),
+            follower_cache_tail: std::sync::atomic::AtomicI64::new(-1),
             partition_in_flight_bytes: std::sync::atomic::AtomicU64::new(32 << 20),
             in_flight: std::sync::OnceLock::new(),
             started: std::time::Instant::now(),

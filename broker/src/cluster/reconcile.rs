@@ -212,6 +212,7 @@ impl Reconciler {
                 snapshot_bytes: node.snapshot_bytes(),
                 budgets: node.budgets(),
                 single_log: node.single_log(),
+                follower_cache_tail: node.follower_cache_tail.load(std::sync::atomic::Ordering::Relaxed),
             };
             let addresses = node.addresses();
             let network = super::network::PartNetwork::new(&spec.key, &addresses);

@@ -64,6 +64,8 @@ pub struct Replica<C: Logged = PartConfig> {
     /// and the broker's (`replication.partition.in.flight.max.bytes`,
     /// `replication.in.flight.max.bytes`).
     budgets: [Budget; 2],
+    /// On the leader: answered writes' budget bytes held until every live follower holds them.
+    trailing: Arc<Trailing>,
     /// A leader found gone (`failover`): reported as no leader until the group moves on.
     pub lost: Lost,
     /// What peers that repair their copy read from this one (`mend.rs`).
@@ -187,8 +189,139 @@ impl Budget {
     }
 }
 
-/// Bytes of a budget held by a proposed write until it is answered.
+/// Bytes of a budget held by a proposed write until it is answered (and then, on the leader,
+/// until its followers hold it: [`Trailing`]).
 pub struct Admitted(Vec<tokio::sync::OwnedSemaphorePermit>);
+
+impl Admitted {
+    fn bytes(&self) -> u64 {
+        self.0.first().map_or(0, |p| p.num_permits() as u64)
+    }
+}
+
+/// A follower that has not moved for this long holds no bytes of its leader's budget back
+/// ([`Trailing`]): it is gone, paused, or being sent a snapshot.
+const TRAIL_LIVE: Duration = Duration::from_secs(2);
+
+/// On a partition's leader: answered writes whose followers do not all hold them yet, with the
+/// budget bytes each still holds (decision 0054). Raft answers a write once a majority holds
+/// it, so on its own a follower slower than the other two (three replicas sharing two cores)
+/// falls behind without bound, until it needs a snapshot of the whole partition. Holding the
+/// bytes of `replication.partition.in.flight.max.bytes` until every live follower has them (as
+/// Kafka's acks=all waits for its ISR) paces producers to the slowest follower that moved
+/// within [`TRAIL_LIVE`] and is at most one budget behind. One that stopped, or is further
+/// behind, holds nothing back (Kafka's follower out of its ISR) until it is within a budget
+/// again.
+#[derive(Default)]
+pub struct Trailing(std::sync::Mutex<TrailQueue>);
+
+#[derive(Default)]
+struct TrailQueue {
+    /// Answered writes in Raft index order: the index, the bytes answered up to and including
+    /// it (a running total), and the budget bytes it still holds. Kept while they hold bytes,
+    /// and as a record of the bytes behind the newest for one budget more.
+    writes: std::collections::VecDeque<(u64, u64, Option<Admitted>)>,
+    /// The newest write dropped from `writes`, and the running total there.
+    dropped: (u64, u64),
+}
+
+impl Trailing {
+    /// Write `index` was answered: its bytes stay held until [`Trailing::release`] passes it.
+    fn hold(&self, index: u64, admitted: Admitted) {
+        let mut q = self.0.lock().or_die();
+        let bytes = admitted.bytes();
+        // answers come in index order but may be taken here out of it (each on its own task)
+        let at = q.writes.iter().rposition(|w| w.0 < index).map_or(0, |p| p + 1);
+        let before = if at == 0 { q.dropped.1 } else { q.writes[at - 1].1 };
+        q.writes.insert(at, (index, before + bytes, Some(admitted)));
+        for w in q.writes.iter_mut().skip(at + 1) {
+            w.1 += bytes;
+        }
+    }
+
+    /// Bytes of answered writes past `index`; `None` if that is further back than the record.
+    fn behind(&self, index: u64) -> Option<u64> {
+        let q = self.0.lock().or_die();
+        let newest = q.writes.back().map_or(q.dropped.1, |w| w.1);
+        if index < q.dropped.0 {
+            return None;
+        }
+        let upto = q.writes.iter().rev().find(|w| w.0 <= index).map_or(q.dropped.1, |w| w.1);
+        Some(newest - upto)
+    }
+
+    /// Return the budget bytes of every write up to `index` (`u64::MAX`: all), and forget the
+    /// record more than `keep` bytes behind the newest.
+    fn release(&self, index: u64, keep: u64) {
+        let freed: Vec<Admitted> = {
+            let mut q = self.0.lock().or_die();
+            let mut freed = Vec::new();
+            for w in q.writes.iter_mut().take_while(|w| w.0 <= index) {
+                freed.extend(w.2.take());
+            }
+            let newest = q.writes.back().map_or(0, |w| w.1);
+            while q.writes.front().is_some_and(|w| w.2.is_none() && newest - w.1 > keep) {
+                if let Some(w) = q.writes.pop_front() {
+                    q.dropped = (w.0, w.1);
+                }
+            }
+            freed
+        };
+        drop(freed); // the semaphores' waiters wake outside the lock
+    }
+
+    /// Not leading: nothing is held, nothing recorded.
+    fn clear(&self) {
+        let old = std::mem::take(&mut *self.0.lock().or_die());
+        drop(old);
+    }
+}
+
+/// On the leader, while the group runs: return the budget bytes of `trailing` that every live
+/// follower within one budget holds ([`Trailing`]).
+fn release_trailing<C: Logged>(raft: openraft::Raft<C>, trailing: Arc<Trailing>, budget: u64) {
+    tokio::spawn(async move {
+        let mut rx = raft.metrics();
+        // each follower's matched index and when it last moved
+        let mut moved: BTreeMap<NodeId, (u64, Instant)> = BTreeMap::new();
+        loop {
+            // (woken without a change too: a follower gone quiet must stop holding bytes back)
+            if let Ok(Err(_)) = tokio::time::timeout(TRAIL_LIVE / 4, rx.changed()).await {
+                trailing.clear();
+                return; // the group shut down
+            }
+            let floor = {
+                let m = rx.borrow_and_update();
+                match m.replication.as_ref().filter(|_| m.current_leader == Some(m.id)) {
+                    None => None,
+                    Some(repl) => {
+                        let now = Instant::now();
+                        let mut floor = u64::MAX;
+                        for (id, matched) in repl.iter().filter(|(id, _)| **id != m.id) {
+                            let at = matched.map_or(0, |l| l.index);
+                            let seen = moved.entry(*id).or_insert((at, now));
+                            if seen.0 != at {
+                                *seen = (at, now);
+                            }
+                            let live = now.duration_since(seen.1) < TRAIL_LIVE;
+                            if live && trailing.behind(at).is_some_and(|b| b <= budget) {
+                                floor = floor.min(at);
+                            }
+                        }
+                        Some(floor)
+                    }
+                }
+            };
+            match floor {
+                Some(floor) => trailing.release(floor, budget),
+                None => {
+                    moved.clear();
+                    trailing.clear();
+                }
+            }
+        }
+    });
+}
 
 /// Kafka's ISR rule over Raft's replication progress: a follower is in sync while, within
 /// `replica.lag.time.max.ms`, it caught up with where the leader's log ended at some moment
@@ -383,7 +516,7 @@ impl<C: Logged> Replica<C> {
     /// [`Replica::propose`], holding `admitted` until the write is answered.
     pub fn propose_admitted(&self, cmd: C::D, admitted: Admitted) -> Result<PendingWrite<C>, WriteError> {
         let mut w = self.propose(cmd)?;
-        w.1 = Some(admitted);
+        w.1 = Some((admitted, self.trailing.clone()));
         Ok(w)
     }
 }
@@ -391,7 +524,7 @@ impl<C: Logged> Replica<C> {
 /// A proposed write: await it for the applied result.
 pub struct PendingWrite<C: Logged = PartConfig>(
     tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<C>>,
-    Option<Admitted>,
+    Option<(Admitted, Arc<Trailing>)>,
 );
 
 impl<C: Logged> PendingWrite<C> {
@@ -413,7 +546,13 @@ impl<C: Logged> PendingWrite<C> {
     pub async fn wait_indexed(self, timeout: Duration) -> Result<(C::R, u64), WriteError> {
         let PendingWrite(mut rx, admitted) = self;
         let answer = match tokio::time::timeout(timeout, &mut rx).await {
-            Ok(Ok(Ok(r))) => Ok((r.data, r.log_id.index)),
+            Ok(Ok(Ok(r))) => {
+                // its bytes stay held until the followers hold it too ([`Trailing`])
+                if let Some((held, trailing)) = admitted {
+                    trailing.hold(r.log_id.index, held);
+                }
+                return Ok((r.data, r.log_id.index));
+            }
             Ok(Ok(Err(e))) => Err(WriteError::LeadershipLost(e.to_string())),
             Ok(Err(_)) => Err(WriteError::Stopped),
             Err(_) => {
@@ -491,6 +630,9 @@ pub struct ReplicaSpec {
     /// `replication.log.format=single`: a new partition group's Raft log is its segment log
     /// (decision 0045 step 3). A group keeps the format it was created with.
     pub single_log: bool,
+    /// `replica.page.cache.tail.bytes`: while this replica follows, its partition log keeps at
+    /// most this many bytes of its end in the page cache (-1: as its config says; decision 0054).
+    pub follower_cache_tail: i64,
 }
 
 /// Start (or reopen) this broker's replica of a partition. With `initialize` (the first replica
@@ -515,7 +657,8 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     let mender = Arc::new(Mender::new(partition.clone(), peers));
     let every = spec.snapshot_bytes.max(1);
     let budget = spec.budgets[0].clone();
-    let (append_bytes_max, snapshot_bytes) = (spec.append_bytes_max, spec.snapshot_bytes);
+    let (append_bytes_max, snapshot_bytes, follower_tail) =
+        (spec.append_bytes_max, spec.snapshot_bytes, spec.follower_cache_tail);
     let replica = if single {
         segments.use_terms().map_err(|e| anyhow::anyhow!("{e}"))?;
         // the log is the Raft log: its entries cannot be indexed, read or appended to until
@@ -566,7 +709,7 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
         let copies = Copies::Part(partition.clone());
         let replica = start_group(me, spec, addresses, network, sm, dir, copies, log, initialized, None).await?;
         replica.born.store(born_now, std::sync::atomic::Ordering::Release);
-        maintain(replica.raft.clone(), progress, every, budget, replica.key.clone(), partition, mender);
+        maintain(replica.raft.clone(), progress, every, follower_tail, budget, replica.key.clone(), partition, mender);
         replica
     } else {
         let log = LogStore::<PartConfig>::open(&dir)?;
@@ -581,7 +724,7 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
         let copies = Copies::Part(partition.clone());
         let replica =
             start_group(me, spec, addresses, network, sm, dir, copies, log, initialized, damaged_until).await?;
-        maintain(replica.raft.clone(), progress, every, budget, replica.key.clone(), partition, mender);
+        maintain(replica.raft.clone(), progress, every, follower_tail, budget, replica.key.clone(), partition, mender);
         replica
     };
     Ok(replica)
@@ -699,11 +842,14 @@ async fn group_log_format(peers: &Arc<dyn Peers>, spec: &ReplicaSpec) -> bool {
 /// the entries a follower still needs unless it is more than [`KEPT_SNAPSHOTS`] snapshot
 /// intervals behind (then it is sent the snapshot: a copy of the whole partition, which a
 /// follower merely slower than the producers must never need). Each replica does this for its
-/// own log.
+/// own log. And while this replica follows, its partition log keeps only `follower_tail` bytes of
+/// its end in the page cache (decision 0054).
+#[allow(clippy::too_many_arguments)]
 fn maintain(
     raft: openraft::Raft<PartConfig>,
     progress: Arc<SmProgress>,
     every: u64,
+    follower_tail: i64,
     budget: Budget,
     key: GroupKey,
     partition: Arc<dyn PartitionLog>,
@@ -719,6 +865,8 @@ fn maintain(
         let mut triggered_at = 0u64;
         // the last applied entry the loop saw, and for how many rounds it stayed
         let (mut seen_applied, mut idle_rounds) = (0u64, 0u32);
+        // whether the partition log was last told this replica leads (None: not told yet)
+        let mut told_leading: Option<bool> = None;
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             if rx.has_changed().is_err() {
@@ -745,6 +893,13 @@ fn maintain(
                 let m = rx.borrow();
                 (m.last_applied.map_or(0, |l| l.index), m.snapshot.map(|s| s.index), m.current_leader == Some(m.id))
             };
+            // a follower's log is read by no consumer: only its tail stays in the page cache,
+            // so its writes reuse pages instead of growing the cache (decision 0054). A new
+            // leader keeps what its config says from its next fsync on.
+            if told_leading != Some(leading) {
+                partition.keep_cached_tail(if leading { -1 } else { follower_tail });
+                told_leading = Some(leading);
+            }
             // a snapshot whose log start retention (or DeleteRecords) has passed keeps deleted
             // segments on disk through its links: replace it
             let log_start = partition.offsets().0;
@@ -892,6 +1047,10 @@ where
         }
     }
     observe(key.clone(), raft.metrics());
+    let trailing = Arc::new(Trailing::default());
+    if !shard {
+        release_trailing(raft.clone(), trailing.clone(), budgets[0].capacity.into());
+    }
     let healing = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if let Some(until) = damaged_until {
         heal(&key, &raft, until, healing.clone());
@@ -903,6 +1062,7 @@ where
         dir,
         sync: Default::default(),
         budgets,
+        trailing,
         lost: Default::default(),
         copies,
         healing,
@@ -1776,6 +1936,35 @@ mod tests {
     use openraft::CommittedLeaderId;
     use sluice_protocol::batch::{BatchBuilder, NewRecord};
     use sluice_storage::{Log, LogConfig};
+
+    /// The trail of answered writes (decision 0054): bytes behind an index come from the
+    /// running totals, answers taken out of order included; a release returns the budget bytes
+    /// of the writes up to it and keeps one budget of record behind the newest; an index older
+    /// than the record is further behind than it can say.
+    #[tokio::test]
+    async fn the_trail_counts_bytes_behind_and_returns_them_when_followers_hold_them() {
+        let budget = Budget::new(1000);
+        let far = tokio::time::Instant::now() + Duration::from_secs(5);
+        let trail = Trailing::default();
+        for (index, bytes) in [(3, 100), (5, 200), (4, 50), (8, 300)] {
+            trail.hold(index, budget.take(bytes, far, Duration::from_secs(5)).await.unwrap());
+        }
+        assert_eq!(budget.in_use(), 650);
+        assert_eq!(trail.behind(8), Some(0));
+        assert_eq!(trail.behind(7), Some(300));
+        assert_eq!(trail.behind(4), Some(500));
+        assert_eq!(trail.behind(2), Some(650));
+        trail.release(5, 1000);
+        assert_eq!(budget.in_use(), 300, "writes 3, 4 and 5 returned their bytes");
+        assert_eq!(trail.behind(4), Some(500), "and stay on record");
+        trail.release(8, 250);
+        assert_eq!(budget.in_use(), 0);
+        assert_eq!(trail.behind(5), Some(300), "the record keeps one budget behind the newest");
+        assert_eq!(trail.behind(4), None, "older than the record");
+        trail.hold(9, budget.take(10, far, Duration::from_secs(5)).await.unwrap());
+        trail.clear();
+        assert_eq!(budget.in_use(), 0, "a replica that stops leading holds nothing");
+    }
 
     /// Commands keep the JSON form of the Raft log files of earlier versions (base64 bytes, a
     /// bare string or null for an optional value: converted on open, decision 0023) and travel

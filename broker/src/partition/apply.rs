@@ -168,6 +168,10 @@ impl PartitionLog for Partition {
         Partition::flush(self)
     }
 
+    fn keep_cached_tail(&self, bytes: i64) {
+        self.log().set_role_tail(bytes);
+    }
+
     fn link_snapshot(
         &self,
         into: &std::path::Path,

@@ -172,6 +172,9 @@ pub trait PartitionLog: Send + Sync + 'static {
     fn delete_records_committed(&self, offset: i64) -> Result<i64, StorageError>;
     /// Make everything applied so far durable (fsync).
     fn flush(&self) -> Result<(), StorageError>;
+    /// Keep at most `bytes` of the log's end in the page cache (-1: as its config says): a
+    /// follower's log is read by no consumer (decision 0054).
+    fn keep_cached_tail(&self, bytes: i64);
     /// Hard-link the partition's files into `into` (everything applied made durable first): a
     /// snapshot of it (`replication::snapshot`).
     /// `upto`: only the log below it (one log per replica: entries past the commit point are
