@@ -203,6 +203,10 @@ impl Admitted {
 /// ([`Trailing`]): it is gone, paused, or being sent a snapshot.
 const TRAIL_LIVE: Duration = Duration::from_secs(2);
 
+/// The most answered writes [`Trailing`] keeps on record once they hold no bytes (a follower
+/// further back than the record does not count): bounds its memory however small the writes.
+const TRAIL_RECORD: usize = 8192;
+
 /// On a partition's leader: answered writes whose followers do not all hold them yet, with the
 /// budget bytes each still holds (decision 0054). Raft answers a write once a majority holds
 /// it, so on its own a follower slower than the other two (three replicas sharing two cores)
@@ -251,7 +255,7 @@ impl Trailing {
     }
 
     /// Return the budget bytes of every write up to `index` (`u64::MAX`: all), and forget the
-    /// record more than `keep` bytes behind the newest.
+    /// record more than `keep` bytes (or [`TRAIL_RECORD`] writes) behind the newest.
     fn release(&self, index: u64, keep: u64) {
         let freed: Vec<Admitted> = {
             let mut q = self.0.lock().or_die();
@@ -260,7 +264,11 @@ impl Trailing {
                 freed.extend(w.2.take());
             }
             let newest = q.writes.back().map_or(0, |w| w.1);
-            while q.writes.front().is_some_and(|w| w.2.is_none() && newest - w.1 > keep) {
+            while q
+                .writes
+                .front()
+                .is_some_and(|w| w.2.is_none() && (newest - w.1 > keep || q.writes.len() > TRAIL_RECORD))
+            {
                 if let Some(w) = q.writes.pop_front() {
                     q.dropped = (w.0, w.1);
                 }
@@ -282,7 +290,9 @@ impl Trailing {
 fn release_trailing<C: Logged>(raft: openraft::Raft<C>, trailing: Arc<Trailing>, budget: u64) {
     tokio::spawn(async move {
         let mut rx = raft.metrics();
-        // each follower's matched index and when it last moved
+        // each follower's matched index and when it last moved: a follower first seen counts as
+        // just moved (a leader just elected counts its followers in, as Kafka's new leader
+        // starts from the ISR it is given: one that is gone, its predecessor, for `TRAIL_LIVE`)
         let mut moved: BTreeMap<NodeId, (u64, Instant)> = BTreeMap::new();
         loop {
             // (woken without a change too: a follower gone quiet must stop holding bytes back)
@@ -1943,7 +1953,7 @@ mod tests {
     /// than the record is further behind than it can say.
     #[tokio::test]
     async fn the_trail_counts_bytes_behind_and_returns_them_when_followers_hold_them() {
-        let budget = Budget::new(1000);
+        let budget = Budget::new(100_000);
         let far = tokio::time::Instant::now() + Duration::from_secs(5);
         let trail = Trailing::default();
         for (index, bytes) in [(3, 100), (5, 200), (4, 50), (8, 300)] {
@@ -1964,6 +1974,14 @@ mod tests {
         trail.hold(9, budget.take(10, far, Duration::from_secs(5)).await.unwrap());
         trail.clear();
         assert_eq!(budget.in_use(), 0, "a replica that stops leading holds nothing");
+        // however small the writes, the record keeps at most `TRAIL_RECORD` of them
+        for index in 1..=(TRAIL_RECORD as u64 + 100) {
+            trail.hold(index, budget.take(1, far, Duration::from_secs(5)).await.unwrap());
+        }
+        trail.release(u64::MAX, 1 << 20);
+        assert_eq!(budget.in_use(), 0);
+        assert_eq!(trail.behind(50), None, "older than the record");
+        assert_eq!(trail.behind(200), Some(TRAIL_RECORD as u64 + 100 - 200));
     }
 
     /// Commands keep the JSON form of the Raft log files of earlier versions (base64 bytes, a
