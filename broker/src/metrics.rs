@@ -74,8 +74,9 @@ pub const RAFT_APPLY_LAG: &str = "sluice_raft_apply_lag";
 pub const RAFT_REPLICATION_LAG: &str = "sluice_raft_replication_lag";
 /// Per partition group: snapshots of segments this replica took, and installed from a leader
 /// (a replica too far behind, or wiped, catches up this way instead of replaying the log).
-/// Per partition group, on its leader: bytes of produce batches proposed and not yet answered
-/// (bounded by `replication.partition.in.flight.max.bytes`).
+/// Per partition group, on its leader: bytes of produce batches proposed and not yet answered,
+/// or answered and not yet held by every live follower (bounded by
+/// `replication.partition.in.flight.max.bytes`; decisions 0026 and 0054).
 pub const RAFT_BYTES_IN_FLIGHT: &str = "sluice_raft_bytes_in_flight";
 pub const RAFT_SNAPSHOTS_TOTAL: &str = "sluice_raft_snapshots_total";
 /// Raft RPCs this broker sent (AppendEntries, Vote, InstallSnapshot of every group), labels

@@ -248,7 +248,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "replication.in.flight.max.bytes",
         default: "134217728",
-        help: "cluster mode: bytes of produce batches this broker has proposed to its partitions' Raft groups and not yet answered; a produce request waits for room (its connection is not read meanwhile), so a slow follower or disk holds producers back instead of filling memory",
+        help: "cluster mode: bytes of produce batches this broker has proposed to its partitions' Raft groups and not yet answered, or answered and not yet held by every live follower (decision 0054); a produce request waits for room (its connection is not read meanwhile), so a slow follower or disk holds producers back instead of filling memory or falling behind",
     },
     Setting {
         name: "replication.partition.in.flight.max.bytes",
