@@ -8,7 +8,8 @@
 //!    = last acknowledgement before the kill → first acknowledgement after it; p50 and p99.
 //!
 //! `cargo bench -p sluice-tests --bench replication -- [RUNS] [RECORDS] [KILLS]` (RUNS 0: only
-//! the failover; kills 12 s apart; `SLUICE_BENCH_LOGS=<dir>` keeps the brokers' logs,
+//! the failover; kills 12 s apart; `SLUICE_BENCH_LOGS=<dir>` keeps the brokers' logs, at INFO and
+//! every life of each,
 //! `SLUICE_BENCH_RDKAFKA_DEBUG=<contexts>` prints librdkafka's debug log).
 //! tests/bench/replication.sh builds the release binaries, runs tests/bench/soak.sh (librdkafka's
 //! `rdkafka_performance` as the load) and then this for the failover. Not part of CI.
@@ -27,7 +28,10 @@ fn start_cluster() -> Vec<Broker> {
     (0..3)
         .map(|i| {
             let id = (i + 1).to_string();
-            Broker::start_on(free_port(), &["--node-id", &id, "--controller-quorum-voters", &voters])
+            // kept logs (`SLUICE_BENCH_LOGS`) at INFO: each broker's leadership changes and
+            // elections, every life of it (a restart appends to its log)
+            let filter = std::env::var_os("SLUICE_BENCH_LOGS").map(|_| "info,openraft=warn");
+            Broker::start_on_logging(free_port(), &["--node-id", &id, "--controller-quorum-voters", &voters], filter)
         })
         .collect()
 }
