@@ -250,7 +250,11 @@ impl Trailing {
         if index < q.dropped.0 {
             return None;
         }
-        let upto = q.writes.iter().rev().find(|w| w.0 <= index).map_or(q.dropped.1, |w| w.1);
+        // (in index order: the last write at or before `index`)
+        let upto = match q.writes.partition_point(|w| w.0 <= index) {
+            0 => q.dropped.1,
+            n => q.writes[n - 1].1,
+        };
         Some(newest - upto)
     }
 
@@ -300,28 +304,32 @@ fn release_trailing<C: Logged>(raft: openraft::Raft<C>, trailing: Arc<Trailing>,
                 trailing.clear();
                 return; // the group shut down
             }
-            let floor = {
+            // each follower's matched index, on the leader (openraft's metrics read and let go
+            // before the trail is locked)
+            let followers: Option<Vec<(NodeId, u64)>> = {
                 let m = rx.borrow_and_update();
-                match m.replication.as_ref().filter(|_| m.current_leader == Some(m.id)) {
-                    None => None,
-                    Some(repl) => {
-                        let now = Instant::now();
-                        let mut floor = u64::MAX;
-                        for (id, matched) in repl.iter().filter(|(id, _)| **id != m.id) {
-                            let at = matched.map_or(0, |l| l.index);
-                            let seen = moved.entry(*id).or_insert((at, now));
-                            if seen.0 != at {
-                                *seen = (at, now);
-                            }
-                            let live = now.duration_since(seen.1) < TRAIL_LIVE;
-                            if live && trailing.behind(at).is_some_and(|b| b <= budget) {
-                                floor = floor.min(at);
-                            }
-                        }
-                        Some(floor)
+                m.replication.as_ref().filter(|_| m.current_leader == Some(m.id)).map(|repl| {
+                    repl.iter()
+                        .filter(|(id, _)| **id != m.id)
+                        .map(|(id, matched)| (*id, matched.map_or(0, |l| l.index)))
+                        .collect()
+                })
+            };
+            let floor = followers.map(|followers| {
+                let now = Instant::now();
+                let mut floor = u64::MAX;
+                for (id, at) in followers {
+                    let seen = moved.entry(id).or_insert((at, now));
+                    if seen.0 != at {
+                        *seen = (at, now);
+                    }
+                    let live = now.duration_since(seen.1) < TRAIL_LIVE;
+                    if live && trailing.behind(at).is_some_and(|b| b <= budget) {
+                        floor = floor.min(at);
                     }
                 }
-            };
+                floor
+            });
             match floor {
                 Some(floor) => trailing.release(floor, budget),
                 None => {
