@@ -29,6 +29,10 @@ pub struct CMember {
     pub assigned: BTreeSet<Tp>,
     /// Told to give these up; not yet confirmed.
     pub revoking: BTreeSet<Tp>,
+    /// The member epoch at which each partition of `assigned` and `revoking` was given to the
+    /// member (KIP-1251's assignment epoch): a commit at an older member epoch stands for the
+    /// partitions held since then.
+    pub assigned_at: BTreeMap<Tp, i32>,
     pub revoking_since_ms: i64,
     pub last_heartbeat_ms: i64,
 }
@@ -160,6 +164,7 @@ impl ConsumerGroup {
                     epoch: 0,
                     assigned: BTreeSet::new(),
                     revoking: BTreeSet::new(),
+                    assigned_at: BTreeMap::new(),
                     revoking_since_ms: now,
                     last_heartbeat_ms: now,
                 },
@@ -207,7 +212,11 @@ impl ConsumerGroup {
         let Some(m) = self.members.get_mut(id) else { return };
         if !m.revoking.is_empty() {
             match owned {
-                Some(o) if o.is_disjoint(&m.revoking) => m.revoking.clear(),
+                Some(o) if o.is_disjoint(&m.revoking) => {
+                    for tp in std::mem::take(&mut m.revoking) {
+                        m.assigned_at.remove(&tp);
+                    }
+                }
                 _ => return, // still waiting for the member to let go
             }
         }
@@ -219,8 +228,8 @@ impl ConsumerGroup {
             return;
         }
         for tp in target {
-            if !held_by_others.contains(&tp) {
-                m.assigned.insert(tp);
+            if !held_by_others.contains(&tp) && m.assigned.insert(tp.clone()) {
+                m.assigned_at.insert(tp, epoch);
             }
         }
         m.epoch = epoch;
@@ -259,13 +268,20 @@ impl ConsumerGroup {
             .min()
     }
 
-    /// OffsetCommit by a member (v9+: the member epoch in place of the generation).
-    pub fn validate_commit(&self, member_id: &str, epoch: i32) -> Result<(), GroupError> {
+    /// OffsetCommit (v9+) or TxnOffsetCommit by a member of `committed`, with the member epoch in
+    /// place of the generation.
+    ///
+    /// An epoch older than the member's is accepted when every committed partition has been the
+    /// member's since that epoch or before (KIP-1251, Kafka 4.3): the member's epoch moves when
+    /// its heartbeat is answered, so a commit sent before that answer arrived carries the old
+    /// one. A partition the member gave up, or was given after that epoch, is
+    /// STALE_MEMBER_EPOCH: the commit may come from a zombie.
+    pub fn validate_commit(&self, member_id: &str, epoch: i32, committed: &[Tp]) -> Result<(), GroupError> {
         if member_id.is_empty() && epoch < 0 {
             return if self.members.is_empty() { Ok(()) } else { Err(GroupError::UnknownMemberId) };
         }
         let m = self.members.get(member_id).ok_or(GroupError::UnknownMemberId)?;
-        if epoch < m.epoch {
+        if epoch < m.epoch && !committed.iter().all(|tp| m.assigned_at.get(tp).is_some_and(|at| *at <= epoch)) {
             return Err(GroupError::StaleMemberEpoch);
         }
         if epoch > m.epoch {
@@ -332,8 +348,45 @@ mod tests {
         g.heartbeat(hb("b", -1, None), &six, 6).unwrap();
         let a4 = g.heartbeat(hb("a", a3.member_epoch, Some(&set(&a3))), &six, 7).unwrap();
         assert_eq!(set(&a4).len(), 6);
-        assert_eq!(g.validate_commit("a", a4.member_epoch), Ok(()));
-        assert_eq!(g.validate_commit("a", a4.member_epoch - 1), Err(GroupError::StaleMemberEpoch));
+        assert_eq!(g.validate_commit("a", a4.member_epoch, &set(&a4)), Ok(()));
+        assert_eq!(g.validate_commit("a", a4.member_epoch + 1, &[]), Err(GroupError::FencedMemberEpoch));
+    }
+
+    /// KIP-1251: a commit sent before the member learnt its new epoch carries the old one. It
+    /// stands for partitions the member held at that epoch and still holds; a partition it gave
+    /// up, or was given only at the new epoch, is STALE_MEMBER_EPOCH (found by the Java client
+    /// 4.4, whose commitSync raced a heartbeat's answer in the JVM suite).
+    #[test]
+    fn a_commit_at_an_older_epoch_stands_for_the_partitions_held_since_then() {
+        let mut g = ConsumerGroup::default();
+        let a = g.heartbeat(hb("a", 0, None), &six, 0).unwrap();
+        let ea = a.member_epoch;
+        let all = set(&a);
+        let b = g.heartbeat(hb("b", 0, None), &six, 1).unwrap();
+        let a2 = g.heartbeat(hb("a", ea, None), &six, 2).unwrap();
+        let kept = set(&a2);
+        let given_up: Vec<Tp> = all.iter().filter(|tp| !kept.contains(tp)).cloned().collect();
+        // while revoking, a's epoch stands, and it may still commit what it is giving up
+        assert_eq!(g.validate_commit("a", ea, &all), Ok(()));
+        // a confirms: its epoch moves on, but its next commit may still carry the old one
+        let a3 = g.heartbeat(hb("a", ea, Some(&kept)), &six, 3).unwrap();
+        assert!(a3.member_epoch > ea);
+        assert_eq!(g.validate_commit("a", ea, &kept), Ok(()), "held since the old epoch");
+        assert_eq!(g.validate_commit("a", ea, &given_up), Err(GroupError::StaleMemberEpoch), "given up");
+        assert_eq!(g.validate_commit("a", ea - 1, &kept), Err(GroupError::StaleMemberEpoch), "before it held them");
+        assert_eq!(g.validate_commit("a", a3.member_epoch, &kept), Ok(()));
+        // b is given a's old partitions: they count from b's epoch now, not from before
+        let b2 = g.heartbeat(hb("b", b.member_epoch, Some(&[])), &six, 4).unwrap();
+        assert_eq!(set(&b2), given_up);
+        assert_eq!(g.validate_commit("b", b2.member_epoch, &given_up), Ok(()));
+        assert_eq!(g.validate_commit("b", ea, &given_up), Err(GroupError::StaleMemberEpoch));
+        // b leaves; a is given everything back at a newer epoch: only what it kept stands at ea
+        g.heartbeat(hb("b", -1, None), &six, 5).unwrap();
+        let a4 = g.heartbeat(hb("a", a3.member_epoch, Some(&kept)), &six, 6).unwrap();
+        assert_eq!(set(&a4).len(), 6);
+        assert_eq!(g.validate_commit("a", ea, &kept), Ok(()));
+        assert_eq!(g.validate_commit("a", a3.member_epoch, &all), Err(GroupError::StaleMemberEpoch));
+        assert_eq!(g.validate_commit("a", a4.member_epoch, &all), Ok(()));
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - Dead ← Empty (DeleteGroups, offsets expired).
 
 use crate::config::coordinators::GroupSettings;
+use crate::group::consumer::Tp;
 use crate::group::error::GroupError;
 use std::collections::{BTreeMap, HashMap};
 
@@ -817,12 +818,13 @@ impl Group {
         }
     }
 
-    /// Who may commit offsets (Kafka's order of checks). `Ok(())` to proceed.
+    /// Who may commit offsets for `committed` (Kafka's order of checks). `Ok(())` to proceed.
     pub fn validate_offset_commit(
         &mut self,
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
+        committed: &[Tp],
         now: i64,
     ) -> Result<(), GroupError> {
         if self.state == GroupState::Dead {
@@ -830,7 +832,7 @@ impl Group {
         }
         if let Some(c) = &self.consumer {
             if self.members.is_empty() {
-                return c.validate_commit(member_id, generation); // the member epoch (v9+)
+                return c.validate_commit(member_id, generation, committed); // the member epoch (v9+)
             }
         }
         if self.is_fenced(member_id, instance_id) {
@@ -860,6 +862,7 @@ impl Group {
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
+        committed: &[Tp],
     ) -> Result<(), GroupError> {
         if self.state == GroupState::Dead {
             return Err(GroupError::CoordinatorNotAvailable);
@@ -867,7 +870,7 @@ impl Group {
         if let Some(c) = &self.consumer {
             if self.members.is_empty() && !(member_id.is_empty() && generation < 0) {
                 // a KIP-848 group: the member epoch stands in for the generation
-                return c.validate_commit(member_id, generation);
+                return c.validate_commit(member_id, generation, committed);
             }
         }
         if self.is_fenced(member_id, instance_id) {
@@ -1222,19 +1225,19 @@ mod tests {
         assert_eq!(g.sync_result("a2").assignment, vec![7]);
         // the old instance is fenced
         assert_eq!(g.heartbeat(&a1, Some("inst-a"), 1, 7), Err(GroupError::FencedInstanceId));
-        assert_eq!(g.validate_offset_commit(&a1, Some("inst-a"), 1, 7), Err(GroupError::FencedInstanceId));
+        assert_eq!(g.validate_offset_commit(&a1, Some("inst-a"), 1, &[], 7), Err(GroupError::FencedInstanceId));
     }
 
     #[test]
     fn offset_commit_checks_generation_and_member() {
         let mut g = Group::new("g", 0);
-        assert_eq!(g.validate_offset_commit("", None, -1, 0), Ok(()), "simple commit to an empty group");
+        assert_eq!(g.validate_offset_commit("", None, -1, &[], 0), Ok(()), "simple commit to an empty group");
         let (a, _) = join_new(&mut g, "a", 0);
-        assert_eq!(g.validate_offset_commit("", None, -1, 0), Err(GroupError::RebalanceInProgress));
+        assert_eq!(g.validate_offset_commit("", None, -1, &[], 0), Err(GroupError::RebalanceInProgress));
         sync(&mut g, &a, None, 1, None, None, vec![], 0);
-        assert_eq!(g.validate_offset_commit(&a, None, 1, 0), Ok(()));
-        assert_eq!(g.validate_offset_commit(&a, None, 0, 0), Err(GroupError::IllegalGeneration));
-        assert_eq!(g.validate_offset_commit("x", None, 1, 0), Err(GroupError::UnknownMemberId));
+        assert_eq!(g.validate_offset_commit(&a, None, 1, &[], 0), Ok(()));
+        assert_eq!(g.validate_offset_commit(&a, None, 0, &[], 0), Err(GroupError::IllegalGeneration));
+        assert_eq!(g.validate_offset_commit("x", None, 1, &[], 0), Err(GroupError::UnknownMemberId));
     }
 
     /// KIP-848 groups: TxnOffsetCommit (sendOffsetsToTransaction of a `group.protocol=consumer`
@@ -1258,10 +1261,10 @@ mod tests {
         };
         let epoch = c.heartbeat(hb, &|t: &str| (t == "t").then_some(2), 0).unwrap().member_epoch;
         g.consumer = Some(c);
-        assert_eq!(g.validate_txn_offset_commit("m", None, epoch), Ok(()));
-        assert_eq!(g.validate_txn_offset_commit("m", None, epoch + 1), Err(GroupError::FencedMemberEpoch));
-        assert_eq!(g.validate_txn_offset_commit("gone", None, epoch), Err(GroupError::UnknownMemberId));
-        assert_eq!(g.validate_txn_offset_commit("", None, -1), Ok(()), "v0-2: no member to check");
+        assert_eq!(g.validate_txn_offset_commit("m", None, epoch, &[]), Ok(()));
+        assert_eq!(g.validate_txn_offset_commit("m", None, epoch + 1, &[]), Err(GroupError::FencedMemberEpoch));
+        assert_eq!(g.validate_txn_offset_commit("gone", None, epoch, &[]), Err(GroupError::UnknownMemberId));
+        assert_eq!(g.validate_txn_offset_commit("", None, -1, &[]), Ok(()), "v0-2: no member to check");
     }
 
     #[test]
@@ -1269,10 +1272,10 @@ mod tests {
         let mut g = Group::new("g", 0);
         let (a, _) = join_new(&mut g, "a", 0);
         sync(&mut g, &a, None, 1, None, None, vec![], 0);
-        assert_eq!(g.validate_txn_offset_commit(&a, None, 1), Ok(()));
-        assert_eq!(g.validate_txn_offset_commit("", None, -1), Ok(()), "v0-2: no member to check");
-        assert_eq!(g.validate_txn_offset_commit(&a, None, 0), Err(GroupError::IllegalGeneration));
-        assert_eq!(g.validate_txn_offset_commit("gone", None, 1), Err(GroupError::UnknownMemberId));
+        assert_eq!(g.validate_txn_offset_commit(&a, None, 1, &[]), Ok(()));
+        assert_eq!(g.validate_txn_offset_commit("", None, -1, &[]), Ok(()), "v0-2: no member to check");
+        assert_eq!(g.validate_txn_offset_commit(&a, None, 0, &[]), Err(GroupError::IllegalGeneration));
+        assert_eq!(g.validate_txn_offset_commit("gone", None, 1, &[]), Err(GroupError::UnknownMemberId));
         // pending offsets become visible only with a commit marker
         g.pending_txn.entry(9).or_default().insert(
             ("t".into(), 0),

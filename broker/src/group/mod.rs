@@ -660,8 +660,10 @@ impl GroupCoordinator {
         if !shard.groups.contains_key(group_id) && generation >= 0 {
             return Err(GroupError::IllegalGeneration);
         }
-        let existed =
-            shard.check_group(group_id, now, |g| g.validate_offset_commit(member_id, instance_id, generation, now))?;
+        let committed: Vec<consumer::Tp> = offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
+        let existed = shard.check_group(group_id, now, |g| {
+            g.validate_offset_commit(member_id, instance_id, generation, &committed, now)
+        })?;
         let entries: Vec<Entry> = offsets
             .iter()
             .map(|o| Entry::Offset {
@@ -701,7 +703,10 @@ impl GroupCoordinator {
         now: i64,
     ) -> Result<ShardWrite, GroupError> {
         let mut shard = self.group_shard(group_id, now);
-        shard.check_group(group_id, now, |g| g.validate_txn_offset_commit(member_id, instance_id, generation))?;
+        let committed: Vec<consumer::Tp> = offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
+        shard.check_group(group_id, now, |g| {
+            g.validate_txn_offset_commit(member_id, instance_id, generation, &committed)
+        })?;
         let entries: Vec<Entry> = offsets
             .iter()
             .map(|o| Entry::TxnOffset {
