@@ -18,7 +18,7 @@
 //! A leader that is alive but unreachable, or paused, still goes by the timers: its port
 //! answers, or its connections stay open.
 
-use super::replica::Lost;
+use super::replica::{Ballots, Lost};
 use super::{ClusterNode, NodeId};
 use crate::replication::types::GroupKey;
 use crate::sync::OrDie as _;
@@ -40,18 +40,19 @@ pub fn connection_ended(node: Arc<ClusterNode>, carried: Carried) {
     tokio::spawn(async move {
         match carried {
             Carried::Metadata(leader) => {
-                elect_without(&node, &node.raft, leader, None, "the metadata quorum".to_string()).await
+                let what = "the metadata quorum".to_string();
+                elect_without(&node, &node.raft, leader, None, &node.metadata_ballots, what).await
             }
             Carried::Partition(key, leader) => {
                 // (a replica healing a damaged Raft log never stands: `replica::heal`)
                 let Some(rep) = node.replica(&key).filter(|r| !r.is_healing()) else { return };
                 let what = format!("{}-{}", key.0, key.1);
-                elect_without(&node, &rep.raft, leader, Some(&rep.lost), what).await
+                elect_without(&node, &rep.raft, leader, Some(&rep.lost), &rep.ballots, what).await
             }
             Carried::Shard(key, leader) => {
                 let Some(rep) = node.shard_replica(&key).filter(|r| !r.is_healing()) else { return };
                 let what = format!("coordinator shard {}-{}", key.0, key.1);
-                elect_without(&node, &rep.raft, leader, Some(&rep.lost), what).await
+                elect_without(&node, &rep.raft, leader, Some(&rep.lost), &rep.ballots, what).await
             }
         }
     });
@@ -77,6 +78,7 @@ async fn elect_without<C>(
     raft: &openraft::Raft<C>,
     leader: NodeId,
     lost: Option<&Lost>,
+    ballots: &Ballots,
     what: String,
 ) where
     C: RaftTypeConfig<NodeId = NodeId, Node = BasicNode>,
@@ -147,6 +149,12 @@ async fn elect_without<C>(
     // hundred ms. Standing again then deposed it the moment it won, and as its log was now the
     // longer (its first entry as leader), it refused this broker's every later term: 4.7 s
     // until its own timer made it stand again (decision 0049).
+    // But a vote merely adopted does not hold it back when its candidate asked with a shorter
+    // log than this broker's: a candidate whose request was refused takes the higher vote the
+    // refusal shows it, so the voter with the longer log ended up "voting" for the other,
+    // whose requests it refused for their shorter log. Neither stood again until openraft's
+    // timer did, 2–4 s later (decision 0055). Standing against every adopted vote instead
+    // brought 0049's duel back: the adopted vote was about to be granted.
     let mut wait = Duration::from_millis(100 + 150 * u64::try_from(rank).unwrap_or(8) + if fresh { 300 } else { 0 });
     for _ in 0..4 {
         tokio::time::sleep(wait).await;
@@ -155,8 +163,12 @@ async fn elect_without<C>(
             return;
         }
         wait = Duration::from_millis(300);
-        let voted_for = raft.metrics().borrow().vote.leader_id().node_id;
-        if voted_for != node.node_id && voted_for != leader {
+        let (voted_for, vote_term) = {
+            let m = raft.metrics();
+            let id = *m.borrow().vote.leader_id();
+            (id.node_id, id.term)
+        };
+        if voted_for != node.node_id && voted_for != leader && ballots.holds_back(voted_for, vote_term) {
             continue;
         }
         if raft.trigger().elect().await.is_err() {

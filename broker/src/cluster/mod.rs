@@ -481,6 +481,8 @@ pub struct ClusterNode {
     pub in_flight: std::sync::OnceLock<replica::Budget>,
     /// When this broker started (`failover`: a broker started recently stands last).
     pub started: std::time::Instant,
+    /// What this broker answered vote requests in the metadata quorum (`failover`).
+    pub metadata_ballots: replica::Ballots,
     /// Peer brokers' Kafka calls (`interbroker.rs`) arrive on the cluster port: see
     /// [`KafkaHandler`].
     pub kafka: std::sync::OnceLock<KafkaHandler>,
@@ -543,6 +545,7 @@ impl ClusterNode {
             partition_in_flight_bytes: std::sync::atomic::AtomicU64::new(32 << 20),
             in_flight: std::sync::OnceLock::new(),
             started: std::time::Instant::now(),
+            metadata_ballots: Default::default(),
             kafka: std::sync::OnceLock::new(),
             replicas_dir: dir.join("replicas"),
         });

@@ -645,7 +645,12 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                 }
                 let answer = match rpc {
                     Rpc::Append(r) => bincode::serialize(&node.raft.append_entries(r).await),
-                    Rpc::Vote(r) => bincode::serialize(&node.raft.vote(r).await),
+                    Rpc::Vote(r) => {
+                        let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
+                        let answer = node.raft.vote(r).await;
+                        node.metadata_ballots.answered(candidate, their_log, &answer);
+                        bincode::serialize(&answer)
+                    }
                     Rpc::Snapshot(r) => bincode::serialize(&node.raft.install_snapshot(r).await),
                     Rpc::PartAppend(g, r) => match node.replica(&g) {
                         Some(rep) => {
@@ -658,7 +663,12 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     // a replica healing a damaged Raft log does not vote (`replica::heal`): the
                     // candidate sees no answer
                     Rpc::PartVote(g, r) => match node.replica(&g) {
-                        Some(rep) if !rep.is_healing() => bincode::serialize(&rep.raft.vote(r).await),
+                        Some(rep) if !rep.is_healing() => {
+                            let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
+                            let answer = rep.raft.vote(r).await;
+                            rep.ballots.answered(candidate, their_log, &answer);
+                            bincode::serialize(&answer)
+                        }
                         _ => return,
                     },
                     Rpc::PartSnapshot(g, r) => match node.replica(&g) {
@@ -670,7 +680,12 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                         None => return,
                     },
                     Rpc::ShardVote(g, r) => match node.shard_replica(&g) {
-                        Some(rep) if !rep.is_healing() => bincode::serialize(&rep.raft.vote(r).await),
+                        Some(rep) if !rep.is_healing() => {
+                            let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
+                            let answer = rep.raft.vote(r).await;
+                            rep.ballots.answered(candidate, their_log, &answer);
+                            bincode::serialize(&answer)
+                        }
                         _ => return,
                     },
                     Rpc::ShardSnapshot(g, r) => match node.shard_replica(&g) {

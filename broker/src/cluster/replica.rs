@@ -68,6 +68,8 @@ pub struct Replica<C: Logged = PartConfig> {
     trailing: Arc<Trailing>,
     /// A leader found gone (`failover`): reported as no leader until the group moves on.
     pub lost: Lost,
+    /// What this replica answered other brokers' vote requests (`failover`).
+    pub ballots: Ballots,
     /// What peers that repair their copy read from this one (`mend.rs`).
     pub copies: Copies,
     /// Non-zero while this replica's Raft log, cut at damage, lacks entries it had (see
@@ -154,6 +156,56 @@ impl Lost {
     pub fn is(&self, leader: NodeId, term: u64) -> bool {
         self.0.load(std::sync::atomic::Ordering::Relaxed) == leader
             && self.1.load(std::sync::atomic::Ordering::Relaxed) == term
+    }
+}
+
+/// What this replica answered other brokers' vote requests (`network.rs`), for `failover`'s
+/// retry loop: the last vote it granted, as (term, candidate), and which candidates asked with a
+/// log shorter than its own. A vote openraft merely adopted from a refusal's answer is not a
+/// grant: a candidate takes a higher vote it is shown, even from a voter whose log is shorter
+/// than its own (decision 0055).
+#[derive(Default)]
+pub struct Ballots(std::sync::Mutex<BallotsSeen>);
+
+#[derive(Default)]
+struct BallotsSeen {
+    granted: Option<(u64, NodeId)>,
+    /// Candidates whose last request carried a shorter log than this replica's, and when.
+    shorter: BTreeMap<NodeId, Instant>,
+}
+
+/// How long a candidate's shorter log is remembered: one failover's retries (`failover`).
+const SHORTER_FOR: Duration = Duration::from_secs(5);
+
+impl Ballots {
+    /// Note this replica's answer to `candidate`'s request, which carried `their_log`.
+    pub(crate) fn answered(
+        &self,
+        candidate: NodeId,
+        their_log: Option<LogId<NodeId>>,
+        answer: &Result<openraft::raft::VoteResponse<NodeId>, openraft::error::RaftError<NodeId>>,
+    ) {
+        let (Ok(r), Ok(mut seen)) = (answer, self.0.lock()) else { return };
+        if r.vote_granted {
+            seen.granted = Some((r.vote.leader_id().term, r.vote.leader_id().node_id));
+        }
+        // the answer carries this replica's own last log id
+        if their_log < r.last_log_id {
+            seen.shorter.insert(candidate, Instant::now());
+        } else {
+            seen.shorter.remove(&candidate);
+        }
+    }
+
+    /// Whether a vote for `candidate` in `term` should hold this replica back from standing
+    /// again: it granted that vote (so the candidate's log is at least as long as its own), or
+    /// it adopted it and has not seen that candidate ask with a shorter log than its own (the
+    /// candidate may be about to win). A candidate with a shorter log cannot win this
+    /// replica's vote, so a vote for it holds nothing back.
+    pub fn holds_back(&self, candidate: NodeId, term: u64) -> bool {
+        let Ok(seen) = self.0.lock() else { return true };
+        seen.granted == Some((term, candidate))
+            || seen.shorter.get(&candidate).is_none_or(|at| at.elapsed() >= SHORTER_FOR)
     }
 }
 
@@ -1082,6 +1134,7 @@ where
         budgets,
         trailing,
         lost: Default::default(),
+        ballots: Default::default(),
         copies,
         healing,
         appends_taken: Default::default(),
@@ -1954,6 +2007,28 @@ mod tests {
     use openraft::CommittedLeaderId;
     use sluice_protocol::batch::{BatchBuilder, NewRecord};
     use sluice_storage::{Log, LogConfig};
+
+    /// Decision 0055: a vote adopted from a refusal holds a replica back only while the
+    /// candidate it names has not asked with a shorter log than the replica's; a granted vote
+    /// always does.
+    #[test]
+    fn a_vote_holds_a_replica_back_unless_its_candidate_has_the_shorter_log() {
+        let b = Ballots::default();
+        let log = |term, index| Some(LogId::new(CommittedLeaderId::new(term, 0), index));
+        let answer =
+            |term, node, granted, mine| Ok(openraft::raft::VoteResponse::new(Vote::new(term, node), mine, granted));
+        assert!(b.holds_back(2, 22), "nothing seen of 2: it may be about to win");
+        // 2 asked with a shorter log and was refused: a vote for it (adopted) holds nothing back
+        b.answered(2, log(20, 90), &answer(22, 2, false, log(20, 100)));
+        assert!(!b.holds_back(2, 22));
+        assert!(b.holds_back(3, 22), "another candidate");
+        // 2 asks again with the same log as this replica's, and is granted
+        b.answered(2, log(20, 100), &answer(23, 2, true, log(20, 100)));
+        assert!(b.holds_back(2, 23));
+        // a longer log refused for its lower vote: not shorter, so still held back
+        b.answered(2, log(20, 120), &answer(24, 1, false, log(20, 100)));
+        assert!(b.holds_back(2, 24));
+    }
 
     /// The trail of answered writes (decision 0054): bytes behind an index come from the
     /// running totals, answers taken out of order included; a release returns the budget bytes
