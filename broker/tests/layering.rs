@@ -60,6 +60,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("partition/producer_state", 1),
     ("txn/machine", 1),
     ("group/machine", 1),
+    ("group/consumer", 1),
     ("txn/error", 1),
     ("group/error", 1),
     ("security/model", 1),
@@ -84,6 +85,7 @@ const KERNELS: &[(&str, &str)] = &[
     ("txn", "machine"),
     ("txn", "error"),
     ("group", "machine"),
+    ("group", "consumer"),
     ("group", "error"),
     ("security", "model"),
 ];
