@@ -388,6 +388,11 @@ pub struct OffsetToCommit {
 }
 
 impl OffsetToCommit {
+    /// The partitions a commit names, for the member checks (`validate_offset_commit`).
+    fn partitions(offsets: &[OffsetToCommit]) -> Vec<consumer::Tp> {
+        offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect()
+    }
+
     fn stored(&self, now: i64) -> StoredOffset {
         StoredOffset {
             offset: self.offset,
@@ -660,7 +665,7 @@ impl GroupCoordinator {
         if !shard.groups.contains_key(group_id) && generation >= 0 {
             return Err(GroupError::IllegalGeneration);
         }
-        let committed: Vec<consumer::Tp> = offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
+        let committed = OffsetToCommit::partitions(&offsets);
         let existed = shard.check_group(group_id, now, |g| {
             g.validate_offset_commit(member_id, instance_id, generation, &committed, now)
         })?;
@@ -703,7 +708,7 @@ impl GroupCoordinator {
         now: i64,
     ) -> Result<ShardWrite, GroupError> {
         let mut shard = self.group_shard(group_id, now);
-        let committed: Vec<consumer::Tp> = offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
+        let committed = OffsetToCommit::partitions(&offsets);
         shard.check_group(group_id, now, |g| {
             g.validate_txn_offset_commit(member_id, instance_id, generation, &committed)
         })?;
