@@ -52,6 +52,7 @@ const LAYERS: &[(&str, u8)] = &[
     // replication (openraft glue)
     ("cluster/replica", 2),
     ("cluster/mend", 2),
+    ("cluster/convert", 2),
     // settings and metrics: leaves
     // the replication layer's own types
     ("replication", 2),
@@ -76,7 +77,7 @@ const LAYERS: &[(&str, u8)] = &[
 /// when its import goes; never add one.
 const KNOWN_UPWARD: &[(&str, &str)] = &[];
 
-const CLUSTER_MODULES: &[&str] = &["mend", "network", "reassign", "reconcile", "replica", "store"];
+const CLUSTER_MODULES: &[&str] = &["convert", "mend", "network", "reassign", "reconcile", "replica", "store"];
 
 /// Pure kernels inside a module's directory, each a unit of its own (they import nothing of the
 /// crate, so they sit at the bottom, where the replication layer's types may name them).

@@ -3143,10 +3143,43 @@ async fn same_on_every_replica(c: &Cluster, topic: &str, leader: usize) -> Vec<s
     let dirs: Vec<_> = c.brokers.iter().map(|b| b.data_dir.join(format!("{topic}-0"))).collect();
     let t0 = Instant::now();
     while !dirs.iter().all(|d| segment_bytes(d) == segment_bytes(&dirs[leader])) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the replicas differ");
+        if t0.elapsed() >= Duration::from_secs(30) {
+            for (i, b) in c.brokers.iter().enumerate() {
+                let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap_or_default();
+                let lines: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains(&format!("\"{topic}")) || l.contains(&format!("={topic}")))
+                    .collect();
+                eprintln!("broker {}:\n{}", i + 1, lines.join("\n"));
+            }
+            panic!("the replicas differ:\n{}", batch_lists(&dirs));
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     dirs
+}
+
+/// Each directory's batches (base offset, last offset, control or not, epoch, CRC), for a
+/// failure's message.
+fn batch_lists(dirs: &[std::path::PathBuf]) -> String {
+    let mut out = String::new();
+    for d in dirs {
+        out.push_str(&format!("{}:\n", d.display()));
+        for file in segments(d).values() {
+            let bytes = std::fs::read(file).unwrap_or_default();
+            for (_, v) in sluice_protocol::batch::iter_batches(&bytes).map_while(Result::ok) {
+                out.push_str(&format!(
+                    "  {}..{} {} epoch {} crc {:08x}\n",
+                    v.base_offset(),
+                    v.last_offset(),
+                    if v.is_control() { "control" } else { "records" },
+                    v.partition_leader_epoch(),
+                    v.crc()
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// Flip a bit in the record of batch `n` (past its 61-byte header, inside what its CRC covers)
@@ -3504,6 +3537,215 @@ async fn a_new_replica_keeps_its_raft_log_as_its_group_does() {
     assert!(!files.iter().any(|f| f == "raft-state.json"), "not the partition log: {files:?}");
     let log = std::fs::read_to_string(c.brokers[follower].data_dir.with_extension("log")).unwrap_or_default();
     assert!(log.contains("keeps its Raft log as its group does"), "{}", c.brokers[follower].log_tail());
+    assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
+}
+
+/// Decision 0056: a `double` group (a Raft log of its own beside the partition log) converts to
+/// one log per replica once its leader's broker is set to `single`. Every replica converts at
+/// the one Raft entry the leader proposed: the two replicas running take it, and the one away
+/// meanwhile (still set to `double`) is sent a converted replica's snapshot and converts at its
+/// last entry. Afterwards no replica keeps a Raft log of its own, the three partition logs are
+/// byte for byte the same, the records written before keep their offsets, every record is read
+/// once and in order, and the converted group survives its leader's kill -9. Without the
+/// conversion the replicas keep their Raft logs (the first assertion fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_double_group_converts_to_one_log_per_replica_at_one_entry() {
+    let (mut c, _) =
+        Cluster::start_with_metrics_logging(&["--replication-log-format", "double"], Some("info,openraft=warn"));
+    agreed_controller(&c, &[0, 1, 2], 3, -1).await;
+    let admin = Admin::new(&ClientConfig::new().set("bootstrap.servers", c.brokers[0].bootstrap())).unwrap();
+    // (the records' timestamp is 1970: time retention would delete a closed segment of them, as a
+    // replica sent a snapshot has)
+    admin.create_topic("converts", 1, 3, &[("retention.ms", "-1")]).await.unwrap();
+    let leader = leader_of(&c, "converts").await;
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    produce_numbered(&c, &[leader], "converts", 0..30).await;
+    same_on_every_replica(&c, "converts", leader).await;
+    let before = read_numbered(&c.brokers[leader].bootstrap(), "converts", 30);
+    assert_eq!(before.iter().map(|(o, _)| *o).collect::<Vec<_>>(), (0..30).collect::<Vec<i64>>());
+    let away = (0..3).find(|i| *i != leader && *i != follower).unwrap();
+    c.brokers[away].stop();
+    let running = [leader, follower];
+    for &b in &running {
+        c.brokers[b].stop();
+        let at = c.brokers[b].extra_args.iter().position(|a| a == "double").unwrap();
+        c.brokers[b].extra_args[at] = "single".into();
+    }
+    for &b in &running {
+        c.brokers[b].spawn();
+    }
+    let converted = converted_to_single;
+    let t0 = Instant::now();
+    while !running.iter().all(|&b| converted(&c.brokers[b])) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the running replicas did not convert:\n{}",
+            c.brokers[leader].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    produce_numbered(&c, &running, "converts", 30..50).await;
+    // the replica that was away still keeps `double`: its group's format is not its setting
+    c.brokers[away].spawn();
+    let t0 = Instant::now();
+    while !converted(&c.brokers[away]) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the replica away did not convert:\n{}",
+            c.brokers[away].log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let leader = leader_of(&c, "converts").await;
+    produce_numbered(&c, &[leader], "converts", 50..60).await;
+    same_on_every_replica(&c, "converts", leader).await;
+    for (i, b) in c.brokers.iter().enumerate() {
+        let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap_or_default();
+        assert!(log.contains("converted to one log per replica at Raft entry"), "broker {}: {}", i + 1, b.log_tail());
+    }
+    let seen = read_numbered(&c.brokers[leader].bootstrap(), "converts", 60);
+    assert_eq!(seen[..30], before[..], "the records written before keep their offsets");
+    let values: Vec<String> = seen.iter().map(|(_, v)| v.clone()).collect();
+    assert_eq!(values, (0..60).map(|i| format!("record-{i}")).collect::<Vec<_>>());
+    // the converted group elects a new leader and takes writes
+    c.brokers[leader].kill9();
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    produce_numbered(&c, &others, "converts", 60..70).await;
+    let seen = read_numbered(&c.brokers[others[0]].bootstrap(), "converts", 70);
+    let values: Vec<String> = seen.iter().map(|(_, v)| v.clone()).collect();
+    assert_eq!(values, (0..70).map(|i| format!("record-{i}")).collect::<Vec<_>>());
+    assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
+}
+
+/// Does `b`'s replica of the one replicated partition keep its Raft log in the partition log, and
+/// no Raft log of its own?
+fn converted_to_single(b: &Broker) -> bool {
+    // (the partition's group: its directory is `<topic id>-0`, a shard's is its name)
+    let Ok(list) = std::fs::read_dir(b.data_dir.join("__cluster").join("replicas")) else { return false };
+    let Some(group) = list.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        name.len() > 37 && name[..36].bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+    }) else {
+        return false;
+    };
+    let files: Vec<String> = std::fs::read_dir(&group)
+        .map(|l| l.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    files.iter().any(|f| f == "raft-state.json") && !files.iter().any(|f| f.starts_with("raft-log"))
+}
+
+/// Decision 0056 as an operator meets it: a rolling restart of a `double` cluster into
+/// `single` (followers first, the leader last) while a librdkafka idempotent producer writes
+/// without pause. The group converts once a broker set to `single` leads it; writes refused
+/// meanwhile (NOT_LEADER_OR_FOLLOWER) are retried by the producer. Every acknowledged record is
+/// read back once and in order by a read_committed consumer, and the three replicas hold the
+/// same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_double_group_converts_in_a_rolling_restart_under_an_idempotent_producer() {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::message::Message;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let (mut c, _) =
+        Cluster::start_with_metrics_logging(&["--replication-log-format", "double"], Some("info,openraft=warn"));
+    let leader = replicated_topic(&c, "rolling").await;
+    let bootstrap = c.brokers.iter().map(|b| b.bootstrap()).collect::<Vec<_>>().join(",");
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "2")
+        .set("message.timeout.ms", "120000")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .create()
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut deliveries = tokio::task::JoinSet::new();
+            let mut i = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let value = i.to_string();
+                let delivery = producer.send_result(FutureRecord::<(), _>::to("rolling").payload(&value)).ok().unwrap();
+                deliveries.spawn(async move {
+                    match delivery.await {
+                        Ok(Ok(_)) => (i, true),
+                        Ok(Err((e, _))) => {
+                            static SHOWN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+                            if SHOWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 5 {
+                                eprintln!("record {i} not acknowledged: {e}");
+                            }
+                            (i, false)
+                        }
+                        Err(_) => (i, false),
+                    }
+                });
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            let mut acked: Vec<usize> =
+                deliveries.join_all().await.into_iter().filter(|(_, ok)| *ok).map(|(i, _)| i).collect();
+            acked.sort_unstable();
+            (i, acked)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let order: Vec<usize> = (0..3).filter(|i| *i != leader).chain([leader]).collect();
+    for b in order {
+        c.brokers[b].stop();
+        let at = c.brokers[b].extra_args.iter().position(|a| a == "double").unwrap();
+        c.brokers[b].extra_args[at] = "single".into();
+        c.brokers[b].spawn();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let t0 = Instant::now();
+    while !c.brokers.iter().all(converted_to_single) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "not every replica converted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sent, acked) = sender.await.unwrap();
+    assert!(acked.len() >= sent * 9 / 10, "only {} of {sent} acknowledged", acked.len());
+    let leader = leader_of(&c, "rolling").await;
+    same_on_every_replica(&c, "rolling", leader).await;
+    let cons: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "rolling-check")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    cons.subscribe(&["rolling"]).unwrap();
+    let mut seen: Vec<usize> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && seen.len() < acked.len() {
+        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+            seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
+        }
+    }
+    let quiet = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < quiet {
+        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+            seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
+        }
+    }
+    let unique: BTreeSet<usize> = seen.iter().copied().collect();
+    eprintln!("read {} of {} acknowledged", seen.len(), acked.len());
+    assert_eq!(unique.len(), seen.len(), "duplicates in the partition");
+    let missing: Vec<&usize> = acked.iter().filter(|v| !unique.contains(v)).collect();
+    assert!(missing.is_empty(), "{} acknowledged records missing, first {:?}", missing.len(), missing.first());
+    let mut sorted = seen.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, seen, "records out of order");
+    eprintln!("rolling restart: {sent} sent, {} acknowledged, {} read", acked.len(), seen.len());
+    for (i, b) in c.brokers.iter().enumerate() {
+        let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("one log per replica")).collect();
+        eprintln!("broker {}:\n{}", i + 1, lines.join("\n"));
+        assert!(lines.iter().any(|l| l.contains("converted to one log per replica at Raft entry")), "broker {}", i + 1);
+    }
     assert!(c.brokers.iter().all(|b| b.panics().is_empty()));
 }
 

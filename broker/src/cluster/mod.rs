@@ -14,6 +14,7 @@
 //!
 //! Where requests must go is `routing`; the gate that sends them there is `pipeline::route`.
 
+pub mod convert;
 pub mod failover;
 pub mod mend;
 pub mod network;
@@ -483,6 +484,9 @@ pub struct ClusterNode {
     pub started: std::time::Instant,
     /// What this broker answered vote requests in the metadata quorum (`failover`).
     pub metadata_ballots: replica::Ballots,
+    /// A replica stopped to be started again (a group converted to one log per replica,
+    /// decision 0056): the reconciler runs again.
+    pub restart: tokio::sync::Notify,
     /// Peer brokers' Kafka calls (`interbroker.rs`) arrive on the cluster port: see
     /// [`KafkaHandler`].
     pub kafka: std::sync::OnceLock<KafkaHandler>,
@@ -546,6 +550,7 @@ impl ClusterNode {
             in_flight: std::sync::OnceLock::new(),
             started: std::time::Instant::now(),
             metadata_ballots: Default::default(),
+            restart: Default::default(),
             kafka: std::sync::OnceLock::new(),
             replicas_dir: dir.join("replicas"),
         });

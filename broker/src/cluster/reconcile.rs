@@ -231,12 +231,18 @@ impl Reconciler {
             // (local: a start's future is not `Send`)
             starting.spawn_local(async move {
                 let _turn = limit.acquire_owned().await;
+                // a group converting to one log per replica: converted before it runs (decision 0056)
+                if let Err(e) = super::convert::prepare(&dir, &*partition, &segments).await {
+                    tracing::error!(topic = key.0.as_str(), partition = key.1, "cannot convert replica: {e}");
+                    return;
+                }
                 let started =
                     super::replica::start(node.node_id, spec, &addresses, network, partition, segments, peers, dir)
                         .await;
                 match started {
                     Ok(r) => {
                         node.replicas.write().or_die().insert(key, r.clone());
+                        tokio::spawn(restart_when_converted(Arc::downgrade(&node), r.clone()));
                         tokio::spawn(publish_leadership(Arc::downgrade(&node), r));
                     }
                     Err(e) => tracing::error!(topic = key.0.as_str(), partition = key.1, "cannot start replica: {e}"),
@@ -253,6 +259,36 @@ impl Reconciler {
 /// partitions started one replica after another took longer than CreateTopics waits for its
 /// leaders (10 s) under load.
 const STARTS_AT_ONCE: usize = 16;
+
+/// While `r` runs: once it has applied its group's conversion to one log per replica (decision
+/// 0056), stop it and have the reconciler start it again — converted, before its group runs.
+async fn restart_when_converted(node: std::sync::Weak<super::ClusterNode>, r: Arc<super::replica::Replica>) {
+    let mut rx = r.raft.metrics();
+    loop {
+        tokio::select! {
+            _ = r.conversion.until_due() => break,
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    return; // the group shut down
+                }
+            }
+        }
+    }
+    let Some(n) = node.upgrade() else { return };
+    {
+        let mut replicas = n.replicas.write().or_die();
+        if !replicas.get(&r.key).is_some_and(|cur| Arc::ptr_eq(cur, &r)) {
+            return; // stopped meanwhile (moved away, topic deleted)
+        }
+        replicas.remove(&r.key);
+    }
+    if let Err(e) = r.raft.shutdown().await {
+        tracing::warn!(topic = r.key.0.as_str(), partition = r.key.1, "replica shutdown: {e}");
+    }
+    drop(rx);
+    drop(r);
+    n.restart.notify_one();
+}
 
 /// While `r` runs: each time this broker becomes its group's leader (a new term), publish that
 /// to the metadata quorum, so brokers that are not replicas route clients here too.
@@ -313,8 +349,14 @@ pub fn spawn_reconciler(
             let image = node.image();
             tokio::task::block_in_place(|| reconciler.run(&state, &security, &image));
             drop(state);
-            if changed.changed().await.is_err() {
-                return;
+            tokio::select! {
+                c = changed.changed() => {
+                    if c.is_err() {
+                        return;
+                    }
+                }
+                // a replica stopped to be started again (`restart_when_converted`)
+                _ = node.restart.notified() => {}
             }
         }
     });

@@ -82,6 +82,93 @@ pub struct Replica<C: Logged = PartConfig> {
     /// vote of its birth before that broker runs the group, and names it only once it has taken
     /// an append from it (`leader`).
     born: std::sync::atomic::AtomicBool,
+    /// A `double` group's conversion to one log per replica (decision 0056): writes are
+    /// proposed through its gate.
+    pub conversion: Arc<Conversion>,
+}
+
+/// One replica's part in its group's conversion to one log per replica (decision 0056,
+/// `convert.rs`).
+#[derive(Default)]
+pub struct Conversion {
+    /// Held while a write is put on the Raft core's queue, and while the leader closes itself
+    /// to writes and proposes the conversion: nothing it proposes comes after it.
+    gate: std::sync::Mutex<()>,
+    /// The term in which this replica, leading, proposed the conversion (0: never): it takes no
+    /// write in that term.
+    proposed_in: std::sync::atomic::AtomicU64,
+    /// This replica applied the conversion (or installed a converted replica's snapshot): it
+    /// takes no write, and its group is to restart on the partition log.
+    applied: std::sync::atomic::AtomicBool,
+    /// Woken once `applied` is set.
+    due: tokio::sync::Notify,
+}
+
+impl Conversion {
+    /// Put `cmd` on the Raft core's queue now, unless this replica takes no more writes (in
+    /// `term`). Never waits: see `Replica::propose`.
+    pub(crate) fn submit<C: crate::replication::log_store::Logged>(
+        &self,
+        raft: &openraft::Raft<C>,
+        term: u64,
+        cmd: C::D,
+    ) -> Result<tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<C>>, WriteError> {
+        let _gate = self.gate.lock().or_die();
+        if self.applied.load(std::sync::atomic::Ordering::Acquire)
+            || self.proposed_in.load(std::sync::atomic::Ordering::Acquire) == term
+        {
+            return Err(WriteError::NotLeader);
+        }
+        submit_now(raft, cmd)
+    }
+
+    /// On the leader, in `term`: propose the conversion, and take no write after it in this term.
+    fn propose(&self, raft: &openraft::Raft<PartConfig>, term: u64) -> bool {
+        let _gate = self.gate.lock().or_die();
+        if self.applied.load(std::sync::atomic::Ordering::Acquire)
+            || self.proposed_in.load(std::sync::atomic::Ordering::Acquire) == term
+        {
+            return false;
+        }
+        self.proposed_in.store(term, std::sync::atomic::Ordering::Release);
+        let proposed = submit_now(raft, PartCommand::Convert).is_ok();
+        if !proposed {
+            self.proposed_in.store(0, std::sync::atomic::Ordering::Release); // (the group stopped: nothing proposed)
+        }
+        proposed
+    }
+
+    /// Has this replica applied the conversion? Then its group waits to be restarted.
+    pub fn is_due(&self) -> bool {
+        self.applied.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The state machine applied the conversion (its `applied.json` says so).
+    fn applied(&self) {
+        self.applied.store(true, std::sync::atomic::Ordering::Release);
+        self.due.notify_one();
+    }
+
+    /// Wait until this replica has applied the conversion.
+    pub async fn until_due(&self) {
+        while !self.is_due() {
+            self.due.notified().await;
+        }
+    }
+}
+
+/// Put `cmd` on the Raft core's queue: openraft's `client_write_ff` only queues it, so its
+/// future is ready at its first poll; one that is not (the core stopped) is refused.
+fn submit_now<C: crate::replication::log_store::Logged>(
+    raft: &openraft::Raft<C>,
+    cmd: C::D,
+) -> Result<tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<C>>, WriteError> {
+    let mut submit = std::pin::pin!(raft.client_write_ff(cmd));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::future::Future::poll(submit.as_mut(), &mut cx) {
+        std::task::Poll::Ready(Ok(rx)) => Ok(rx),
+        std::task::Poll::Ready(Err(_)) | std::task::Poll::Pending => Err(WriteError::Stopped),
+    }
 }
 
 /// What a replica offers the other replicas of its group to repair a damaged copy from, and
@@ -561,12 +648,8 @@ impl<C: Logged> Replica<C> {
         if self.leader() != i32::try_from(self.raft_id()).ok() {
             return Err(WriteError::NotLeader);
         }
-        let mut submit = std::pin::pin!(self.raft.client_write_ff(cmd));
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match std::future::Future::poll(submit.as_mut(), &mut cx) {
-            std::task::Poll::Ready(Ok(rx)) => Ok(PendingWrite(rx, None)),
-            std::task::Poll::Ready(Err(_)) | std::task::Poll::Pending => Err(WriteError::Stopped),
-        }
+        let term = self.raft.metrics().borrow().current_term;
+        self.conversion.submit(&self.raft, term, cmd).map(|rx| PendingWrite(rx, None))
     }
 
     fn raft_id(&self) -> NodeId {
@@ -720,10 +803,14 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
     dir: PathBuf,
 ) -> anyhow::Result<Arc<Replica>> {
     sluice_storage::sidefile::create_dir_durable(&dir)?;
+    // (a group converting to one log per replica converted before this: `convert::prepare`)
     let single = match log_format_of(&dir) {
         Some(single) => single,
         None => group_log_format(&peers, &spec).await,
     };
+    let conversion = Arc::new(Conversion::default());
+    // a `double` group's leader on a broker set to `single` converts it
+    let convert = !single && spec.single_log;
     let mender = Arc::new(Mender::new(partition.clone(), peers));
     let every = spec.snapshot_bytes.max(1);
     let budget = spec.budgets[0].clone();
@@ -777,9 +864,11 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
         let progress = sm.progress.clone();
         let partition = sm.partition.clone();
         let copies = Copies::Part(partition.clone());
-        let replica = start_group(me, spec, addresses, network, sm, dir, copies, log, initialized, None).await?;
+        let replica =
+            start_group(me, spec, addresses, network, sm, dir, copies, log, initialized, None, conversion).await?;
         replica.born.store(born_now, std::sync::atomic::Ordering::Release);
-        maintain(replica.raft.clone(), progress, every, follower_tail, budget, replica.key.clone(), partition, mender);
+        let upkeep = Upkeep { every, follower_tail, budget, convert: false };
+        maintain(replica.clone(), progress, upkeep, partition, mender);
         replica
     } else {
         let log = LogStore::<PartConfig>::open(&dir)?;
@@ -788,20 +877,24 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
         // deletes files (decision 0030)
         log.roll_at((snapshot_bytes / 4).clamp(1 << 20, 16 << 20));
         let (initialized, damaged_until) = (log.has_vote_or_entries(), log.damaged_until());
-        let sm = ReplicaSm::open(&dir, partition, None)?.with_mender(mender.clone());
+        let sm = ReplicaSm::open(&dir, partition, None)?
+            .with_mender(mender.clone())
+            .converting(conversion.clone(), segments.clone());
         let progress = sm.progress.clone();
         let partition = sm.partition.clone();
         let copies = Copies::Part(partition.clone());
         let replica =
-            start_group(me, spec, addresses, network, sm, dir, copies, log, initialized, damaged_until).await?;
-        maintain(replica.raft.clone(), progress, every, follower_tail, budget, replica.key.clone(), partition, mender);
+            start_group(me, spec, addresses, network, sm, dir, copies, log, initialized, damaged_until, conversion)
+                .await?;
+        let upkeep = Upkeep { every, follower_tail, budget, convert };
+        maintain(replica.clone(), progress, upkeep, partition, mender);
         replica
     };
     Ok(replica)
 }
 
 /// The state file of a Raft log kept in the partition's segment log (`PartitionLogStore`).
-const SINGLE_LOG_STATE: &str = "raft-state.json";
+pub(super) const SINGLE_LOG_STATE: &str = "raft-state.json";
 
 /// The directory of a partition replica under `replicas_dir`.
 pub fn dir_of(replicas_dir: &Path, topic_id: uuid::Uuid, partition: i32) -> PathBuf {
@@ -913,19 +1006,20 @@ async fn group_log_format(peers: &Arc<dyn Peers>, spec: &ReplicaSpec) -> bool {
 /// intervals behind (then it is sent the snapshot: a copy of the whole partition, which a
 /// follower merely slower than the producers must never need). Each replica does this for its
 /// own log. And while this replica follows, its partition log keeps only `follower_tail` bytes of
-/// its end in the page cache (decision 0054).
-#[allow(clippy::too_many_arguments)]
+/// its end in the page cache (decision 0054). A `double` group's leader on a broker set to
+/// `single` proposes its conversion (decision 0056); once this replica applied it, nothing more
+/// is done here until the group restarts.
 fn maintain(
-    raft: openraft::Raft<PartConfig>,
+    replica: Arc<Replica>,
     progress: Arc<SmProgress>,
-    every: u64,
-    follower_tail: i64,
-    budget: Budget,
-    key: GroupKey,
+    upkeep: Upkeep,
     partition: Arc<dyn PartitionLog>,
     mender: Arc<Mender>,
 ) {
     use std::sync::atomic::Ordering;
+    let Upkeep { every, follower_tail, budget, convert } = upkeep;
+    let (raft, key, conversion) = (replica.raft.clone(), replica.key.clone(), replica.conversion.clone());
+    drop(replica);
     tokio::spawn(async move {
         let mut rx = raft.metrics();
         let labels = [("group", key.0.clone()), ("partition", key.1.to_string())];
@@ -943,6 +1037,22 @@ fn maintain(
                 return; // the group shut down
             }
             ::metrics::gauge!(crate::metrics::RAFT_BYTES_IN_FLIGHT, &labels).set(budget.in_use() as f64);
+            if conversion.is_due() {
+                continue; // applied: no snapshot, purge or write until the group restarts
+            }
+            if convert {
+                let (leading, term, settled) = {
+                    let m = rx.borrow();
+                    let leading = m.current_leader == Some(m.id);
+                    (leading, m.current_term, m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term))
+                };
+                if leading && settled && conversion.propose(&raft, term) {
+                    tracing::info!(
+                        partition = partition.name(),
+                        "converting the group's Raft log to one log per replica (replication.log.format=single, term {term})"
+                    );
+                }
+            }
             // damaged data found by a read: repaired from the other replicas now (the state
             // machine would, before its next entry, but a leader serves reads meanwhile); a
             // leader that cannot repair lets another replica lead
@@ -980,7 +1090,8 @@ fn maintain(
                 // entry to end its next snapshot at — a follower's too, whose snapshot may be at
                 // its last entry while the leader's is not (writes stopped: without it that
                 // follower's old snapshot kept the deleted segments until the next write)
-                let _ = raft.client_write_ff(PartCommand::DeleteRecords { offset: log_start }).await;
+                let term = rx.borrow().current_term;
+                let _ = conversion.submit(&raft, term, PartCommand::DeleteRecords { offset: log_start });
             }
             idle_rounds = if applied == seen_applied { idle_rounds + 1 } else { 0 };
             seen_applied = applied;
@@ -1024,6 +1135,17 @@ fn maintain(
     });
 }
 
+/// What [`maintain`] keeps a partition's replica to.
+struct Upkeep {
+    /// Snapshot after this many bytes of batches applied.
+    every: u64,
+    /// While following, keep this many bytes of the log's end in the page cache (-1: all).
+    follower_tail: i64,
+    budget: Budget,
+    /// Propose the group's conversion to one log per replica while leading.
+    convert: bool,
+}
+
 /// A coordinator shard snapshots every `raft.log.max.bytes.between.snapshots` / this many
 /// entries (decision 0031).
 const SHARD_ENTRY_BYTES: u64 = 16 * 1024;
@@ -1052,7 +1174,9 @@ pub async fn start_kv<N: RaftNetworkFactory<ShardConfig>>(
     log.limit_reads(spec.append_bytes_max);
     log.roll_at((spec.snapshot_bytes / 4).clamp(1 << 20, 16 << 20));
     let (initialized, damaged_until) = (log.has_vote_or_entries(), log.damaged_until());
-    start_group(me, spec, addresses, network, sm, dir, Copies::Kv(mender), log, initialized, damaged_until).await
+    let conversion = Arc::new(Conversion::default());
+    start_group(me, spec, addresses, network, sm, dir, Copies::Kv(mender), log, initialized, damaged_until, conversion)
+        .await
 }
 
 /// Start a group over `network`, the transport the caller gives it (the cluster's RPC port,
@@ -1071,6 +1195,7 @@ async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C
     log: LS,
     initialized: bool,
     damaged_until: Option<u64>,
+    conversion: Arc<Conversion>,
 ) -> anyhow::Result<Arc<Replica<C>>>
 where
     C::D: Clone,
@@ -1139,6 +1264,7 @@ where
         healing,
         appends_taken: Default::default(),
         born: Default::default(),
+        conversion,
     }))
 }
 
@@ -1473,10 +1599,24 @@ fn last_index(applied: &Applied) -> u64 {
 
 /// `applied.json`: the last applied entry and the partition log's end right after it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct Applied {
-    last_applied: Option<LogId<NodeId>>,
-    membership: StoredMembership<NodeId, BasicNode>,
-    log_end: i64,
+pub(super) struct Applied {
+    pub(super) last_applied: Option<LogId<NodeId>>,
+    pub(super) membership: StoredMembership<NodeId, BasicNode>,
+    pub(super) log_end: i64,
+    /// A replica of a `double` group that applied its conversion (or installed a converted
+    /// replica's snapshot) at this entry, and converts when its group next starts
+    /// (`convert.rs`, decision 0056).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) convert_at: Option<LogId<NodeId>>,
+}
+
+/// The replica's `applied.json` (the default when there is none).
+pub(super) fn read_applied(dir: &Path) -> anyhow::Result<Applied> {
+    match std::fs::read(dir.join(APPLIED_FILE)) {
+        Ok(b) => Ok(serde_json::from_slice(&b)?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Applied::default()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 const APPLIED_FILE: &str = "applied.json";
@@ -1502,6 +1642,12 @@ pub struct ReplicaSm {
     /// One log per replica (decision 0045 step 3): the group's Raft log is the partition's
     /// log, which holds every entry's batch already when it is applied.
     entries: Option<Arc<dyn EntryIndex>>,
+    /// A `double` group's conversion (decision 0056): this replica's part in it, and the
+    /// partition's log to switch to Raft terms when a converted replica's snapshot is installed.
+    conversion: Option<(Arc<Conversion>, Arc<dyn SegmentLog>)>,
+    /// The conversion is applied: `applied.json` keeps its entry, nothing more is applied to
+    /// the partition nor saved, and no snapshot is taken, until the group restarts.
+    frozen: bool,
 }
 
 /// What the state machine tells the task that decides when to snapshot and purge.
@@ -1519,7 +1665,7 @@ pub struct SmProgress {
 
 /// A snapshot on disk: `snapshots/<id>/` holds the linked files and `snapshot.json` this.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct StoredSnapshot {
+pub(super) struct StoredSnapshot {
     meta: SnapshotMeta<NodeId, BasicNode>,
     header: SnapshotHeader,
 }
@@ -1535,11 +1681,7 @@ impl ReplicaSm {
         partition: Arc<dyn PartitionLog>,
         entries: Option<Arc<dyn EntryIndex>>,
     ) -> anyhow::Result<ReplicaSm> {
-        let applied: Applied = match std::fs::read(dir.join(APPLIED_FILE)) {
-            Ok(b) => serde_json::from_slice(&b)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Applied::default(),
-            Err(e) => return Err(e.into()),
-        };
+        let applied = read_applied(dir)?;
         let (start, end) = partition.offsets();
         // one log per replica: nothing to replay (the batches are the entries)
         let cursor = if entries.is_some() { end } else { applied.log_end.max(start) };
@@ -1571,7 +1713,37 @@ impl ReplicaSm {
             progress,
             mender: None,
             entries,
+            conversion: None,
+            frozen: false,
         })
+    }
+
+    /// A replica of a `double` group: it converts when it applies the conversion.
+    fn converting(mut self, conversion: Arc<Conversion>, segments: Arc<dyn SegmentLog>) -> ReplicaSm {
+        self.conversion = Some((conversion, segments));
+        self
+    }
+
+    /// Applied the conversion at `at` (or installed a converted replica's snapshot through it):
+    /// recorded durably with the partition log's end here, and nothing more is applied to the
+    /// partition; the group is restarted on the partition log (`convert.rs`).
+    fn begin_conversion(&mut self, at: LogId<NodeId>, log_end: i64) -> Result<(), StorageError<NodeId>> {
+        self.applied.last_applied = Some(at);
+        self.applied.log_end = log_end;
+        self.applied.convert_at = Some(at);
+        // (again, at a converted replica's snapshot installed while frozen)
+        self.frozen = false;
+        self.save()?;
+        self.frozen = true;
+        if let Some((c, _)) = &self.conversion {
+            c.applied();
+        }
+        tracing::info!(
+            partition = self.partition.name(),
+            "the group converts to one log per replica at Raft entry {} (offset {log_end}): restarting it",
+            at.index
+        );
+        Ok(())
     }
 
     /// One log per replica: apply entry `index`'s command, whose batch the log holds already.
@@ -1590,6 +1762,8 @@ impl ReplicaSm {
                 PartResult::Appended { first: end - 1 - delta, last: end - 1, log_start }
             }
             PartCommand::Answered { first, last } => PartResult::Appended { first: *first, last: *last, log_start },
+            // (a second conversion proposed after the first, carried over: nothing to do)
+            PartCommand::Convert => PartResult::Done,
             PartCommand::DeleteRecords { offset } => {
                 // everything up to this entry is committed
                 if let Some(end) = ix.end_of(index) {
@@ -1674,6 +1848,9 @@ impl ReplicaSm {
     /// Record the last applied entry — after fsyncing the partition log, so `applied.json`
     /// never claims data a crash could still take away.
     fn save(&mut self) -> Result<(), StorageError<NodeId>> {
+        if self.frozen {
+            return Ok(()); // `applied.json` keeps the conversion's entry
+        }
         save_applied(&self.dir, &*self.partition, &self.applied).map_err(|e| io_err(std::io::Error::other(e)))?;
         self.saved_at = Instant::now();
         Ok(())
@@ -1696,12 +1873,16 @@ impl ReplicaSm {
         if self.cursor < self.replay_end {
             return Err("still replaying entries written before a restart".into());
         }
+        if self.frozen {
+            return Err("converting to one log per replica".into());
+        }
         let (dir, partition, applied) = (self.dir.clone(), self.partition.clone(), self.applied.clone());
         // one log per replica: the log holds entries past the last applied one, left out
-        let upto = self.entries.is_some().then_some(applied.log_end);
+        let single = self.entries.is_some();
+        let upto = single.then_some(applied.log_end);
         let stored = tokio::task::spawn_blocking(move || {
             save_applied(&dir, &*partition, &applied)?;
-            link_snapshot(&dir, &*partition, &applied, upto)
+            link_snapshot(&dir, &*partition, &applied, upto, single)
         })
         .await
         .map_err(|e| e.to_string())??;
@@ -1747,7 +1928,7 @@ impl ReplicaSm {
 
 /// Fsync the partition, then record `applied` in `applied.json` (never claiming data a crash
 /// could still take away).
-fn save_applied(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) -> Result<(), String> {
+pub(super) fn save_applied(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) -> Result<(), String> {
     partition.flush().map_err(|e| e.to_string())?;
     let bytes = serde_json::to_vec(applied).map_err(|e| e.to_string())?;
     sluice_storage::sidefile::write_atomic(&dir.join(APPLIED_FILE), &bytes).map_err(|e| e.to_string())?;
@@ -1759,11 +1940,12 @@ fn save_applied(dir: &Path, partition: &dyn PartitionLog, applied: &Applied) -> 
 
 /// Hard-link the partition's files into `snapshots/<id>/` (made under a temporary name, its
 /// `snapshot.json` last) as the snapshot of `applied`, which is durable already.
-fn link_snapshot(
+pub(super) fn link_snapshot(
     dir: &Path,
     partition: &dyn PartitionLog,
     applied: &Applied,
     upto: Option<i64>,
+    single_log: bool,
 ) -> Result<StoredSnapshot, String> {
     let last = applied.last_applied;
     let id = match last {
@@ -1771,11 +1953,17 @@ fn link_snapshot(
         None => format!("0-0-{}", crate::clock::now_ms()),
     };
     let snaps = dir.join(SNAPSHOTS_DIR);
+    std::fs::create_dir_all(&snaps).map_err(|e| e.to_string())?;
     let tmp = snaps.join(format!("{id}.tmp"));
     let linked = partition.link_snapshot(&tmp, upto).map_err(|e| e.to_string())?;
     let stored = StoredSnapshot {
         meta: SnapshotMeta { last_log_id: last, last_membership: applied.membership.clone(), snapshot_id: id },
-        header: SnapshotHeader { log_start: linked.log_start, log_end: linked.log_end, files: linked.files },
+        header: SnapshotHeader {
+            log_start: linked.log_start,
+            log_end: linked.log_end,
+            files: linked.files,
+            single_log,
+        },
     };
     let json = serde_json::to_vec(&stored).map_err(|e| e.to_string())?;
     sluice_storage::sidefile::write_atomic(&tmp.join(SNAPSHOT_FILE), &json).map_err(|e| e.to_string())?;
@@ -1848,6 +2036,17 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
                         EntryPayload::Blank => PartResult::Done,
                         EntryPayload::Normal(c) => match entries_ix.clone() {
                             Some(ix) => self.apply_stored(c, e.log_id.index, &*ix),
+                            // converting: applied again from the partition log once converted
+                            None if self.frozen => PartResult::Done,
+                            None if matches!(c, PartCommand::Convert) => {
+                                let log_end = if self.cursor < self.replay_end {
+                                    self.cursor
+                                } else {
+                                    self.partition.offsets().1.max(self.cursor)
+                                };
+                                self.begin_conversion(e.log_id, log_end)?;
+                                PartResult::Done
+                            }
                             None => match self.apply_entry(c)? {
                                 Some((r, written_end)) => {
                                     end = end.max(written_end);
@@ -1940,26 +2139,47 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
         drop(data);
         let started = Instant::now();
         let (dir, partition, meta) = (self.dir.clone(), self.partition.clone(), meta.clone());
+        let frozen = self.frozen;
         let ix = self.entries.clone();
+        let segments = self.conversion.as_ref().map(|(_, s)| s.clone());
         let installed = tokio::task::spawn_blocking(move || {
             let staged = dir.join(INCOMING_DIR);
             let header = unpack(&dir.join(INCOMING_FILE), &staged).map_err(|e| e.to_string())?;
+            // a `double` group's replica sent a converted replica's snapshot converts at its
+            // last entry (decision 0056): its batches carry Raft terms
+            let converts = match (&segments, ix.is_none() && header.single_log) {
+                (Some(segments), true) => {
+                    segments.use_terms().map_err(|e| e.to_string())?;
+                    true
+                }
+                _ => false,
+            };
+            if frozen && !converts {
+                // (converting, only a converted replica's snapshot can be past the conversion)
+                return Err("a snapshot of a Raft log of its own, sent while converting".to_string());
+            }
             let (start, end) = partition.install_snapshot(&staged, header.log_start).map_err(|e| e.to_string())?;
             if let Some(ix) = &ix {
                 // the next entry is the batch at the snapshot's end
                 ix.installed(meta.last_log_id, end).map_err(|e| e.to_string())?;
             }
-            let applied =
-                Applied { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), log_end: end };
+            // (converting: marked with the install, so a crash before the group restarts still
+            // converts at the next start)
+            let applied = Applied {
+                last_applied: meta.last_log_id,
+                membership: meta.last_membership.clone(),
+                log_end: end,
+                convert_at: if converts { meta.last_log_id } else { None },
+            };
             save_applied(&dir, &*partition, &applied)?;
             let _ = std::fs::remove_file(dir.join(INCOMING_FILE));
-            Ok::<_, String>((applied, start, header.bytes()))
+            Ok::<_, String>((applied, start, header.bytes(), converts))
         })
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r)
         .map_err(|e| io_err(std::io::Error::other(e)))?;
-        let (applied, start, bytes) = installed;
+        let (applied, start, bytes, converts) = installed;
         let (end, through) = (applied.log_end, applied.last_applied.map_or(0, |l| l.index));
         self.applied = applied;
         self.cursor = end;
@@ -1973,6 +2193,11 @@ impl RaftStateMachine<PartConfig> for ReplicaSm {
             "caught up from a snapshot of segments: offsets {start}..{end}, {bytes} bytes in {:?}, through Raft entry {through}",
             started.elapsed(),
         );
+        if converts {
+            if let Some(last) = self.applied.last_applied {
+                return self.begin_conversion(last, end);
+            }
+        }
         if let Err(why) = self.take_snapshot().await {
             tracing::warn!(partition = self.partition.name(), "installed snapshot not kept: {why}");
         }

@@ -103,6 +103,8 @@ impl PartitionLog for Partition {
             PartCommand::Stored { .. } | PartCommand::Answered { .. } => failed(StorageError::InvalidConfig(
                 "a stored batch (one log per replica) reached a partition whose Raft log is separate".into(),
             )),
+            // (the replica's state machine acts on it: `cluster::replica`, decision 0056)
+            PartCommand::Convert => (PartResult::Done, 0),
             PartCommand::DeleteRecords { offset } => {
                 let mut log = self.log();
                 let end = log.log_end_offset();
@@ -269,9 +271,10 @@ impl Partition {
     fn stored_matches(&self, offset: i64, cmd: &PartCommand, stored: &[u8]) -> Option<(PartResult, i64)> {
         let (_, view) = iter_batches(stored).next()?.ok()?;
         let same = match cmd.inner() {
-            PartCommand::DeleteRecords { .. } | PartCommand::Predicted { .. } | PartCommand::Answered { .. } => {
-                return None
-            }
+            PartCommand::DeleteRecords { .. }
+            | PartCommand::Predicted { .. }
+            | PartCommand::Answered { .. }
+            | PartCommand::Convert => return None,
             PartCommand::Marker { producer_id, .. } => view.is_control() && view.producer_id() == *producer_id,
             PartCommand::Stored { batch } => {
                 let ours = BatchView::parse_unchecked_crc(batch).ok()?;

@@ -386,6 +386,9 @@ impl Partition {
     /// One log per replica: the partition's Raft log is its log from now on.
     pub fn set_single_log(&self) {
         self.single_log.store(true, Ordering::Release);
+        // (a group converted from a Raft log of its own, decision 0056: the tip counted
+        // proposals the other way)
+        self.tip_went_stale();
     }
 
     pub fn is_single_log(&self) -> bool {

@@ -666,6 +666,15 @@ where
         self.inner.lock().or_die()
     }
 
+    /// Test code: write `entries` and make them durable.
+    #[cfg(test)]
+    pub(crate) fn append_now(&self, entries: impl IntoIterator<Item = Entry<C>>) -> std::io::Result<()>
+    where
+        Entry<C>: Clone,
+    {
+        self.write_entries(entries)?.run()
+    }
+
     /// Write `entries` to the newest log file (starting a new one when it is full; not yet
     /// fsynced) and index them; what makes them durable.
     fn write_entries(&self, entries: impl IntoIterator<Item = Entry<C>>) -> std::io::Result<Flush>

@@ -30,8 +30,9 @@
 //! (`Flusher`), shared with everything else that waits on it. A truncation is the storage
 //! crate's `Log::truncate_to` (the recovery point lowered first, decision 0038).
 //!
-//! Not wired into a partition's group yet: decision 0045 step 3's next part puts it behind
-//! `replication.log.format`.
+//! Every partition group created with `replication.log.format=single` (the default) keeps its
+//! Raft log here; a `double` group's replicas build theirs here when it converts
+//! (`cluster/convert.rs`, decision 0056).
 
 // openraft's traits return its (large) StorageError; the helpers here return the same.
 #![allow(clippy::result_large_err)]
@@ -510,6 +511,13 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
         }
         let log = inner.log.segment_log();
         Ok((log.flusher(), log.log_end_offset()))
+    }
+
+    /// Write `entries` at the log's end and make them durable before returning: a group's
+    /// entries carried over from a Raft log of its own (decision 0056), before the group runs.
+    pub fn append_durably(&self, entries: Vec<Entry<C>>) -> Result<(), StorageError<NodeId>> {
+        let (flusher, end) = self.write(entries)?;
+        flusher.sync_to(end).map(|_| ()).map_err(|e| io_err(std::io::Error::other(e.to_string())))
     }
 
     /// Has this node ever voted or held an entry?

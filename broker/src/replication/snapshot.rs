@@ -20,6 +20,19 @@ pub struct SnapshotHeader {
     pub log_start: i64,
     pub log_end: i64,
     pub files: Vec<(String, u64)>,
+    /// Taken by a replica that keeps its group's Raft log in the partition log (one log per
+    /// replica): a replica of a `double` group that installs it converts (decision 0056). Last,
+    /// and absent from the headers of earlier versions (`unpack` reads both).
+    #[serde(default)]
+    pub single_log: bool,
+}
+
+/// A header as versions before [`SnapshotHeader::single_log`] sent it.
+#[derive(Deserialize)]
+struct HeaderV0 {
+    log_start: i64,
+    log_end: i64,
+    files: Vec<(String, u64)>,
 }
 
 impl SnapshotHeader {
@@ -179,7 +192,16 @@ pub fn unpack(from: &Path, into: &Path) -> std::io::Result<SnapshotHeader> {
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body)?;
-    let header: SnapshotHeader = bincode::deserialize(&body).map_err(|e| bad(format!("snapshot header: {e}")))?;
+    let header: SnapshotHeader = match bincode::deserialize(&body) {
+        Ok(h) => h,
+        // (bincode has no defaults: an earlier version's header ends before the last field)
+        Err(e) => match bincode::deserialize::<HeaderV0>(&body) {
+            Ok(HeaderV0 { log_start, log_end, files }) => {
+                SnapshotHeader { log_start, log_end, files, single_log: false }
+            }
+            Err(_) => return Err(bad(format!("snapshot header: {e}"))),
+        },
+    };
     for (name, size) in &header.files {
         let plain = !name.is_empty()
             && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
@@ -217,6 +239,7 @@ mod tests {
             log_start: 3,
             log_end: 50,
             files: vec![("00000000000000000000.log".into(), 5000), ("00000000000000000040.log".into(), 120)],
+            single_log: true,
         };
         let mut out = SnapshotData::Out(FilesStream::new(&src, &header).unwrap());
         // a newer snapshot removes these links while this one is being sent: still readable
@@ -250,5 +273,26 @@ mod tests {
         bytes.extend_from_slice(&body);
         std::fs::write(&received, &bytes).unwrap();
         assert!(unpack(&received, &staged).is_err());
+    }
+
+    /// A header as an earlier version sent it (without `single_log`) still unpacks: as a
+    /// snapshot of a group with a Raft log of its own.
+    #[test]
+    fn an_earlier_versions_header_unpacks() {
+        #[derive(Serialize)]
+        struct V0 {
+            log_start: i64,
+            log_end: i64,
+            files: Vec<(String, u64)>,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let body = bincode::serialize(&V0 { log_start: 1, log_end: 9, files: vec![("a.log".into(), 3)] }).unwrap();
+        let mut bytes = (body.len() as u32).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&body);
+        bytes.extend_from_slice(b"abc");
+        std::fs::write(dir.path().join("in"), &bytes).unwrap();
+        let header = unpack(&dir.path().join("in"), &dir.path().join("out")).unwrap();
+        assert_eq!((header.log_start, header.log_end, header.single_log), (1, 9, false));
+        assert_eq!(std::fs::read(dir.path().join("out").join("a.log")).unwrap(), b"abc");
     }
 }

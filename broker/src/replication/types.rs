@@ -55,6 +55,11 @@ pub enum PartCommand {
     /// offsets it was stored at once this entry commits (and with it every entry before it,
     /// the original among them). Stored as a control batch; writes nothing else.
     Answered { first: i64, last: i64 },
+    /// A group that keeps a Raft log of its own (`replication.log.format=double`) keeps it in
+    /// the partition's log from this entry on (decision 0056): every replica, once it has
+    /// applied it, restarts its group on the partition log. The leader proposes nothing after
+    /// it. Writes nothing to the partition.
+    Convert,
 }
 
 /// What the leader expects applying a proposed write to do (`partition::tip`).
