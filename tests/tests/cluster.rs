@@ -578,11 +578,60 @@ async fn one_log_per_replica_keeps_every_acknowledged_record_when_its_leader_is_
     }
 }
 
+/// Numbers polled by `cons` (its records' values): until `want` arrived (60 s at most), then 2 s
+/// more, so nothing beyond them (a duplicate arriving late) goes unseen.
+fn poll_numbers(cons: &rdkafka::consumer::BaseConsumer, want: usize) -> Vec<usize> {
+    use rdkafka::message::Message;
+    let mut seen: Vec<usize> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && seen.len() < want {
+        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+            seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
+        }
+    }
+    let quiet = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < quiet {
+        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
+            seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
+        }
+    }
+    seen
+}
+
+/// Read `topic` from the start with a read_committed librdkafka consumer (a group of its own):
+/// every record in `acked` (numbers as values) is there, none twice, in order. What was read.
+fn read_back_once_in_order(bootstrap: &str, topic: &str, acked: &[usize]) -> Vec<usize> {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    let cons: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("{topic}-check"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    cons.subscribe(&[topic]).unwrap();
+    let seen = poll_numbers(&cons, acked.len());
+    let unique: BTreeSet<usize> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "duplicates in the partition");
+    let missing: Vec<&usize> = acked.iter().filter(|v| !unique.contains(v)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged records missing (of {}; {} read), first {:?}",
+        missing.len(),
+        acked.len(),
+        seen.len(),
+        missing.first()
+    );
+    let mut sorted = seen.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, seen, "records out of order");
+    seen
+}
+
 /// Kill -9 a replicated partition's leader under an idempotent librdkafka producer (brokers
 /// given `extra` flags): the cluster, once every check passed.
 async fn a_killed_leader_loses_no_acknowledged_record(extra: &[&str]) -> Cluster {
-    use rdkafka::consumer::{BaseConsumer, Consumer as _};
-    use rdkafka::message::Message;
     use rdkafka::producer::{FutureProducer, FutureRecord};
     let mut c = Cluster::start_with(extra);
     agreed_controller(&c, &[0, 1, 2], 3, -1).await;
@@ -645,38 +694,7 @@ async fn a_killed_leader_loses_no_acknowledged_record(extra: &[&str]) -> Cluster
     let victim = usize::try_from(leader - 1).unwrap();
     c.brokers[victim].spawn();
     // read everything back: each acknowledged value exactly once, in the order sent
-    let cons: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("group.id", "replicated-check")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
-    cons.subscribe(&["replicated"]).unwrap();
-    let mut seen: Vec<usize> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline && seen.len() < acked.len() {
-        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
-            let v: usize = std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap();
-            seen.push(v);
-        }
-    }
-    // a short extra poll: nothing beyond (no duplicates arriving late)
-    let quiet = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < quiet {
-        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
-            seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
-        }
-    }
-    let unique: BTreeSet<usize> = seen.iter().copied().collect();
-    assert_eq!(unique.len(), seen.len(), "duplicates in the partition");
-    for v in &acked {
-        assert!(unique.contains(v), "acknowledged record {v} is missing");
-    }
-    let mut sorted = seen.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, seen, "records out of order");
+    read_back_once_in_order(&bootstrap, "replicated", &acked);
 
     // the restarted broker catches up: `cluster describe` shows every replica at lag 0
     let describe = |b: &Broker| -> serde_json::Value {
@@ -1432,20 +1450,7 @@ async fn the_group_coordinator_fails_over_with_the_committed_offsets() {
     let b3 = bootstrap.clone();
     let second: Vec<usize> = tokio::task::spawn_blocking(move || {
         let cons = consumer(b3);
-        let mut seen = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while seen.len() < 150 && Instant::now() < deadline {
-            if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
-                seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
-            }
-        }
-        let quiet = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < quiet {
-            if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
-                seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
-            }
-        }
-        seen
+        poll_numbers(&cons, 150)
     })
     .await
     .unwrap();
@@ -3642,8 +3647,6 @@ fn converted_to_single(b: &Broker) -> bool {
 /// same bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_double_group_converts_in_a_rolling_restart_under_an_idempotent_producer() {
-    use rdkafka::consumer::{BaseConsumer, Consumer as _};
-    use rdkafka::message::Message;
     use rdkafka::producer::{FutureProducer, FutureRecord};
     let (mut c, _) =
         Cluster::start_with_metrics_logging(&["--replication-log-format", "double"], Some("info,openraft=warn"));
@@ -3709,36 +3712,7 @@ async fn a_double_group_converts_in_a_rolling_restart_under_an_idempotent_produc
     assert!(acked.len() >= sent * 9 / 10, "only {} of {sent} acknowledged", acked.len());
     let leader = leader_of(&c, "rolling").await;
     same_on_every_replica(&c, "rolling", leader).await;
-    let cons: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("group.id", "rolling-check")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
-    cons.subscribe(&["rolling"]).unwrap();
-    let mut seen: Vec<usize> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline && seen.len() < acked.len() {
-        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
-            seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
-        }
-    }
-    let quiet = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < quiet {
-        if let Some(Ok(m)) = cons.poll(Duration::from_millis(200)) {
-            seen.push(std::str::from_utf8(m.payload().unwrap()).unwrap().parse().unwrap());
-        }
-    }
-    let unique: BTreeSet<usize> = seen.iter().copied().collect();
-    eprintln!("read {} of {} acknowledged", seen.len(), acked.len());
-    assert_eq!(unique.len(), seen.len(), "duplicates in the partition");
-    let missing: Vec<&usize> = acked.iter().filter(|v| !unique.contains(v)).collect();
-    assert!(missing.is_empty(), "{} acknowledged records missing, first {:?}", missing.len(), missing.first());
-    let mut sorted = seen.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, seen, "records out of order");
+    let seen = read_back_once_in_order(&bootstrap, "rolling", &acked);
     eprintln!("rolling restart: {sent} sent, {} acknowledged, {} read", acked.len(), seen.len());
     for (i, b) in c.brokers.iter().enumerate() {
         let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap_or_default();
