@@ -94,8 +94,10 @@ pub struct Conversion {
     /// Held while a write is put on the Raft core's queue, and while the leader closes itself
     /// to writes and proposes the conversion: nothing it proposes comes after it.
     gate: std::sync::Mutex<()>,
-    /// The term in which this replica, leading, proposed the conversion (0: never): it takes no
-    /// write in that term.
+    /// The term in which this replica, leading, last proposed the conversion (0: never). From
+    /// then on it takes no write, in that term or a later one: its conversion entry may still be
+    /// in its log, to be committed with the writes after it (a leader re-elected proposes it
+    /// again, and the group converts at the first one committed).
     proposed_in: std::sync::atomic::AtomicU64,
     /// This replica applied the conversion (or installed a converted replica's snapshot): it
     /// takes no write, and its group is to restart on the partition log.
@@ -105,24 +107,24 @@ pub struct Conversion {
 }
 
 impl Conversion {
-    /// Put `cmd` on the Raft core's queue now, unless this replica takes no more writes (in
-    /// `term`). Never waits: see `Replica::propose`.
+    /// Put `cmd` on the Raft core's queue now, unless this replica takes no more writes. Never
+    /// waits: see `Replica::propose`.
     pub(crate) fn submit<C: crate::replication::log_store::Logged>(
         &self,
         raft: &openraft::Raft<C>,
-        term: u64,
         cmd: C::D,
     ) -> Result<tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<C>>, WriteError> {
         let _gate = self.gate.lock().or_die();
         if self.applied.load(std::sync::atomic::Ordering::Acquire)
-            || self.proposed_in.load(std::sync::atomic::Ordering::Acquire) == term
+            || self.proposed_in.load(std::sync::atomic::Ordering::Acquire) != 0
         {
             return Err(WriteError::NotLeader);
         }
         submit_now(raft, cmd)
     }
 
-    /// On the leader, in `term`: propose the conversion, and take no write after it in this term.
+    /// On the leader, in `term`: propose the conversion (once per term), and take no write
+    /// after it.
     fn propose(&self, raft: &openraft::Raft<PartConfig>, term: u64) -> bool {
         let _gate = self.gate.lock().or_die();
         if self.applied.load(std::sync::atomic::Ordering::Acquire)
@@ -648,8 +650,7 @@ impl<C: Logged> Replica<C> {
         if self.leader() != i32::try_from(self.raft_id()).ok() {
             return Err(WriteError::NotLeader);
         }
-        let term = self.raft.metrics().borrow().current_term;
-        self.conversion.submit(&self.raft, term, cmd).map(|rx| PendingWrite(rx, None))
+        self.conversion.submit(&self.raft, cmd).map(|rx| PendingWrite(rx, None))
     }
 
     fn raft_id(&self) -> NodeId {
@@ -1090,8 +1091,7 @@ fn maintain(
                 // entry to end its next snapshot at — a follower's too, whose snapshot may be at
                 // its last entry while the leader's is not (writes stopped: without it that
                 // follower's old snapshot kept the deleted segments until the next write)
-                let term = rx.borrow().current_term;
-                let _ = conversion.submit(&raft, term, PartCommand::DeleteRecords { offset: log_start });
+                let _ = conversion.submit(&raft, PartCommand::DeleteRecords { offset: log_start });
             }
             idle_rounds = if applied == seen_applied { idle_rounds + 1 } else { 0 };
             seen_applied = applied;
