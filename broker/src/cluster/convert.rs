@@ -24,7 +24,7 @@
 // openraft's traits return its (large) StorageError.
 #![allow(clippy::result_large_err)]
 
-use super::replica::{link_snapshot, read_applied, save_applied, Applied, SINGLE_LOG_STATE};
+use super::replica::{link_snapshot, own_raft_log_files, read_applied, save_applied, Applied, SINGLE_LOG_STATE};
 use crate::replication::log_store::LogStore;
 use crate::replication::partition_log_store::{EntryIndex as _, PartitionLogStore, SegmentLog};
 use crate::replication::types::{PartConfig, PartitionLog};
@@ -33,27 +33,14 @@ use openraft::RaftLogReader as _;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The files of a Raft log of its own (`LogStore`) in a replica's directory.
-fn double_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let Ok(list) = std::fs::read_dir(dir) else { return Vec::new() };
-    list.filter_map(|e| e.ok())
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("raft-log") || name == "raft-meta.json"
-        })
-        .map(|e| e.path())
-        .collect()
-}
-
 /// Is a conversion recorded in `dir` and not yet complete (the old Raft log still there)?
 pub fn pending(dir: &Path) -> bool {
-    read_applied(dir).is_ok_and(|a| a.convert_at.is_some()) && !double_files(dir).is_empty()
+    read_applied(dir).is_ok_and(|a| a.convert_at.is_some()) && !own_raft_log_files(dir).is_empty()
 }
 
 /// A converted replica's leftovers: the old Raft log's files, once the new log is complete.
 fn remove_leftovers(dir: &Path) {
-    for f in double_files(dir) {
+    for f in own_raft_log_files(dir) {
         let _ = std::fs::remove_file(f);
     }
 }
@@ -196,7 +183,7 @@ mod tests {
         convert(&rdir, &*partition, &segments).await.unwrap();
 
         assert!(!pending(&rdir));
-        assert!(double_files(&rdir).is_empty(), "the old Raft log is gone");
+        assert!(own_raft_log_files(&rdir).is_empty(), "the old Raft log is gone");
         assert_eq!(partition.offsets().1, end + 2, "the two entries after the conversion, and nothing else");
         let again = read_applied(&rdir).unwrap();
         assert_eq!((again.convert_at, again.last_applied, again.log_end), (None, Some(id(1, 1, 4)), end));

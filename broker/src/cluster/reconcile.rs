@@ -242,7 +242,10 @@ impl Reconciler {
                 match started {
                     Ok(r) => {
                         node.replicas.write().or_die().insert(key, r.clone());
-                        tokio::spawn(restart_when_converted(Arc::downgrade(&node), r.clone()));
+                        // (a group kept in its partition log never converts; a new replica may hold no file yet)
+                        if super::replica::log_format_of(&r.dir) != Some(true) {
+                            tokio::spawn(restart_when_converted(Arc::downgrade(&node), r.clone()));
+                        }
                         tokio::spawn(publish_leadership(Arc::downgrade(&node), r));
                     }
                     Err(e) => tracing::error!(topic = key.0.as_str(), partition = key.1, "cannot start replica: {e}"),

@@ -956,12 +956,21 @@ pub fn log_format_of(dir: &Path) -> Option<bool> {
     if dir.join(SINGLE_LOG_STATE).exists() {
         return Some(true);
     }
-    let double = std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok()).any(|e| {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        name.starts_with("raft-log") || name == "raft-meta.json"
-    });
-    double.then_some(false)
+    (!own_raft_log_files(dir).is_empty()).then_some(false)
+}
+
+/// The files of a Raft log of its own (`LogStore`: `raft-log*`, `raft-meta.json`) in a
+/// partition replica's directory.
+pub(super) fn own_raft_log_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(list) = std::fs::read_dir(dir) else { return Vec::new() };
+    list.filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("raft-log") || name == "raft-meta.json"
+        })
+        .map(|e| e.path())
+        .collect()
 }
 
 /// The format of a new replica's Raft log: its group's, as the other replicas keep it — a
