@@ -83,6 +83,9 @@ pub const RAFT_SNAPSHOTS_TOTAL: &str = "sluice_raft_snapshots_total";
 /// `peer` (its node id) and `outcome` (answered, timed_out, refused, failed).
 pub const RAFT_RPCS_TOTAL: &str = "sluice_raft_rpcs_total";
 pub const RAFT_SNAPSHOTS_INSTALLED_TOTAL: &str = "sluice_raft_snapshots_installed_total";
+/// Raft entries read from a partition's log (for a follower, or to apply them), label `from`:
+/// `memory` (its batch kept as appended, decision 0057) or `segment`.
+pub const RAFT_ENTRY_READS_TOTAL: &str = "sluice_raft_entry_reads_total";
 /// Replicated writes applied with the leader's verdict on them, by `outcome` (`matched`,
 /// `differed`): decision 0045, step 2. Any `differed` is a replica judging unlike its leader.
 pub const REPLICATION_VERDICTS_TOTAL: &str = "sluice_replication_verdicts_total";

@@ -319,7 +319,7 @@ fn propose_stored(
         Some(Verdict::At { first, .. }) => {
             sluice_protocol::batch::set_base_offset(&mut batch, first);
             sluice_protocol::batch::set_partition_leader_epoch(&mut batch, replica.term());
-            (PartCommand::Stored { batch }, false)
+            (PartCommand::Stored { batch: batch.into() }, false)
         }
     };
     let proposed = match admitted {

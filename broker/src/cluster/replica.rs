@@ -848,6 +848,11 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
             }
         };
         log.limit_reads(append_bytes_max);
+        // what the leader may read again (for a follower, or to apply it): the bytes in flight
+        log.keep_recent(
+            spec.budgets[0].capacity as usize + append_bytes_max,
+            spec.budgets[1].capacity as usize + append_bytes_max,
+        );
         let mut initialized = log.has_vote_or_entries();
         let mut born_now = false;
         let index: Arc<dyn EntryIndex> = Arc::new(log.clone());

@@ -106,6 +106,15 @@ impl ProgressWrite {
     }
 }
 
+impl ProgressWrite {
+    /// Write the record over the file's contents, not synced: for a record that is safe to
+    /// lose or find torn after a power cut (one log per replica's commit point, decision 0057).
+    pub(crate) fn finish_unsynced(self) -> Result<(), StorageError<NodeId>> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(&self.frame, 0).map_err(io_err)
+    }
+}
+
 impl ProgressFile {
     pub(crate) fn new(dir: &Path) -> ProgressFile {
         ProgressFile { dir: dir.to_path_buf(), file: None, fresh: false }

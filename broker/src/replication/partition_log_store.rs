@@ -25,6 +25,12 @@
 //! leaders of terms whose first entry was purged are kept in `raft-state.json`. Raft's control
 //! batches carry their node themselves.
 //!
+//! **Recent entries** (decision 0057): the batches of the newest entries stay in memory as they
+//! were appended ([`Recent`], bounded), shared with the entries read: a leader's followers and
+//! every replica's state machine read an entry soon after it was appended, and find it there
+//! instead of mapping its segment, checking its CRC and copying it out. An entry not there is
+//! read from its segment as before.
+//!
 //! **Durability.** An append writes the batches (page cache), then its fsync runs on a blocking
 //! thread and openraft is told once it completes — the partition log's own group commit
 //! (`Flusher`), shared with everything else that waits on it. A truncation is the storage
@@ -40,6 +46,7 @@
 use super::log_store::{io_err, write_atomic, Logged, Progress, ProgressFile};
 use super::types::{NodeId, PartCommand};
 use crate::sync::OrDie as _;
+use bytes::Bytes;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
     CommittedLeaderId, Entry, EntryPayload, LogId, Membership, OptionalSend, RaftLogReader, StorageError, Vote,
@@ -52,6 +59,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The store's own state: vote and purged id, the anchor and the leaders of terms (and the
@@ -117,6 +125,106 @@ struct Inner<L: ?Sized> {
     read_bytes_max: usize,
     /// Where the commit point goes (`Progress`).
     progress: ProgressFile,
+    /// The newest entries' batches, as appended.
+    recent: Recent,
+}
+
+/// The most bytes of batches one log keeps in memory ([`Recent`]) until told otherwise
+/// ([`PartitionLogStore::keep_recent`]): the default of `replication.partition.in.flight.max.bytes`
+/// and of `replica.fetch.max.bytes`.
+const RECENT_BYTES_DEFAULT: usize = (32 << 20) + (1 << 20);
+/// The most bytes of batches all the logs of this process keep in memory together
+/// ([`PartitionLogStore::keep_recent`]; at first the default of `replication.in.flight.max.bytes`
+/// and of `replica.fetch.max.bytes`).
+static RECENT_BYTES_PROCESS_MAX: AtomicUsize = AtomicUsize::new((128 << 20) + (1 << 20));
+/// The bytes every [`Recent`] of this process holds.
+static RECENT_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// The batches of the newest entries as this replica appended them (its offsets and term in
+/// them: the bytes its segment holds), contiguous up to the newest: `batches[i]` is entry
+/// `first + i`. Bounded by `max` and, with every other log's, by [`RECENT_BYTES_PROCESS_MAX`]:
+/// the oldest go first, and an entry that does not fit is not kept (nor is any before it).
+struct Recent {
+    first: u64,
+    batches: VecDeque<Bytes>,
+    bytes: usize,
+    max: usize,
+}
+
+impl Recent {
+    fn new() -> Recent {
+        Recent { first: 0, batches: VecDeque::new(), bytes: 0, max: RECENT_BYTES_DEFAULT }
+    }
+
+    fn get(&self, index: u64) -> Option<&Bytes> {
+        self.batches.get(usize::try_from(index.checked_sub(self.first)?).ok()?)
+    }
+
+    /// Keep entry `index`'s batch (the entry after the newest kept, or the cache starts again
+    /// at it).
+    fn push(&mut self, index: u64, batch: Bytes) {
+        if self.first + self.batches.len() as u64 != index {
+            self.clear(index);
+        }
+        let n = batch.len();
+        while !self.batches.is_empty() && self.bytes + n > self.max {
+            self.pop_oldest();
+        }
+        let process_max = RECENT_BYTES_PROCESS_MAX.load(Ordering::Relaxed);
+        loop {
+            let before = RECENT_BYTES.fetch_add(n, Ordering::AcqRel);
+            if self.bytes + n <= self.max && before + n <= process_max {
+                break;
+            }
+            RECENT_BYTES.fetch_sub(n, Ordering::AcqRel);
+            if self.batches.is_empty() {
+                // too large, or the process's bound is taken by other logs: not kept
+                self.first = index + 1;
+                return;
+            }
+            self.pop_oldest();
+        }
+        self.bytes += n;
+        self.batches.push_back(batch);
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some(b) = self.batches.pop_front() {
+            self.bytes -= b.len();
+            RECENT_BYTES.fetch_sub(b.len(), Ordering::AcqRel);
+            self.first += 1;
+        }
+    }
+
+    /// Forget entries from `index` on (truncated).
+    fn truncate(&mut self, index: u64) {
+        while self.first + (self.batches.len() as u64) > index {
+            let Some(b) = self.batches.pop_back() else { break };
+            self.bytes -= b.len();
+            RECENT_BYTES.fetch_sub(b.len(), Ordering::AcqRel);
+        }
+    }
+
+    /// Forget entries up to `index` (purged).
+    fn purge(&mut self, index: u64) {
+        while self.first <= index && !self.batches.is_empty() {
+            self.pop_oldest();
+        }
+    }
+
+    /// Forget every entry; the next kept is `next`.
+    fn clear(&mut self, next: u64) {
+        RECENT_BYTES.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.batches.clear();
+        self.bytes = 0;
+        self.first = next;
+    }
+}
+
+impl Drop for Recent {
+    fn drop(&mut self) {
+        RECENT_BYTES.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
 }
 
 /// The Raft log over a partition's segment log (cheap to clone: a handle).
@@ -158,7 +266,9 @@ fn encode<C: Logged<D = PartCommand>>(e: Entry<C>) -> Result<Vec<u8>, StorageErr
     let term = epoch_of(e.log_id.leader_id.term)?;
     let node = e.log_id.leader_id.node_id;
     let control = match e.payload {
-        EntryPayload::Normal(PartCommand::Stored { batch }) => return Ok(batch),
+        // (no copy when the entry holds the only reference, as a proposal or a follower's
+        // received entry does)
+        EntryPayload::Normal(PartCommand::Stored { batch }) => return Ok(Vec::from(batch)),
         EntryPayload::Blank => RaftControl::LeaderChange {
             leader: i32::try_from(node).map_err(|_| corrupt(format!("node id {node} is not a Kafka broker id")))?,
             voters: Vec::new(),
@@ -181,11 +291,13 @@ fn epoch_of(term: u64) -> Result<i32, StorageError<NodeId>> {
 }
 
 /// The entry batch `view` holds, entry `index`; `leaders` names the leader of a data batch's
-/// term. Also what Raft's control batches say of their term's leader.
+/// term; `owned` gives the batch's bytes for a data entry to hold. Also what Raft's control
+/// batches say of their term's leader.
 fn decode<C: Logged<D = PartCommand>>(
     view: &BatchView<'_>,
     index: u64,
     leaders: &BTreeMap<u64, NodeId>,
+    owned: impl FnOnce() -> Bytes,
 ) -> Result<Entry<C>, StorageError<NodeId>> {
     let term = u64::try_from(view.partition_leader_epoch())
         .map_err(|_| corrupt(format!("the batch at offset {} has no term", view.base_offset())))?;
@@ -216,7 +328,7 @@ fn decode<C: Logged<D = PartCommand>>(
                     view.base_offset()
                 ))
             })?;
-            (node, EntryPayload::Normal(PartCommand::Stored { batch: view.bytes().to_vec() }))
+            (node, EntryPayload::Normal(PartCommand::Stored { batch: owned() }))
         }
     };
     Ok(Entry { log_id: LogId::new(CommittedLeaderId::new(term, node), index), payload })
@@ -296,9 +408,22 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
         let end = end.min(self.next_index());
         let mut out = Vec::new();
         let mut total = 0usize;
+        let (mut kept, mut mapped) = (0u64, 0u64);
         let log = self.log.segment_log();
         for index in start..end {
             let Some(slot) = usize::try_from(index - self.first).ok().and_then(|i| self.slots.get(i)) else { break };
+            if let Some(batch) = self.recent.get(index) {
+                // as appended: its CRC was checked then, and the bytes are shared, not copied
+                let view = BatchView::parse_unchecked_crc(batch)
+                    .map_err(|e| corrupt(format!("Raft entry {index} (kept): {e}")))?;
+                total = total.saturating_add(view.size());
+                if total > max_bytes && !out.is_empty() {
+                    break;
+                }
+                out.push(decode::<C>(&view, index, &self.leaders, || batch.clone())?);
+                kept += 1;
+                continue;
+            }
             // the segment's read checked the batch's CRC (a damaged one is never served)
             let bytes = match log.read_retained(slot.offset, 1) {
                 Ok(b) => b,
@@ -322,8 +447,13 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
             if total > max_bytes && !out.is_empty() {
                 break;
             }
-            out.push(decode::<C>(&view, index, &self.leaders)?);
+            // (copied: a mapped segment is not to outlive a truncation)
+            out.push(decode::<C>(&view, index, &self.leaders, || Bytes::copy_from_slice(view.bytes()))?);
+            mapped += 1;
         }
+        drop(log);
+        ::metrics::counter!(crate::metrics::RAFT_ENTRY_READS_TOTAL, "from" => "memory").increment(kept);
+        ::metrics::counter!(crate::metrics::RAFT_ENTRY_READS_TOTAL, "from" => "segment").increment(mapped);
         Ok(out)
     }
 }
@@ -400,6 +530,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
             leaders: state.leaders.clone(),
             read_bytes_max: 8 << 20,
             progress: ProgressFile::new(dir),
+            recent: Recent::new(),
             state,
         };
         if let Some(e) = inner.log.segment_log().config().leader_epoch {
@@ -458,6 +589,21 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
         self.lock().read_bytes_max = bytes.max(1);
     }
 
+    /// Keep at most `bytes` of the newest entries' batches in memory, and this process's logs
+    /// together at most `process_bytes` ([`Recent`]): a replica keeps what its leader may still
+    /// read for a follower or apply, the bytes in flight (`replication.partition.in.flight.max.bytes`,
+    /// `replication.in.flight.max.bytes`) and one append more.
+    pub fn keep_recent(&self, bytes: usize, process_bytes: usize) {
+        RECENT_BYTES_PROCESS_MAX.store(process_bytes, Ordering::Relaxed);
+        let mut g = self.lock();
+        g.recent.max = bytes;
+        let next = g.next_index();
+        // (what it keeps now is within the new bound, or it starts again)
+        if g.recent.bytes > bytes {
+            g.recent.clear(next);
+        }
+    }
+
     /// Write `entries` at the log's end (page cache, not synced): the flusher that makes them
     /// durable and the offset to sync to.
     fn write<I: IntoIterator<Item = Entry<C>>>(
@@ -508,6 +654,8 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
             }
             let info = inner.log.append_entry(&mut bytes, epoch_of(term)?, now_ms(), judged).map_err(io_err)?;
             inner.slots.push_back(Slot { offset: info.first_offset, last: info.last_offset, term });
+            // (the append wrote the batch's offsets and term into `bytes`: what the segment holds)
+            inner.recent.push(index, Bytes::from(bytes));
         }
         let log = inner.log.segment_log();
         Ok((log.flusher(), log.log_end_offset()))
@@ -581,6 +729,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> EntryIndex for Partitio
         }
         inner.slots.clear();
         inner.first = last.map_or(0, |l| l.index + 1);
+        inner.recent.clear(inner.first);
         inner.state.anchor = Some((inner.first, log_end));
         if let Some(l) = last {
             inner.state.last_purged = Some(l);
@@ -645,16 +794,19 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
-        // one page rewritten and fdatasynced, not the whole state file renamed (`Progress`);
-        // framed under the lock, written outside it, so the log's readers do not wait for the
-        // disk. What it records stops at the entries already durable here (decision 0048).
+        // one page rewritten, not the whole state file renamed (`Progress`); framed under the
+        // lock, written outside it, so the log's readers do not wait for it. What it records
+        // stops at the entries already durable here (decision 0048), so whatever a power cut
+        // leaves of it is safe: an older commit point, or a torn page that fails its CRC and
+        // gives way to the state file's. Not fdatasynced: a follower answers each append only
+        // after this, and the fdatasync was a seventh of that answer's time (decision 0057).
         let write = {
             let mut g = self.lock();
             g.state.committed = committed;
             let durable = g.durable_committed();
             g.progress.prepare(&Progress { committed: durable, flushed: None })?
         };
-        write.finish()
+        write.finish_unsynced()
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
@@ -687,6 +839,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
         // (below the first entry held: everything held goes)
         let Ok(at) = usize::try_from(log_id.index.saturating_sub(g.first)) else { return Ok(()) };
         let Some(slot) = g.slots.get(at).copied() else { return Ok(()) };
+        g.recent.truncate(log_id.index);
         g.log.truncate_entries(slot.offset).map_err(io_err)?;
         g.slots.truncate(at);
         Ok(())
@@ -701,6 +854,7 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
         let drop_n = drop_n.min(inner.slots.len());
         inner.slots.drain(..drop_n);
         inner.first = inner.first.max(log_id.index + 1);
+        inner.recent.purge(log_id.index);
         let offset = match inner.slots.front() {
             Some(s) => s.offset,
             None => inner.log.segment_log().log_end_offset(),
@@ -841,7 +995,7 @@ mod tests {
         let mut b = b.to_vec();
         sluice_protocol::batch::set_base_offset(&mut b, offset);
         sluice_protocol::batch::set_partition_leader_epoch(&mut b, term);
-        PartCommand::Stored { batch: b }
+        PartCommand::Stored { batch: b.into() }
     }
 
     /// Two terms of two leaders: blank, membership, records, a marker, a DeleteRecords, and the
@@ -917,6 +1071,71 @@ mod tests {
         assert_eq!(views.len(), 9);
         assert_eq!(views.iter().filter(|v| !v.is_control()).map(|v| v.records_count()).sum::<i32>(), 10);
         assert_eq!(views.iter().map(|v| v.partition_leader_epoch()).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 1, 1, 2, 2]);
+    }
+
+    /// The batch of a `Stored` entry, and where its bytes are.
+    fn stored_batches(entries: &[Entry<TestConfig>]) -> Vec<(Bytes, usize)> {
+        entries
+            .iter()
+            .filter_map(|e| match &e.payload {
+                EntryPayload::Normal(PartCommand::Stored { batch }) => Some((batch.clone(), batch.as_ptr() as usize)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Entries read soon after they were appended come from memory (decision 0057): two reads
+    /// share the very bytes appended (no copy), which are what the segment holds (a reopened
+    /// store, which reads the segments, reads the same entries).
+    #[test]
+    fn recent_entries_are_read_from_memory_as_the_segment_holds_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("raft"), bare(dir.path())).unwrap();
+        let written = history(&store);
+        let (a, b) = (read_back(&store), read_back(&store));
+        let (a, b) = (stored_batches(&a), stored_batches(&b));
+        assert_eq!(a.len(), 5);
+        for ((x, at_x), (y, at_y)) in a.iter().zip(&b) {
+            assert_eq!(x, y);
+            assert_eq!(at_x, at_y, "both reads share the batch kept in memory");
+        }
+        drop(store);
+        let store = Store::open(&dir.path().join("raft"), bare(dir.path())).unwrap();
+        let from_segments = read_back(&store);
+        assert_eq!(from_segments, written);
+        let c = stored_batches(&from_segments);
+        assert_eq!(c.iter().map(|x| &x.0).collect::<Vec<_>>(), a.iter().map(|x| &x.0).collect::<Vec<_>>());
+        // (a batch read from a segment is its own copy)
+        let again = stored_batches(&read_back(&store));
+        assert!(c.iter().zip(&again).all(|(x, y)| x.1 != y.1));
+    }
+
+    /// The kept batches stay within their bound, the newest kept, contiguous; a batch larger
+    /// than the bound is not kept, nor anything before it; what is forgotten leaves the
+    /// process's count.
+    #[test]
+    fn recent_entries_stay_within_their_bound() {
+        let mut r = Recent::new();
+        let mib = Bytes::from(vec![7u8; 1 << 20]);
+        r.max = 16 << 20;
+        for i in 0..40u64 {
+            r.push(i, mib.clone());
+            assert!(r.bytes <= r.max);
+        }
+        assert_eq!(r.batches.len(), 16);
+        assert_eq!(r.first, 40 - r.batches.len() as u64);
+        assert!(r.get(39).is_some() && r.get(r.first - 1).is_none() && r.get(40).is_none());
+        // not the next entry: kept from it on
+        r.push(45, mib.clone());
+        assert_eq!((r.first, r.batches.len()), (45, 1));
+        r.push(46, Bytes::from(vec![0u8; r.max + 1]));
+        assert_eq!((r.first, r.batches.len(), r.bytes), (47, 0, 0));
+        r.push(47, mib.clone());
+        r.push(48, mib.clone());
+        r.truncate(48);
+        assert_eq!((r.first, r.batches.len()), (47, 1));
+        r.purge(47);
+        assert_eq!((r.first, r.batches.len(), r.bytes), (48, 0, 0));
     }
 
     /// The commit point is in `raft-progress` (one page rewritten): a reopen finds it, and an

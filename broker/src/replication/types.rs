@@ -47,9 +47,11 @@ pub enum PartCommand {
     /// judged by the leader, to be stored as is at its base offset (one log per replica,
     /// `PartitionLogStore`, decision 0045 step 3). Only a partition whose Raft log is its
     /// segment log holds one. (Last, so the logs written before it still decode.)
+    /// The bytes are shared, not copied, between the entries the leader's log store reads for
+    /// its followers and its state machine (`PartitionLogStore`'s cache of recent entries).
     Stored {
-        #[serde(with = "b64")]
-        batch: Vec<u8>,
+        #[serde(with = "b64shared")]
+        batch: bytes::Bytes,
     },
     /// An exact retry of a batch the leader holds (one log per replica): answered with the
     /// offsets it was stored at once this entry commits (and with it every entry before it,
@@ -281,6 +283,18 @@ mod b64 {
             }
             d.deserialize_byte_buf(V)
         }
+    }
+}
+
+/// [`b64`] for shared bytes (the same encoding: a `Stored` batch goes between brokers as a
+/// `Vec<u8>` did).
+mod b64shared {
+    use serde::{Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(v: &bytes::Bytes, s: S) -> Result<S::Ok, S::Error> {
+        super::b64::serialize(v, s)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<bytes::Bytes, D::Error> {
+        super::b64::deserialize(d).map(bytes::Bytes::from)
     }
 }
 
