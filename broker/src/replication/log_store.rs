@@ -96,17 +96,15 @@ pub(crate) struct ProgressWrite {
 impl ProgressWrite {
     /// Write the record over the file's contents, fdatasynced (and its name, once).
     pub(crate) fn finish(self) -> Result<(), StorageError<NodeId>> {
-        use std::os::unix::fs::FileExt;
-        self.file.write_all_at(&self.frame, 0).map_err(io_err)?;
-        self.file.sync_data().map_err(io_err)?;
-        if let Some(dir) = &self.sync_dir {
+        let (file, sync_dir) = (self.file.clone(), self.sync_dir.clone());
+        self.finish_unsynced()?;
+        file.sync_data().map_err(io_err)?;
+        if let Some(dir) = &sync_dir {
             sluice_storage::sidefile::sync_dir(dir).map_err(io_err)?;
         }
         Ok(())
     }
-}
 
-impl ProgressWrite {
     /// Write the record over the file's contents, not synced: for a record that is safe to
     /// lose or find torn after a power cut (one log per replica's commit point, decision 0057).
     pub(crate) fn finish_unsynced(self) -> Result<(), StorageError<NodeId>> {

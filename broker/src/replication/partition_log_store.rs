@@ -188,10 +188,15 @@ impl Recent {
         self.batches.push_back(batch);
     }
 
+    /// A batch no longer kept: its bytes leave the counts.
+    fn forget(&mut self, b: &Bytes) {
+        self.bytes -= b.len();
+        RECENT_BYTES.fetch_sub(b.len(), Ordering::AcqRel);
+    }
+
     fn pop_oldest(&mut self) {
         if let Some(b) = self.batches.pop_front() {
-            self.bytes -= b.len();
-            RECENT_BYTES.fetch_sub(b.len(), Ordering::AcqRel);
+            self.forget(&b);
             self.first += 1;
         }
     }
@@ -200,8 +205,7 @@ impl Recent {
     fn truncate(&mut self, index: u64) {
         while self.first + (self.batches.len() as u64) > index {
             let Some(b) = self.batches.pop_back() else { break };
-            self.bytes -= b.len();
-            RECENT_BYTES.fetch_sub(b.len(), Ordering::AcqRel);
+            self.forget(&b);
         }
     }
 
@@ -409,7 +413,9 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
         let mut out = Vec::new();
         let mut total = 0usize;
         let (mut kept, mut mapped) = (0u64, 0u64);
-        let log = self.log.segment_log();
+        // taken at the first entry not kept in memory: reads of kept entries do not contend
+        // with the partition's appends for its log
+        let mut log = None;
         for index in start..end {
             let Some(slot) = usize::try_from(index - self.first).ok().and_then(|i| self.slots.get(i)) else { break };
             if let Some(batch) = self.recent.get(index) {
@@ -425,7 +431,7 @@ impl<L: SegmentLog + ?Sized> Inner<L> {
                 continue;
             }
             // the segment's read checked the batch's CRC (a damaged one is never served)
-            let bytes = match log.read_retained(slot.offset, 1) {
+            let bytes = match log.get_or_insert_with(|| self.log.segment_log()).read_retained(slot.offset, 1) {
                 Ok(b) => b,
                 Err(e @ SE::Corrupt { .. }) => return Err(Unread::Damaged(format!("Raft entry {index}: {e}"))),
                 Err(e) => return Err(Unread::Failed(io_err(e))),
