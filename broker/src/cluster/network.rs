@@ -146,15 +146,33 @@ async fn write_frame(s: &mut (impl AsyncWrite + Unpin + ?Sized), body: &[u8]) ->
     s.write_all(&buf).await
 }
 
+/// `rpc` as one frame, serialized after its length into one buffer (an append's batches are
+/// copied once on their way to the socket, not again to put the length before them).
+fn framed(rpc: &Rpc) -> std::io::Result<Vec<u8>> {
+    let size = bincode::serialized_size(rpc).map_err(std::io::Error::other)?;
+    let len = u32::try_from(size).map_err(|_| std::io::Error::other("frame too large"))?;
+    let mut frame = Vec::with_capacity(4 + len as usize);
+    frame.extend_from_slice(&len.to_be_bytes());
+    bincode::serialize_into(&mut frame, rpc).map_err(std::io::Error::other)?;
+    Ok(frame)
+}
+
 pub(crate) async fn read_frame(s: &mut (impl AsyncRead + Unpin + ?Sized)) -> std::io::Result<Vec<u8>> {
+    use bytes::BufMut;
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await?;
     let len = u32::from_be_bytes(len) as usize;
     if len > FRAME_MAX {
         return Err(std::io::Error::other(format!("frame of {len} bytes is over the limit")));
     }
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).await?;
+    // read into the buffer's spare room: a megabyte append is not zeroed first
+    let mut body = Vec::with_capacity(len);
+    while body.len() < len {
+        let want = len - body.len();
+        if s.read_buf(&mut (&mut body).limit(want)).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
     Ok(body)
 }
 
@@ -172,17 +190,58 @@ async fn exchange<R: DeserializeOwned>(
     rpc: &Rpc,
     ttl: Duration,
 ) -> std::io::Result<R> {
-    let body = bincode::serialize(rpc).map_err(std::io::Error::other)?;
+    let frame = framed(rpc)?;
     let run = async {
         let mut s = match conn.take() {
             Some(s) => s,
             None => connect(addr).await?,
         };
-        write_frame(&mut s, &body).await?;
+        s.write_all(&frame).await?;
         let answer = read_frame(&mut s).await?;
         let r = bincode::deserialize(&answer).map_err(std::io::Error::other)?;
         *conn = Some(s);
         Ok(r)
+    };
+    match tokio::time::timeout(ttl, run).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr}: RPC timed out"))),
+    }
+}
+
+/// Several requests on `conn` (opened if needed), each written without waiting for the
+/// answers before it, all bounded by `ttl`; the answers read are pushed on `answers` in order.
+/// As in [`exchange`], the connection is put back only once every answer has been read.
+async fn exchange_pipelined<R: DeserializeOwned>(
+    conn: &mut Option<Conn>,
+    addr: &str,
+    rpcs: &[Rpc],
+    ttl: Duration,
+    answers: &mut Vec<R>,
+) -> std::io::Result<()> {
+    let run = async {
+        let s = match conn.take() {
+            Some(s) => s,
+            None => connect(addr).await?,
+        };
+        let (mut rd, mut wr) = tokio::io::split(s);
+        let sending = async {
+            for rpc in rpcs {
+                wr.write_all(&framed(rpc)?).await?;
+            }
+            Ok::<_, std::io::Error>(())
+        };
+        // answers are read while later requests are written: a peer answering each before it
+        // reads the next (one of an earlier version) is not left waiting
+        let reading = async {
+            for _ in rpcs {
+                let answer = read_frame(&mut rd).await?;
+                answers.push(bincode::deserialize(&answer).map_err(std::io::Error::other)?);
+            }
+            Ok::<_, std::io::Error>(())
+        };
+        tokio::try_join!(sending, reading)?;
+        *conn = Some(rd.unsplit(wr));
+        Ok(())
     };
     match tokio::time::timeout(ttl, run).await {
         Ok(r) => r,
@@ -230,37 +289,81 @@ impl Peer {
         let pending = rpc_health::Pending::start(&rpc_health::HEALTH, self.target);
         let answer: Result<Result<T, E>, std::io::Error> = exchange(&mut self.conn, &self.addr, &rpc, ttl).await;
         match answer {
-            Ok(Ok(r)) => {
+            Ok(answer) => {
                 pending.finish(Outcome::Answered, None);
-                Ok(r)
+                self.answered(answer)
             }
-            Ok(Err(e)) => {
-                // the peer answered: the RPC reached it (its Raft refused it, e.g. a shut-down group)
+            Err(e) => Err(self.failed(pending, e)),
+        }
+    }
+
+    /// Several RPCs sent one after the other without waiting for their answers (the peer takes
+    /// them in order, `serve`): the answers read, in order, and what stopped the exchange
+    /// before the last was read (then the connection is not used again).
+    #[allow(clippy::result_large_err)] // openraft's error type
+    async fn call_pipelined<T, E>(
+        &mut self,
+        rpcs: Vec<Rpc>,
+        ttl: Duration,
+    ) -> (Vec<Result<T, RPCError<NodeId, BasicNode, E>>>, Option<RPCError<NodeId, BasicNode, E>>)
+    where
+        T: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let pending = rpc_health::Pending::start(&rpc_health::HEALTH, self.target);
+        let mut answers: Vec<Result<T, E>> = Vec::with_capacity(rpcs.len());
+        let stopped = exchange_pipelined(&mut self.conn, &self.addr, &rpcs, ttl, &mut answers).await;
+        let stopped = match stopped {
+            // (an exchange that read some answers reached the peer: counted as answered)
+            Err(e) if answers.is_empty() => Some(self.failed(pending, e)),
+            Err(e) => {
                 pending.finish(Outcome::Answered, None);
-                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+                Some(RPCError::Network(NetworkError::new(&e)))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Ok(()) => {
+                pending.finish(Outcome::Answered, None);
+                None
+            }
+        };
+        (answers.into_iter().map(|a| self.answered(a)).collect(), stopped)
+    }
+
+    #[allow(clippy::result_large_err)] // openraft's error type
+    fn answered<T, E: std::error::Error>(&self, answer: Result<T, E>) -> Result<T, RPCError<NodeId, BasicNode, E>> {
+        // an error answered by the peer: the RPC reached it (its Raft refused it, e.g. a
+        // shut-down group)
+        answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
+    /// An exchange that got no answer, as openraft's error (and counted by `rpc_health`).
+    fn failed<E: std::error::Error>(
+        &self,
+        pending: rpc_health::Pending,
+        e: std::io::Error,
+    ) -> RPCError<NodeId, BasicNode, E> {
+        match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => {
                 pending.finish(Outcome::Refused, Some(&e));
-                Err(RPCError::Unreachable(Unreachable::new(&e)))
+                RPCError::Unreachable(Unreachable::new(&e))
             }
             // `serve` closes the connection on an RPC for a group it has no replica of (yet: a
             // broker that just started, a topic being created) or that does not vote now: as
             // for a refused connection, openraft waits `backoff` before the next try. As a
             // network error it retried at once on every event: a Jepsen power-cut run counted
             // 1,200 such RPCs a second from one broker to a restarting peer, for 30 s.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            std::io::ErrorKind::UnexpectedEof => {
                 pending.finish(
                     Outcome::Failed,
                     Some(&"connection closed before an answer (no replica of the group there yet, or stopping)"),
                 );
-                Err(RPCError::Unreachable(Unreachable::new(&e)))
+                RPCError::Unreachable(Unreachable::new(&e))
             }
-            Err(e) => {
-                match e.kind() {
+            kind => {
+                match kind {
                     std::io::ErrorKind::TimedOut => pending.finish(Outcome::TimedOut, Some(&e)),
                     _ => pending.finish(Outcome::Failed, Some(&e)),
                 }
-                Err(RPCError::Network(NetworkError::new(&e)))
+                RPCError::Network(NetworkError::new(&e))
             }
         }
     }
@@ -311,8 +414,17 @@ impl RaftNetwork<TypeConfig> for Peer {
 pub struct GroupNetwork<C> {
     pub group: GroupKey,
     pub book: Arc<std::collections::BTreeMap<NodeId, String>>,
+    /// Bytes of entries per AppendEntries frame ([`GroupNetwork::pipelined`]).
+    chunk_bytes: usize,
     kind: std::marker::PhantomData<fn() -> C>,
 }
+
+/// How many appends of `replica.fetch.max.bytes` a partition's leader keeps in flight to each
+/// follower (decision 0058): openraft 0.9 sends a follower its next append only once the last
+/// is answered, and a follower answers once its entries are on disk; so the leader reads this
+/// many appends' worth at once and [`GroupPeer`] sends them as that many frames, one after the
+/// other, which the follower takes in order while it writes and syncs the ones before.
+pub const APPEND_PIPELINE: usize = 4;
 
 /// A partition's Raft group transport.
 pub type PartNetwork = GroupNetwork<PartConfig>;
@@ -323,7 +435,19 @@ impl<C> GroupNetwork<C> {
     /// The transport of group `group`, reaching each peer at the address `addresses` gives.
     /// (What one append carries is bounded where its entries are read: `LogStore::limit_reads`.)
     pub fn new(group: &GroupKey, addresses: &std::collections::BTreeMap<NodeId, String>) -> GroupNetwork<C> {
-        GroupNetwork { group: group.clone(), book: Arc::new(addresses.clone()), kind: std::marker::PhantomData }
+        GroupNetwork {
+            group: group.clone(),
+            book: Arc::new(addresses.clone()),
+            chunk_bytes: usize::MAX,
+            kind: std::marker::PhantomData,
+        }
+    }
+
+    /// Send each append as frames of about `bytes` of entries each (an entry over it alone),
+    /// written one after the other without waiting for their answers (decision 0058).
+    pub fn pipelined(mut self, bytes: usize) -> GroupNetwork<C> {
+        self.chunk_bytes = bytes.max(1);
+        self
     }
 }
 
@@ -334,6 +458,7 @@ impl<C: GroupRpc> RaftNetworkFactory<C> for GroupNetwork<C> {
         GroupPeer {
             group: self.group.clone(),
             peer: Peer { target, addr: resolve(&self.book, target, node), conn: None },
+            chunk_bytes: self.chunk_bytes,
             kind: std::marker::PhantomData,
         }
     }
@@ -342,7 +467,70 @@ impl<C: GroupRpc> RaftNetworkFactory<C> for GroupNetwork<C> {
 pub struct GroupPeer<C> {
     group: GroupKey,
     peer: Peer,
+    chunk_bytes: usize,
     kind: std::marker::PhantomData<fn() -> C>,
+}
+
+/// `rpc` as appends of about `bytes` of entries each (an entry over it alone; at least one
+/// append, a heartbeat's without entries), each following the one before it.
+fn split_append<C: openraft::RaftTypeConfig>(
+    rpc: AppendEntriesRequest<C>,
+    bytes: usize,
+) -> Vec<AppendEntriesRequest<C>> {
+    use openraft::RaftLogId;
+    let AppendEntriesRequest { vote, prev_log_id, leader_commit, entries } = rpc;
+    let mut appends = Vec::new();
+    let (mut prev, mut taken, mut size) = (prev_log_id, Vec::new(), 0usize);
+    for e in entries {
+        let n = bincode::serialized_size(&e).map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        if !taken.is_empty() && size.saturating_add(n) > bytes {
+            let last = taken.last().map(|e: &C::Entry| e.get_log_id().clone());
+            let entries = std::mem::take(&mut taken);
+            appends.push(AppendEntriesRequest {
+                vote: vote.clone(),
+                prev_log_id: prev,
+                leader_commit: leader_commit.clone(),
+                entries,
+            });
+            (prev, size) = (last, 0);
+        }
+        size = size.saturating_add(n);
+        taken.push(e);
+    }
+    appends.push(AppendEntriesRequest { vote, prev_log_id: prev, leader_commit, entries: taken });
+    appends
+}
+
+/// The answer to an append sent as several (`split_append`), from theirs in order (`lasts`:
+/// each one's last entry): what the follower took, up to the first it refused or did not
+/// answer. The first one's refusal or failure is the answer, as for one append.
+#[allow(clippy::result_large_err)] // openraft's error type
+fn joined_answer<E>(
+    answers: Vec<Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, E>>>,
+    stopped: Option<RPCError<NodeId, BasicNode, E>>,
+    lasts: &[Option<openraft::LogId<NodeId>>],
+) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, E>>
+where
+    E: std::error::Error,
+{
+    let mut took = None;
+    for (answer, last) in answers.into_iter().zip(lasts) {
+        match answer {
+            Ok(AppendEntriesResponse::Success) => took = Some(*last),
+            // a higher vote ends this leader's appends whatever came before it
+            Ok(AppendEntriesResponse::HigherVote(v)) => return Ok(AppendEntriesResponse::HigherVote(v)),
+            Ok(AppendEntriesResponse::PartialSuccess(m)) => return Ok(AppendEntriesResponse::PartialSuccess(m)),
+            refused if took.is_none() => return refused,
+            _ => break,
+        }
+    }
+    match took {
+        Some(m) if Some(&m) == lasts.last() => Ok(AppendEntriesResponse::Success),
+        Some(m) => Ok(AppendEntriesResponse::PartialSuccess(m)),
+        None => Err(stopped.unwrap_or_else(|| {
+            RPCError::Network(NetworkError::new(&std::io::Error::other("no answer to a pipelined append")))
+        })),
+    }
 }
 
 impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
@@ -355,7 +543,20 @@ impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
         rpc: AppendEntriesRequest<C>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.peer.call(C::append(self.group.clone(), rpc), option.hard_ttl()).await
+        use openraft::RaftLogId;
+        let mut appends = split_append(rpc, self.chunk_bytes);
+        if appends.len() == 1 {
+            if let Some(rpc) = appends.pop() {
+                return self.peer.call(C::append(self.group.clone(), rpc), option.hard_ttl()).await;
+            }
+        }
+        let lasts: Vec<_> = appends.iter().map(|a| a.entries.last().map(|e| *e.get_log_id())).collect();
+        let rpcs = appends.into_iter().map(|a| C::append(self.group.clone(), a)).collect();
+        // bounded by the soft limit: an exchange cut short by a slow follower ends with the
+        // answers it read (what the follower took counts) before openraft's own timer, the hard
+        // limit, drops them all
+        let (answers, stopped) = self.peer.call_pipelined(rpcs, option.soft_ttl()).await;
+        joined_answer(answers, stopped, &lasts)
     }
 
     async fn install_snapshot(
@@ -608,7 +809,7 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
         let node = node.clone();
         tokio::spawn(async move {
             let _ = socket.set_nodelay(true);
-            let mut socket: Conn = match PEER_TLS.get() {
+            let socket: Conn = match PEER_TLS.get() {
                 None => Box::new(socket),
                 // a peer without a certificate the truststore vouches for gets no further
                 Some(tls) => match tokio::time::timeout(Duration::from_secs(10), tls.acceptor.accept(socket)).await {
@@ -623,143 +824,178 @@ pub async fn serve(listener: tokio::net::TcpListener, node: Arc<ClusterNode>) {
                     }
                 },
             };
-            // the group and leader whose appends this connection carries: when it ends, the
-            // leader may be gone (`failover`)
-            let mut carried: Option<Carried> = None;
-            loop {
-                let Ok(frame) = read_frame(&mut socket).await else {
-                    if let Some(c) = carried {
-                        super::failover::connection_ended(node, c);
-                    }
-                    return;
-                };
-                let rpc: Rpc = match bincode::deserialize(&frame) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tracing::warn!(%peer, "bad Raft RPC: {e}; closing");
-                        return;
-                    }
-                };
-                if let Some(c) = carried_by(&rpc) {
-                    carried = Some(c);
-                }
-                let answer = match rpc {
-                    Rpc::Append(r) => bincode::serialize(&node.raft.append_entries(r).await),
-                    Rpc::Vote(r) => {
-                        let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
-                        let answer = node.raft.vote(r).await;
-                        node.metadata_ballots.answered(candidate, their_log, &answer);
-                        bincode::serialize(&answer)
-                    }
-                    Rpc::Snapshot(r) => bincode::serialize(&node.raft.install_snapshot(r).await),
-                    Rpc::PartAppend(g, r) => match node.replica(&g) {
-                        Some(rep) => {
-                            let answer = rep.raft.append_entries(r).await;
-                            rep.appends_taken.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                            bincode::serialize(&answer)
-                        }
-                        None => return, // not (yet) a replica here: the caller sees a network error
-                    },
-                    // a replica healing a damaged Raft log does not vote (`replica::heal`): the
-                    // candidate sees no answer
-                    Rpc::PartVote(g, r) => match node.replica(&g) {
-                        Some(rep) if !rep.is_healing() => {
-                            let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
-                            let answer = rep.raft.vote(r).await;
-                            rep.ballots.answered(candidate, their_log, &answer);
-                            bincode::serialize(&answer)
-                        }
-                        _ => return,
-                    },
-                    Rpc::PartSnapshot(g, r) => match node.replica(&g) {
-                        Some(rep) => bincode::serialize(&rep.raft.install_snapshot(r).await),
-                        None => return,
-                    },
-                    Rpc::ShardAppend(g, r) => match node.shard_replica(&g) {
-                        Some(rep) => bincode::serialize(&rep.raft.append_entries(r).await),
-                        None => return,
-                    },
-                    Rpc::ShardVote(g, r) => match node.shard_replica(&g) {
-                        Some(rep) if !rep.is_healing() => {
-                            let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
-                            let answer = rep.raft.vote(r).await;
-                            rep.ballots.answered(candidate, their_log, &answer);
-                            bincode::serialize(&answer)
-                        }
-                        _ => return,
-                    },
-                    Rpc::ShardSnapshot(g, r) => match node.shard_replica(&g) {
-                        Some(rep) => bincode::serialize(&rep.raft.install_snapshot(r).await),
-                        None => return,
-                    },
-                    Rpc::PartElect(g) => bincode::serialize(&elect_here(&node, &g, GroupKind::Partition).await),
-                    Rpc::ShardElect(g) => bincode::serialize(&elect_here(&node, &g, GroupKind::Shard).await),
-                    Rpc::Join(id, addr) => {
-                        let r: Result<(), String> = node.add_broker(id, &addr).await.map_err(|e| e.to_string());
-                        bincode::serialize(&r)
-                    }
-                    Rpc::Leave(id) => {
-                        let r: Result<(), String> = node.remove_broker(id).await.map_err(|e| e.to_string());
-                        bincode::serialize(&r)
-                    }
-                    Rpc::DropFromCoordinators(id) => {
-                        let r: Result<(), String> = node.drop_from_coordinators(id).await.map_err(|e| e.to_string());
-                        bincode::serialize(&r)
-                    }
-                    Rpc::PartCopy(g, offset) => {
-                        let r: Result<Vec<u8>, String> = match node.replica(&g).and_then(|r| r.partition_log()) {
-                            Some(p) => tokio::task::spawn_blocking(move || p.copy_of(offset))
-                                .await
-                                .map_err(|e| e.to_string())
-                                .and_then(|r| r.map(|b| b.to_vec()).map_err(|e| e.to_string())),
-                            None => Err(format!("no replica of {}-{} here", g.0, g.1)),
-                        };
-                        bincode::serialize(&r)
-                    }
-                    Rpc::PartFormat(g) => {
-                        let r: Result<Option<bool>, String> =
-                            Ok(node.replica(&g).and_then(|r| super::replica::log_format_of(&r.dir)));
-                        bincode::serialize(&r)
-                    }
-                    Rpc::PartHeld(g) => {
-                        let dir = node.replica(&g).map(|r| r.dir.clone()).or_else(|| node.replica_dir(&g));
-                        let r: Result<bool, String> = Ok(dir.is_some_and(|d| super::replica::held_past_birth(&d)));
-                        bincode::serialize(&r)
-                    }
-                    Rpc::ShardCopy(g) => {
-                        let r: Result<(u64, Vec<KvEntry>), String> =
-                            match node.shard_replica(&g).and_then(|r| r.kv_mender()) {
-                                Some(m) => tokio::task::spawn_blocking(move || m.gate.copy())
-                                    .await
-                                    .map_err(|e| e.to_string())
-                                    .and_then(|r| r),
-                                None => Err(format!("no replica of {}-{} here", g.0, g.1)),
-                            };
-                        bincode::serialize(&r)
-                    }
-                    Rpc::Kafka(frame) => {
-                        let answer: Result<Vec<u8>, String> = match node.kafka.get() {
-                            Some(handle) => handle(frame).await.ok_or_else(|| "not answerable".to_string()),
-                            None => Err("this broker does not answer Kafka calls yet".into()),
-                        };
-                        bincode::serialize(&answer)
-                    }
-                    Rpc::Forward(c) => {
-                        let r: Result<CommandResult, String> =
-                            match tokio::time::timeout(Duration::from_secs(5), node.raft.client_write(c)).await {
-                                Ok(r) => r.map(|r| r.data).map_err(|e| e.to_string()),
-                                Err(_) => Err("no majority answered within 5 s".into()),
-                            };
-                        bincode::serialize(&r)
-                    }
-                };
-                let Ok(answer) = answer else { return };
-                if write_frame(&mut socket, &answer).await.is_err() {
-                    return;
-                }
+            if let Some(carried) = serve_connection(socket, peer, |rpc| Box::pin(answer_rpc(node.clone(), rpc))).await {
+                super::failover::connection_ended(node, carried);
             }
         });
     }
+}
+
+/// One peer's connection. Its RPCs are read in order, each started (`answer`) before the next is
+/// read, so a peer's appends are queued for their group's Raft core in the order they came: a
+/// leader sends several without waiting (`GroupPeer`), and they are read while the ones before
+/// them wait for their entries to be on disk. The answers are written in the order the requests
+/// came, each once it is ready. Returns, when the peer ended the connection, the group and
+/// leader whose appends it carried last (that leader may be gone, `failover`).
+async fn serve_connection(socket: Conn, peer: std::net::SocketAddr, answer: impl Fn(Rpc) -> Answer) -> Option<Carried> {
+    let (mut reading, mut writing) = tokio::io::split(socket);
+    let (queue, mut queued) = tokio::sync::mpsc::unbounded_channel::<Answer>();
+    let read = async move {
+        let mut carried: Option<Carried> = None;
+        loop {
+            let Ok(frame) = read_frame(&mut reading).await else { return carried };
+            let rpc: Rpc = match bincode::deserialize(&frame) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(%peer, "bad Raft RPC: {e}; closing");
+                    return None;
+                }
+            };
+            if let Some(c) = carried_by(&rpc) {
+                carried = Some(c);
+            }
+            // its first step now, before the next frame is read (an append: queued for its
+            // group's core)
+            let mut answer = answer(rpc);
+            let first = std::future::poll_fn(|cx| std::task::Poll::Ready(answer.as_mut().poll(cx))).await;
+            if let std::task::Poll::Ready(a) = first {
+                answer = Box::pin(std::future::ready(a));
+            }
+            if queue.send(answer).is_err() {
+                return None;
+            }
+        }
+    };
+    let write = async move {
+        while let Some(answer) = queued.recv().await {
+            // no answer: the connection closes (the caller sees it)
+            let Some(answer) = answer.await else { return };
+            if write_frame(&mut writing, &answer).await.is_err() {
+                return;
+            }
+        }
+    };
+    // (either ending ends the connection)
+    tokio::select! {
+        carried = read => carried,
+        _ = write => None,
+    }
+}
+
+/// A request's answer to come (`None`: close the connection without one).
+type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Vec<u8>>> + Send>>;
+
+/// The answer to one RPC from a peer.
+async fn answer_rpc(node: Arc<ClusterNode>, rpc: Rpc) -> Option<Vec<u8>> {
+    let answer = match rpc {
+        Rpc::Append(r) => bincode::serialize(&node.raft.append_entries(r).await),
+        Rpc::Vote(r) => {
+            let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
+            let answer = node.raft.vote(r).await;
+            node.metadata_ballots.answered(candidate, their_log, &answer);
+            bincode::serialize(&answer)
+        }
+        Rpc::Snapshot(r) => bincode::serialize(&node.raft.install_snapshot(r).await),
+        Rpc::PartAppend(g, r) => match node.replica(&g) {
+            Some(rep) => {
+                let answer = rep.raft.append_entries(r).await;
+                rep.appends_taken.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                bincode::serialize(&answer)
+            }
+            None => return None, // not (yet) a replica here: the caller sees a network error
+        },
+        // a replica healing a damaged Raft log does not vote (`replica::heal`): the
+        // candidate sees no answer
+        Rpc::PartVote(g, r) => match node.replica(&g) {
+            Some(rep) if !rep.is_healing() => {
+                let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
+                let answer = rep.raft.vote(r).await;
+                rep.ballots.answered(candidate, their_log, &answer);
+                bincode::serialize(&answer)
+            }
+            _ => return None,
+        },
+        Rpc::PartSnapshot(g, r) => match node.replica(&g) {
+            Some(rep) => bincode::serialize(&rep.raft.install_snapshot(r).await),
+            None => return None,
+        },
+        Rpc::ShardAppend(g, r) => match node.shard_replica(&g) {
+            Some(rep) => bincode::serialize(&rep.raft.append_entries(r).await),
+            None => return None,
+        },
+        Rpc::ShardVote(g, r) => match node.shard_replica(&g) {
+            Some(rep) if !rep.is_healing() => {
+                let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
+                let answer = rep.raft.vote(r).await;
+                rep.ballots.answered(candidate, their_log, &answer);
+                bincode::serialize(&answer)
+            }
+            _ => return None,
+        },
+        Rpc::ShardSnapshot(g, r) => match node.shard_replica(&g) {
+            Some(rep) => bincode::serialize(&rep.raft.install_snapshot(r).await),
+            None => return None,
+        },
+        Rpc::PartElect(g) => bincode::serialize(&elect_here(&node, &g, GroupKind::Partition).await),
+        Rpc::ShardElect(g) => bincode::serialize(&elect_here(&node, &g, GroupKind::Shard).await),
+        Rpc::Join(id, addr) => {
+            let r: Result<(), String> = node.add_broker(id, &addr).await.map_err(|e| e.to_string());
+            bincode::serialize(&r)
+        }
+        Rpc::Leave(id) => {
+            let r: Result<(), String> = node.remove_broker(id).await.map_err(|e| e.to_string());
+            bincode::serialize(&r)
+        }
+        Rpc::DropFromCoordinators(id) => {
+            let r: Result<(), String> = node.drop_from_coordinators(id).await.map_err(|e| e.to_string());
+            bincode::serialize(&r)
+        }
+        Rpc::PartCopy(g, offset) => {
+            let r: Result<Vec<u8>, String> = match node.replica(&g).and_then(|r| r.partition_log()) {
+                Some(p) => tokio::task::spawn_blocking(move || p.copy_of(offset))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map(|b| b.to_vec()).map_err(|e| e.to_string())),
+                None => Err(format!("no replica of {}-{} here", g.0, g.1)),
+            };
+            bincode::serialize(&r)
+        }
+        Rpc::PartFormat(g) => {
+            let r: Result<Option<bool>, String> =
+                Ok(node.replica(&g).and_then(|r| super::replica::log_format_of(&r.dir)));
+            bincode::serialize(&r)
+        }
+        Rpc::PartHeld(g) => {
+            let dir = node.replica(&g).map(|r| r.dir.clone()).or_else(|| node.replica_dir(&g));
+            let r: Result<bool, String> = Ok(dir.is_some_and(|d| super::replica::held_past_birth(&d)));
+            bincode::serialize(&r)
+        }
+        Rpc::ShardCopy(g) => {
+            let r: Result<(u64, Vec<KvEntry>), String> = match node.shard_replica(&g).and_then(|r| r.kv_mender()) {
+                Some(m) => {
+                    tokio::task::spawn_blocking(move || m.gate.copy()).await.map_err(|e| e.to_string()).and_then(|r| r)
+                }
+                None => Err(format!("no replica of {}-{} here", g.0, g.1)),
+            };
+            bincode::serialize(&r)
+        }
+        Rpc::Kafka(frame) => {
+            let answer: Result<Vec<u8>, String> = match node.kafka.get() {
+                Some(handle) => handle(frame).await.ok_or_else(|| "not answerable".to_string()),
+                None => Err("this broker does not answer Kafka calls yet".into()),
+            };
+            bincode::serialize(&answer)
+        }
+        Rpc::Forward(c) => {
+            let r: Result<CommandResult, String> =
+                match tokio::time::timeout(Duration::from_secs(5), node.raft.client_write(c)).await {
+                    Ok(r) => r.map(|r| r.data).map_err(|e| e.to_string()),
+                    Err(_) => Err("no majority answered within 5 s".into()),
+                };
+            bincode::serialize(&r)
+        }
+    };
+    answer.ok()
 }
 
 #[cfg(test)]
@@ -837,5 +1073,96 @@ mod tests {
             assert_eq!(answer, Ok(n), "exchange {n} read another request's answer");
         }
         assert!(conn.is_some(), "a completed exchange keeps its connection");
+    }
+
+    fn stored(index: u64, bytes: usize) -> openraft::Entry<PartConfig> {
+        openraft::Entry {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+            payload: openraft::EntryPayload::Normal(crate::replication::types::PartCommand::Stored {
+                batch: bytes::Bytes::from(vec![7u8; bytes]),
+            }),
+        }
+    }
+
+    fn at(index: u64) -> Option<openraft::LogId<NodeId>> {
+        Some(openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index))
+    }
+
+    /// An append split to be pipelined: appends of at most the bound (an entry over it alone),
+    /// each following the one before it, every entry once and in order, each with the leader's
+    /// vote and commit point; a heartbeat stays one append.
+    #[test]
+    fn an_append_splits_into_appends_that_follow_each_other() {
+        let vote = openraft::Vote::new_committed(1, 1);
+        let sizes = [(10, 400), (11, 400), (12, 1500), (13, 100), (14, 100)];
+        let entries = sizes.iter().map(|(i, n)| stored(*i, *n)).collect();
+        let rpc = AppendEntriesRequest::<PartConfig> { vote, prev_log_id: at(9), leader_commit: at(8), entries };
+        let appends = split_append(rpc, 1000);
+        let shape: Vec<(Option<u64>, Vec<u64>)> = appends
+            .iter()
+            .map(|a| (a.prev_log_id.map(|l| l.index), a.entries.iter().map(|e| e.log_id.index).collect()))
+            .collect();
+        assert_eq!(shape, vec![(Some(9), vec![10, 11]), (Some(11), vec![12]), (Some(12), vec![13, 14])]);
+        assert!(appends.iter().all(|a| a.vote == vote && a.leader_commit == at(8)));
+        let heartbeat =
+            AppendEntriesRequest::<PartConfig> { vote, prev_log_id: at(9), leader_commit: at(8), entries: vec![] };
+        let one = split_append(heartbeat, 1000);
+        assert_eq!((one.len(), one[0].prev_log_id, one[0].entries.len()), (1, at(9), 0));
+    }
+
+    /// The answers to a split append join into what the follower took: up to the first append
+    /// it refused or did not answer; the first one's refusal or failure is the answer.
+    #[test]
+    #[allow(clippy::result_large_err)] // openraft's error type
+    fn answers_to_a_split_append_join_into_what_the_follower_took() {
+        type Answer = Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>>;
+        let lasts = [at(11), at(12), at(14)];
+        let ok = || -> Answer { Ok(AppendEntriesResponse::Success) };
+        let refused = || -> Answer { Ok(AppendEntriesResponse::Conflict) };
+        let cut = || RPCError::Network(NetworkError::new(&std::io::Error::other("cut")));
+        let joined = |answers: Vec<Answer>, stopped| joined_answer(answers, stopped, &lasts).ok();
+        assert_eq!(joined(vec![ok(), ok(), ok()], None), Some(AppendEntriesResponse::Success));
+        assert_eq!(joined(vec![ok(), refused(), refused()], None), Some(AppendEntriesResponse::PartialSuccess(at(11))));
+        assert_eq!(joined(vec![ok(), ok()], Some(cut())), Some(AppendEntriesResponse::PartialSuccess(at(12))));
+        assert_eq!(joined(vec![refused(), refused(), refused()], None), Some(AppendEntriesResponse::Conflict));
+        let higher = openraft::Vote::new(2, 2);
+        let answers = vec![ok(), Ok(AppendEntriesResponse::HigherVote(higher)), refused()];
+        assert_eq!(joined(answers, None), Some(AppendEntriesResponse::HigherVote(higher)));
+        assert!(matches!(joined_answer(Vec::<Answer>::new(), Some(cut()), &lasts), Err(RPCError::Network(_))));
+    }
+
+    /// Requests sent one after the other without waiting (`exchange_pipelined`) are each started
+    /// by the peer before it reads the next (`serve_connection`), and answered in the order they
+    /// came even when a later one is ready first. Here no answer is ready until all three
+    /// requests have been read, and the first is ready last: a side that waits for an answer
+    /// before the next request never gets one.
+    #[tokio::test]
+    async fn pipelined_requests_are_read_ahead_and_answered_in_order() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let (s, peer) = listener.accept().await.expect("accept");
+            let started = Arc::new(tokio::sync::watch::Sender::new(0usize));
+            serve_connection(Box::new(s), peer, move |rpc| {
+                let Rpc::Leave(n) = rpc else { return Box::pin(async { None }) };
+                started.send_modify(|c| *c += 1);
+                let mut started = started.subscribe();
+                Box::pin(async move {
+                    let _ = started.wait_for(|c| *c == 3).await;
+                    if n == 0 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    bincode::serialize(&Ok::<u64, String>(n)).ok()
+                })
+            })
+            .await;
+        });
+        let (mut conn, mut answers) = (None, Vec::<Result<u64, String>>::new());
+        let rpcs = [Rpc::Leave(0), Rpc::Leave(1), Rpc::Leave(2)];
+        exchange_pipelined(&mut conn, &addr, &rpcs, Duration::from_secs(5), &mut answers)
+            .await
+            .expect("all three answered");
+        assert_eq!(answers, vec![Ok(0), Ok(1), Ok(2)]);
+        assert!(conn.is_some(), "the connection is kept for the next exchange");
     }
 }

@@ -215,7 +215,7 @@ impl Reconciler {
                 follower_cache_tail: node.follower_cache_tail.load(std::sync::atomic::Ordering::Relaxed),
             };
             let addresses = node.addresses();
-            let network = super::network::PartNetwork::new(&spec.key, &addresses);
+            let network = super::network::PartNetwork::new(&spec.key, &addresses).pipelined(spec.append_bytes_max);
             let peers = Arc::new(super::network::GroupPeers {
                 node: Arc::downgrade(node),
                 key: key.clone(),

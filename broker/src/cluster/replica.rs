@@ -847,11 +847,13 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
                 Err(e) => return Err(e.into()),
             }
         };
-        log.limit_reads(append_bytes_max);
+        // one read: the appends the leader keeps in flight to a follower (decision 0058)
+        let read_max = append_bytes_max.saturating_mul(super::network::APPEND_PIPELINE);
+        log.limit_reads(read_max);
         // what the leader may read again (for a follower, or to apply it): the bytes in flight
         log.keep_recent(
-            spec.budgets[0].capacity as usize + append_bytes_max,
-            spec.budgets[1].capacity as usize + append_bytes_max,
+            (spec.budgets[0].capacity as usize).saturating_add(read_max),
+            (spec.budgets[1].capacity as usize).saturating_add(read_max),
         );
         let mut initialized = log.has_vote_or_entries();
         let mut born_now = false;
@@ -878,7 +880,7 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
         replica
     } else {
         let log = LogStore::<PartConfig>::open(&dir)?;
-        log.limit_reads(append_bytes_max);
+        log.limit_reads(append_bytes_max.saturating_mul(super::network::APPEND_PIPELINE));
         // a file of the Raft log per quarter snapshot interval: the purge after each snapshot
         // deletes files (decision 0030)
         log.roll_at((snapshot_bytes / 4).clamp(1 << 20, 16 << 20));
