@@ -314,12 +314,9 @@ impl Peer {
         let mut answers: Vec<Result<T, E>> = Vec::with_capacity(rpcs.len());
         let stopped = exchange_pipelined(&mut self.conn, &self.addr, &rpcs, ttl, &mut answers).await;
         let stopped = match stopped {
-            // (an exchange that read some answers reached the peer: counted as answered)
-            Err(e) if answers.is_empty() => Some(self.failed(pending, e)),
-            Err(e) => {
-                pending.finish(Outcome::Answered, None);
-                Some(RPCError::Network(NetworkError::new(&e)))
-            }
+            // (counted by how it ended, after some answers too: a pipeline cut short by a
+            // timeout shows among the peer's timeouts)
+            Err(e) => Some(self.failed(pending, e)),
             Ok(()) => {
                 pending.finish(Outcome::Answered, None);
                 None
