@@ -416,13 +416,6 @@ pub struct GroupNetwork<C> {
     kind: std::marker::PhantomData<fn() -> C>,
 }
 
-/// How many appends of `replica.fetch.max.bytes` a partition's leader keeps in flight to each
-/// follower (decision 0058): openraft 0.9 sends a follower its next append only once the last
-/// is answered, and a follower answers once its entries are on disk; so the leader reads this
-/// many appends' worth at once and [`GroupPeer`] sends them as that many frames, one after the
-/// other, which the follower takes in order while it writes and syncs the ones before.
-pub const APPEND_PIPELINE: usize = 4;
-
 /// A partition's Raft group transport.
 pub type PartNetwork = GroupNetwork<PartConfig>;
 /// A coordinator shard's Raft group transport.
@@ -882,16 +875,26 @@ async fn serve_connection(socket: Conn, peer: std::net::SocketAddr, answer: impl
 /// A request's answer to come (`None`: close the connection without one).
 type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Vec<u8>>> + Send>>;
 
+/// A candidate's vote request answered by `raft`, the answer noted in `ballots`.
+async fn vote_in<C>(
+    raft: &openraft::Raft<C>,
+    ballots: &super::replica::Ballots,
+    r: VoteRequest<NodeId>,
+) -> bincode::Result<Vec<u8>>
+where
+    C: openraft::RaftTypeConfig<NodeId = NodeId, Node = BasicNode>,
+{
+    let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
+    let answer = raft.vote(r).await;
+    ballots.answered(candidate, their_log, &answer);
+    bincode::serialize(&answer)
+}
+
 /// The answer to one RPC from a peer.
 async fn answer_rpc(node: Arc<ClusterNode>, rpc: Rpc) -> Option<Vec<u8>> {
     let answer = match rpc {
         Rpc::Append(r) => bincode::serialize(&node.raft.append_entries(r).await),
-        Rpc::Vote(r) => {
-            let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
-            let answer = node.raft.vote(r).await;
-            node.metadata_ballots.answered(candidate, their_log, &answer);
-            bincode::serialize(&answer)
-        }
+        Rpc::Vote(r) => vote_in(&node.raft, &node.metadata_ballots, r).await,
         Rpc::Snapshot(r) => bincode::serialize(&node.raft.install_snapshot(r).await),
         Rpc::PartAppend(g, r) => match node.replica(&g) {
             Some(rep) => {
@@ -904,12 +907,7 @@ async fn answer_rpc(node: Arc<ClusterNode>, rpc: Rpc) -> Option<Vec<u8>> {
         // a replica healing a damaged Raft log does not vote (`replica::heal`): the
         // candidate sees no answer
         Rpc::PartVote(g, r) => match node.replica(&g) {
-            Some(rep) if !rep.is_healing() => {
-                let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
-                let answer = rep.raft.vote(r).await;
-                rep.ballots.answered(candidate, their_log, &answer);
-                bincode::serialize(&answer)
-            }
+            Some(rep) if !rep.is_healing() => vote_in(&rep.raft, &rep.ballots, r).await,
             _ => return None,
         },
         Rpc::PartSnapshot(g, r) => match node.replica(&g) {
@@ -921,12 +919,7 @@ async fn answer_rpc(node: Arc<ClusterNode>, rpc: Rpc) -> Option<Vec<u8>> {
             None => return None,
         },
         Rpc::ShardVote(g, r) => match node.shard_replica(&g) {
-            Some(rep) if !rep.is_healing() => {
-                let (candidate, their_log) = (r.vote.leader_id().node_id, r.last_log_id);
-                let answer = rep.raft.vote(r).await;
-                rep.ballots.answered(candidate, their_log, &answer);
-                bincode::serialize(&answer)
-            }
+            Some(rep) if !rep.is_healing() => vote_in(&rep.raft, &rep.ballots, r).await,
             _ => return None,
         },
         Rpc::ShardSnapshot(g, r) => match node.shard_replica(&g) {

@@ -344,6 +344,13 @@ impl Admitted {
 /// ([`Trailing`]): it is gone, paused, or being sent a snapshot.
 const TRAIL_LIVE: Duration = Duration::from_secs(2);
 
+/// How many appends of `replica.fetch.max.bytes` a partition's leader keeps in flight to each
+/// follower (decision 0058): openraft 0.9 sends a follower its next append only once the last
+/// is answered, and a follower answers once its entries are on disk; so the leader reads this
+/// many appends' worth at once and `network::GroupPeer` sends them as that many frames, one
+/// after the other, which the follower takes in order while it writes and syncs the ones before.
+pub const APPEND_PIPELINE: usize = 4;
+
 /// The most answered writes [`Trailing`] keeps on record once they hold no bytes (a follower
 /// further back than the record does not count): bounds its memory however small the writes.
 const TRAIL_RECORD: usize = 8192;
@@ -848,7 +855,7 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
             }
         };
         // one read: the appends the leader keeps in flight to a follower (decision 0058)
-        let read_max = append_bytes_max.saturating_mul(super::network::APPEND_PIPELINE);
+        let read_max = append_bytes_max.saturating_mul(APPEND_PIPELINE);
         log.limit_reads(read_max);
         // what the leader may read again (for a follower, or to apply it): the bytes in flight
         log.keep_recent(
@@ -880,7 +887,7 @@ pub async fn start<N: RaftNetworkFactory<PartConfig>>(
         replica
     } else {
         let log = LogStore::<PartConfig>::open(&dir)?;
-        log.limit_reads(append_bytes_max.saturating_mul(super::network::APPEND_PIPELINE));
+        log.limit_reads(append_bytes_max.saturating_mul(APPEND_PIPELINE));
         // a file of the Raft log per quarter snapshot interval: the purge after each snapshot
         // deletes files (decision 0030)
         log.roll_at((snapshot_bytes / 4).clamp(1 << 20, 16 << 20));
