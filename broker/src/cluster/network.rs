@@ -190,22 +190,10 @@ async fn exchange<R: DeserializeOwned>(
     rpc: &Rpc,
     ttl: Duration,
 ) -> std::io::Result<R> {
-    let frame = framed(rpc)?;
-    let run = async {
-        let mut s = match conn.take() {
-            Some(s) => s,
-            None => connect(addr).await?,
-        };
-        s.write_all(&frame).await?;
-        let answer = read_frame(&mut s).await?;
-        let r = bincode::deserialize(&answer).map_err(std::io::Error::other)?;
-        *conn = Some(s);
-        Ok(r)
-    };
-    match tokio::time::timeout(ttl, run).await {
-        Ok(r) => r,
-        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr}: RPC timed out"))),
-    }
+    // (a pipeline of one)
+    let mut answers = Vec::with_capacity(1);
+    exchange_pipelined(conn, addr, std::slice::from_ref(rpc), ttl, &mut answers).await?;
+    answers.pop().ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
 }
 
 /// Several requests on `conn` (opened if needed), each written without waiting for the
