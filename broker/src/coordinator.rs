@@ -341,6 +341,7 @@ pub async fn replicate<O: ShardOwner>(
             single_log: false,
             follower_cache_tail: -1,
             budgets: node.budgets(),
+            answering: Default::default(),
         };
         let network = crate::cluster::network::ShardNetwork::new(&spec.key, &node.voters);
         let peers = Arc::new(crate::cluster::network::GroupPeers {

@@ -401,6 +401,8 @@ pub struct GroupNetwork<C> {
     pub book: Arc<std::collections::BTreeMap<NodeId, String>>,
     /// Bytes of entries per AppendEntries frame ([`GroupNetwork::pipelined`]).
     chunk_bytes: usize,
+    /// Where each follower's answers to appends are noted ([`GroupNetwork::noting_answers`]).
+    answering: Option<Arc<super::replica::Answering>>,
     kind: std::marker::PhantomData<fn() -> C>,
 }
 
@@ -417,8 +419,16 @@ impl<C> GroupNetwork<C> {
             group: group.clone(),
             book: Arc::new(addresses.clone()),
             chunk_bytes: usize::MAX,
+            answering: None,
             kind: std::marker::PhantomData,
         }
+    }
+
+    /// Note in `answering` each time a follower answers an append or a heartbeat (a partition's
+    /// leader lets a follower that stopped answering go: `replica::Answering`).
+    pub fn noting_answers(mut self, answering: Arc<super::replica::Answering>) -> GroupNetwork<C> {
+        self.answering = Some(answering);
+        self
     }
 
     /// Send each append as frames of about `bytes` of entries each (an entry over it alone),
@@ -437,6 +447,7 @@ impl<C: GroupRpc> RaftNetworkFactory<C> for GroupNetwork<C> {
             group: self.group.clone(),
             peer: Peer { target, addr: resolve(&self.book, target, node), conn: None },
             chunk_bytes: self.chunk_bytes,
+            answering: self.answering.clone(),
             kind: std::marker::PhantomData,
         }
     }
@@ -446,6 +457,7 @@ pub struct GroupPeer<C> {
     group: GroupKey,
     peer: Peer,
     chunk_bytes: usize,
+    answering: Option<Arc<super::replica::Answering>>,
     kind: std::marker::PhantomData<fn() -> C>,
 }
 
@@ -511,6 +523,15 @@ where
     }
 }
 
+impl<C> GroupPeer<C> {
+    /// The follower's Raft answered an append (or a heartbeat).
+    fn note_answer(&self) {
+        if let Some(a) = &self.answering {
+            a.answered(self.peer.target);
+        }
+    }
+}
+
 impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
     fn backoff(&self) -> openraft::network::Backoff {
         unreachable_backoff()
@@ -525,7 +546,11 @@ impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
         let mut appends = split_append(rpc, self.chunk_bytes);
         if appends.len() == 1 {
             if let Some(rpc) = appends.pop() {
-                return self.peer.call(C::append(self.group.clone(), rpc), option.hard_ttl()).await;
+                let answer = self.peer.call(C::append(self.group.clone(), rpc), option.hard_ttl()).await;
+                if answer.is_ok() {
+                    self.note_answer();
+                }
+                return answer;
             }
         }
         let lasts: Vec<_> = appends.iter().map(|a| a.entries.last().map(|e| *e.get_log_id())).collect();
@@ -534,6 +559,9 @@ impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
         // answers it read (what the follower took counts) before openraft's own timer, the hard
         // limit, drops them all
         let (answers, stopped) = self.peer.call_pipelined(rpcs, option.soft_ttl()).await;
+        if answers.iter().any(|a| a.is_ok()) {
+            self.note_answer();
+        }
         joined_answer(answers, stopped, &lasts)
     }
 

@@ -213,9 +213,12 @@ impl Reconciler {
                 budgets: node.budgets(),
                 single_log: node.single_log(),
                 follower_cache_tail: node.follower_cache_tail.load(std::sync::atomic::Ordering::Relaxed),
+                answering: Default::default(),
             };
             let addresses = node.addresses();
-            let network = super::network::PartNetwork::new(&spec.key, &addresses).pipelined(spec.append_bytes_max);
+            let network = super::network::PartNetwork::new(&spec.key, &addresses)
+                .pipelined(spec.append_bytes_max)
+                .noting_answers(spec.answering.clone());
             let peers = Arc::new(super::network::GroupPeers {
                 node: Arc::downgrade(node),
                 key: key.clone(),

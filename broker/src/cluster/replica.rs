@@ -344,6 +344,28 @@ impl Admitted {
 /// ([`Trailing`]): it is gone, paused, or being sent a snapshot.
 const TRAIL_LIVE: Duration = Duration::from_secs(2);
 
+/// On a group's leader: when each follower last answered an append or a heartbeat (the
+/// group's transport notes it, `network::GroupPeer`). A follower that answers is alive, if
+/// slow: it keeps holding bytes back ([`Trailing`]) while its matched index stands still — a
+/// follower stopped most of the time, or starting on a loaded machine, whose appends time out
+/// before it answers them, still answers heartbeats and the appends it takes in time. One
+/// that answers nothing (gone, paused, its disk stuck: its Raft core answers nothing while a
+/// write waits) is let go after [`TRAIL_LIVE`].
+#[derive(Default)]
+pub struct Answering(std::sync::Mutex<BTreeMap<NodeId, Instant>>);
+
+impl Answering {
+    /// `follower` answered just now.
+    pub fn answered(&self, follower: NodeId) {
+        self.0.lock().or_die().insert(follower, Instant::now());
+    }
+
+    /// When `follower` last answered.
+    fn last(&self, follower: NodeId) -> Option<Instant> {
+        self.0.lock().or_die().get(&follower).copied()
+    }
+}
+
 /// How many appends of `replica.fetch.max.bytes` a partition's leader keeps in flight to each
 /// follower (decision 0058): openraft 0.9 sends a follower its next append only once the last
 /// is answered, and a follower answers once its entries are on disk; so the leader reads this
@@ -437,15 +459,31 @@ impl Trailing {
     }
 }
 
+/// Does a follower that last moved at `moved` and last answered at `answered` count as live
+/// at `now` ([`Trailing`], [`Answering`])?
+fn is_live(now: Instant, moved: Instant, answered: Option<Instant>) -> bool {
+    let within = |t: Instant| now.saturating_duration_since(t) < TRAIL_LIVE;
+    within(moved) || answered.is_some_and(within)
+}
+
 /// On the leader, while the group runs: return the budget bytes of `trailing` that every live
-/// follower within one budget holds ([`Trailing`]).
-fn release_trailing<C: Logged>(raft: openraft::Raft<C>, trailing: Arc<Trailing>, budget: u64) {
+/// follower within one budget holds ([`Trailing`]). A follower is live while it moved or
+/// answered ([`Answering`]) within [`TRAIL_LIVE`].
+fn release_trailing<C: Logged>(
+    key: GroupKey,
+    raft: openraft::Raft<C>,
+    trailing: Arc<Trailing>,
+    answering: Arc<Answering>,
+    budget: u64,
+) {
     tokio::spawn(async move {
         let mut rx = raft.metrics();
         // each follower's matched index and when it last moved: a follower first seen counts as
         // just moved (a leader just elected counts its followers in, as Kafka's new leader
         // starts from the ISR it is given: one that is gone, its predecessor, for `TRAIL_LIVE`)
         let mut moved: BTreeMap<NodeId, (u64, Instant)> = BTreeMap::new();
+        // whether each follower held bytes back at the last look (a change is logged)
+        let mut counted: BTreeMap<NodeId, bool> = BTreeMap::new();
         loop {
             // (woken without a change too: a follower gone quiet must stop holding bytes back)
             if let Ok(Err(_)) = tokio::time::timeout(TRAIL_LIVE / 4, rx.changed()).await {
@@ -471,9 +509,42 @@ fn release_trailing<C: Logged>(raft: openraft::Raft<C>, trailing: Arc<Trailing>,
                     if seen.0 != at {
                         *seen = (at, now);
                     }
-                    let live = now.duration_since(seen.1) < TRAIL_LIVE;
-                    if live && trailing.behind(at).is_some_and(|b| b <= budget) {
+                    let live = is_live(now, seen.1, answering.last(id));
+                    let behind = trailing.behind(at);
+                    let holds = live && behind.is_some_and(|b| b <= budget);
+                    if holds {
                         floor = floor.min(at);
+                    }
+                    // one line each time a follower starts or stops holding producers back
+                    // (Kafka's "Shrinking ISR" / "Expanding ISR")
+                    if counted.insert(id, holds).unwrap_or(true) != holds {
+                        let (topic, partition) = (key.0.as_str(), key.1);
+                        match behind {
+                            _ if holds => tracing::info!(
+                                topic,
+                                partition,
+                                follower = id,
+                                "follower {id} holds producers back again: it answers and is within one budget"
+                            ),
+                            _ if !live => tracing::info!(
+                                topic,
+                                partition,
+                                follower = id,
+                                "follower {id} no longer holds producers back: no answer for {TRAIL_LIVE:?}"
+                            ),
+                            Some(b) => tracing::info!(
+                                topic,
+                                partition,
+                                follower = id,
+                                "follower {id} no longer holds producers back: {b} bytes behind, over the budget of {budget}"
+                            ),
+                            None => tracing::info!(
+                                topic,
+                                partition,
+                                follower = id,
+                                "follower {id} no longer holds producers back: further behind than the leader's record"
+                            ),
+                        }
                     }
                 }
                 floor
@@ -482,6 +553,7 @@ fn release_trailing<C: Logged>(raft: openraft::Raft<C>, trailing: Arc<Trailing>,
                 Some(floor) => trailing.release(floor, budget),
                 None => {
                     moved.clear();
+                    counted.clear();
                     trailing.clear();
                 }
             }
@@ -794,6 +866,8 @@ pub struct ReplicaSpec {
     /// `replica.page.cache.tail.bytes`: while this replica follows, its partition log keeps at
     /// most this many bytes of its end in the page cache (-1: as its config says; decision 0054).
     pub follower_cache_tail: i64,
+    /// When each follower last answered (noted by the group's transport; [`Answering`]).
+    pub answering: Arc<Answering>,
 }
 
 /// Start (or reopen) this broker's replica of a partition. With `initialize` (the first replica
@@ -1223,7 +1297,7 @@ async fn start_group<C: Logged, N: RaftNetworkFactory<C>, SM: RaftStateMachine<C
 where
     C::D: Clone,
 {
-    let ReplicaSpec { key, topic_id, replicas, initialize, snapshot_bytes, budgets, .. } = spec;
+    let ReplicaSpec { key, topic_id, replicas, initialize, snapshot_bytes, budgets, answering, .. } = spec;
     // every group heartbeats each 500 ms: openraft bounds each append (heartbeat or entries) by
     // the heartbeat interval, and at 250 ms a loaded broker's answers came late, every late
     // answer cost a reconnect and the RPCs piled up until a cluster of ~300 groups per broker
@@ -1267,7 +1341,7 @@ where
     observe(key.clone(), raft.metrics());
     let trailing = Arc::new(Trailing::default());
     if !shard {
-        release_trailing(raft.clone(), trailing.clone(), budgets[0].capacity.into());
+        release_trailing(key.clone(), raft.clone(), trailing.clone(), answering, budgets[0].capacity.into());
     }
     let healing = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if let Some(until) = damaged_until {
@@ -2313,6 +2387,21 @@ mod tests {
         assert_eq!(budget.in_use(), 0);
         assert_eq!(trail.behind(50), None, "older than the record");
         assert_eq!(trail.behind(200), Some(TRAIL_RECORD as u64 + 100 - 200));
+    }
+
+    /// A follower is live while it moved or answered within `TRAIL_LIVE`: one whose appends
+    /// time out (stopped most of the time, or starting on a loaded machine) but that answers
+    /// heartbeats and some appends keeps pacing producers. CI's cluster run failed when only a
+    /// move counted: the slow follower had not taken its first entry 2 s after its leader was
+    /// elected, was let go, and ended 426 MB behind.
+    #[test]
+    fn a_follower_that_answers_is_live_though_it_did_not_move() {
+        let now = Instant::now();
+        let ago = |ms: u64| now.checked_sub(Duration::from_millis(ms)).unwrap_or(now);
+        assert!(is_live(now, ago(100), None), "moved just now");
+        assert!(is_live(now, ago(3_000), Some(ago(500))), "answered within TRAIL_LIVE, though it did not move");
+        assert!(!is_live(now, ago(3_000), Some(ago(2_500))), "neither moved nor answered within TRAIL_LIVE");
+        assert!(!is_live(now, ago(3_000), None), "never answered and not moved");
     }
 
     /// Commands keep the JSON form of the Raft log files of earlier versions (base64 bytes, a
