@@ -2451,6 +2451,44 @@ async fn a_slow_follower_paces_producers_and_a_gone_one_does_not_hold_them() {
     assert!(after >= 10, "{after} batches acknowledged from 4 s after a follower was killed");
 }
 
+/// Decision 0060 (group commit): openraft 0.9's core writes each append and waits for its
+/// flush before it takes the next message, so a leader flushed once per produce batch however
+/// many waited. Patched, it takes the messages queued meanwhile first and writes their entries
+/// with one append and one flush. Here 16 connections produce at once to a partition's
+/// leader: it must flush less often than it appends entries (one flush per entry without the
+/// patch, each client write being one entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_writes_the_batches_queued_during_a_flush_with_one_flush() {
+    let (c, ports) = Cluster::start_with_metrics_and(&[]);
+    let leader = replicated_topic(&c, "merged").await;
+    let counts = || {
+        let get = |series| scrape_value(ports[leader], series).unwrap_or(0.0);
+        (get("sluice_raft_log_flushes_total"), get("sluice_raft_log_entries_appended_total"))
+    };
+    let (flushes0, entries0) = counts();
+    let sends: Vec<_> = (0..16)
+        .map(|_| {
+            let bootstrap = c.brokers[leader].bootstrap();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    let value = bytes::Bytes::from(vec![b'm'; 100_000]);
+                    let record =
+                        sluice_protocol::batch::NewRecord { timestamp: 1, value: Some(value), ..Default::default() };
+                    assert_eq!(produce_batch_at(bootstrap.clone(), "merged", record, 30_000).await, 0);
+                }
+            })
+        })
+        .collect();
+    for s in sends {
+        s.await.unwrap();
+    }
+    let (flushes, entries) = counts();
+    let (flushes, entries) = (flushes - flushes0, entries - entries0);
+    eprintln!("the leader appended {entries} entries with {flushes} flushes");
+    assert!(entries >= 320.0, "every batch is an entry on the leader ({entries})");
+    assert!(flushes <= 0.8 * entries, "{flushes} flushes for {entries} entries: the queued writes were not merged");
+}
+
 /// Decision 0054: a follower's partition log keeps only `replica.page.cache.tail.bytes` of its
 /// end in the page cache (no consumer reads it; on this VM a page cache that grows costs a host
 /// fault per page), while the leader's log, read by consumers, stays cached as the kernel keeps

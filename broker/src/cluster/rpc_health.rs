@@ -196,7 +196,9 @@ pub async fn summarize() {
 
 /// openraft 0.9.23's log lines (source file, line of the macro) that each repeat one failed or
 /// stale RPC: the summary above counts those failures instead. Its other lines (storage
-/// errors, snapshot failures) stay. The version is pinned (`=0.9.23` in Cargo.toml);
+/// errors, snapshot failures) stay. The version is pinned (`=0.9.23` in Cargo.toml) and
+/// vendored with a patch (`broker/vendor/openraft-0.9.23`, decision 0060: the lines of
+/// `core/raft_core.rs` are the patched file's, 17 below the package's);
 /// `cluster.rs::raft_rpc_failures_are_summarized_per_peer` fails if an upgrade moves them.
 const PER_RPC_LINES: &[(&str, u32)] = &[
     // "error replication to target=…" (WARN; a storage error is logged again at ERROR, kept)
@@ -209,10 +211,10 @@ const PER_RPC_LINES: &[(&str, u32)] = &[
     ("engine/handler/replication_handler/mod.rs", 287),
     ("engine/handler/replication_handler/mod.rs", 294),
     // a vote request that timed out or failed
-    ("core/raft_core.rs", 1089),
-    ("core/raft_core.rs", 1102),
+    ("core/raft_core.rs", 1106),
+    ("core/raft_core.rs", 1119),
     // "A message will be ignored because vote changed": an answer to an RPC of an earlier term
-    ("core/raft_core.rs", 1539),
+    ("core/raft_core.rs", 1556),
 ];
 
 /// Whether a log event is one of openraft's per-RPC lines ([`PER_RPC_LINES`]).

@@ -824,9 +824,12 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
         I: IntoIterator<Item = Entry<C>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let written = self.write(entries);
+        let mut n = 0u64;
+        let written = self.write(entries.into_iter().inspect(|_| n += 1));
         match written {
             Ok((flusher, end)) => {
+                ::metrics::counter!(crate::metrics::RAFT_LOG_FLUSHES_TOTAL).increment(1);
+                ::metrics::counter!(crate::metrics::RAFT_LOG_ENTRIES_APPENDED_TOTAL).increment(n);
                 // durable on a blocking thread: the Raft task does not wait for the disk
                 tokio::task::spawn_blocking(move || {
                     callback.log_io_completed(flusher.sync_to(end).map(|_| ()).map_err(std::io::Error::other))
