@@ -86,8 +86,8 @@ pub const RAFT_SNAPSHOTS_INSTALLED_TOTAL: &str = "sluice_raft_snapshots_installe
 /// Raft entries read from a partition's log (for a follower, or to apply them), label `from`:
 /// `memory` (its batch kept as appended, decision 0057) or `segment`.
 pub const RAFT_ENTRY_READS_TOTAL: &str = "sluice_raft_entry_reads_total";
-/// Appends to partitions' Raft logs (each made durable with one flush) and the entries they
-/// wrote: a leader writes the client writes queued while it flushed with one append, a
+/// Appends to the Raft logs of partitions and coordinator shards (each made durable with one
+/// flush) and the entries they wrote: a leader writes the client writes queued while it flushed with one append, a
 /// follower the appends queued meanwhile (decision 0060).
 pub const RAFT_LOG_FLUSHES_TOTAL: &str = "sluice_raft_log_flushes_total";
 pub const RAFT_LOG_ENTRIES_APPENDED_TOTAL: &str = "sluice_raft_log_entries_appended_total";

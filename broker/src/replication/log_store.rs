@@ -837,8 +837,11 @@ where
         // wait for the disk. An fsync covers every write to its file before it, and an append
         // that starts a new file fsyncs the one before it first, so completions in any order
         // are correct.
-        match self.write_entries(entries) {
+        let mut n = 0u64;
+        match self.write_entries(entries.into_iter().inspect(|_| n += 1)) {
             Ok(flush) => {
+                ::metrics::counter!(crate::metrics::RAFT_LOG_FLUSHES_TOTAL).increment(1);
+                ::metrics::counter!(crate::metrics::RAFT_LOG_ENTRIES_APPENDED_TOTAL).increment(n);
                 tokio::task::spawn_blocking(move || callback.log_io_completed(flush.run()));
                 Ok(())
             }
