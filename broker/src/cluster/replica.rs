@@ -518,33 +518,17 @@ fn release_trailing<C: Logged>(
                     // one line each time a follower starts or stops holding producers back
                     // (Kafka's "Shrinking ISR" / "Expanding ISR")
                     if counted.insert(id, holds).unwrap_or(true) != holds {
-                        let (topic, partition) = (key.0.as_str(), key.1);
-                        match behind {
-                            _ if holds => tracing::info!(
-                                topic,
-                                partition,
-                                follower = id,
-                                "follower {id} holds producers back again: it answers and is within one budget"
-                            ),
-                            _ if !live => tracing::info!(
-                                topic,
-                                partition,
-                                follower = id,
-                                "follower {id} no longer holds producers back: no answer for {TRAIL_LIVE:?}"
-                            ),
-                            Some(b) => tracing::info!(
-                                topic,
-                                partition,
-                                follower = id,
-                                "follower {id} no longer holds producers back: {b} bytes behind, over the budget of {budget}"
-                            ),
-                            None => tracing::info!(
-                                topic,
-                                partition,
-                                follower = id,
-                                "follower {id} no longer holds producers back: further behind than the leader's record"
-                            ),
-                        }
+                        let why = match behind {
+                            _ if holds => "holds producers back again: it answers and is within one budget".to_string(),
+                            _ if !live => format!("no longer holds producers back: no answer for {TRAIL_LIVE:?}"),
+                            Some(b) => {
+                                format!("no longer holds producers back: {b} bytes behind, over the budget of {budget}")
+                            }
+                            None => {
+                                "no longer holds producers back: further behind than the leader's record".to_string()
+                            }
+                        };
+                        tracing::info!(topic = key.0.as_str(), partition = key.1, follower = id, "follower {id} {why}");
                     }
                 }
                 floor
