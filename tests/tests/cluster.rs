@@ -2397,6 +2397,13 @@ fn keep_producing(
         .collect()
 }
 
+/// The lines of `b`'s log in which its trail says a follower stopped or started holding
+/// producers back (`replica::release_trailing`).
+fn trail_lines(b: &Broker) -> Vec<String> {
+    let log = std::fs::read_to_string(b.data_dir.with_extension("log")).unwrap_or_default();
+    log.lines().filter(|l| l.contains("holds producers back")).map(str::to_string).collect()
+}
+
 /// Issue 19 item 3 (decision 0054): Raft acknowledges a write once a majority holds it, so a
 /// follower slower than the other two fell behind without bound under a saturating producer —
 /// gigabytes in 60 s, then a snapshot of the whole partition. The leader now holds a write's
@@ -2406,14 +2413,18 @@ fn keep_producing(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_follower_paces_producers_and_a_gone_one_does_not_hold_them() {
     let budget = 8_000_000u64;
-    let (mut c, _ports) =
-        Cluster::start_with_metrics_and(&["--replication-partition-in-flight-max-bytes", &budget.to_string()]);
+    let (mut c, _ports) = Cluster::start_with_metrics_logging(
+        &["--replication-partition-in-flight-max-bytes", &budget.to_string()],
+        Some("warn,sluice_broker::cluster::replica=info"),
+    );
     let leader = replicated_topic(&c, "paced").await;
     let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     let (slow, other) = (followers[0], followers[1]);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let producers = keep_producing(c.brokers[leader].bootstrap(), "paced", stop.clone());
-    // the slow follower runs 150 ms of every 900 (moving within `TRAIL_LIVE`, 2 s)
+    // the slow follower runs 150 ms of every 900 (moving within `TRAIL_LIVE`, 2 s);
+    // `TEST_SLOW_RUN_MS` makes it slower (decision 0061 measured 40 ms)
+    let run_ms = std::env::var("TEST_SLOW_RUN_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(150);
     let mut most_behind = 0u64;
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(12) {
@@ -2425,18 +2436,21 @@ async fn a_slow_follower_paces_producers_and_a_gone_one_does_not_hold_them() {
             most_behind = most_behind.max(behind);
         }
         c.brokers[slow].resume();
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(run_ms)).await;
     }
     let written = partition_bytes(&c.brokers[leader], "paced");
     eprintln!(
-        "leader {written} bytes, the slow follower at most {most_behind} behind, the other {} behind",
-        written.saturating_sub(partition_bytes(&c.brokers[other], "paced"))
+        "leader {written} bytes, the slow follower at most {most_behind} behind, the other {} behind; trail: {:#?}",
+        written.saturating_sub(partition_bytes(&c.brokers[other], "paced")),
+        trail_lines(&c.brokers[leader])
     );
     assert!(written > 3 * budget, "the producers went on ({written} bytes)");
     // one budget, plus what was answered or on its way to the follower when it stopped
     assert!(
         most_behind <= 2 * budget,
-        "the slow follower fell {most_behind} bytes behind the leader (budget {budget}, leader {written})"
+        "the slow follower fell {most_behind} bytes behind the leader (budget {budget}, leader {written}); \
+         the leader's trail: {:#?}",
+        trail_lines(&c.brokers[leader])
     );
     // a follower gone: after `TRAIL_LIVE` producers go on at the pace of the one left
     c.brokers[slow].kill9();

@@ -184,56 +184,119 @@ pub(crate) async fn read_frame(s: &mut (impl AsyncRead + Unpin + ?Sized)) -> std
 /// A connection with an unread answer in it is never used again: the next exchange on it
 /// would read that answer as its own (an earlier heartbeat's success taken for a later
 /// append's, so the leader would count entries the follower had not stored).
-async fn exchange<R: DeserializeOwned>(
+async fn exchange<R: DeserializeOwned + Send + 'static>(
     conn: &mut Option<Conn>,
     addr: &str,
-    rpc: &Rpc,
+    rpc: Rpc,
     ttl: Duration,
 ) -> std::io::Result<R> {
     // (a pipeline of one)
     let mut answers = Vec::with_capacity(1);
-    exchange_pipelined(conn, addr, std::slice::from_ref(rpc), ttl, &mut answers).await?;
+    exchange_pipelined(conn, addr, vec![rpc], ttl, &mut answers).await?;
     answers.pop().ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
+}
+
+/// How long an append's exchange that timed out is still read for its answers
+/// ([`GroupPeer`]'s flight): a follower that works on it still answers.
+const LATE_ANSWERS: Duration = Duration::from_secs(5);
+
+/// What the task running an exchange hands its reader ([`Exchange`]).
+enum Read<R> {
+    Answer(R),
+    /// Every answer read: the connection, for the next exchange.
+    Done(Conn),
+    Failed(std::io::Error),
+}
+
+/// An exchange under way on a task of its own, which owns the connection: its answers as they
+/// are read, then the connection back. Dropped before the end, the task stops and the
+/// connection is closed.
+struct Exchange<R> {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Read<R>>,
+    addr: String,
+}
+
+impl<R: DeserializeOwned + Send + 'static> Exchange<R> {
+    /// Send `rpcs` on `conn` (opened if none), each written without waiting for the answers
+    /// before it, and read their answers, all within `bound`.
+    fn start(conn: Option<Conn>, addr: &str, rpcs: Vec<Rpc>, bound: Duration) -> Exchange<R> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Read<R>>();
+        let peer = addr.to_string();
+        tokio::spawn(async move {
+            let work = async {
+                let s = match conn {
+                    Some(s) => s,
+                    None => connect(&peer).await?,
+                };
+                let (mut rd, mut wr) = tokio::io::split(s);
+                let sending = async {
+                    for rpc in &rpcs {
+                        wr.write_all(&framed(rpc)?).await?;
+                    }
+                    Ok::<_, std::io::Error>(())
+                };
+                // answers are read while later requests are written: a peer answering each
+                // before it reads the next (one of an earlier version) is not left waiting
+                let reading = async {
+                    for _ in 0..rpcs.len() {
+                        let answer = read_frame(&mut rd).await?;
+                        let answer = bincode::deserialize(&answer).map_err(std::io::Error::other)?;
+                        let _ = tx.send(Read::Answer(answer));
+                    }
+                    Ok::<_, std::io::Error>(())
+                };
+                tokio::try_join!(sending, reading)?;
+                Ok::<_, std::io::Error>(rd.unsplit(wr))
+            };
+            let end = tokio::select! {
+                end = tokio::time::timeout(bound, work) => end,
+                _ = tx.closed() => return, // no one reads on
+            };
+            let _ = tx.send(match end {
+                Ok(Ok(s)) => Read::Done(s),
+                Ok(Err(e)) => Read::Failed(e),
+                Err(_) => Read::Failed(std::io::Error::new(std::io::ErrorKind::TimedOut, "RPC timed out")),
+            });
+        });
+        Exchange { rx, addr: addr.to_string() }
+    }
+
+    /// Read answers onto `answers` until the exchange ends (`Some`: the connection back, every
+    /// answer read) or `deadline` (`None`: answers still due).
+    async fn read_until(
+        &mut self,
+        deadline: tokio::time::Instant,
+        answers: &mut Vec<R>,
+    ) -> std::io::Result<Option<Conn>> {
+        loop {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(Read::Answer(answer))) => answers.push(answer),
+                Ok(Some(Read::Done(s))) => return Ok(Some(s)),
+                Ok(Some(Read::Failed(e))) => return Err(std::io::Error::new(e.kind(), format!("{}: {e}", self.addr))),
+                Ok(None) => return Err(std::io::Error::other(format!("{}: the exchange's task ended", self.addr))),
+                Err(_) => return Ok(None),
+            }
+        }
+    }
 }
 
 /// Several requests on `conn` (opened if needed), each written without waiting for the
 /// answers before it, all bounded by `ttl`; the answers read are pushed on `answers` in order.
 /// As in [`exchange`], the connection is put back only once every answer has been read.
-async fn exchange_pipelined<R: DeserializeOwned>(
+async fn exchange_pipelined<R: DeserializeOwned + Send + 'static>(
     conn: &mut Option<Conn>,
     addr: &str,
-    rpcs: &[Rpc],
+    rpcs: Vec<Rpc>,
     ttl: Duration,
     answers: &mut Vec<R>,
 ) -> std::io::Result<()> {
-    let run = async {
-        let s = match conn.take() {
-            Some(s) => s,
-            None => connect(addr).await?,
-        };
-        let (mut rd, mut wr) = tokio::io::split(s);
-        let sending = async {
-            for rpc in rpcs {
-                wr.write_all(&framed(rpc)?).await?;
-            }
-            Ok::<_, std::io::Error>(())
-        };
-        // answers are read while later requests are written: a peer answering each before it
-        // reads the next (one of an earlier version) is not left waiting
-        let reading = async {
-            for _ in rpcs {
-                let answer = read_frame(&mut rd).await?;
-                answers.push(bincode::deserialize(&answer).map_err(std::io::Error::other)?);
-            }
-            Ok::<_, std::io::Error>(())
-        };
-        tokio::try_join!(sending, reading)?;
-        *conn = Some(rd.unsplit(wr));
-        Ok(())
-    };
-    match tokio::time::timeout(ttl, run).await {
-        Ok(r) => r,
-        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr}: RPC timed out"))),
+    let mut exchange = Exchange::start(conn.take(), addr, rpcs, ttl);
+    match exchange.read_until(tokio::time::Instant::now() + ttl, answers).await? {
+        Some(s) => {
+            *conn = Some(s);
+            Ok(())
+        }
+        None => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr}: RPC timed out"))),
     }
 }
 
@@ -270,47 +333,19 @@ pub struct Peer {
 impl Peer {
     async fn call<T, E>(&mut self, rpc: Rpc, ttl: Duration) -> Result<T, RPCError<NodeId, BasicNode, E>>
     where
-        T: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
+        T: DeserializeOwned + Send + 'static,
+        E: std::error::Error + DeserializeOwned + Send + 'static,
     {
         // counted per peer however it ends, dropped by openraft's timer included (`rpc_health`)
         let pending = rpc_health::Pending::start(&rpc_health::HEALTH, self.target);
-        let answer: Result<Result<T, E>, std::io::Error> = exchange(&mut self.conn, &self.addr, &rpc, ttl).await;
+        let answer: Result<Result<T, E>, std::io::Error> = exchange(&mut self.conn, &self.addr, rpc, ttl).await;
         match answer {
             Ok(answer) => {
                 pending.finish(Outcome::Answered, None);
                 self.answered(answer)
             }
-            Err(e) => Err(self.failed(pending, e)),
+            Err(e) => Err(self.failed(Some(pending), e)),
         }
-    }
-
-    /// Several RPCs sent one after the other without waiting for their answers (the peer takes
-    /// them in order, `serve`): the answers read, in order, and what stopped the exchange
-    /// before the last was read (then the connection is not used again).
-    #[allow(clippy::result_large_err)] // openraft's error type
-    async fn call_pipelined<T, E>(
-        &mut self,
-        rpcs: Vec<Rpc>,
-        ttl: Duration,
-    ) -> (Vec<Result<T, RPCError<NodeId, BasicNode, E>>>, Option<RPCError<NodeId, BasicNode, E>>)
-    where
-        T: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
-    {
-        let pending = rpc_health::Pending::start(&rpc_health::HEALTH, self.target);
-        let mut answers: Vec<Result<T, E>> = Vec::with_capacity(rpcs.len());
-        let stopped = exchange_pipelined(&mut self.conn, &self.addr, &rpcs, ttl, &mut answers).await;
-        let stopped = match stopped {
-            // (counted by how it ended, after some answers too: a pipeline cut short by a
-            // timeout shows among the peer's timeouts)
-            Err(e) => Some(self.failed(pending, e)),
-            Ok(()) => {
-                pending.finish(Outcome::Answered, None);
-                None
-            }
-        };
-        (answers.into_iter().map(|a| self.answered(a)).collect(), stopped)
     }
 
     #[allow(clippy::result_large_err)] // openraft's error type
@@ -321,14 +356,20 @@ impl Peer {
     }
 
     /// An exchange that got no answer, as openraft's error (and counted by `rpc_health`).
+    /// (`pending`: `None` once counted, as an append whose first deadline passed)
     fn failed<E: std::error::Error>(
         &self,
-        pending: rpc_health::Pending,
+        pending: Option<rpc_health::Pending>,
         e: std::io::Error,
     ) -> RPCError<NodeId, BasicNode, E> {
+        let finish = |outcome, error: &dyn std::fmt::Display| {
+            if let Some(p) = pending {
+                p.finish(outcome, Some(error));
+            }
+        };
         match e.kind() {
             std::io::ErrorKind::ConnectionRefused => {
-                pending.finish(Outcome::Refused, Some(&e));
+                finish(Outcome::Refused, &e);
                 RPCError::Unreachable(Unreachable::new(&e))
             }
             // `serve` closes the connection on an RPC for a group it has no replica of (yet: a
@@ -337,16 +378,16 @@ impl Peer {
             // network error it retried at once on every event: a Jepsen power-cut run counted
             // 1,200 such RPCs a second from one broker to a restarting peer, for 30 s.
             std::io::ErrorKind::UnexpectedEof => {
-                pending.finish(
+                finish(
                     Outcome::Failed,
-                    Some(&"connection closed before an answer (no replica of the group there yet, or stopping)"),
+                    &"connection closed before an answer (no replica of the group there yet, or stopping)",
                 );
                 RPCError::Unreachable(Unreachable::new(&e))
             }
             kind => {
                 match kind {
-                    std::io::ErrorKind::TimedOut => pending.finish(Outcome::TimedOut, Some(&e)),
-                    _ => pending.finish(Outcome::Failed, Some(&e)),
+                    std::io::ErrorKind::TimedOut => finish(Outcome::TimedOut, &e),
+                    _ => finish(Outcome::Failed, &e),
                 }
                 RPCError::Network(NetworkError::new(&e))
             }
@@ -448,17 +489,74 @@ impl<C: GroupRpc> RaftNetworkFactory<C> for GroupNetwork<C> {
             peer: Peer { target, addr: resolve(&self.book, target, node), conn: None },
             chunk_bytes: self.chunk_bytes,
             answering: self.answering.clone(),
+            flight: None,
+            took: None,
             kind: std::marker::PhantomData,
         }
     }
 }
 
+/// One replication stream's transport to a follower: a partition's or coordinator shard's
+/// Raft group on one peer.
 pub struct GroupPeer<C> {
     group: GroupKey,
     peer: Peer,
     chunk_bytes: usize,
     answering: Option<Arc<super::replica::Answering>>,
+    /// An append whose answers were not all read by its deadline: read on before the next
+    /// is sent (decision 0061).
+    flight: Option<Flight>,
+    /// The last entry the follower is known to have taken from this leader (its vote) by an
+    /// append whose answer came after openraft had given up on it: not sent again.
+    took: Option<(openraft::Vote<NodeId>, openraft::LogId<NodeId>)>,
     kind: std::marker::PhantomData<fn() -> C>,
+}
+
+/// A follower's answer to an append, as read off the connection.
+type AppendAnswer = Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>;
+
+/// A copy of `a` (openraft's answer is not `Clone`).
+#[allow(clippy::result_large_err)] // openraft's error type
+fn copy_answer(a: &AppendAnswer) -> AppendAnswer {
+    match a {
+        Ok(AppendEntriesResponse::Success) => Ok(AppendEntriesResponse::Success),
+        Ok(AppendEntriesResponse::PartialSuccess(m)) => Ok(AppendEntriesResponse::PartialSuccess(*m)),
+        Ok(AppendEntriesResponse::Conflict) => Ok(AppendEntriesResponse::Conflict),
+        Ok(AppendEntriesResponse::HigherVote(v)) => Ok(AppendEntriesResponse::HigherVote(*v)),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// An append sent to a follower, as one or more frames (`split_append`), not all answered yet.
+struct Flight {
+    vote: openraft::Vote<NodeId>,
+    /// Each frame's last entry.
+    lasts: Vec<Option<openraft::LogId<NodeId>>>,
+    answers: Vec<AppendAnswer>,
+    exchange: Exchange<AppendAnswer>,
+    /// Counted (`rpc_health`) when it ends or its first deadline passes.
+    pending: Option<rpc_health::Pending>,
+}
+
+/// `rpc` less the entries the follower holds: those up to `took`, which it took from the
+/// same leader (vote) in an append answered after openraft gave up on it. When it holds
+/// them all, a heartbeat at `rpc`'s last entry: it carries the commit index, and its success
+/// tells openraft that the follower holds that entry.
+fn trim_append<C: openraft::RaftTypeConfig<NodeId = NodeId>>(
+    rpc: AppendEntriesRequest<C>,
+    took: openraft::LogId<NodeId>,
+) -> AppendEntriesRequest<C> {
+    use openraft::RaftLogId;
+    let Some(last) = rpc.entries.last().map(|e| *e.get_log_id()) else { return rpc };
+    if rpc.prev_log_id.is_some_and(|p| p.index >= took.index) {
+        return rpc;
+    }
+    let AppendEntriesRequest { vote, leader_commit, entries, .. } = rpc;
+    if took.index >= last.index {
+        return AppendEntriesRequest { vote, prev_log_id: Some(last), leader_commit, entries: Vec::new() };
+    }
+    let entries = entries.into_iter().filter(|e| e.get_log_id().index > took.index).collect();
+    AppendEntriesRequest { vote, prev_log_id: Some(took), leader_commit, entries }
 }
 
 /// `rpc` as appends of about `bytes` of entries each (an entry over it alone; at least one
@@ -524,11 +622,38 @@ where
 }
 
 impl<C> GroupPeer<C> {
-    /// The follower's Raft answered an append (or a heartbeat).
-    fn note_answer(&self) {
-        if let Some(a) = &self.answering {
+    /// Read the flight's answers until it ends or `deadline`: once it ended (it is gone then),
+    /// its answer (as one, `joined_answer`) and its last entry; `None` while answers are due.
+    #[allow(clippy::type_complexity, clippy::result_large_err)] // openraft's error type
+    async fn land(
+        &mut self,
+        deadline: tokio::time::Instant,
+    ) -> Option<(
+        Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>>,
+        Option<openraft::LogId<NodeId>>,
+    )> {
+        let flight = self.flight.as_mut()?;
+        let mut got = Vec::new();
+        let end = flight.exchange.read_until(deadline, &mut got).await;
+        // (the follower's Raft answered: it is alive, if slow — `replica::Answering`)
+        if let (true, Some(a)) = (got.iter().any(|a| a.is_ok()), &self.answering) {
             a.answered(self.peer.target);
         }
+        flight.answers.extend(got);
+        let stopped = match end {
+            Ok(None) => return None,
+            Ok(Some(conn)) => {
+                self.peer.conn = Some(conn);
+                if let Some(p) = flight.pending.take() {
+                    p.finish(Outcome::Answered, None);
+                }
+                None
+            }
+            Err(e) => Some(self.peer.failed(flight.pending.take(), e)),
+        };
+        let flight = self.flight.take()?;
+        let answers = flight.answers.into_iter().map(|a| self.peer.answered(a)).collect();
+        Some((joined_answer(answers, stopped, &flight.lasts), flight.lasts.last().copied().flatten()))
     }
 }
 
@@ -537,32 +662,66 @@ impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
         unreachable_backoff()
     }
 
+    /// Bounded by openraft's soft limit: an exchange cut short by a slow follower ends with
+    /// the answers it read (what the follower took counts) before openraft's own timer, the
+    /// hard limit, drops them all. Its other answers are read before the next append is sent
+    /// (decision 0061): the follower is not sent again what it is still writing, and what it
+    /// took is not sent at all.
+    #[allow(clippy::result_large_err)] // openraft's error type
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<C>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         use openraft::RaftLogId;
-        let mut appends = split_append(rpc, self.chunk_bytes);
-        if appends.len() == 1 {
-            if let Some(rpc) = appends.pop() {
-                let answer = self.peer.call(C::append(self.group.clone(), rpc), option.hard_ttl()).await;
-                if answer.is_ok() {
-                    self.note_answer();
+        let deadline = tokio::time::Instant::now() + option.soft_ttl();
+        let addr = self.peer.addr.clone();
+        let timed_out = |what: &str| {
+            let e = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr}: {what}"));
+            RPCError::Network(NetworkError::new(&e))
+        };
+        if self.flight.as_ref().is_some_and(|f| f.vote != rpc.vote) {
+            self.flight = None; // (another term's)
+        }
+        if self.flight.is_some() {
+            let took = match self.land(deadline).await {
+                None => return Err(timed_out("an earlier append is still unanswered")),
+                // (a higher vote ends this leader's appends, whichever carried it)
+                Some((Ok(AppendEntriesResponse::HigherVote(v)), _)) => return Ok(AppendEntriesResponse::HigherVote(v)),
+                Some((Ok(AppendEntriesResponse::Success), last)) => last,
+                Some((Ok(AppendEntriesResponse::PartialSuccess(m)), _)) => m,
+                // refused or failed: this append goes as openraft asks
+                Some(_) => None,
+            };
+            if let Some(took) = took {
+                if self.took.as_ref().is_none_or(|(v, t)| *v != rpc.vote || t.index < took.index) {
+                    self.took = Some((rpc.vote, took));
                 }
-                return answer;
             }
         }
+        let rpc = match &self.took {
+            Some((v, took)) if *v == rpc.vote => trim_append(rpc, *took),
+            _ => rpc,
+        };
+        let vote = rpc.vote;
+        let appends = split_append(rpc, self.chunk_bytes);
         let lasts: Vec<_> = appends.iter().map(|a| a.entries.last().map(|e| *e.get_log_id())).collect();
         let rpcs = appends.into_iter().map(|a| C::append(self.group.clone(), a)).collect();
-        // bounded by the soft limit: an exchange cut short by a slow follower ends with the
-        // answers it read (what the follower took counts) before openraft's own timer, the hard
-        // limit, drops them all
-        let (answers, stopped) = self.peer.call_pipelined(rpcs, option.soft_ttl()).await;
-        if answers.iter().any(|a| a.is_ok()) {
-            self.note_answer();
+        let exchange = Exchange::start(self.peer.conn.take(), &self.peer.addr, rpcs, option.soft_ttl() + LATE_ANSWERS);
+        let pending = Some(rpc_health::Pending::start(&rpc_health::HEALTH, self.peer.target));
+        self.flight = Some(Flight { vote, lasts, answers: Vec::new(), exchange, pending });
+        if let Some((answer, _)) = self.land(deadline).await {
+            return answer;
         }
-        joined_answer(answers, stopped, &lasts)
+        // not all answered in time: what the follower answered so far is the answer, and the
+        // rest is read on at the next append (counted now as timed out, as it is for openraft)
+        let Some(flight) = self.flight.as_mut() else { return Err(timed_out("RPC timed out")) };
+        let e = timed_out("RPC timed out");
+        if let Some(p) = flight.pending.take() {
+            p.finish(Outcome::TimedOut, Some(&e));
+        }
+        let answers = flight.answers.iter().map(|a| self.peer.answered(copy_answer(a))).collect();
+        joined_answer(answers, Some(e), &flight.lasts)
     }
 
     async fn install_snapshot(
@@ -587,14 +746,14 @@ impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
 pub async fn join(addr: &str, id: NodeId, own: &str) -> anyhow::Result<()> {
     let mut conn = None;
     let answer: Result<(), String> =
-        exchange(&mut conn, addr, &Rpc::Join(id, own.to_string()), Duration::from_secs(150)).await?;
+        exchange(&mut conn, addr, Rpc::Join(id, own.to_string()), Duration::from_secs(150)).await?;
     answer.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
 }
 
 /// Ask the voter at `addr` to remove broker `id` from the cluster.
 pub async fn leave(addr: &str, id: NodeId) -> anyhow::Result<()> {
     let mut conn = None;
-    let answer: Result<(), String> = exchange(&mut conn, addr, &Rpc::Leave(id), Duration::from_secs(60)).await?;
+    let answer: Result<(), String> = exchange(&mut conn, addr, Rpc::Leave(id), Duration::from_secs(60)).await?;
     answer.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
 }
 
@@ -602,7 +761,7 @@ pub async fn leave(addr: &str, id: NodeId) -> anyhow::Result<()> {
 pub async fn drop_from_coordinators(addr: &str, id: NodeId) -> anyhow::Result<()> {
     let mut conn = None;
     let answer: Result<(), String> =
-        exchange(&mut conn, addr, &Rpc::DropFromCoordinators(id), Duration::from_secs(60)).await?;
+        exchange(&mut conn, addr, Rpc::DropFromCoordinators(id), Duration::from_secs(60)).await?;
     answer.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
 }
 
@@ -659,7 +818,7 @@ async fn elect_in(node: &ClusterNode, target: NodeId, key: GroupKey, kind: Group
         GroupKind::Shard => Rpc::ShardElect(key),
     };
     let mut conn = None;
-    let answer: Result<(), String> = exchange(&mut conn, &addr, &rpc, Duration::from_secs(5)).await?;
+    let answer: Result<(), String> = exchange(&mut conn, &addr, rpc, Duration::from_secs(5)).await?;
     answer.map_err(|e| anyhow::anyhow!("broker {target}: {e}"))
 }
 
@@ -707,7 +866,7 @@ impl GroupPeers {
                     continue;
                 };
                 let mut conn = None;
-                let answer: Result<T, String> = match exchange(&mut conn, &addr, &rpc(), Duration::from_secs(5)).await {
+                let answer: Result<T, String> = match exchange(&mut conn, &addr, rpc(), Duration::from_secs(5)).await {
                     Ok(a) => a,
                     Err(e) => Err(e.to_string()),
                 };
@@ -782,7 +941,7 @@ impl super::mend::ShardPeers for GroupPeers {
 /// A Kafka request frame (without its size prefix) to the broker whose cluster port is `addr`,
 /// on `conn` (opened if needed, dropped if the exchange fails): its response frame.
 pub async fn kafka(conn: &mut Option<Conn>, addr: &str, frame: Vec<u8>, ttl: Duration) -> anyhow::Result<Vec<u8>> {
-    let answer: Result<Vec<u8>, String> = exchange(conn, addr, &Rpc::Kafka(frame), ttl).await?;
+    let answer: Result<Vec<u8>, String> = exchange(conn, addr, Rpc::Kafka(frame), ttl).await?;
     answer.map_err(|e| anyhow::anyhow!("{addr}: {e}"))
 }
 
@@ -790,7 +949,7 @@ pub async fn kafka(conn: &mut Option<Conn>, addr: &str, frame: Vec<u8>, ttl: Dur
 pub async fn forward(addr: &str, cmd: &Command) -> anyhow::Result<CommandResult> {
     let mut conn = None;
     let answer: Result<CommandResult, String> =
-        exchange(&mut conn, addr, &Rpc::Forward(cmd.clone()), Duration::from_secs(5)).await?;
+        exchange(&mut conn, addr, Rpc::Forward(cmd.clone()), Duration::from_secs(5)).await?;
     answer.map_err(|e| anyhow::anyhow!("leader at {addr}: {e}"))
 }
 
@@ -1069,13 +1228,13 @@ mod tests {
         let mut conn = None;
         let cancelled = tokio::time::timeout(
             Duration::from_millis(100),
-            exchange::<Result<u64, String>>(&mut conn, &addr, &Rpc::Leave(1), Duration::from_secs(5)),
+            exchange::<Result<u64, String>>(&mut conn, &addr, Rpc::Leave(1), Duration::from_secs(5)),
         )
         .await;
         assert!(cancelled.is_err(), "the first exchange was meant to be cancelled: {cancelled:?}");
         for n in 2..5 {
             let answer: Result<u64, String> =
-                exchange(&mut conn, &addr, &Rpc::Leave(n), Duration::from_secs(5)).await.expect("exchange");
+                exchange(&mut conn, &addr, Rpc::Leave(n), Duration::from_secs(5)).await.expect("exchange");
             assert_eq!(answer, Ok(n), "exchange {n} read another request's answer");
         }
         assert!(conn.is_some(), "a completed exchange keeps its connection");
@@ -1114,6 +1273,95 @@ mod tests {
             AppendEntriesRequest::<PartConfig> { vote, prev_log_id: at(9), leader_commit: at(8), entries: vec![] };
         let one = split_append(heartbeat, 1000);
         assert_eq!((one.len(), one[0].prev_log_id, one[0].entries.len()), (1, at(9), 0));
+    }
+
+    /// Entries the follower took from the same leader in an append answered late are not sent
+    /// again: the rest follow what it took; all of them taken, a heartbeat at the last one
+    /// (its success tells openraft the follower holds it). An append that starts past what it
+    /// took, and a heartbeat, go as they are.
+    #[test]
+    fn what_a_follower_took_late_is_not_sent_again() {
+        let vote = openraft::Vote::new_committed(1, 1);
+        let append = |prev: u64, entries: std::ops::RangeInclusive<u64>| AppendEntriesRequest::<PartConfig> {
+            vote,
+            prev_log_id: at(prev),
+            leader_commit: at(3),
+            entries: entries.map(|i| stored(i, 10)).collect(),
+        };
+        let shape = |a: AppendEntriesRequest<PartConfig>| {
+            (
+                a.prev_log_id.map(|l| l.index),
+                a.entries.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
+                a.leader_commit,
+            )
+        };
+        let took = |i| at(i).expect("log id");
+        assert_eq!(shape(trim_append(append(4, 5..=10), took(7))), (Some(7), vec![8, 9, 10], at(3)));
+        assert_eq!(shape(trim_append(append(4, 5..=10), took(10))), (Some(10), vec![], at(3)));
+        assert_eq!(shape(trim_append(append(4, 5..=10), took(12))), (Some(10), vec![], at(3)));
+        assert_eq!(shape(trim_append(append(4, 5..=10), took(4))), (Some(4), (5..=10).collect(), at(3)));
+        assert_eq!(shape(trim_append(append(8, 9..=10), took(7))), (Some(8), vec![9, 10], at(3)));
+        let heartbeat = AppendEntriesRequest { entries: Vec::new(), ..append(4, 5..=5) };
+        assert_eq!(shape(trim_append(heartbeat, took(7))), (Some(4), vec![], at(3)));
+    }
+
+    /// A follower that answers an append after openraft's deadline (stopped most of the time,
+    /// or on a loaded machine) is not sent the same entries again on a new connection while it
+    /// still writes them — each resend was more work for the follower least able to do it
+    /// (decision 0061). The next append reads the late answer first, and sends only what the
+    /// follower does not hold: here nothing, so a heartbeat at the last entry.
+    #[tokio::test]
+    async fn a_late_answer_is_read_before_the_next_append_and_what_it_took_is_not_sent_again() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        // each append the follower gets: its previous entry and its entries
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<(Option<u64>, Vec<u64>)>::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            let mut first = true;
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else { return };
+                let (log, slow) = (log.clone(), std::mem::take(&mut first));
+                tokio::spawn(async move {
+                    while let Ok(frame) = read_frame(&mut s).await {
+                        let Ok(Rpc::PartAppend(_, r)) = bincode::deserialize(&frame) else { return };
+                        let entries = r.entries.iter().map(|e| e.log_id.index).collect();
+                        log.lock().expect("log").push((r.prev_log_id.map(|l| l.index), entries));
+                        if slow {
+                            tokio::time::sleep(Duration::from_millis(700)).await;
+                        }
+                        let answer: AppendAnswer = Ok(AppendEntriesResponse::Success);
+                        if write_frame(&mut s, &bincode::serialize(&answer).expect("encode")).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let mut peer = GroupPeer::<PartConfig> {
+            group: ("t".into(), 0),
+            peer: Peer { target: 2, addr, conn: None },
+            chunk_bytes: 1 << 20,
+            answering: None,
+            flight: None,
+            took: None,
+            kind: std::marker::PhantomData,
+        };
+        let vote = openraft::Vote::new_committed(1, 1);
+        let append = || AppendEntriesRequest::<PartConfig> {
+            vote,
+            prev_log_id: at(4),
+            leader_commit: at(4),
+            entries: (5..=8).map(|i| stored(i, 100)).collect(),
+        };
+        // (openraft's limit: its soft part, 375 ms, bounds the exchange)
+        let first = peer.append_entries(append(), RPCOption::new(Duration::from_millis(500))).await;
+        assert!(first.is_err(), "answered after the deadline: {first:?}");
+        // openraft sends the same entries again
+        let second = peer.append_entries(append(), RPCOption::new(Duration::from_secs(2))).await;
+        assert_eq!(second.ok(), Some(AppendEntriesResponse::Success));
+        let seen = seen.lock().expect("log").clone();
+        assert_eq!(seen, vec![(Some(4), vec![5, 6, 7, 8]), (Some(8), vec![])], "what the follower was sent");
     }
 
     /// The answers to a split append join into what the follower took: up to the first append
@@ -1164,8 +1412,8 @@ mod tests {
             .await;
         });
         let (mut conn, mut answers) = (None, Vec::<Result<u64, String>>::new());
-        let rpcs = [Rpc::Leave(0), Rpc::Leave(1), Rpc::Leave(2)];
-        exchange_pipelined(&mut conn, &addr, &rpcs, Duration::from_secs(5), &mut answers)
+        let rpcs = vec![Rpc::Leave(0), Rpc::Leave(1), Rpc::Leave(2)];
+        exchange_pipelined(&mut conn, &addr, rpcs, Duration::from_secs(5), &mut answers)
             .await
             .expect("all three answered");
         assert_eq!(answers, vec![Ok(0), Ok(1), Ok(2)]);
