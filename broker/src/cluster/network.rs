@@ -536,6 +536,8 @@ struct Flight {
     exchange: Exchange<AppendAnswer>,
     /// Counted (`rpc_health`) when it ends or its first deadline passes.
     pending: Option<rpc_health::Pending>,
+    /// Sent without entries the follower took late (`trim_append`).
+    trimmed: bool,
 }
 
 /// `rpc` less the entries the follower holds: those up to `took`, which it took from the
@@ -653,7 +655,27 @@ impl<C> GroupPeer<C> {
         };
         let flight = self.flight.take()?;
         let answers = flight.answers.into_iter().map(|a| self.peer.answered(a)).collect();
-        Some((joined_answer(answers, stopped, &flight.lasts), flight.lasts.last().copied().flatten()))
+        let answer = self.unless_lost(flight.trimmed, joined_answer(answers, stopped, &flight.lasts));
+        Some((answer, flight.lasts.last().copied().flatten()))
+    }
+
+    /// `answer` to an append, unless it was trimmed (`trim_append`) and refused: then the
+    /// follower no longer holds what it took (its data wiped within this leader's term, say).
+    /// What it took is forgotten, and openraft is told of a failure, not of a conflict at a
+    /// point it did not send (at none, openraft's replication would stop on it), so it sends
+    /// the append again, whole.
+    #[allow(clippy::result_large_err)] // openraft's error type
+    fn unless_lost(
+        &mut self,
+        trimmed: bool,
+        answer: Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>>,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        if !(trimmed && matches!(answer, Ok(AppendEntriesResponse::Conflict))) {
+            return answer;
+        }
+        self.took = None;
+        let e = std::io::Error::other(format!("{}: no longer holds the entries it took", self.peer.addr));
+        Err(RPCError::Network(NetworkError::new(&e)))
     }
 }
 
@@ -699,9 +721,14 @@ impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
                 }
             }
         }
-        let rpc = match &self.took {
-            Some((v, took)) if *v == rpc.vote => trim_append(rpc, *took),
-            _ => rpc,
+        let (rpc, trimmed) = match &self.took {
+            Some((v, took)) if *v == rpc.vote => {
+                let sent = (rpc.prev_log_id, rpc.entries.len());
+                let rpc = trim_append(rpc, *took);
+                let trimmed = sent != (rpc.prev_log_id, rpc.entries.len());
+                (rpc, trimmed)
+            }
+            _ => (rpc, false),
         };
         let vote = rpc.vote;
         let appends = split_append(rpc, self.chunk_bytes);
@@ -709,7 +736,7 @@ impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
         let rpcs = appends.into_iter().map(|a| C::append(self.group.clone(), a)).collect();
         let exchange = Exchange::start(self.peer.conn.take(), &self.peer.addr, rpcs, option.soft_ttl() + LATE_ANSWERS);
         let pending = Some(rpc_health::Pending::start(&rpc_health::HEALTH, self.peer.target));
-        self.flight = Some(Flight { vote, lasts, answers: Vec::new(), exchange, pending });
+        self.flight = Some(Flight { vote, lasts, answers: Vec::new(), exchange, pending, trimmed });
         if let Some((answer, _)) = self.land(deadline).await {
             return answer;
         }
@@ -721,7 +748,9 @@ impl<C: GroupRpc> RaftNetwork<C> for GroupPeer<C> {
             p.finish(Outcome::TimedOut, Some(&e));
         }
         let answers = flight.answers.iter().map(|a| self.peer.answered(copy_answer(a))).collect();
-        joined_answer(answers, Some(e), &flight.lasts)
+        let answer = joined_answer(answers, Some(e), &flight.lasts);
+        let trimmed = flight.trimmed;
+        self.unless_lost(trimmed, answer)
     }
 
     async fn install_snapshot(
@@ -1362,6 +1391,68 @@ mod tests {
         assert_eq!(second.ok(), Some(AppendEntriesResponse::Success));
         let seen = seen.lock().expect("log").clone();
         assert_eq!(seen, vec![(Some(4), vec![5, 6, 7, 8]), (Some(8), vec![])], "what the follower was sent");
+    }
+
+    /// A follower that took entries late and then lost them within the leader's term (wiped
+    /// and restarted) refuses the trimmed append: that is not a conflict at the point openraft
+    /// sent from (at none, openraft's replication would stop on it), so openraft is told of a
+    /// failure, what the follower took is forgotten, and the append goes again whole.
+    #[tokio::test]
+    async fn a_follower_that_lost_what_it_took_late_is_sent_it_again_whole() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<(Option<u64>, Vec<u64>)>::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            let mut first = true;
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else { return };
+                let (log, slow) = (log.clone(), std::mem::take(&mut first));
+                tokio::spawn(async move {
+                    while let Ok(frame) = read_frame(&mut s).await {
+                        let Ok(Rpc::PartAppend(_, r)) = bincode::deserialize(&frame) else { return };
+                        let prev = r.prev_log_id.map(|l| l.index);
+                        log.lock().expect("log").push((prev, r.entries.iter().map(|e| e.log_id.index).collect()));
+                        if slow {
+                            tokio::time::sleep(Duration::from_millis(700)).await;
+                        }
+                        // (wiped after its first answer: it holds entries up to 4 only)
+                        let answer: AppendAnswer = match prev {
+                            Some(p) if p > 4 => Ok(AppendEntriesResponse::Conflict),
+                            _ => Ok(AppendEntriesResponse::Success),
+                        };
+                        if write_frame(&mut s, &bincode::serialize(&answer).expect("encode")).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let mut peer = GroupPeer::<PartConfig> {
+            group: ("t".into(), 0),
+            peer: Peer { target: 2, addr, conn: None },
+            chunk_bytes: 1 << 20,
+            answering: None,
+            flight: None,
+            took: None,
+            kind: std::marker::PhantomData,
+        };
+        let vote = openraft::Vote::new_committed(1, 1);
+        let append = || AppendEntriesRequest::<PartConfig> {
+            vote,
+            prev_log_id: at(4),
+            leader_commit: at(4),
+            entries: (5..=8).map(|i| stored(i, 100)).collect(),
+        };
+        let first = peer.append_entries(append(), RPCOption::new(Duration::from_millis(500))).await;
+        assert!(first.is_err(), "answered after the deadline: {first:?}");
+        let second = peer.append_entries(append(), RPCOption::new(Duration::from_secs(2))).await;
+        assert!(matches!(second, Err(RPCError::Network(_))), "a refused trimmed append is a failure: {second:?}");
+        let third = peer.append_entries(append(), RPCOption::new(Duration::from_secs(2))).await;
+        assert_eq!(third.ok(), Some(AppendEntriesResponse::Success));
+        let seen = seen.lock().expect("log").clone();
+        let whole = (Some(4), vec![5, 6, 7, 8]);
+        assert_eq!(seen, vec![whole.clone(), (Some(8), vec![]), whole], "what the follower was sent");
     }
 
     /// The answers to a split append join into what the follower took: up to the first append
