@@ -1334,17 +1334,15 @@ mod tests {
         assert_eq!(shape(trim_append(heartbeat, took(7))), (Some(4), vec![], at(3)));
     }
 
-    /// A follower that answers an append after openraft's deadline (stopped most of the time,
-    /// or on a loaded machine) is not sent the same entries again on a new connection while it
-    /// still writes them — each resend was more work for the follower least able to do it
-    /// (decision 0061). The next append reads the late answer first, and sends only what the
-    /// follower does not hold: here nothing, so a heartbeat at the last entry.
-    #[tokio::test]
-    async fn a_late_answer_is_read_before_the_next_append_and_what_it_took_is_not_sent_again() {
+    /// Each append a follower got: its previous entry's index and its entries' indexes.
+    type Seen = Arc<std::sync::Mutex<Vec<(Option<u64>, Vec<u64>)>>>;
+
+    /// A follower that answers each append as `answer` says (from its previous entry's index),
+    /// the appends on its first connection only after 700 ms; and the appends it got.
+    async fn late_follower(answer: fn(Option<u64>) -> AppendEntriesResponse<NodeId>) -> (String, Seen) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
-        // each append the follower gets: its previous entry and its entries
-        let seen = Arc::new(std::sync::Mutex::new(Vec::<(Option<u64>, Vec<u64>)>::new()));
+        let seen = Seen::default();
         let log = seen.clone();
         tokio::spawn(async move {
             let mut first = true;
@@ -1354,20 +1352,27 @@ mod tests {
                 tokio::spawn(async move {
                     while let Ok(frame) = read_frame(&mut s).await {
                         let Ok(Rpc::PartAppend(_, r)) = bincode::deserialize(&frame) else { return };
-                        let entries = r.entries.iter().map(|e| e.log_id.index).collect();
-                        log.lock().expect("log").push((r.prev_log_id.map(|l| l.index), entries));
+                        let prev = r.prev_log_id.map(|l| l.index);
+                        log.lock().expect("log").push((prev, r.entries.iter().map(|e| e.log_id.index).collect()));
                         if slow {
                             tokio::time::sleep(Duration::from_millis(700)).await;
                         }
-                        let answer: AppendAnswer = Ok(AppendEntriesResponse::Success);
-                        if write_frame(&mut s, &bincode::serialize(&answer).expect("encode")).await.is_err() {
+                        let answer: AppendAnswer = Ok(answer(prev));
+                        let answer = bincode::serialize(&answer).expect("encode");
+                        if write_frame(&mut s, &answer).await.is_err() {
                             return;
                         }
                     }
                 });
             }
         });
-        let mut peer = GroupPeer::<PartConfig> {
+        (addr, seen)
+    }
+
+    /// A leader's transport to the follower at `addr`; and the append openraft sends it
+    /// (entries 5–8 after 4), whose first try times out there (`late_follower`).
+    fn leader_of(addr: String) -> (GroupPeer<PartConfig>, impl Fn() -> AppendEntriesRequest<PartConfig>) {
+        let peer = GroupPeer::<PartConfig> {
             group: ("t".into(), 0),
             peer: Peer { target: 2, addr, conn: None },
             chunk_bytes: 1 << 20,
@@ -1377,12 +1382,24 @@ mod tests {
             kind: std::marker::PhantomData,
         };
         let vote = openraft::Vote::new_committed(1, 1);
-        let append = || AppendEntriesRequest::<PartConfig> {
+        let append = move || AppendEntriesRequest::<PartConfig> {
             vote,
             prev_log_id: at(4),
             leader_commit: at(4),
             entries: (5..=8).map(|i| stored(i, 100)).collect(),
         };
+        (peer, append)
+    }
+
+    /// A follower that answers an append after openraft's deadline (stopped most of the time,
+    /// or on a loaded machine) is not sent the same entries again on a new connection while it
+    /// still writes them — each resend was more work for the follower least able to do it
+    /// (decision 0061). The next append reads the late answer first, and sends only what the
+    /// follower does not hold: here nothing, so a heartbeat at the last entry.
+    #[tokio::test]
+    async fn a_late_answer_is_read_before_the_next_append_and_what_it_took_is_not_sent_again() {
+        let (addr, seen) = late_follower(|_| AppendEntriesResponse::Success).await;
+        let (mut peer, append) = leader_of(addr);
         // (openraft's limit: its soft part, 375 ms, bounds the exchange)
         let first = peer.append_entries(append(), RPCOption::new(Duration::from_millis(500))).await;
         assert!(first.is_err(), "answered after the deadline: {first:?}");
@@ -1399,51 +1416,13 @@ mod tests {
     /// failure, what the follower took is forgotten, and the append goes again whole.
     #[tokio::test]
     async fn a_follower_that_lost_what_it_took_late_is_sent_it_again_whole() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        let seen = Arc::new(std::sync::Mutex::new(Vec::<(Option<u64>, Vec<u64>)>::new()));
-        let log = seen.clone();
-        tokio::spawn(async move {
-            let mut first = true;
-            loop {
-                let Ok((mut s, _)) = listener.accept().await else { return };
-                let (log, slow) = (log.clone(), std::mem::take(&mut first));
-                tokio::spawn(async move {
-                    while let Ok(frame) = read_frame(&mut s).await {
-                        let Ok(Rpc::PartAppend(_, r)) = bincode::deserialize(&frame) else { return };
-                        let prev = r.prev_log_id.map(|l| l.index);
-                        log.lock().expect("log").push((prev, r.entries.iter().map(|e| e.log_id.index).collect()));
-                        if slow {
-                            tokio::time::sleep(Duration::from_millis(700)).await;
-                        }
-                        // (wiped after its first answer: it holds entries up to 4 only)
-                        let answer: AppendAnswer = match prev {
-                            Some(p) if p > 4 => Ok(AppendEntriesResponse::Conflict),
-                            _ => Ok(AppendEntriesResponse::Success),
-                        };
-                        if write_frame(&mut s, &bincode::serialize(&answer).expect("encode")).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        let mut peer = GroupPeer::<PartConfig> {
-            group: ("t".into(), 0),
-            peer: Peer { target: 2, addr, conn: None },
-            chunk_bytes: 1 << 20,
-            answering: None,
-            flight: None,
-            took: None,
-            kind: std::marker::PhantomData,
-        };
-        let vote = openraft::Vote::new_committed(1, 1);
-        let append = || AppendEntriesRequest::<PartConfig> {
-            vote,
-            prev_log_id: at(4),
-            leader_commit: at(4),
-            entries: (5..=8).map(|i| stored(i, 100)).collect(),
-        };
+        // (wiped after its first answer: it holds entries up to 4 only)
+        let (addr, seen) = late_follower(|prev| match prev {
+            Some(p) if p > 4 => AppendEntriesResponse::Conflict,
+            _ => AppendEntriesResponse::Success,
+        })
+        .await;
+        let (mut peer, append) = leader_of(addr);
         let first = peer.append_entries(append(), RPCOption::new(Duration::from_millis(500))).await;
         assert!(first.is_err(), "answered after the deadline: {first:?}");
         let second = peer.append_entries(append(), RPCOption::new(Duration::from_secs(2))).await;
