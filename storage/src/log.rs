@@ -44,6 +44,27 @@ pub const SNAPSHOT_VERSION: u16 = 1;
 /// The unit in which the active segment's synced bytes leave the page cache (decision 0053).
 const DROP_STEP: u64 = 2 * 1024 * 1024;
 
+/// Write each batch's planned base offset, and `leader_epoch` if any, into its header.
+fn stamp(batches: &mut [u8], metas: &[BatchMeta], leader_epoch: Option<i32>) {
+    for m in metas {
+        batch::set_base_offset(&mut batches[m.position..], m.base_offset);
+        if let Some(e) = leader_epoch {
+            batch::set_partition_leader_epoch(&mut batches[m.position..], e);
+        }
+    }
+}
+
+/// An append's batches placed ([`Log::plan`]): each one's offsets, and whether the active
+/// segment rolls before they are written.
+struct Plan {
+    metas: Vec<BatchMeta>,
+    first: i64,
+    next: i64,
+    max_ts: i64,
+    offset_of_max: i64,
+    need_roll: bool,
+}
+
 /// What an append stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppendInfo {
@@ -927,6 +948,39 @@ impl Log {
     }
 
     fn append_checked(&mut self, batches: &mut [u8], now_ms: i64, leader_epoch: Option<i32>) -> Result<AppendInfo> {
+        let plan = self.plan(batches, now_ms)?;
+        // the log's own epoch wins: every batch it stores must carry it (decision 0043)
+        stamp(batches, &plan.metas, self.config.leader_epoch.or(leader_epoch));
+        self.commit(batches, plan)
+    }
+
+    /// [`Log::append_past_damage`] of shared bytes: written as they are when every batch in
+    /// them already carries the base offset and epoch this append gives it (a replica's copy
+    /// of what its leader stored: decision 0062), so a batch shared with a received frame is not
+    /// copied; otherwise copied (no copy if `batches` is their only holder), stamped and
+    /// written. `batches` ends as what was stored.
+    pub fn append_shared(&mut self, batches: &mut Bytes, now_ms: i64, leader_epoch: Option<i32>) -> Result<AppendInfo> {
+        self.check_writable()?;
+        let plan = self.plan(batches, now_ms)?;
+        let leader_epoch = self.config.leader_epoch.or(leader_epoch);
+        let stamped = plan.metas.iter().all(|m| {
+            BatchView::parse_unchecked_crc(&batches[m.position..]).is_ok_and(|v| {
+                v.base_offset() == m.base_offset && leader_epoch.is_none_or(|e| v.partition_leader_epoch() == e)
+            })
+        });
+        if stamped {
+            return self.commit(batches, plan);
+        }
+        let mut owned = Vec::from(std::mem::take(batches));
+        stamp(&mut owned, &plan.metas, leader_epoch);
+        let info = self.commit(&owned, plan);
+        *batches = Bytes::from(owned);
+        info
+    }
+
+    /// Where each batch of `batches` goes (their CRCs and sizes checked) and whether the active
+    /// segment rolls first; nothing written.
+    fn plan(&mut self, batches: &[u8], now_ms: i64) -> Result<Plan> {
         if batches.is_empty() {
             return Err(StorageError::InvalidBatch {
                 position: 0,
@@ -980,16 +1034,14 @@ impl Log {
                     || a.time_index.is_full()
                     || next - a.base_offset() > i64::from(u32::MAX))
         };
+        Ok(Plan { metas, first, next, max_ts, offset_of_max, need_roll })
+    }
+
+    /// Write planned (and stamped) `batches` at the log end, rolling first if planned.
+    fn commit(&mut self, batches: &[u8], plan: Plan) -> Result<AppendInfo> {
+        let Plan { metas, first, next, max_ts, offset_of_max, need_roll } = plan;
         if need_roll {
             self.roll()?;
-        }
-        // the log's own epoch wins: every batch it stores must carry it (decision 0043)
-        let leader_epoch = self.config.leader_epoch.or(leader_epoch);
-        for m in &metas {
-            batch::set_base_offset(&mut batches[m.position..], m.base_offset);
-            if let Some(e) = leader_epoch {
-                batch::set_partition_leader_epoch(&mut batches[m.position..], e);
-            }
         }
         if let Err(e) = self.active_mut().append(batches, &metas) {
             self.offline.store(true, Ordering::Release);

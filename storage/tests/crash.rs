@@ -1,6 +1,7 @@
 //! Crash-recovery tests: cut the last segment at every byte position of its last batches, flip
 //! random bytes, damage index files; reopen; the log must hold exactly the valid prefix and
-//! accept appends after it. Plus: two processes on one directory, and group commit.
+//! accept appends after it. Plus: two processes on one directory, group commit, and appends of
+//! shared bytes.
 #![allow(clippy::unwrap_used)]
 mod common;
 
@@ -244,6 +245,45 @@ fn bad_batches_are_refused_without_a_partial_write() {
     assert_eq!(log.size_bytes(), 0);
     let mut g = good.clone();
     assert_eq!(log.append(&mut g, 0, None).unwrap().first_offset, 0);
+}
+
+/// `append_shared` (decision 0062): a batch that already carries the base offset and epoch it
+/// is given (a replica's copy of its leader's) is stored as the bytes it came in, not a copy;
+/// one that does not is stamped in a copy, the bytes it shares left as they were; a bad CRC is
+/// refused either way, nothing written.
+#[test]
+fn shared_batches_are_stored_as_they_came_when_stamped_and_copied_when_not() {
+    use sluice_protocol::batch::{set_base_offset, set_partition_leader_epoch, BatchView};
+    let root = tempfile::tempdir().unwrap();
+    // epochs given per append (Raft terms, as a replica's log has them), not one per log
+    let config = LogConfig { leader_epoch: None, ..small_config() };
+    let mut log = Log::open(&root.path().join("p"), config).unwrap();
+    let mut stamped = make_batch(1, 10, 1, 1);
+    set_base_offset(&mut stamped, 0);
+    set_partition_leader_epoch(&mut stamped, 3);
+    let frame = bytes::Bytes::from(stamped.clone());
+    let mut came = frame.slice(..); // shared: any stamp would need a copy
+    assert_eq!(log.append_shared(&mut came, 0, Some(3)).unwrap().first_offset, 0);
+    assert_eq!(came.as_ptr(), frame.as_ptr(), "stored as it came");
+    assert_eq!(&log.read_retained(0, 1).unwrap()[..], &stamped[..]);
+
+    let original = make_batch(1, 10, 2, 1);
+    let frame = bytes::Bytes::from(original.clone());
+    let mut shared = frame.slice(..);
+    assert_eq!(log.append_shared(&mut shared, 0, Some(3)).unwrap().first_offset, 1);
+    assert_eq!(&frame[..], &original[..], "the shared bytes untouched");
+    let view = BatchView::parse(&shared).unwrap().0;
+    assert_eq!((view.base_offset(), view.partition_leader_epoch()), (1, 3));
+    assert_eq!(&log.read_retained(1, 1).unwrap()[..], &shared[..]);
+
+    let mut bad = make_batch(1, 10, 3, 1);
+    set_base_offset(&mut bad, 2);
+    set_partition_leader_epoch(&mut bad, 3);
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    let refused = log.append_shared(&mut bytes::Bytes::from(bad), 0, Some(3));
+    assert!(matches!(refused, Err(StorageError::InvalidBatch { .. })), "{refused:?}");
+    assert_eq!(log.log_end_offset(), 2);
 }
 
 #[test]

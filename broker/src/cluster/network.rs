@@ -7,7 +7,7 @@ use super::failover::Carried;
 use super::rpc_health::{self, Outcome};
 use super::{ClusterNode, Command, CommandResult, NodeId, TypeConfig};
 use crate::replication::log_store::Logged;
-use crate::replication::types::{GroupKey, KvEntry, PartConfig, ShardConfig};
+use crate::replication::types::{decode_sharing, GroupKey, KvEntry, PartCommand, PartConfig, ShardConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -146,15 +146,88 @@ async fn write_frame(s: &mut (impl AsyncWrite + Unpin + ?Sized), body: &[u8]) ->
     s.write_all(&buf).await
 }
 
-/// `rpc` as one frame, serialized after its length into one buffer (an append's batches are
-/// copied once on their way to the socket, not again to put the length before them).
-fn framed(rpc: &Rpc) -> std::io::Result<Vec<u8>> {
+/// `rpc` as one frame: its length and its bincode, in parts. The `Stored` batches of a
+/// partition's append are parts of their own, the entries' shared bytes, so a batch is not
+/// copied on its way to the socket (decision 0062); the rest is serialized into buffers.
+fn framed(rpc: &Rpc) -> std::io::Result<Vec<bytes::Bytes>> {
     let size = bincode::serialized_size(rpc).map_err(std::io::Error::other)?;
     let len = u32::try_from(size).map_err(|_| std::io::Error::other("frame too large"))?;
-    let mut frame = Vec::with_capacity(4 + len as usize);
-    frame.extend_from_slice(&len.to_be_bytes());
+    let lent = match rpc {
+        Rpc::PartAppend(_, req) => req
+            .entries
+            .iter()
+            .filter_map(|e| match &e.payload {
+                openraft::EntryPayload::Normal(PartCommand::Stored { batch }) => Some(batch.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut frame = Gather { lent, next: 0, head: Vec::with_capacity(4096), parts: Vec::new() };
+    frame.head.extend_from_slice(&len.to_be_bytes());
     bincode::serialize_into(&mut frame, rpc).map_err(std::io::Error::other)?;
-    Ok(frame)
+    if !frame.head.is_empty() {
+        frame.parts.push(bytes::Bytes::from(frame.head));
+    }
+    Ok(frame.parts)
+}
+
+/// A frame as bincode writes it ([`framed`]): a write of exactly the next lent batch's bytes
+/// (bincode writes a byte string with one `write_all` after its length) becomes that batch as
+/// a part of its own; every other write is copied into the current buffer.
+struct Gather {
+    lent: Vec<bytes::Bytes>,
+    next: usize,
+    head: Vec<u8>,
+    parts: Vec<bytes::Bytes>,
+}
+
+impl std::io::Write for Gather {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.lent.get(self.next) {
+            Some(b) if !buf.is_empty() && b.as_ptr() == buf.as_ptr() && b.len() == buf.len() => {
+                if !self.head.is_empty() {
+                    self.parts.push(bytes::Bytes::from(std::mem::take(&mut self.head)));
+                }
+                self.parts.push(b.clone());
+                self.next += 1;
+            }
+            _ => self.head.extend_from_slice(buf),
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Write `parts` whole, in order, with vectored writes.
+async fn write_parts(s: &mut (impl AsyncWrite + Unpin + ?Sized), mut parts: Vec<bytes::Bytes>) -> std::io::Result<()> {
+    use bytes::Buf;
+    let mut i = 0;
+    while i < parts.len() {
+        if parts[i].is_empty() {
+            i += 1;
+            continue;
+        }
+        let slices: Vec<std::io::IoSlice> = parts[i..].iter().take(64).map(|p| std::io::IoSlice::new(p)).collect();
+        let mut n = s.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 && i < parts.len() {
+            let l = parts[i].len();
+            if n >= l {
+                n -= l;
+                i += 1;
+            } else {
+                parts[i].advance(n);
+                n = 0;
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(crate) async fn read_frame(s: &mut (impl AsyncRead + Unpin + ?Sized)) -> std::io::Result<Vec<u8>> {
@@ -231,7 +304,7 @@ impl<R: DeserializeOwned + Send + 'static> Exchange<R> {
                 let (mut rd, mut wr) = tokio::io::split(s);
                 let sending = async {
                     for rpc in &rpcs {
-                        wr.write_all(&framed(rpc)?).await?;
+                        write_parts(&mut wr, framed(rpc)?).await?;
                     }
                     Ok::<_, std::io::Error>(())
                 };
@@ -1038,7 +1111,9 @@ async fn serve_connection(socket: Conn, peer: std::net::SocketAddr, answer: impl
         let mut carried: Option<Carried> = None;
         loop {
             let Ok(frame) = read_frame(&mut reading).await else { return carried };
-            let rpc: Rpc = match bincode::deserialize(&frame) {
+            // the batches an append carries stay in the frame's memory (decision 0062)
+            let frame = bytes::Bytes::from(frame);
+            let rpc: Rpc = match decode_sharing(&frame, |f| bincode::deserialize(f)) {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(%peer, "bad Raft RPC: {e}; closing");
@@ -1280,6 +1355,56 @@ mod tests {
 
     fn at(index: u64) -> Option<openraft::LogId<NodeId>> {
         Some(openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index))
+    }
+
+    /// An append's batches are not copied on either side (decision 0062): the frame the leader
+    /// writes holds them as parts of their own (its bytes still exactly bincode's, after the
+    /// length), written whole through a pipe that takes a little at a time; the follower's
+    /// decode leaves each batch a slice of the frame it read. Outside `decode_sharing`, a
+    /// decode copies (nothing else may come to hold a frame).
+    #[tokio::test]
+    async fn an_appends_batches_are_neither_copied_into_its_frame_nor_out_of_it() {
+        use crate::replication::types::PartCommand::Stored;
+        use openraft::EntryPayload::Normal;
+        let batch_of = |e: &openraft::Entry<PartConfig>| match &e.payload {
+            Normal(Stored { batch }) => batch.clone(),
+            other => panic!("not a stored batch: {other:?}"),
+        };
+        let vote = openraft::Vote::new_committed(1, 1);
+        let entries: Vec<_> = [(10, 3000), (11, 5), (12, 70_000)].iter().map(|(i, n)| stored(*i, *n)).collect();
+        let batches: Vec<bytes::Bytes> = entries.iter().map(batch_of).collect();
+        let req = AppendEntriesRequest::<PartConfig> { vote, prev_log_id: at(9), leader_commit: at(8), entries };
+        let rpc = Rpc::PartAppend(("t".to_string(), 0), req);
+
+        let parts = framed(&rpc).expect("frame");
+        for b in &batches {
+            let own = parts.iter().any(|p| p.as_ptr() == b.as_ptr() && p.len() == b.len());
+            assert!(own, "a batch of {} bytes copied into the frame", b.len());
+        }
+        let body = bincode::serialize(&rpc).expect("encode");
+        let whole = parts.concat();
+        assert_eq!((&whole[..4], &whole[4..]), (&(body.len() as u32).to_be_bytes()[..], &body[..]));
+
+        let (mut a, mut b) = tokio::io::duplex(1000);
+        let writer = tokio::spawn(async move { write_parts(&mut a, parts).await });
+        let frame = bytes::Bytes::from(read_frame(&mut b).await.expect("read"));
+        writer.await.expect("writer").expect("write");
+        assert_eq!(&frame[..], &body[..]);
+
+        let within = |batch: &bytes::Bytes| {
+            let at = batch.as_ptr() as usize;
+            (frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len()).contains(&at)
+        };
+        let Ok(Rpc::PartAppend(_, shared)) = decode_sharing(&frame, |f| bincode::deserialize::<Rpc>(f)) else {
+            panic!("not decoded as an append")
+        };
+        for (e, want) in shared.entries.iter().zip(&batches) {
+            let got = batch_of(e);
+            assert_eq!(&got, want);
+            assert!(within(&got), "a batch of {} bytes copied out of its frame", got.len());
+        }
+        let Ok(Rpc::PartAppend(_, copied)) = bincode::deserialize::<Rpc>(&frame) else { panic!("not decoded") };
+        assert!(copied.entries.iter().map(batch_of).all(|b| !within(&b)));
     }
 
     /// An append split to be pipelined: appends of at most the bound (an entry over it alone),

@@ -217,7 +217,7 @@ impl crate::replication::partition_log_store::SegmentLog for Partition {
     }
     fn append_entry(
         &self,
-        batch: &mut [u8],
+        batch: &mut bytes::Bytes,
         term: i32,
         now_ms: i64,
         judged: bool,

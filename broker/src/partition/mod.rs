@@ -319,7 +319,7 @@ impl Partition {
     /// all in the log).
     pub fn append_entry(
         &self,
-        batch: &mut [u8],
+        batch: &mut bytes::Bytes,
         term: i32,
         now_ms: i64,
         judged: bool,
@@ -331,7 +331,7 @@ impl Partition {
                 && !v.is_control()
                 && producers.get(&v.producer_id()).is_none_or(|e| e.txn_first_offset.is_none())
         });
-        let info = log.append_past_damage(batch, now_ms, Some(term))?;
+        let info = log.append_shared(batch, now_ms, Some(term))?;
         if judged {
             let mut a = self.appended.lock().or_die();
             *a = if a.0 == term { (term, a.1 + 1) } else { (term, 1) };
@@ -1491,7 +1491,7 @@ mod entry_tests {
                 let seq = |p: &Partition, pid: i64| {
                     p.producers.lock().unwrap().get(&pid).and_then(|e| e.batches.back().map(|b| b.last_seq + 1)).unwrap_or(0)
                 };
-                let mut b = match op {
+                let b = match op {
                     Op::Batch { pid, n, txn } => {
                         let pid = i64::from(pid % 3) + 10;
                         let recs: Vec<NewRecord> = (0..n).map(|i| NewRecord {
@@ -1519,7 +1519,7 @@ mod entry_tests {
                         continue;
                     }
                 };
-                let info = p.append_entry(&mut b, term, 0, true).unwrap();
+                let info = p.append_entry(&mut bytes::Bytes::from(b), term, 0, true).unwrap();
                 bases.push(info.first_offset);
             }
             let got = derived(&p);

@@ -74,8 +74,9 @@ pub trait SegmentLog: Send + Sync + 'static {
     fn segment_log(&self) -> MutexGuard<'_, Log>;
     /// Append one entry's batch at the log end with `term` as its partition leader epoch; what
     /// the partition derives from its log (producer state) follows. `judged`: a write its
-    /// leader judged (`Stored`, `Answered`).
-    fn append_entry(&self, batch: &mut [u8], term: i32, now_ms: i64, judged: bool) -> Result<AppendInfo, SE>;
+    /// leader judged (`Stored`, `Answered`). `batch` ends as what was stored (a batch that came
+    /// stamped stays the bytes it came in: `Log::append_shared`).
+    fn append_entry(&self, batch: &mut Bytes, term: i32, now_ms: i64, judged: bool) -> Result<AppendInfo, SE>;
     /// Remove every batch from `offset` on; what the partition derives from its log follows.
     fn truncate_entries(&self, offset: i64) -> Result<u64, SE>;
     /// From now on the log's batches carry Raft terms as their epochs (not one epoch stamped
@@ -266,13 +267,12 @@ struct Carried<T> {
 
 /// The batch an entry is stored as (its base offset is the log's to assign, a `Stored` batch's
 /// too). Takes the entry: a batch's bytes are moved, not copied.
-fn encode<C: Logged<D = PartCommand>>(e: Entry<C>) -> Result<Vec<u8>, StorageError<NodeId>> {
+fn encode<C: Logged<D = PartCommand>>(e: Entry<C>) -> Result<Bytes, StorageError<NodeId>> {
     let term = epoch_of(e.log_id.leader_id.term)?;
     let node = e.log_id.leader_id.node_id;
     let control = match e.payload {
-        // (no copy when the entry holds the only reference, as a proposal or a follower's
-        // received entry does)
-        EntryPayload::Normal(PartCommand::Stored { batch }) => return Ok(Vec::from(batch)),
+        // (shared: a follower's received batch is a slice of the frame it came in, decision 0062)
+        EntryPayload::Normal(PartCommand::Stored { batch }) => return Ok(batch),
         EntryPayload::Blank => RaftControl::LeaderChange {
             leader: i32::try_from(node).map_err(|_| corrupt(format!("node id {node} is not a Kafka broker id")))?,
             voters: Vec::new(),
@@ -286,7 +286,7 @@ fn encode<C: Logged<D = PartCommand>>(e: Entry<C>) -> Result<Vec<u8>, StorageErr
     };
     // no timestamp: every replica builds Raft's own batches itself, and their bytes must be the
     // same on each (a damaged batch is repaired with a peer's copy; decision 0036)
-    control.build(term, NO_TIMESTAMP).map(|b| b.to_vec()).map_err(|e| corrupt(e.to_string()))
+    control.build(term, NO_TIMESTAMP).map_err(|e| corrupt(e.to_string()))
 }
 
 /// The term as a partition leader epoch.
@@ -660,8 +660,8 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> PartitionLogStore<C, L>
             }
             let info = inner.log.append_entry(&mut bytes, epoch_of(term)?, now_ms(), judged).map_err(io_err)?;
             inner.slots.push_back(Slot { offset: info.first_offset, last: info.last_offset, term });
-            // (the append wrote the batch's offsets and term into `bytes`: what the segment holds)
-            inner.recent.push(index, Bytes::from(bytes));
+            // (`bytes` is now what the segment holds: the batch with its offsets and term)
+            inner.recent.push(index, bytes);
         }
         let log = inner.log.segment_log();
         Ok((log.flusher(), log.log_end_offset()))
@@ -902,8 +902,8 @@ mod tests {
         fn segment_log(&self) -> MutexGuard<'_, Log> {
             self.0.lock().or_die()
         }
-        fn append_entry(&self, batch: &mut [u8], term: i32, now_ms: i64, _judged: bool) -> Result<AppendInfo, SE> {
-            self.0.lock().or_die().append(batch, now_ms, Some(term))
+        fn append_entry(&self, batch: &mut Bytes, term: i32, now_ms: i64, _judged: bool) -> Result<AppendInfo, SE> {
+            self.0.lock().or_die().append_shared(batch, now_ms, Some(term))
         }
         fn truncate_entries(&self, offset: i64) -> Result<u64, SE> {
             self.0.lock().or_die().truncate_to(offset)

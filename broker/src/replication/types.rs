@@ -287,15 +287,68 @@ mod b64 {
 }
 
 /// [`b64`] for shared bytes (the same encoding: a `Stored` batch goes between brokers as a
-/// `Vec<u8>` did).
+/// `Vec<u8>` did). Decoded from a binary frame inside [`decode_sharing`], a batch is a slice of
+/// the frame, not a copy of it.
 mod b64shared {
     use serde::{Deserializer, Serializer};
     pub fn serialize<S: Serializer>(v: &bytes::Bytes, s: S) -> Result<S::Ok, S::Error> {
         super::b64::serialize(v, s)
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<bytes::Bytes, D::Error> {
-        super::b64::deserialize(d).map(bytes::Bytes::from)
+        if d.is_human_readable() {
+            return super::b64::deserialize(d).map(bytes::Bytes::from);
+        }
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = bytes::Bytes;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_borrowed_bytes<E: serde::de::Error>(self, v: &'de [u8]) -> Result<bytes::Bytes, E> {
+                Ok(super::FRAME.with(|f| super::share(f.borrow().as_ref(), v)))
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<bytes::Bytes, E> {
+                Ok(bytes::Bytes::copy_from_slice(v))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<bytes::Bytes, E> {
+                Ok(bytes::Bytes::from(v))
+            }
+        }
+        d.deserialize_bytes(V)
     }
+}
+
+thread_local! {
+    /// The frame [`decode_sharing`] is decoding on this thread.
+    static FRAME: std::cell::RefCell<Option<bytes::Bytes>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `v` as a slice of `frame` when it lies in it (no copy), else a copy.
+fn share(frame: Option<&bytes::Bytes>, v: &[u8]) -> bytes::Bytes {
+    let within = |f: &bytes::Bytes| {
+        let (start, at) = (f.as_ptr() as usize, v.as_ptr() as usize);
+        at >= start && at + v.len() <= start + f.len()
+    };
+    match frame {
+        Some(f) if !v.is_empty() && within(f) => f.slice_ref(v),
+        _ => bytes::Bytes::copy_from_slice(v),
+    }
+}
+
+/// Run `decode` on `frame` (a bincode decode of it): the `Stored` batches it decodes are slices
+/// of `frame`, sharing its memory, instead of copies. A follower's appends are almost all
+/// batch bytes, so this is the copy of each replicated byte the follower no longer makes
+/// (decision 0062).
+pub fn decode_sharing<T>(frame: &bytes::Bytes, decode: impl FnOnce(&[u8]) -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            FRAME.with(|f| f.borrow_mut().take());
+        }
+    }
+    FRAME.with(|f| *f.borrow_mut() = Some(frame.clone()));
+    let _reset = Reset;
+    decode(frame)
 }
 
 openraft::declare_raft_types!(
