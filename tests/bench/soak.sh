@@ -4,9 +4,10 @@
 # (1 KiB records, acks=all, linger.ms=5) as fast as it can for SECONDS; then per broker the
 # highest RSS seen (sampled every 2 s), the leader changes and term of the topic's Raft group
 # (its metrics endpoint), the data on disk and how much of it is Raft log, and the Raft RPC
-# timeouts in its log; then the data on disk: the partition log, the Raft log (purged up to each
-# snapshot, decision 0025) and the whole data directory; then the same load against one broker
-# alone for the same time, and the ratio of records delivered (RF 3 / single broker).
+# timeouts in its log; the three brokers' CPU per million records (user and system); then the
+# data on disk: the partition log, the Raft log (purged up to each snapshot, decision 0025) and
+# the whole data directory; then the same load against one broker alone for the same time (its
+# CPU per million records too), and the ratio of records delivered (RF 3 / single broker).
 # Both phases start from the same machine state: the data of the phase before deleted, the
 # page cache written back (`sync`) and, when permitted (root), dropped. The speed of writes into
 # the page cache here varies several-fold with how full of dirty pages it is (decision 0046): a
@@ -53,6 +54,21 @@ BS="127.0.0.1:${K[0]},127.0.0.1:${K[1]},127.0.0.1:${K[2]}"
 "$CTL" --bootstrap-server "127.0.0.1:${K[0]}" topics create soak --partitions 1 --replication-factor 3 --config "retention.bytes=$RETAIN" >/dev/null
 sleep 4
 maxrss=(0 0 0)
+# the brokers' CPU time (user and system, clock ticks) from /proc: CPU per record is steadier
+# than throughput on this host (decision 0062)
+cpu() {
+  local u=0 k=0 p
+  for p in "$@"; do
+    read -r u1 k1 < <(awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null || echo "0 0")
+    u=$((u + u1))
+    k=$((k + k1))
+  done
+  echo "$u $k"
+}
+per_m() { # records user0 sys0 user1 sys1
+  python3 -c "m=max($1,1)/1e6; t=$(getconf CLK_TCK); u=($4-$2)/t/m; k=($5-$3)/t/m; print(f'{u+k:.2f} CPU s per M records (user {u:.2f}, system {k:.2f})')"
+}
+read -r cu0 ck0 < <(cpu "${PIDS[@]}")
 # SIGINT: rdkafka_performance stops producing, waits for what is in flight and prints its final
 # count (SIGTERM killed it with its last stats lines still in stdout's buffer: the count read
 # was seconds old); line-buffered so the periodic lines reach the file too
@@ -67,7 +83,10 @@ while kill -0 "$LOAD" 2>/dev/null; do
   sleep 2
 done
 sleep 3
+read -r cu1 ck1 < <(cpu "${PIDS[@]}")
 echo "rdkafka_performance, ${DUR} s: $(grep -E 'delivered' "$W/perf.log" | tail -n 1)"
+d3=$(grep -oE '[0-9]+ delivered' "$W/perf.log" | tail -n 1 | cut -d' ' -f1)
+echo "the three brokers: $(per_m "${d3:-0}" "$cu0" "$ck0" "$cu1" "$ck1")"
 for j in 0 1 2; do
   i=$((j + 1))
   metrics=$(curl -s "127.0.0.1:${M[$j]}/metrics")
@@ -91,9 +110,12 @@ PIDS+=($!)
 sleep 4
 "$CTL" --bootstrap-server "127.0.0.1:$SK" topics create soak --partitions 1 --replication-factor 1 --config "retention.bytes=$RETAIN" >/dev/null
 sleep 1
+SPID=${PIDS[${#PIDS[@]} - 1]}
+read -r su0 sk0 < <(cpu "$SPID")
 timeout -s INT -k 30 "$DUR" stdbuf -oL "$PERF" -P -t soak -b "127.0.0.1:$SK" -s 1024 -a -1 -c 100000000 -X linger.ms=5 >"$W/perf1.log" 2>&1 || true
 sleep 3
-d3=$(grep -oE '[0-9]+ delivered' "$W/perf.log" | tail -n 1 | cut -d' ' -f1)
+read -r su1 sk1 < <(cpu "$SPID")
 d1=$(grep -oE '[0-9]+ delivered' "$W/perf1.log" | tail -n 1 | cut -d' ' -f1)
+echo "single broker: $(per_m "${d1:-0}" "$su0" "$sk0" "$su1" "$sk1")"
 echo "single broker, same load and time: ${d1:-?} records delivered;" \
   "RF 3 / single broker: $(python3 -c "print(round(${d3:-0} / max(${d1:-0}, 1), 2))")"
