@@ -32,7 +32,8 @@ pub const BYTES_IN_TOTAL: &str = "sluice_bytes_in_total";
 pub const BYTES_OUT_TOTAL: &str = "sluice_bytes_out_total";
 /// Open client connections.
 pub const CONNECTIONS: &str = "sluice_connections";
-/// fdatasync latency on the durability path, seconds.
+/// fdatasync latency on the durability path, seconds: a partition's own log on one broker, a
+/// Raft log's flush (one per merged append, [`RAFT_LOG_FLUSHES_TOTAL`]) in a cluster.
 pub const FSYNC_SECONDS: &str = "sluice_fsync_seconds";
 /// Per partition (labels `topic`, `partition`): log end offset, high watermark, last stable
 /// offset, and LSO lag (high watermark − LSO).

@@ -2470,16 +2470,18 @@ async fn a_slow_follower_paces_producers_and_a_gone_one_does_not_hold_them() {
 /// many waited. Patched, it takes the messages queued meanwhile first and writes their entries
 /// with one append and one flush. Here 16 connections produce at once to a partition's
 /// leader: it must flush less often than it appends entries (one flush per entry without the
-/// patch, each client write being one entry).
+/// patch, each client write being one entry), and each flush's latency is timed
+/// (`sluice_fsync_seconds`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_writes_the_batches_queued_during_a_flush_with_one_flush() {
     let (c, ports) = Cluster::start_with_metrics_and(&[]);
     let leader = replicated_topic(&c, "merged").await;
     let counts = || {
         let get = |series| scrape_value(ports[leader], series).unwrap_or(0.0);
-        (get("sluice_raft_log_flushes_total"), get("sluice_raft_log_entries_appended_total"))
+        let fsyncs = get("sluice_fsync_seconds_count");
+        (get("sluice_raft_log_flushes_total"), get("sluice_raft_log_entries_appended_total"), fsyncs)
     };
-    let (flushes0, entries0) = counts();
+    let (flushes0, entries0, fsyncs0) = counts();
     let sends: Vec<_> = (0..16)
         .map(|_| {
             let bootstrap = c.brokers[leader].bootstrap();
@@ -2496,11 +2498,13 @@ async fn a_leader_writes_the_batches_queued_during_a_flush_with_one_flush() {
     for s in sends {
         s.await.unwrap();
     }
-    let (flushes, entries) = counts();
-    let (flushes, entries) = (flushes - flushes0, entries - entries0);
-    eprintln!("the leader appended {entries} entries with {flushes} flushes");
+    let (flushes, entries, fsyncs) = counts();
+    let (flushes, entries, fsyncs) = (flushes - flushes0, entries - entries0, fsyncs - fsyncs0);
+    eprintln!("the leader appended {entries} entries with {flushes} flushes ({fsyncs} timed)");
     assert!(entries >= 320.0, "every batch is an entry on the leader ({entries})");
     assert!(flushes <= 0.8 * entries, "{flushes} flushes for {entries} entries: the queued writes were not merged");
+    // each flush's latency is `sluice_fsync_seconds` (a few may still be under way)
+    assert!(fsyncs + 4.0 >= flushes, "{fsyncs} fsyncs timed for {flushes} Raft log flushes");
 }
 
 /// Decision 0054: a follower's partition log keeps only `replica.page.cache.tail.bytes` of its

@@ -842,7 +842,12 @@ where
             Ok(flush) => {
                 ::metrics::counter!(crate::metrics::RAFT_LOG_FLUSHES_TOTAL).increment(1);
                 ::metrics::counter!(crate::metrics::RAFT_LOG_ENTRIES_APPENDED_TOTAL).increment(n);
-                tokio::task::spawn_blocking(move || callback.log_io_completed(flush.run()));
+                tokio::task::spawn_blocking(move || {
+                    let started = std::time::Instant::now();
+                    let synced = flush.run();
+                    ::metrics::histogram!(crate::metrics::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
+                    callback.log_io_completed(synced)
+                });
                 Ok(())
             }
             Err(e) => {

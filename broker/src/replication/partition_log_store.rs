@@ -832,7 +832,10 @@ impl<C: Logged<D = PartCommand>, L: SegmentLog + ?Sized> RaftLogStorage<C> for P
                 ::metrics::counter!(crate::metrics::RAFT_LOG_ENTRIES_APPENDED_TOTAL).increment(n);
                 // durable on a blocking thread: the Raft task does not wait for the disk
                 tokio::task::spawn_blocking(move || {
-                    callback.log_io_completed(flusher.sync_to(end).map(|_| ()).map_err(std::io::Error::other))
+                    let started = std::time::Instant::now();
+                    let synced = flusher.sync_to(end).map(|_| ()).map_err(std::io::Error::other);
+                    ::metrics::histogram!(crate::metrics::FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
+                    callback.log_io_completed(synced)
                 });
                 Ok(())
             }
