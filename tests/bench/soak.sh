@@ -29,7 +29,34 @@ PIDS=()
 # SOAK_KEEP=1 keeps the brokers' directories and logs (printed) for a look afterwards
 # SOAK_BROKER_ARGS="..." adds flags to the three brokers (e.g. mutual TLS on the Raft port)
 # SOAK_BIN=path runs another build of the broker (two builds compared on the same machine)
-trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; if [ -n "${SOAK_KEEP:-}" ]; then echo "kept $W"; else rm -rf "$W"; fi' EXIT
+# SOAK_WARM_MEMORY=1 (root, in a VM with free page reporting, decision 0063): the host is not
+# handed back freed memory during the run, and the free memory is touched once before it, so
+# both phases grow their page cache at the speed of a host that backs the guest's memory (the
+# one broker then delivers what it does on this machine's fast days); the setting is restored
+# at the end
+PR=/sys/module/page_reporting/parameters/page_reporting_order
+OLD_ORDER=
+trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; if [ -n "$OLD_ORDER" ]; then echo "$OLD_ORDER" >"$PR"; fi; if [ -n "${SOAK_KEEP:-}" ]; then echo "kept $W"; else rm -rf "$W"; fi' EXIT
+if [ -n "${SOAK_WARM_MEMORY:-}" ]; then
+  if ! [ -w "$PR" ]; then
+    echo "SOAK_WARM_MEMORY: $PR is not writable (it needs root in a VM with free page reporting)" >&2
+    exit 2
+  fi
+  OLD_ORDER=$(cat "$PR")
+  # above the buddy allocator's largest order (10): no free block is ever reported
+  echo 11 >"$PR"
+  python3 - <<'TOUCH'
+import mmap
+avail = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemAvailable:")) * 1024
+n = max(avail - (2 << 30), 0) // 4096 * 4096
+if n:
+    m = mmap.mmap(-1, n)
+    for i in range(0, n, 4096):
+        m[i] = 1
+    m.close()
+print(f"SOAK_WARM_MEMORY: free page reporting off (order {open('/sys/module/page_reporting/parameters/page_reporting_order').read().strip()}), {n >> 30} GiB touched")
+TOUCH
+fi
 # the same starting point for each phase: nothing dirty in the page cache (and, as root, an
 # empty one)
 settle() {
