@@ -242,9 +242,19 @@ pub(crate) struct Batch {
     /// An attempt ended without an answer (connection lost, timeout): the broker may have
     /// written it. Such a batch keeps its sequence; it is never re-numbered under a new epoch.
     pub maybe_written: bool,
+    /// Why its last attempt was retried (an error code or a lost connection): named in the
+    /// error it fails with if `delivery.timeout.ms` runs out, so a retry loop explains itself.
+    pub last_failure: Option<String>,
 }
 
 impl Batch {
+    /// The error for a batch whose `delivery.timeout.ms` ran out: `what` happened, after how
+    /// many attempts, and why the last one was retried.
+    pub fn expired(&self, what: &str) -> Error {
+        let last = self.last_failure.as_deref().map(|f| format!("; the last was retried for {f}")).unwrap_or_default();
+        Error::timeout(format!("{what} ({} attempts{last})", self.attempts))
+    }
+
     pub fn fail(self, e: &Error) -> usize {
         for d in self.deliveries {
             let _ = d.send(Err(e.clone()));
@@ -543,6 +553,7 @@ impl Producer {
                         seq: None,
                         attempts: 0,
                         maybe_written: false,
+                        last_failure: None,
                     });
                     st.outstanding += 1;
                     full = part.queue.len() > 1 || size >= sh.s.batch_size;

@@ -72,6 +72,32 @@ fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) 
         fail_queued(sh, st, &e);
         return (rounds, None, st.closing);
     }
+    let transactional = sh.s.transactional_id.is_some();
+    // Batches past delivery.timeout.ms fail first, whatever else holds them (a leader, a
+    // backoff, a new epoch, AddPartitionsToTxn): one that was sent before leaves a sequence gap.
+    let mut expired: Vec<Expired> = Vec::new();
+    for ((topic, partition), part) in st.parts.iter_mut() {
+        while part.queue.front().is_some_and(|b| b.deadline <= now) {
+            if let Some(b) = part.queue.pop_front() {
+                let gap_key = b.seq.is_some().then(|| (topic.clone(), *partition));
+                expired.push((b, gap_key));
+            }
+        }
+    }
+    for (b, gap_key) in expired {
+        let e = b.expired(&format!(
+            "delivery.timeout.ms ({:?}) expired before the record was acknowledged",
+            sh.s.delivery_timeout
+        ));
+        let bytes = b.fail(&e);
+        if let Some(key) = gap_key {
+            gap(st, transactional, &key, e);
+        } else if transactional && st.abortable.is_none() {
+            // never sent, so no gap; but a transaction that lost a record must not commit
+            st.abortable = Some(e.with_kind(ErrorKind::Abortable));
+        }
+        sh.finished(st, bytes);
+    }
     let in_flight: usize = st.parts.values().map(|p| p.in_flight).sum();
     if st.closing && st.outstanding == 0 {
         return (rounds, None, true);
@@ -83,7 +109,6 @@ fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) 
         }
         return (rounds, None, false);
     }
-    let transactional = sh.s.transactional_id.is_some();
     // Partitions whose data waits for AddPartitionsToTxn.
     if transactional {
         let want: Vec<(String, i32)> =
@@ -96,21 +121,9 @@ fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) 
     let (pid, epoch) = (st.pid, st.epoch);
     let linger = sh.s.linger;
     let flushing = st.flushing > 0 || st.closing;
-    let mut expired: Vec<Expired> = Vec::new();
     let mut need_meta: Vec<String> = Vec::new();
     for ((topic, partition), part) in st.parts.iter_mut() {
         if part.queue.is_empty() || (transactional && !part.added) {
-            continue;
-        }
-        // Batches past delivery.timeout.ms fail here too when they wait (for a leader, a
-        // backoff): one that was sent before leaves a sequence gap (handled after the loop).
-        while part.queue.front().is_some_and(|b| b.deadline <= now) {
-            if let Some(b) = part.queue.pop_front() {
-                let gap_key = b.seq.is_some().then(|| (topic.clone(), *partition));
-                expired.push((b, gap_key));
-            }
-        }
-        if part.queue.is_empty() {
             continue;
         }
         if let Some(t) = part.backoff_until {
@@ -166,17 +179,6 @@ fn plan(sh: &Arc<Shared>) -> (HashMap<i32, Vec<Flight>>, Option<Instant>, bool) 
                 encoded: Bytes::new(),
             });
         }
-    }
-    for (b, gap_key) in expired {
-        let e = Error::timeout(format!(
-            "delivery.timeout.ms ({:?}) expired before the record was acknowledged",
-            sh.s.delivery_timeout
-        ));
-        let bytes = b.fail(&e);
-        if let Some(key) = gap_key {
-            gap(st, transactional, &key, e);
-        }
-        sh.finished(st, bytes);
     }
     need_meta.sort();
     need_meta.dedup();
@@ -427,8 +429,13 @@ fn apply(
             sh.finished(st, batch.bytes);
         }
         Outcome::Retry | Outcome::BumpAndRetry => {
+            batch.last_failure = Some(match (&answer, code) {
+                (Err(e), _) => e.to_string(),
+                (Ok(_), Some(c)) => format!("{c:?}"),
+                (Ok(_), None) => "no error code".to_string(),
+            });
             if batch.deadline <= now {
-                let e = Error::timeout(format!("{what}: delivery.timeout.ms expired while retrying"));
+                let e = batch.expired(&format!("{what}: delivery.timeout.ms expired while retrying"));
                 let bytes = batch.fail(&e);
                 gap(st, transactional, &key, e);
                 sh.finished(st, bytes);
@@ -564,6 +571,7 @@ mod tests {
             seq: Some(seq),
             attempts: 1,
             maybe_written: false,
+            last_failure: None,
         }
     }
 
@@ -607,5 +615,65 @@ mod tests {
         assert_eq!(sh.lock().parts[&key].acked_seq, 1);
         apply(&sh, &mut sh.lock(), "t".into(), 0, batch(1), answer(ooo));
         assert!(sh.lock().needs_bump, "right after an acknowledged batch, OUT_OF_ORDER is a gap");
+    }
+
+    /// A batch retried until its `delivery.timeout.ms` runs out fails with an error that says
+    /// how many attempts it had and why the last was retried, whether it expires as its answer
+    /// comes back or while it waits in the queue (an unexplained 170-s expiry was once seen in
+    /// `lost_responses_never_duplicate_or_reorder`). It expires in the queue even while the
+    /// producer waits for a new epoch: the first expiry left a gap, and the sender once
+    /// skipped expiry until the epoch came, so a broker that never gave one kept the record
+    /// past its timeout forever.
+    #[tokio::test]
+    async fn a_batch_that_runs_out_of_time_retrying_says_why() {
+        let s = Settings::from_config(&ClientConfig::new().set("bootstrap.servers", "127.0.0.1:1")).unwrap();
+        let sh = Arc::new(Shared::new(s, Cluster::new("127.0.0.1:1", "t", 1).unwrap()));
+        let key = ("t".to_string(), 0);
+        sh.lock().pid = 7;
+        sh.lock().parts.insert(key.clone(), Part { in_flight: 2, next_seq: 2, recovering: true, ..Part::default() });
+        let ooo = Some(ResponseError::OutOfOrderSequenceNumber);
+        // expires as its answer comes back
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut late = Batch { deliveries: vec![tx], attempts: 3, deadline: Instant::now(), ..batch(1) };
+        late.last_failure = Some("connection closed".into());
+        apply(&sh, &mut sh.lock(), "t".into(), 0, late, answer(ooo));
+        let e = rx.await.unwrap().unwrap_err().to_string();
+        assert!(e.contains("3 attempts") && e.contains("OutOfOrderSequenceNumber"), "{e}");
+        // retried (its deadline ahead), then expires waiting in the queue
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        apply(&sh, &mut sh.lock(), "t".into(), 0, Batch { deliveries: vec![tx], attempts: 2, ..batch(0) }, answer(ooo));
+        {
+            let mut st = sh.lock();
+            let part = st.parts.get_mut(&key).unwrap();
+            assert_eq!(part.queue.len(), 1, "retried");
+            part.queue[0].deadline = Instant::now();
+        }
+        assert!(sh.lock().needs_bump, "the first expiry left a gap: a new epoch is pending");
+        let _ = plan(&sh);
+        let e = tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .expect("expired in the queue")
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2 attempts") && e.contains("OutOfOrderSequenceNumber"), "{e}");
+    }
+
+    /// A transactional record that expires before it was ever sent (its partition still
+    /// waiting for AddPartitionsToTxn) leaves no sequence gap, but its transaction must not
+    /// commit without it: the transaction becomes abortable, as the Java producer's does.
+    #[tokio::test]
+    async fn an_unsent_transactional_record_that_expires_makes_the_transaction_abortable() {
+        let config = ClientConfig::new().set("bootstrap.servers", "127.0.0.1:1").set("transactional.id", "x");
+        let s = Settings::from_config(&config).unwrap();
+        let sh = Arc::new(Shared::new(s, Cluster::new("127.0.0.1:1", "t", 1).unwrap()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let unsent = Batch { deliveries: vec![tx], attempts: 0, seq: None, deadline: Instant::now(), ..batch(0) };
+        sh.lock().parts.insert(("t".to_string(), 0), Part { queue: [unsent].into(), ..Part::default() });
+        let _ = plan(&sh);
+        let e = tokio::time::timeout(Duration::from_secs(5), rx).await.expect("expired").unwrap().unwrap_err();
+        assert!(e.to_string().contains("0 attempts"), "{e}");
+        let st = sh.lock();
+        assert!(st.abortable.is_some() && !st.needs_bump, "abortable, and no new epoch for a gap that is not there");
     }
 }
