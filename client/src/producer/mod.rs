@@ -291,6 +291,16 @@ impl Part {
         self.recovering = false;
     }
 
+    /// The batch at `seq` with `records` records ends at or before the acknowledged point: a
+    /// batch after it in this epoch was acknowledged. A broker appends a producer's batches
+    /// only in sequence order, so this one is in the log, even when the broker no longer
+    /// remembers it among its last five (it then answers its retry OUT_OF_ORDER, not
+    /// DUPLICATE).
+    pub fn written_before_acknowledged(&self, seq: i32, records: usize) -> bool {
+        let end = seq.wrapping_add(records as i32) & i32::MAX;
+        self.acked_seq.wrapping_sub(end) & i32::MAX < 1 << 30
+    }
+
     /// A batch at `seq` with `records` records was acknowledged (written, or a duplicate).
     pub fn acknowledged(&mut self, seq: i32, records: usize) {
         let end = seq.wrapping_add(records as i32) & i32::MAX;
