@@ -587,6 +587,21 @@ mod tests {
         }
     }
 
+    /// A producer's shared state, its broker never reached (127.0.0.1:1).
+    fn shared(config: ClientConfig) -> Arc<Shared> {
+        let s = Settings::from_config(&config.set("bootstrap.servers", "127.0.0.1:1")).unwrap();
+        Arc::new(Shared::new(s, Cluster::new("127.0.0.1:1", "t", 1).unwrap()))
+    }
+
+    /// Producer 7 (idempotent) with partition t-0 in state `part`.
+    fn producer_with(part: Part) -> (Arc<Shared>, (String, i32)) {
+        let sh = shared(ClientConfig::new());
+        let key = ("t".to_string(), 0);
+        sh.lock().pid = 7;
+        sh.lock().parts.insert(key.clone(), part);
+        (sh, key)
+    }
+
     fn answer(e: Option<ResponseError>) -> Result<ProduceAnswer, Error> {
         let code = e.map_or(0, |e| e.code());
         Ok(ProduceAnswer { code, base_offset: 0, append_time: -1, message: None })
@@ -600,15 +615,7 @@ mod tests {
     /// acknowledged, an OUT_OF_ORDER answer to 1 is a gap the broker cannot bridge.
     #[tokio::test]
     async fn an_out_of_order_answer_behind_an_unresolved_batch_is_retried_not_a_gap() {
-        let s = Settings::from_config(&ClientConfig::new().set("bootstrap.servers", "127.0.0.1:1")).unwrap();
-        let sh = Arc::new(Shared::new(s, Cluster::new("127.0.0.1:1", "t", 1).unwrap()));
-        let key = ("t".to_string(), 0);
-        {
-            let mut st = sh.lock();
-            st.pid = 7;
-            st.epoch = 0;
-            st.parts.insert(key.clone(), Part { in_flight: 2, next_seq: 2, ..Part::default() });
-        }
+        let (sh, key) = producer_with(Part { in_flight: 2, next_seq: 2, ..Part::default() });
         let ooo = Some(ResponseError::OutOfOrderSequenceNumber);
         apply(&sh, &mut sh.lock(), "t".into(), 0, batch(1), answer(ooo));
         assert!(!sh.lock().needs_bump, "batch 0 is unresolved: batch 1's answer is no gap");
@@ -635,13 +642,8 @@ mod tests {
     /// it prove 0 is in the log: it is done (offset unknown), not retried for ever.
     #[tokio::test]
     async fn an_out_of_order_answer_to_a_batch_later_acknowledgements_prove_written_is_done() {
-        let s = Settings::from_config(&ClientConfig::new().set("bootstrap.servers", "127.0.0.1:1")).unwrap();
-        let sh = Arc::new(Shared::new(s, Cluster::new("127.0.0.1:1", "t", 1).unwrap()));
-        let key = ("t".to_string(), 0);
-        sh.lock().pid = 7;
-        sh.lock()
-            .parts
-            .insert(key.clone(), Part { in_flight: 1, next_seq: 6, acked_seq: 6, recovering: true, ..Part::default() });
+        let (sh, key) =
+            producer_with(Part { in_flight: 1, next_seq: 6, acked_seq: 6, recovering: true, ..Part::default() });
         let (tx, rx) = tokio::sync::oneshot::channel();
         let ooo = Some(ResponseError::OutOfOrderSequenceNumber);
         apply(&sh, &mut sh.lock(), "t".into(), 0, Batch { deliveries: vec![tx], attempts: 2, ..batch(0) }, answer(ooo));
@@ -666,11 +668,7 @@ mod tests {
     /// past its timeout forever.
     #[tokio::test]
     async fn a_batch_that_runs_out_of_time_retrying_says_why() {
-        let s = Settings::from_config(&ClientConfig::new().set("bootstrap.servers", "127.0.0.1:1")).unwrap();
-        let sh = Arc::new(Shared::new(s, Cluster::new("127.0.0.1:1", "t", 1).unwrap()));
-        let key = ("t".to_string(), 0);
-        sh.lock().pid = 7;
-        sh.lock().parts.insert(key.clone(), Part { in_flight: 2, next_seq: 2, recovering: true, ..Part::default() });
+        let (sh, key) = producer_with(Part { in_flight: 2, next_seq: 2, recovering: true, ..Part::default() });
         let ooo = Some(ResponseError::OutOfOrderSequenceNumber);
         // expires as its answer comes back
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -704,9 +702,7 @@ mod tests {
     /// commit without it: the transaction becomes abortable, as the Java producer's does.
     #[tokio::test]
     async fn an_unsent_transactional_record_that_expires_makes_the_transaction_abortable() {
-        let config = ClientConfig::new().set("bootstrap.servers", "127.0.0.1:1").set("transactional.id", "x");
-        let s = Settings::from_config(&config).unwrap();
-        let sh = Arc::new(Shared::new(s, Cluster::new("127.0.0.1:1", "t", 1).unwrap()));
+        let sh = shared(ClientConfig::new().set("transactional.id", "x"));
         let (tx, rx) = tokio::sync::oneshot::channel();
         let unsent = Batch { deliveries: vec![tx], attempts: 0, seq: None, deadline: Instant::now(), ..batch(0) };
         sh.lock().parts.insert(("t".to_string(), 0), Part { queue: [unsent].into(), ..Part::default() });
