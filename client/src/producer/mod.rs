@@ -297,19 +297,29 @@ impl Part {
     /// remembers it among its last five (it then answers its retry OUT_OF_ORDER, not
     /// DUPLICATE).
     pub fn written_before_acknowledged(&self, seq: i32, records: usize) -> bool {
-        let end = seq.wrapping_add(records as i32) & i32::MAX;
-        self.acked_seq.wrapping_sub(end) & i32::MAX < 1 << 30
+        at_or_after(self.acked_seq, seq_end(seq, records))
     }
 
     /// A batch at `seq` with `records` records was acknowledged (written, or a duplicate).
     pub fn acknowledged(&mut self, seq: i32, records: usize) {
-        let end = seq.wrapping_add(records as i32) & i32::MAX;
         // (answers come in sequence order but for retries of batches written before: never
-        // move back; sequences wrap at i32::MAX, so "after" is a distance below 2^30)
-        if end.wrapping_sub(self.acked_seq) & i32::MAX < 1 << 30 {
+        // move back)
+        let end = seq_end(seq, records);
+        if at_or_after(end, self.acked_seq) {
             self.acked_seq = end;
         }
     }
+}
+
+/// The sequence after a batch at `seq` with `records` records (sequences wrap at i32::MAX).
+fn seq_end(seq: i32, records: usize) -> i32 {
+    seq.wrapping_add(records as i32) & i32::MAX
+}
+
+/// Sequence `a` is `b` or after it: sequences wrap at i32::MAX, so "after" is a distance
+/// below 2^30.
+fn at_or_after(a: i32, b: i32) -> bool {
+    a.wrapping_sub(b) & i32::MAX < 1 << 30
 }
 
 /// Transaction state (see `txn`).
